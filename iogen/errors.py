@@ -1,0 +1,73 @@
+"""The project's exceptions, shared by the Python layer and the Cython core."""
+
+
+class IogenError(Exception):
+    """Base class of every error iogen raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ValueError, IogenError):
+    """A workload or override is invalid. Carries every problem found, not just the first."""
+
+    exit_code = 2
+
+    def __init__(self, problems):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class DataError(IogenError):
+    """A data file is missing, truncated or corrupt. Names the file and, when known, the offset."""
+
+    exit_code = 2
+
+    def __init__(self, path, message, offset=None):
+        self.path = str(path)
+        self.offset = offset
+        where = self.path if offset is None else f"{self.path} at byte offset {offset}"
+        super().__init__(f"{where}: {message}")
+
+
+class CoreMissingError(ImportError, IogenError):
+    """The compiled core is missing or broken; the message says how to fix it."""
+
+    exit_code = 2
+
+
+class LoaderUnavailable(ImportError, IogenError):
+    """A framework loader was selected but its framework is not installed."""
+
+    exit_code = 2
+
+
+class RankFailure(IogenError):
+    """Another MPI rank failed; carries that rank's message."""
+
+    exit_code = 1
+
+
+class Interrupted(IogenError):
+    """The run was interrupted (SIGINT/SIGTERM); what was measured is kept."""
+
+    exit_code = 130
+
+
+class ReadFailure(OSError):
+    """A core read failed at entry `index` of a batch (errno 0: end of file before the bytes needed).
+
+    The Python layer maps `index` to a file path and re-raises as DataError or OSError.
+    """
+
+    def __init__(self, index, errno_, offset, nread):
+        self.index = int(index)
+        self.offset = int(offset)
+        self.nread = int(nread)
+        if errno_:
+            import os
+
+            super().__init__(errno_, os.strerror(errno_))
+        else:
+            super().__init__(0, f"unexpected end of file after {nread} bytes")

@@ -1,0 +1,51 @@
+"""Build the Cython core (iogen/_core/*.pyx). Everything else lives in pyproject.toml."""
+import os
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# IOGEN_DEBUG_BUILD=1 builds the core with bounds checks and line tracing (CI tests it too).
+DEBUG = os.environ.get("IOGEN_DEBUG_BUILD") == "1"
+
+CORE_MODULES = ["clock", "reader", "fill", "tfrecord"]
+
+directives = {"language_level": "3", "embedsignature": True, "binding": True}
+macros = []
+cflags = ["-O3", "-fno-strict-aliasing"]
+if DEBUG:
+    directives.update(boundscheck=True, wraparound=True, linetrace=True)
+    macros.append(("CYTHON_TRACE_NOGIL", "1"))
+    cflags = ["-O0", "-g"]
+
+extensions = [
+    Extension(
+        f"iogen._core.{name}",
+        [f"iogen/_core/{name}.pyx"],
+        include_dirs=[numpy.get_include(), "iogen/_core"],
+        define_macros=macros + [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=cflags,
+    )
+    for name in CORE_MODULES
+]
+
+setup(
+    packages=[
+        "iogen",
+        "iogen._core",
+        "iogen._core.pure",
+        "iogen.config",
+        "iogen.formats",
+        "iogen.loaders",
+        "iogen.report",
+        "iogen.workloads",
+    ],
+    package_dir={"iogen.workloads": "workloads"},
+    package_data={
+        "iogen._core": ["*.pxd", "*.pyx", "*.h"],
+        "iogen.workloads": ["*.yaml"],
+        "iogen.report": ["templates/*"],
+    },
+    ext_modules=cythonize(extensions, compiler_directives=directives, quiet=True),
+    zip_safe=False,
+)
