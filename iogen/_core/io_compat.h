@@ -1,0 +1,31 @@
+/* Portability shims for reader.pyx: Linux has everything; elsewhere O_DIRECT and
+ * posix_fadvise may be missing, and the core must still build (the calls then fail cleanly). */
+#ifndef IOGEN_IO_COMPAT_H
+#define IOGEN_IO_COMPAT_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#ifdef O_DIRECT
+#define IOGEN_O_DIRECT O_DIRECT
+#else
+#define IOGEN_O_DIRECT 0 /* open_file(direct=True) reports EINVAL where this is 0 */
+#endif
+
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+
+/* Drop the whole file from the page cache; returns 0 or an error number (not -1/errno). */
+static inline int iogen_fadvise_dontneed(int fd)
+{
+#if defined(POSIX_FADV_DONTNEED)
+    return posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+#else
+    (void)fd;
+    return ENOSYS;
+#endif
+}
+
+#endif

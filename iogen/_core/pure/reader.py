@@ -1,0 +1,137 @@
+"""Pure-Python twin of iogen._core.reader: same API and results, built on os.pread and numpy."""
+import errno as _errno
+import os
+
+import numpy as np
+
+from iogen.errors import ReadFailure
+
+# One pread asks for at most this much (the compiled core uses the same cap).
+MAX_CHUNK_BYTES = 1 << 30
+
+
+def _pread_full(fd, view, length, offset):
+    """Read up to length bytes at offset into the memoryview; loop on short reads, stop at EOF."""
+    done = 0
+    while done < length:
+        want = min(length - done, MAX_CHUNK_BYTES)
+        try:
+            got = os.preadv(fd, [view[done:done + want]], offset + done)
+        except InterruptedError:
+            continue
+        if got == 0:
+            break
+        done += got
+    return done
+
+
+def aligned_buffer(nbytes, alignment=4096):
+    """Return a zeroed uint8 array of nbytes whose data pointer is aligned (usable for O_DIRECT)."""
+    nbytes = int(nbytes)
+    alignment = int(alignment)
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    raw = np.zeros(nbytes + alignment, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % alignment
+    # The slice keeps `raw` alive through .base; the caller owns the aligned view.
+    return raw[skip:skip + nbytes]
+
+
+def _int64_column(values, name):
+    arr = np.asarray(values)
+    if arr.ndim != 1 or arr.dtype != np.int64:
+        raise ValueError(f"{name} must be a 1-D int64 array, got {arr.dtype} with shape {arr.shape}")
+    return arr
+
+
+def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
+    """Read lengths[i] bytes of fds[i] at offsets[i] into buf[buf_offsets[i]:]; return bytes read."""
+    columns = [_int64_column(a, name) for a, name in (
+        (fds, "fds"), (offsets, "offsets"), (lengths, "lengths"), (required, "required"),
+        (buf_offsets, "buf_offsets"))]
+    fds, offsets, lengths, required, buf_offsets = columns
+    n = len(fds)
+    if any(len(c) != n for c in columns):
+        raise ValueError(
+            "fds, offsets, lengths, required and buf_offsets must have equal lengths, got "
+            + ", ".join(str(len(c)) for c in columns))
+    view = memoryview(buf)
+    if view.readonly or view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
+        raise ValueError("buf must be a writable, contiguous 1-D byte buffer")
+    view = view.cast("B")
+    buf_bytes = len(view)
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0:
+            raise ValueError(f"entry {i}: fd, offset, length and buf_offset must be >= 0")
+        if required[i] > lengths[i]:
+            raise ValueError(f"entry {i}: required {required[i]} > length {lengths[i]}")
+        if buf_offsets[i] > buf_bytes - lengths[i]:
+            raise ValueError(
+                f"entry {i}: buffer range [{buf_offsets[i]}, {buf_offsets[i] + lengths[i]}) "
+                f"exceeds the buffer of {buf_bytes} bytes")
+    total = 0
+    for i in range(n):
+        length = int(lengths[i])
+        if length == 0:
+            continue
+        start = int(buf_offsets[i])
+        try:
+            got = _pread_full(int(fds[i]), view[start:start + length], length, int(offsets[i]))
+        except OSError as exc:
+            raise ReadFailure(i, exc.errno, int(offsets[i]), 0) from None
+        if got < required[i]:
+            raise ReadFailure(i, 0, int(offsets[i]), got)
+        total += got
+    return total
+
+
+def open_file(path, direct=False):
+    """Open path read-only (O_DIRECT when asked); return the file descriptor."""
+    flags = os.O_RDONLY | os.O_CLOEXEC
+    if direct:
+        if not hasattr(os, "O_DIRECT"):
+            raise OSError(_errno.EINVAL, "O_DIRECT not supported by this file system", path)
+        flags |= os.O_DIRECT
+    try:
+        return os.open(path, flags)
+    except OSError as exc:
+        if direct and exc.errno == _errno.EINVAL:
+            raise OSError(_errno.EINVAL, "O_DIRECT not supported by this file system", path) from None
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def close_file(fd):
+    """Close a file descriptor returned by open_file."""
+    try:
+        os.close(fd)
+    except InterruptedError:
+        # EINTR on close still releases the descriptor on Linux: retrying could close another file.
+        pass
+
+
+def evict_file(fd):
+    """Drop the file's pages from the page cache (posix_fadvise DONTNEED over the whole file)."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def pread_loop_baseline(path, block_bytes, buf):
+    """Read the whole file sequentially in block_bytes preads into buf; return bytes read."""
+    block_bytes = int(block_bytes)
+    if block_bytes <= 0:
+        raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
+    view = memoryview(buf).cast("B")
+    if len(view) < block_bytes:
+        raise ValueError(f"buffer of {len(view)} bytes is smaller than block_bytes {block_bytes}")
+    fd = open_file(path, False)
+    total = 0
+    try:
+        while True:
+            got = _pread_full(fd, view, block_bytes, total)
+            total += got
+            if got < block_bytes:
+                break
+    finally:
+        close_file(fd)
+    return total

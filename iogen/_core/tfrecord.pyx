@@ -1,0 +1,1 @@
+"""Placeholder: tfrecord is being written."""
