@@ -1,0 +1,90 @@
+"""Checkpoint emulation: write `model.model_size_bytes` to `checkpoint.checkpoint_folder`.
+
+As DLIO's unet3d and bert configs use it: after chosen epochs (`checkpoint_after_epoch`,
+`epochs_between_checkpoints`) or every `steps_between_checkpoints` training steps (counted
+over the whole run, as DLIO counts them). Rank 0 writes the model (DLIO's `rank_zero` layout),
+every rank waits for it at a barrier, and the write is timed as its own event. Content is
+incompressible (the core's seeded fill), written under a temporary name, fsync'd when
+`checkpoint.fsync` is set, and renamed when complete. Only the newest checkpoint is kept, so a
+long run does not fill the disk.
+"""
+from __future__ import annotations
+
+import os
+
+from . import core
+
+CHUNK_BYTES = 16 << 20
+
+
+class Checkpointer:
+    """Decides when a checkpoint is due and writes it."""
+
+    def __init__(self, wl, world):
+        ck = wl.checkpoint
+        self.world = world
+        self.folder = os.path.abspath(ck.checkpoint_folder)
+        self.size_bytes = int(wl.model.model_size_bytes or 0)
+        self.fsync = bool(ck.fsync)
+        self.after_epoch = int(ck.checkpoint_after_epoch)
+        self.every_epochs = max(1, int(ck.epochs_between_checkpoints))
+        steps = ck.steps_between_checkpoints
+        self.every_steps = int(steps) if steps and steps > 0 else 0
+        self.seed = int(wl.train.seed)
+        self.name = wl.name
+        self.overall_step = 0
+        self.previous = None
+        self.count = 0
+
+    def due_after_epoch(self, epoch: int) -> bool:
+        """Epoch-based checkpoints (off when steps_between_checkpoints is set)."""
+        if self.every_steps:
+            return False
+        return epoch >= self.after_epoch and (epoch - self.after_epoch) % self.every_epochs == 0
+
+    def due_after_step(self, step_in_epoch: int) -> bool:
+        """Counts training steps over the run; True when a step-based checkpoint is due."""
+        self.overall_step += 1
+        return bool(self.every_steps) and self.overall_step % self.every_steps == 0
+
+    def write(self, epoch: int, step: int) -> dict:
+        """Write one checkpoint (rank 0), wait for it on every rank, return the event."""
+        t0 = core.clock.now_ns()
+        path = None
+        if self.world.rank == 0:
+            path = self._write_file(epoch, step)
+        self.world.barrier()
+        elapsed_ns = core.clock.now_ns() - t0
+        self.count += 1
+        return {"epoch": epoch, "step": step, "path": path, "bytes": self.size_bytes, "elapsed_ns": elapsed_ns}
+
+    def _write_file(self, epoch: int, step: int) -> str:
+        os.makedirs(self.folder, exist_ok=True)
+        final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
+        tmp = f"{final}.tmp.{os.getpid()}"
+        buf = core.reader.aligned_buffer(min(CHUNK_BYTES, max(self.size_bytes, 1)))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            while done < self.size_bytes:
+                n = min(buf.size, self.size_bytes - done)
+                core.fill.fill_random(buf[:n], self.seed, self.count, done)
+                view = memoryview(buf)[:n]
+                while view:
+                    view = view[os.write(fd, view):]
+                done += n
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.replace(tmp, final)
+        if self.previous and self.previous != final:
+            try:
+                os.unlink(self.previous)
+            except FileNotFoundError:
+                pass
+        self.previous = final
+        return final

@@ -1,0 +1,111 @@
+"""iogen's command line. Imports stay inside the commands so `iogen --help` is instant.
+
+Exit codes (DESIGN.md section 4): 0 success, 1 the run completed but failed its gate,
+2 bad usage, config or data, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", metavar="WORKLOAD", help="bundled workload name (see `iogen workloads`) or a YAML file")
+    p.add_argument(
+        "overrides", metavar="KEY=VALUE", nargs="*",
+        help="config overrides: section.key=value or DLIO's ++workload.section.key=value",
+    )
+    p.add_argument("--accelerator", "-a", metavar="NAME", help="pick the compute time of this accelerator (e.g. h100)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no live progress; one line per epoch at most")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="iogen",
+        description="Deep-learning I/O load generator: emulates training jobs without a model and "
+        "measures how busy storage keeps the accelerators (AU), samples/s and MiB/s.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and the core implementation in use")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("workloads", help="list bundled workloads and their key numbers")
+
+    p = sub.add_parser("validate", help="print the resolved config, dataset size and steps; no I/O")
+    _workload_args(p)
+    p.add_argument("--world-size", "-n", type=int, default=None, help="plan for this many ranks (default: launcher's or 1)")
+
+    p = sub.add_parser("datagen", help="generate the dataset (parallel, resumable, with a manifest)")
+    _workload_args(p)
+    p.add_argument("--workers", "-j", type=int, default=None, help="parallel writers per rank (default: CPU count)")
+
+    p = sub.add_parser("verify", help="check the dataset against its manifest and its format")
+    _workload_args(p)
+
+    p = sub.add_parser("run", help="emulate training and write a run folder")
+    _workload_args(p)
+    p.add_argument("--output", "-o", metavar="DIR", help="results folder (same as output.folder=DIR)")
+    p.add_argument("--generate", action="store_true", help="generate missing data first (same as workflow.generate_data=True)")
+
+    p = sub.add_parser("report", help="aggregate run folders: text, JSON and an HTML report")
+    p.add_argument("runs", metavar="RUN_DIR", nargs="+")
+
+    p = sub.add_parser("compare", help="regression gate for CI: exit 1 on a significant slowdown")
+    p.add_argument("baseline", metavar="BASELINE")
+    p.add_argument("candidate", metavar="CANDIDATE")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    try:
+        from .core import core_description
+
+        core = core_description()
+    except ImportError as exc:  # CoreMissingError: say so, do not hide it
+        core = f"MISSING ({exc})"
+    return f"iogen {__version__}, core: {core}"
+
+
+def main(argv=None) -> int:
+    """Entry point of the `iogen` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(_version())
+        return EXIT_OK
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    from .errors import IogenError
+
+    try:
+        from . import commands
+
+        return getattr(commands, f"cmd_{args.command}")(args)
+    except KeyboardInterrupt:
+        print("iogen: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except IogenError as exc:
+        _print_error(exc)
+        return exc.exit_code
+    except OSError as exc:
+        print(f"iogen: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _print_error(exc) -> None:
+    problems = getattr(exc, "problems", None)
+    if problems and len(problems) > 1:
+        print(f"iogen: error: {len(problems)} problems:", file=sys.stderr)
+        for line in problems:
+            print(f"  - {line}", file=sys.stderr)
+    else:
+        print(f"iogen: error: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

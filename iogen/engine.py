@@ -1,0 +1,122 @@
+"""The engine: the training step loop, timed one row per step (DESIGN.md section 5.1).
+
+    t_request  -> next(batch) -> t_ready -> calibrated compute -> t_compute_end
+               -> barrier (stands for the gradient allreduce) -> [checkpoint] -> t_step_end
+
+The loop does nothing per step that allocates or formats: requested compute times are drawn
+for the whole epoch up front, the clock and the sleep are the core's, and the row goes into
+the step log's preallocated buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import core
+from .checkpoint import Checkpointer
+from .plan import plan_for
+from .steplog import PHASE_EVAL, PHASE_TRAIN
+
+
+@dataclass
+class EngineResult:
+    """What the loop did, for the outputs stage (the numbers themselves are in the step log)."""
+
+    epochs_done: int = 0
+    steps_done: int = 0
+    checkpoints: list = field(default_factory=list)
+    spin_ns: int = 0
+
+
+class Engine:
+    """Runs the epochs of one rank: train phases, eval phases and checkpoints."""
+
+    def __init__(self, wl, world, train_loader, eval_loader, steplog, *, shuffle_seed: int, progress=None):
+        self.wl = wl
+        self.world = world
+        self.train_loader = train_loader
+        self.eval_loader = eval_loader
+        self.steplog = steplog
+        self.shuffle_seed = shuffle_seed
+        self.progress = progress
+        self.clock = core.clock
+        # Measure this machine's sleep overshoot once: the final stretch of every sleep spins.
+        self.spin_ns = core.clock.calibrate_spin_ns()
+        self.checkpointer = Checkpointer(wl, world) if wl.workflow.checkpoint else None
+        self.allreduce_buf = None
+        nbytes = int(getattr(wl.train, "allreduce_bytes", 0) or 0)
+        if nbytes and world.size > 1:
+            self.allreduce_buf = np.zeros(nbytes // 8 or 1, np.float64)
+
+    def _compute_times(self, dist, epoch: int, phase: int, steps: int) -> np.ndarray:
+        """Requested compute per step, drawn for the whole epoch from a seeded generator."""
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.wl.train.seed, self.world.rank, epoch, phase]))
+        )
+        return dist.sample_ns(rng, steps)
+
+    def run(self) -> EngineResult:
+        """All epochs, with eval and checkpoints where the workload asks for them."""
+        wl, res = self.wl, EngineResult(spin_ns=self.spin_ns)
+        for epoch in range(1, wl.train.epochs + 1):
+            if wl.workflow.train:
+                plan = plan_for(
+                    wl, self.train_loader.layout, epoch=epoch, rank=self.world.rank,
+                    world_size=self.world.size, seed=self.shuffle_seed, phase="train",
+                )
+                res.steps_done += self._phase(plan, self.train_loader, PHASE_TRAIN, wl.train.computation_time, res)
+            if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
+                res.checkpoints.append(self.checkpointer.write(epoch, step=0))
+            if self.eval_loader is not None and _eval_due(wl, epoch):
+                plan = plan_for(
+                    wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
+                    world_size=self.world.size, seed=self.shuffle_seed, phase="eval",
+                )
+                self._phase(plan, self.eval_loader, PHASE_EVAL, wl.evaluation.eval_time, res)
+            res.epochs_done = epoch
+            if self.progress is not None:
+                self.progress.epoch_done(epoch)
+        return res
+
+    def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
+        """One epoch's train or eval phase: the timed step loop."""
+        now, sleep_ns, spin = self.clock.now_ns, self.clock.sleep_ns, self.spin_ns
+        barrier, append = self.world.barrier, self.steplog.append
+        requested = self._compute_times(dist, plan.epoch, phase, plan.steps).tolist()
+        ckpt = self.checkpointer if phase == PHASE_TRAIN else None
+        allreduce_buf = self.allreduce_buf
+        progress = self.progress
+        epoch, batches = plan.epoch, loader.epoch(plan)
+        try:
+            for step in range(plan.steps):
+                t_request = now()
+                batch = next(batches)
+                t_ready = now()
+                sleep_ns(requested[step], spin)
+                t_compute_end = now()
+                if allreduce_buf is not None:
+                    self.world.allreduce_bytes(allreduce_buf)
+                barrier()
+                checkpoint_ns = 0
+                if ckpt is not None and ckpt.due_after_step(step + 1):
+                    t0 = now()
+                    res.checkpoints.append(ckpt.write(epoch, step + 1))
+                    t_step_end = now()
+                    checkpoint_ns = max(1, t_step_end - t0)
+                else:
+                    t_step_end = now()
+                append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                       requested[step], batch.samples, batch.bytes, checkpoint_ns)
+                if progress is not None and progress.due(t_step_end):
+                    progress.step(epoch, phase, step + 1, plan.steps, t_step_end)
+        finally:
+            batches.close()
+        return plan.steps
+
+
+def _eval_due(wl, epoch: int) -> bool:
+    ev = wl.evaluation
+    first = ev.eval_after_epoch
+    every = max(1, ev.epochs_between_evals)
+    return wl.workflow.evaluation and epoch >= first and (epoch - first) % every == 0

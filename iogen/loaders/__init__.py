@@ -1,0 +1,48 @@
+"""Loader registry: `reader.data_loader` -> the class that executes the plan.
+
+Framework loaders are imported only when selected, so a native run never imports TensorFlow
+or PyTorch.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import ConfigError, LoaderUnavailable
+from .base import Batch, Loader
+
+_LOADERS = {
+    "native": ("iogen.loaders.native", "NativeLoader", None),
+    "tensorflow": ("iogen.loaders.tensorflow", "TensorFlowLoader", "tensorflow"),
+    "pytorch": ("iogen.loaders.pytorch", "PyTorchLoader", "torch"),
+}
+
+
+def loader_names() -> list[str]:
+    """Names accepted by reader.data_loader."""
+    return list(_LOADERS)
+
+
+def loader_class(name: str):
+    """Import and return the loader class for `name`, naming the extra to install if it is missing."""
+    try:
+        module_name, cls_name, extra = _LOADERS[name]
+    except KeyError:
+        raise ConfigError(f"reader.data_loader: {name!r} is not one of {', '.join(_LOADERS)}") from None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra and exc.name and exc.name.split(".")[0] in ("tensorflow", "torch"):
+            raise LoaderUnavailable(
+                f"reader.data_loader: {name} needs {exc.name.split('.')[0]}, which is not installed; "
+                f"install it with `pip install 'iogen[{extra}]'`"
+            ) from exc
+        raise
+    return getattr(module, cls_name)
+
+
+def get_loader(wl, layout, fmt, world) -> Loader:
+    """Build the loader the workload selects."""
+    return loader_class(wl.reader.data_loader)(wl, layout, fmt, world)
+
+
+__all__ = ["Batch", "Loader", "get_loader", "loader_class", "loader_names"]

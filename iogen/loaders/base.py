@@ -1,0 +1,42 @@
+"""What every loader gives the engine: batches of real bytes, in plan order, with honest counts."""
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+
+class Batch(NamedTuple):
+    """One batch as the engine sees it.
+
+    `bytes` is what the loader really read from storage for this batch (framing and alignment
+    padding included), not the nominal record size times the batch size.
+    """
+
+    samples: int
+    bytes: int
+    data: object = None  # the payload; kept alive until the engine asks for the next batch
+
+
+class Loader:
+    """Executes plans. Subclasses implement `epoch`; they never shuffle or shard on their own."""
+
+    name = "base"
+
+    def __init__(self, wl, layout, fmt, world):
+        self.wl = wl
+        self.layout = layout
+        self.fmt = fmt
+        self.world = world
+
+    def epoch(self, plan) -> Iterator[Batch]:
+        """Yield exactly `plan.steps` batches, in plan order."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release threads, processes and file handles."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

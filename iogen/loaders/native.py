@@ -1,0 +1,239 @@
+"""The native loader: the plan executed by the Cython core, with the GIL released while reading.
+
+Scheduling policy lives here; the byte-level work is `iogen.core.reader.pread_into`, which
+reads a whole slice of a batch in one call without the GIL, so `read_threads` Python threads
+really read in parallel. A producer thread prepares batch k+1.. (index look-ups, splitting,
+buffer assignment) while the engine computes on batch k, keeping `prefetch_size` batches in
+flight. Each in-flight batch owns a page-aligned buffer, so O_DIRECT needs no extra copy.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .. import core
+from ..errors import DataError, ReadFailure
+from .base import Batch, Loader
+from .filetable import FileTable
+
+ALIGN = 4096
+# Reads larger than this are split so several threads share one big sample (unet3d: ~140 MB).
+DEFAULT_PIECE_BYTES = 8 << 20
+# Below this a batch is read by one call: thread hand-off would cost more than it saves.
+_MIN_PARALLEL_BYTES = 512 << 10
+
+
+class _Job:
+    """One batch on its way: where each read goes, and the futures reading it."""
+
+    __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "futures", "inline_bytes", "transient")
+
+    def __init__(self, step, slot, n_samples):
+        self.step = step
+        self.slot = slot
+        self.n_samples = n_samples
+        self.futures = []
+        self.inline_bytes = 0
+        self.transient = ()
+
+
+class NativeLoader(Loader):
+    """Reads each batch with batched pread (or O_DIRECT) into preallocated aligned buffers."""
+
+    name = "native"
+
+    def __init__(self, wl, layout, fmt, world):
+        super().__init__(wl, layout, fmt, world)
+        reader = wl.reader
+        self.threads = max(1, int(reader.read_threads))
+        self.prefetch = max(0, int(reader.prefetch_size))
+        self.direct = bool(reader.odirect)
+        self.piece_bytes = int(reader.transfer_size or DEFAULT_PIECE_BYTES)
+        if self.direct:
+            self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
+        self.table = FileTable(layout, fmt, direct=self.direct)
+        self._check = getattr(fmt, "check_read", None)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-read") if self.threads > 1 else None
+        self._buffers = [np.empty(0, np.uint8) for _ in range(self.prefetch + 1)]
+
+    # -- preparing a batch -------------------------------------------------------------
+
+    def _buffer(self, slot: int, nbytes: int) -> np.ndarray:
+        buf = self._buffers[slot]
+        if buf.size < nbytes:
+            # grow-only: after the first epoch no batch allocates
+            buf = core.reader.aligned_buffer(max(nbytes, int(buf.size * 1.25)), ALIGN)
+            self._buffers[slot] = buf
+        return buf
+
+    def _prepare(self, step: int, slot: int, gids: np.ndarray) -> _Job:
+        """Turn a batch of sample ids into read pieces and start reading them."""
+        job = _Job(step, slot, int(gids.size))
+        spf = self.layout.samples_per_file
+        files = gids // spf
+        if self.table.decode_only(files):
+            self._start_decode(job, files, gids % spf)
+            return job
+        fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
+        if self.direct:
+            start = offsets & ~(ALIGN - 1)
+            read_len = ((offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)) - start
+            required = offsets + lengths - start
+            skip = offsets - start
+        else:
+            start, read_len, required, skip = offsets, lengths, lengths, None
+        # each sample's place in the buffer; aligned so O_DIRECT can read straight into it
+        padded = (read_len + ALIGN - 1) & ~(ALIGN - 1) if self.direct else read_len
+        buf_off = np.zeros(padded.size, np.int64)
+        np.cumsum(padded[:-1], out=buf_off[1:])
+        total = int(buf_off[-1] + padded[-1])
+        buf = self._buffer(slot, total)
+        job.files = files
+        job.offsets = offsets
+        job.entry_buf = buf_off if skip is None else buf_off + skip
+        job.entry_len = lengths
+        if read_len.max() > self.piece_bytes and self._pool is not None:
+            fds, start, read_len, required, buf_off, owner = self._split(fds, start, read_len, required, buf_off)
+        else:
+            owner = None
+        self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
+        return job
+
+    def _split(self, fds, start, read_len, required, buf_off):
+        """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
+        piece = self.piece_bytes
+        npieces = np.maximum(1, -(-read_len // piece))
+        owner = np.repeat(np.arange(read_len.size), npieces)
+        k = np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces)
+        pos = k * piece
+        p_len = np.minimum(piece, read_len[owner] - pos)
+        p_req = np.clip(required[owner] - pos, 0, p_len)
+        return fds[owner], start[owner] + pos, p_len, p_req, buf_off[owner] + pos, owner
+
+    def _submit(self, job, buf, fds, start, read_len, required, buf_off, owner):
+        total = int(read_len.sum())
+        n = read_len.size
+        if self._pool is None or total < _MIN_PARALLEL_BYTES or n == 1:
+            job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0)
+            return
+        # split into `threads` slices of about equal bytes
+        cum = np.cumsum(read_len)
+        cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
+        bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            job.futures.append(
+                self._pool.submit(
+                    self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
+                    buf_off[lo:hi], owner, int(lo),
+                )
+            )
+
+    def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first) -> int:
+        """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
+        try:
+            return core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+        except ReadFailure as exc:
+            i = first + exc.index
+            entry = int(owner[i]) if owner is not None else i
+            path = self.layout.paths[int(job.files[entry])]
+            if exc.errno:
+                raise DataError(path, f"read failed: {exc.strerror}", offset=exc.offset) from exc
+            raise DataError(
+                path, f"file is truncated: got {exc.nread} of the bytes a sample needs", offset=exc.offset
+            ) from exc
+
+    def _start_decode(self, job, files, samples):
+        """Samples that are not byte-addressable (compressed) go through the format's decoder."""
+        job.files = None
+        for f in np.unique(files):
+            ids = samples[files == f]
+            path = self.layout.paths[int(f)]
+            if self._pool is None:
+                job.inline_bytes += self._decode(path, ids)
+            else:
+                job.futures.append(self._pool.submit(self._decode, path, ids))
+
+    def _decode(self, path, ids) -> int:
+        return int(sum(_nbytes(s) for s in self.fmt.read_samples(path, ids)))
+
+    def _finish(self, job: _Job) -> Batch:
+        """Wait for a batch's reads; check it if the format checks reads (TFRecord CRCs)."""
+        try:
+            nbytes = job.inline_bytes + sum(f.result() for f in job.futures)
+        finally:
+            for fd in job.transient:
+                core.reader.close_file(fd)
+        buf = self._buffers[job.slot]
+        if self._check is not None and job.files is not None:
+            bad = self._check(buf, job.entry_buf, job.entry_len)
+            if bad >= 0:
+                path = self.layout.paths[int(job.files[bad])]
+                raise DataError(path, "record checksum mismatch", offset=int(job.offsets[bad]))
+        return Batch(job.n_samples, nbytes, buf)
+
+    # -- the epoch ---------------------------------------------------------------------
+
+    def epoch(self, plan):
+        """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads ahead."""
+        if self.prefetch == 0:
+            for step in range(plan.steps):
+                yield self._finish(self._prepare(step, 0, plan.batches[step]))
+            return
+        yield from self._pipelined(plan)
+
+    def _pipelined(self, plan):
+        free = queue.Queue()
+        for slot in range(self.prefetch + 1):
+            free.put(slot)
+        ready = queue.Queue()
+        stop = threading.Event()
+
+        def produce():
+            try:
+                for step in range(plan.steps):
+                    slot = free.get()
+                    if stop.is_set():
+                        return
+                    ready.put(self._prepare(step, slot, plan.batches[step]))
+            except BaseException as exc:  # handed to the consumer, which raises it
+                ready.put(exc)
+
+        producer = threading.Thread(target=produce, name="iogen-prefetch", daemon=True)
+        producer.start()
+        held = None
+        try:
+            for _ in range(plan.steps):
+                item = ready.get()
+                if isinstance(item, BaseException):
+                    raise item
+                batch = self._finish(item)
+                if held is not None:
+                    free.put(held)
+                held = item.slot
+                yield batch
+        finally:
+            stop.set()
+            free.put(-1)  # wake the producer if it waits for a buffer
+            producer.join()
+            while not ready.empty():  # let reads still in flight finish before buffers go away
+                item = ready.get()
+                if not isinstance(item, BaseException):
+                    for f in item.futures:
+                        f.exception()
+                    for fd in item.transient:
+                        core.reader.close_file(fd)
+
+    def close(self) -> None:
+        """Stop the read threads and close every file."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.table.close()
+
+
+def _nbytes(sample) -> int:
+    nbytes = getattr(sample, "nbytes", None)
+    return int(nbytes) if nbytes is not None else len(sample)

@@ -1,0 +1,82 @@
+"""Progress on long work: a live status line on a terminal, one line per epoch otherwise."""
+from __future__ import annotations
+
+import sys
+import time
+
+_INTERVAL_NS = 500_000_000
+
+
+class RunProgress:
+    """Status of a training run, fed by the engine (cheaply: `due` is one integer compare)."""
+
+    def __init__(self, stream=None, quiet: bool = False, rank: int = 0):
+        self.stream = stream or sys.stderr
+        self.live = (not quiet) and rank == 0 and self.stream.isatty()
+        self.enabled = rank == 0
+        self.quiet = quiet
+        self._next_ns = 0
+        self._epoch_start = time.monotonic()
+        self._last = None
+
+    def due(self, now_ns: int) -> bool:
+        """True when the status line should be refreshed."""
+        return self.live and now_ns >= self._next_ns
+
+    def step(self, epoch: int, phase: int, step: int, steps: int, now_ns: int) -> None:
+        """Refresh the status line."""
+        self._next_ns = now_ns + _INTERVAL_NS
+        what = "train" if phase == 0 else "eval"
+        self.stream.write(f"\r  epoch {epoch} {what} step {step}/{steps}   ")
+        self.stream.flush()
+
+    def epoch_done(self, epoch: int, line: str | None = None) -> None:
+        """One line per epoch (also when not on a terminal, unless quiet)."""
+        if not self.enabled or self.quiet:
+            return
+        elapsed = time.monotonic() - self._epoch_start
+        self._epoch_start = time.monotonic()
+        if self.live:
+            self.stream.write("\r\033[K")
+        self.stream.write(line or f"  epoch {epoch} done in {elapsed:.1f} s\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line of its own (rank 0 only)."""
+        if self.enabled and not self.quiet:
+            if self.live:
+                self.stream.write("\r\033[K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+class GenerateProgress:
+    """Files, GiB, GiB/s and ETA while generating a dataset."""
+
+    def __init__(self, stream=None, quiet: bool = False, rank: int = 0):
+        self.stream = stream or sys.stderr
+        self.live = (not quiet) and rank == 0 and self.stream.isatty()
+        self.quiet = quiet or rank != 0
+        self._next = 0.0
+        self._last_line_s = 0.0
+
+    def __call__(self, files_done, files_total, bytes_done, bytes_total, elapsed_s) -> None:
+        """Progress callback for iogen.datagen.generate."""
+        now = time.monotonic()
+        final = files_done >= files_total
+        if self.quiet or (not final and now < self._next):
+            return
+        gib = bytes_done / 2**30
+        rate = gib / elapsed_s if elapsed_s > 0 else 0.0
+        eta = (bytes_total - bytes_done) / 2**30 / rate if rate > 0 else float("nan")
+        line = (f"  generated {files_done}/{files_total} files, {gib:.2f}/{bytes_total / 2**30:.2f} GiB, "
+                f"{rate:.2f} GiB/s, ETA {eta:.0f} s")
+        if self.live:
+            self._next = now + 0.5
+            self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+        elif final or now - self._last_line_s >= 30:
+            # not a terminal: a line every 30 s at most, and the last one
+            self._next = now + 30
+            self._last_line_s = now
+            self.stream.write(line + "\n")
+        self.stream.flush()
