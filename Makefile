@@ -1,0 +1,40 @@
+# The two set-up commands of README.md:
+#   make demo   set everything up, generate the default workload's data and run it
+#   make test   set everything up and run the whole test suite (what .ci/run runs)
+PYTHON ?= python3
+VENV ?= .venv
+DEMO_DIR ?= /tmp/iogen-demo
+BIN = $(VENV)/bin
+PIP = $(BIN)/python -m pip --disable-pip-version-check -q
+CONSTRAINTS = -c constraints/dev.txt
+SOURCES = pyproject.toml setup.py $(shell find iogen workloads -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.yaml')
+
+.PHONY: demo test bench venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+
+# Core install: numpy, PyYAML, pydantic and the compiled core. Rebuilt when sources change.
+$(VENV)/.iogen-core: $(BIN)/python $(SOURCES)
+	$(PIP) install $(CONSTRAINTS) .
+	touch $@
+
+# Everything the tests need: TensorFlow, PyTorch (CPU), h5py, mpi4py + mpich, pytest.
+$(VENV)/.iogen-test: $(BIN)/python $(SOURCES) constraints/dev.txt
+	$(PIP) install $(CONSTRAINTS) '.[test]'
+	touch $@ $(VENV)/.iogen-core
+
+venv: $(VENV)/.iogen-test
+
+demo: $(VENV)/.iogen-core
+	$(BIN)/iogen run default --generate dataset.data_folder=$(DEMO_DIR)/data output.folder=results
+
+test: $(VENV)/.iogen-test
+	$(BIN)/pytest
+
+bench: $(VENV)/.iogen-test
+	$(BIN)/pytest bench/ --benchmark-only
+
+clean:
+	rm -rf build dist *.egg-info $(VENV) iogen/_core/*.c iogen/_core/*.so
