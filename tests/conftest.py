@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny workloads in temporary folders, and running the real `iogen` command."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def tiny_overrides(tmp_path, **extra):
+    """Overrides that shrink the default workload to a few small files under tmp_path."""
+    base = {
+        "dataset.data_folder": str(tmp_path / "data"),
+        "output.folder": str(tmp_path / "results"),
+        "dataset.num_files_train": 8,
+        "dataset.record_length_bytes": 65536,
+        "dataset.record_length_bytes_stdev": 0,
+        "reader.batch_size": 2,
+        "train.epochs": 2,
+        "train.computation_time": 0.001,
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Factory of override lists for a tiny default workload."""
+    return lambda **extra: tiny_overrides(tmp_path, **extra)
+
+
+def run_iogen(*args, env=None, timeout=240, cwd=None):
+    """Run the installed `iogen` command in a subprocess; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "iogen", *map(str, args)],
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
+    )
+
+
+@pytest.fixture
+def iogen_cmd():
+    """Run `iogen ARGS...` as a user would."""
+    return run_iogen
+
+
+def load_summary(run_dir):
+    """summary.json of a run folder."""
+    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
+        return json.load(fh)

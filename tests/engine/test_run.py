@@ -1,0 +1,89 @@
+"""End to end in one process: config -> datagen -> plan -> native loader -> engine -> outputs."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.report.rundir import steplog_path
+from iogen.runner import run
+from iogen.steplog import PHASE_EVAL, PHASE_TRAIN, read_steplog
+
+
+def _run(overrides, **kw):
+    wl = load_workload("default", overrides + ["workflow.generate_data=True"])
+    return wl, run(wl, SingleWorld(), quiet=True, **kw)
+
+
+def test_run_writes_a_complete_run_folder(tiny):
+    wl, out = _run(tiny())
+    files = sorted(os.listdir(out.run_dir))
+    assert files == ["config.yaml", "epochs.json", "steps", "summary.json"]
+    with open(os.path.join(out.run_dir, "summary.json")) as fh:
+        doc = json.load(fh)
+    m = doc["metric"]
+    for key in ("train_au_mean_percentage", "train_throughput_mean_samples_per_second",
+                "train_io_mean_MB_per_second", "train_au_meet_expectation"):
+        assert key in m
+    assert 0 < m["train_au_mean_percentage"] <= 100
+    assert doc["iogen"]["complete"] is True
+    assert doc["schema_version"] == 1 and doc["num_accelerators"] == 1
+    assert len(m["train_au_percentage"]) == 2  # one per epoch
+
+
+def test_step_rows_count_every_sample_and_real_bytes(tiny):
+    wl, out = _run(tiny())
+    header, rows = read_steplog(steplog_path(out.run_dir, 0))
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    assert len(train) == 2 * 4  # 8 files / batch 2, 2 epochs
+    assert np.all(train["samples"] == 2)
+    assert np.all(train["bytes"] == 2 * 65536)  # NPZ rows are read exactly, no framing
+    assert np.all(train["t_ready"] >= train["t_request"])
+    assert np.all(train["t_compute_end"] - train["t_ready"] >= train["requested_compute_ns"])
+    assert np.all(train["t_step_end"] >= train["t_compute_end"])
+    assert np.all(train["requested_compute_ns"] == 1_000_000)
+
+
+def test_two_runs_never_share_a_folder(tiny):
+    _, a = _run(tiny())
+    _, b = _run(tiny())
+    assert a.run_dir != b.run_dir
+
+
+def test_eval_and_checkpoints(tiny, tmp_path):
+    overrides = tiny(**{
+        "workflow.evaluation": True, "dataset.num_files_eval": 4, "reader.batch_size_eval": 2,
+        "evaluation.eval_time": 0.001, "workflow.checkpoint": True,
+        "checkpoint.checkpoint_folder": str(tmp_path / "ckpt"), "model.model_size_bytes": 1 << 20,
+        "checkpoint.steps_between_checkpoints": 2, "checkpoint.fsync": True,
+    })
+    wl, out = _run(overrides)
+    header, rows = read_steplog(steplog_path(out.run_dir, 0))
+    ev = rows[rows["phase"] == PHASE_EVAL]
+    assert len(ev) == 2 * 2
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    assert np.count_nonzero(train["checkpoint_ns"]) == 4  # every 2nd of 8 train steps
+    ckpts = os.listdir(tmp_path / "ckpt")
+    assert len(ckpts) == 1 and os.path.getsize(tmp_path / "ckpt" / ckpts[0]) == 1 << 20
+    doc = out.summary
+    assert "eval_au_mean_percentage" in doc["metric"]
+    assert len(doc["iogen"]["checkpoints"]) == 4
+
+
+@pytest.mark.parametrize("threads,prefetch", [(1, 0), (4, 0), (2, 3)])
+def test_loader_settings_read_the_same_bytes(tiny, threads, prefetch):
+    wl, out = _run(tiny(**{"reader.read_threads": threads, "reader.prefetch_size": prefetch,
+                           "reader.sample_shuffle": "seed"}))
+    assert out.summary["iogen"]["metrics"]["train"]["total_bytes"] == 2 * 8 * 65536
+
+
+def test_missing_data_fails_before_any_run_folder(tmp_path):
+    overrides = [f"dataset.data_folder={tmp_path / 'nothing'}", f"output.folder={tmp_path / 'results'}"]
+    wl = load_workload("default", overrides + ["workflow.generate_data=False"])
+    from iogen.errors import DataError
+
+    with pytest.raises(DataError, match="does not exist"):
+        run(wl, SingleWorld(), quiet=True)
+    assert not (tmp_path / "results").exists()
