@@ -1,0 +1,39 @@
+"""Every number iogen reports, defined once: step rows -> epoch -> ranks -> run (numpy only).
+
+Definitions follow DESIGN.md section 5 and are written out for users in docs/metrics.md.
+Where a formula reproduces DLIO (argonne-lcf/dlio_benchmark, `utils/statscounter.py`) the
+docstring says so; where iogen deliberately differs (DLIO counts N-2 steps over an N-1-step
+window, labels MiB as MB, reports a nominal rather than a measured bandwidth) iogen's honest
+figure is reported beside DLIO's.
+
+The stages, one module each:
+  epoch    epoch_metrics(rows)         one rank, one epoch, one phase -> EpochMetrics
+           rank_epochs_array(rows)     one rank, every epoch -> float64 [epochs, EPOCH_FIELDS]
+                                       (the buffer ranks exchange with MPI Gather)
+  run      combine_ranks(per_rank)     [ranks, epochs, fields] -> CombinedEpochs (per epoch)
+           run_metrics(train, eval)    -> RunMetrics (one invocation)
+  summary  dlio_metric_block(run), iogen_metric_block(run) -> the dicts summary.json carries
+
+Still to come, each in its own module here: campaigns across invocations (DESIGN.md 5.4) and
+wait-time latency percentiles from a mergeable histogram (see the note in run.py).
+"""
+from .epoch import EPOCH_FIELDS, FIELD, MIB, EpochMetrics, epoch_metrics, rank_epochs_array, stack_ranks
+from .run import CombinedEpochs, PhaseMetrics, RunMetrics, combine_ranks, run_metrics
+from .summary import dlio_metric_block, iogen_metric_block
+
+__all__ = [
+    "EPOCH_FIELDS",
+    "FIELD",
+    "MIB",
+    "CombinedEpochs",
+    "EpochMetrics",
+    "PhaseMetrics",
+    "RunMetrics",
+    "combine_ranks",
+    "dlio_metric_block",
+    "epoch_metrics",
+    "iogen_metric_block",
+    "rank_epochs_array",
+    "run_metrics",
+    "stack_ranks",
+]

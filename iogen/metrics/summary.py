@@ -1,0 +1,103 @@
+"""The metric dicts summary.json carries: DLIO's `metric` keys and iogen's own block."""
+import math
+
+import numpy as np
+
+from .epoch import MIB
+
+
+def _num(x):
+    """A JSON-safe number: NaN and inf become None (JSON has no NaN)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _nums(arr):
+    """A JSON-safe list of numbers."""
+    return [_num(x) for x in np.asarray(arr, dtype=np.float64)]
+
+
+def _dlio_phase(prefix, p):
+    """DLIO's summary.json metric keys for one phase (statscounter end_run)."""
+    return {
+        f"{prefix}_au_percentage": _nums(p.epochs.au * 100.0),
+        f"{prefix}_au_mean_percentage": _num(p.au_mean_percentage),
+        f"{prefix}_au_meet_expectation": p.au_meet_expectation,
+        f"{prefix}_au_stdev_percentage": _num(p.au_stdev_percentage),
+        f"{prefix}_throughput_samples_per_second": _nums(p.epochs.throughput_samples_s),
+        f"{prefix}_throughput_mean_samples_per_second": _num(p.throughput_mean_samples_s),
+        f"{prefix}_throughput_stdev_samples_per_second": _num(p.throughput_stdev_samples_s),
+        # DLIO's "MB" is MiB (it divides by 1024*1024) and nominal (record_length, not bytes read).
+        f"{prefix}_io_mean_MB_per_second": _num(p.nominal_io_mean_mib_s),
+        f"{prefix}_io_stdev_MB_per_second": _num(p.nominal_io_stdev_mib_s),
+    }
+
+
+def dlio_metric_block(run):
+    """summary.json `metric`: DLIO's keys and meanings exactly, eval keys only when eval ran."""
+    block = _dlio_phase("train", run.train)
+    if run.eval is not None:
+        block.update(_dlio_phase("eval", run.eval))
+    return block
+
+
+def _iogen_phase(p, record_length_bytes):
+    """iogen's own figures for one phase; every key names its unit."""
+    c = p.epochs
+    return {
+        "au_mean_percentage": _num(p.au_mean_percentage),
+        "au_stdev_percentage": _num(p.au_stdev_percentage),
+        "throughput_mean_samples_s": _num(p.throughput_mean_samples_s),
+        "throughput_stdev_samples_s": _num(p.throughput_stdev_samples_s),
+        "io_mean_mib_s": _num(p.io_mean_mib_s),
+        "io_stdev_mib_s": _num(p.io_stdev_mib_s),
+        "nominal_io_mean_mib_s": _num(p.nominal_io_mean_mib_s),
+        "nominal_io_stdev_mib_s": _num(p.nominal_io_stdev_mib_s),
+        "total_work_samples_s": _num(p.total_work_samples_s),
+        "total_work_mib_s": _num(p.total_work_mib_s),
+        "total_samples": _num(p.total_samples),
+        "total_bytes": _num(p.total_bytes),
+        "span_ns": _num(p.span_ns),
+        "window_fallback": bool(c.window_fallback.any()),
+        "per_epoch": {
+            "epoch": _nums(c.epoch),
+            "au_percentage": _nums(c.au * 100.0),
+            "au_min_percentage": _nums(c.au_min * 100.0),
+            "au_max_percentage": _nums(c.au_max * 100.0),
+            "throughput_samples_s": _nums(c.throughput_samples_s),
+            "throughput_min_samples_s": _nums(c.throughput_min_samples_s),
+            "throughput_max_samples_s": _nums(c.throughput_max_samples_s),
+            "io_mib_s": _nums(c.io_bytes_s / MIB),
+            "io_min_mib_s": _nums(c.io_min_bytes_s / MIB),
+            "io_max_mib_s": _nums(c.io_max_bytes_s / MIB),
+            "nominal_io_mib_s": _nums(c.throughput_samples_s * record_length_bytes / MIB),
+            "steps": _nums(c.steps),
+            "samples": _nums(c.samples),
+            "bytes": _nums(c.bytes),
+            "window_ns": _nums(c.T_ns),
+            "span_ns": _nums(c.span_ns),
+            "wait_mean_ns": _nums(c.wait_ns_mean),
+            "compute_mean_ns": _nums(c.compute_ns_mean),
+            "requested_compute_mean_ns": _nums(c.requested_compute_ns_mean),
+            "comm_mean_ns": _nums(c.comm_ns_mean),
+            "gap_mean_ns": _nums(c.gap_ns_mean),
+            "sleep_error_mean_ns": _nums(c.sleep_error_ns_mean),
+            "sleep_error_max_abs_ns": _nums(c.sleep_error_ns_max_abs),
+            "checkpoint_max_ns": _nums(c.checkpoint_ns_max),
+            "checkpoints": _nums(c.checkpoints),
+            "window_fallback": [bool(x) for x in c.window_fallback],
+        },
+    }
+
+
+def iogen_metric_block(run):
+    """summary.json `iogen` metrics: everything DLIO does not report, units in every key."""
+    block = {
+        "num_ranks": run.ranks,
+        "au_threshold_percentage": _num(run.au_threshold * 100.0),
+        "record_length_bytes": _num(run.record_length_bytes),
+        "train": _iogen_phase(run.train, run.record_length_bytes),
+    }
+    if run.eval is not None:
+        block["eval"] = _iogen_phase(run.eval, run.record_length_bytes)
+    return block
