@@ -96,6 +96,9 @@ class StepLog:
     therefore loses at most the rows of the last ~1 s (or 256 rows); what was written before
     stays, and `read_steplog` tolerates a torn final row. Used as a context manager, the log
     is flushed and closed also when the body raises.
+
+    There is deliberately no __del__ flush: a forked loader worker inherits this object, and a
+    flush from its finaliser would write the parent's buffered rows twice.
     """
 
     def __init__(self, path, rank):
