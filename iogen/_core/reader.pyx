@@ -9,6 +9,7 @@ from libc.stdint cimport int64_t
 
 import numpy as np
 
+from iogen._core.pure.reader import writable_byte_view
 from iogen.errors import ReadFailure
 
 cdef extern from "io_compat.h" nogil:
@@ -67,15 +68,16 @@ def aligned_buffer(nbytes, alignment=4096):
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
-               const int64_t[:] required, unsigned char[::1] buf, const int64_t[:] buf_offsets):
+               const int64_t[:] required, buf, const int64_t[:] buf_offsets):
     """Read lengths[i] bytes of fds[i] at offsets[i] into buf[buf_offsets[i]:]; return bytes read."""
+    cdef unsigned char[::1] out = writable_byte_view(buf)
     cdef Py_ssize_t n = fds.shape[0]
     cdef Py_ssize_t i
-    cdef int64_t buf_bytes = buf.shape[0]
+    cdef int64_t buf_bytes = out.shape[0]
     cdef int64_t total = 0
     cdef int64_t got = 0
     cdef Py_ssize_t failed = -1
-    cdef unsigned char *base = &buf[0] if buf_bytes > 0 else NULL
+    cdef unsigned char *base = &out[0] if buf_bytes > 0 else NULL
     if offsets.shape[0] != n or lengths.shape[0] != n or required.shape[0] != n \
             or buf_offsets.shape[0] != n:
         raise ValueError(
@@ -153,16 +155,17 @@ def evict_file(int fd):
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-def pread_loop_baseline(path, int64_t block_bytes, unsigned char[::1] buf):
+def pread_loop_baseline(path, int64_t block_bytes, buf):
     """Read the whole file sequentially in block_bytes preads into buf; return bytes read."""
+    cdef unsigned char[::1] out = writable_byte_view(buf)
     if block_bytes <= 0:
         raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
-    if buf.shape[0] < block_bytes:
-        raise ValueError(f"buffer of {buf.shape[0]} bytes is smaller than block_bytes {block_bytes}")
+    if out.shape[0] < block_bytes:
+        raise ValueError(f"buffer of {out.shape[0]} bytes is smaller than block_bytes {block_bytes}")
     cdef int fd = open_file(path, False)
     cdef int64_t total = 0
     cdef int64_t got = 0
-    cdef unsigned char *base = &buf[0]
+    cdef unsigned char *base = &out[0]
     try:
         with nogil:
             while True:

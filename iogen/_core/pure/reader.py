@@ -39,6 +39,16 @@ def aligned_buffer(nbytes, alignment=4096):
     return raw[skip:skip + nbytes]
 
 
+def writable_byte_view(buf):
+    """Return buf as a writable 1-D byte memoryview, or raise ValueError (shared by both cores)."""
+    view = memoryview(buf)
+    if view.readonly:
+        raise ValueError("buf must be writable (got a read-only buffer)")
+    if not view.c_contiguous:
+        raise ValueError("buf must be a contiguous buffer")
+    return view.cast("B")
+
+
 def _int64_column(values, name):
     arr = np.asarray(values)
     if arr.ndim != 1 or arr.dtype != np.int64:
@@ -57,10 +67,7 @@ def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
         raise ValueError(
             "fds, offsets, lengths, required and buf_offsets must have equal lengths, got "
             + ", ".join(str(len(c)) for c in columns))
-    view = memoryview(buf)
-    if view.readonly or view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
-        raise ValueError("buf must be a writable, contiguous 1-D byte buffer")
-    view = view.cast("B")
+    view = writable_byte_view(buf)
     buf_bytes = len(view)
     for i in range(n):
         if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0:
@@ -121,14 +128,17 @@ def pread_loop_baseline(path, block_bytes, buf):
     block_bytes = int(block_bytes)
     if block_bytes <= 0:
         raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
-    view = memoryview(buf).cast("B")
+    view = writable_byte_view(buf)
     if len(view) < block_bytes:
         raise ValueError(f"buffer of {len(view)} bytes is smaller than block_bytes {block_bytes}")
     fd = open_file(path, False)
     total = 0
     try:
         while True:
-            got = _pread_full(fd, view, block_bytes, total)
+            try:
+                got = _pread_full(fd, view, block_bytes, total)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, path) from None
             total += got
             if got < block_bytes:
                 break

@@ -1,0 +1,7 @@
+# Interface of iogen._core.fill: counter-based pseudo-random content for data generation.
+from libc.stdint cimport int64_t, uint64_t
+
+# The per-(seed, stream) key that selects a stream of words.
+cdef uint64_t stream_key(uint64_t seed, uint64_t stream) noexcept nogil
+# Fill dst[0:nbytes] with the stream's bytes starting at absolute byte position offset_bytes.
+cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t offset_bytes) noexcept nogil

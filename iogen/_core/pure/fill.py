@@ -1,0 +1,77 @@
+"""Pure-Python twin of iogen._core.fill: the same bytes, computed with vectorised numpy.
+
+Byte p of stream (seed, stream) is byte p % 8 (little-endian) of the 64-bit word
+    word(b) = mix64((b * GAMMA) ^ key),  b = p // 8,  key = mix64(mix64(seed ^ SEED_SALT) ^ stream)
+with mix64 the splitmix64 finaliser (Steele, Lea, Flood, OOPSLA 2014). See fill.pyx for why.
+"""
+import numpy as np
+
+from iogen._core.pure.reader import writable_byte_view
+
+MASK64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
+SEED_SALT = 0x6A09E667F3BCC909
+MIX_C1 = 0xBF58476D1CE4E5B9
+MIX_C2 = 0x94D049BB133111EB
+
+# Words computed per numpy pass: bounds the temporary arrays at a few MiB.
+CHUNK_WORDS = 1 << 18
+
+
+def check_fill_args(seed, stream, offset_bytes, nbytes):
+    """Validate fill_random's integers (shared by both implementations so they fail alike)."""
+    for name, value in (("seed", seed), ("stream", stream), ("offset_bytes", offset_bytes)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if not 0 <= int(value) <= MASK64:
+            raise ValueError(f"{name} must be in [0, 2**64), got {value}")
+    if int(offset_bytes) + int(nbytes) > MASK64 + 1:
+        raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
+
+
+def _mix64_scalar(z):
+    z = ((z ^ (z >> 30)) * MIX_C1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX_C2) & MASK64
+    return z ^ (z >> 31)
+
+
+def _mix64_array(z):
+    # uint64 array arithmetic wraps modulo 2**64, exactly like C.
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(MIX_C1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(MIX_C2)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def stream_key(seed, stream):
+    """Return the 64-bit key of stream (seed, stream)."""
+    return _mix64_scalar(_mix64_scalar(int(seed) ^ SEED_SALT) ^ int(stream))
+
+
+def _words_le_bytes(first_block, count, key):
+    blocks = np.arange(first_block, first_block + count, dtype=np.uint64)
+    blocks *= np.uint64(GAMMA)
+    blocks ^= np.uint64(key)
+    return _mix64_array(blocks).astype("<u8", copy=False).view(np.uint8)
+
+
+def fill_random(buf, seed, stream, offset_bytes=0):
+    """Fill buf with the pseudo-random bytes of (seed, stream) at absolute offset_bytes."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    nbytes = out.shape[0]
+    check_fill_args(seed, stream, offset_bytes, nbytes)
+    if nbytes == 0:
+        return
+    key = stream_key(seed, stream)
+    start = int(offset_bytes)
+    pos = 0
+    while pos < nbytes:
+        abs_pos = start + pos
+        first_block = abs_pos >> 3
+        skip = abs_pos & 7
+        take = min(nbytes - pos, CHUNK_WORDS * 8 - skip)
+        count = (skip + take + 7) >> 3
+        out[pos:pos + take] = _words_le_bytes(first_block, count, key)[skip:skip + take]
+        pos += take
