@@ -1,0 +1,294 @@
+"""Dataset generation (parallel, resumable, with a manifest) and verification.
+
+    result = generate(wl, workers=4, progress=callback)          # every split of a workload
+    result = generate(layout, fmt, workers=4)                    # one split
+    problems = verify(wl)                                        # [] when all is well
+
+Generation: rank r of world_size generates files i with i % world_size == r, with `workers`
+threads (the fill, the CRCs and the writes run without the GIL, so threads write in parallel).
+Each file is written to `<path>.tmp.<pid>` and renamed into place once complete (after an
+fsync when asked); its size and CRC go to the rank's journal; the manifest is written last.
+A rerun keeps files that a manifest or journal with the same settings lists at the right size,
+removes leftover temporary files and regenerates the rest. With several ranks, call
+`generate(..., finalize_manifest=False)` on every rank, then, after a barrier, `finalize(...)`
+on one rank.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+from . import manifest as mf
+from .dataset import SPLITS, DatasetLayout
+from .errors import DataError
+from .formats import get_format
+from .formats.checksum import file_crc32, format_crc
+
+TMP_MARK = ".tmp."
+
+
+@dataclass
+class GenerateResult:
+    """What one generate() call did (this rank's share)."""
+
+    files_total: int = 0
+    files_written: int = 0
+    files_skipped: int = 0
+    bytes_written: int = 0
+    payload_bytes_written: int = 0
+    elapsed_s: float = 0.0
+    manifests: list = field(default_factory=list)
+
+    @property
+    def write_gib_s(self) -> float:
+        """File bytes written per second, GiB/s."""
+        return self.bytes_written / 2**30 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one file (or with a split's manifest)."""
+
+    file: str
+    kind: str  # missing | size | checksum | structure | manifest | leftover
+    message: str
+
+    def __str__(self):
+        return f"{self.file}: {self.kind}: {self.message}"
+
+
+def default_workers() -> int:
+    """Writer threads when none are asked for: the CPUs, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
+    """(layout, format) of every split a workload defines, or of the one layout given."""
+    if isinstance(source, DatasetLayout):
+        if fmt is None:
+            raise TypeError("a DatasetLayout needs its Format: generate(layout, fmt)")
+        return [(source, fmt)]
+    fmt = fmt or get_format(source.dataset)
+    out = []
+    for split in SPLITS:
+        layout = DatasetLayout.from_workload(source, split)
+        if layout.num_files > 0:
+            out.append((layout, fmt))
+    return out
+
+
+def _leftovers(layout) -> list[str]:
+    """Temporary files of an interrupted generation in a split's folders."""
+    found = []
+    for folder in [layout.folder] + layout.subfolders:
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        found += [f"{folder}/{n}" for n in names if TMP_MARK in n and not n.startswith(".iogen-")]
+    return found
+
+
+def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
+    """Write file i under a temporary name, then rename it into place; return (size, crc)."""
+    path = layout.paths[i]
+    tmp = f"{path}{TMP_MARK}{os.getpid()}"
+    try:
+        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
+                                       layout.seed, layout.stream_of(i))
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return size, format_crc(crc)
+
+
+def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
+             world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None) -> GenerateResult:
+    """Generate this rank's share of a workload's splits (or of one layout); see the module doc.
+
+    progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
+    calling thread after each file; totals count only the files this call writes.
+    """
+    t0 = time.perf_counter()
+    workers = workers or default_workers()
+    if finalize_manifest is None:
+        finalize_manifest = world_size == 1
+    result = GenerateResult()
+    tasks = []  # (layout, fmt, i, journal)
+    journals = []
+    splits = _splits(source, fmt)
+    for layout, f in splits:
+        params = mf.dataset_params(layout, f)
+        for folder in [layout.folder] + layout.subfolders:
+            os.makedirs(folder, exist_ok=True)
+        old = mf.read_manifest(layout)
+        if old is not None and old.get("params") != params:
+            _unlink(mf.manifest_path(layout))  # it describes other data now
+        known = mf.known_entries(layout, params)
+        mine = range(rank, layout.num_files, world_size)
+        mine_set = set(layout.paths[i] for i in mine)
+        for tmp in _leftovers(layout):
+            if tmp.split(TMP_MARK)[0] in mine_set:
+                _unlink(tmp)
+        journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
+        journals.append(journal)
+        for i in mine:
+            result.files_total += 1
+            entry = known.get(layout.rel_path(i))
+            if entry is not None and _still_valid(layout, i, entry):
+                journal.append(entry)
+                result.files_skipped += 1
+            else:
+                tasks.append((layout, f, i, journal))
+    bytes_total = sum(int(l.record_bytes[i]) * l.samples_per_file for l, _, i, _ in tasks)
+    files_done = bytes_done = 0
+    lock = threading.Lock()
+
+    def run(task):
+        layout, f, i, journal = task
+        size, crc = _write_one(layout, f, i, fsync)
+        entry = mf.file_entry(layout.rel_path(i), size, crc, int(layout.record_bytes[i]),
+                              layout.samples_per_file)
+        with lock:
+            journal.append(entry)
+        return size, int(layout.record_bytes[i]) * layout.samples_per_file
+
+    try:
+        if workers == 1 or len(tasks) <= 1:
+            done_iter = (run(t) for t in tasks)
+            pool = None
+        else:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="iogen-gen")
+            futures = [pool.submit(run, t) for t in tasks]
+            done_iter = (fut.result() for fut in as_completed(futures))
+        try:
+            for size, payload in done_iter:
+                files_done += 1
+                bytes_done += payload
+                result.files_written += 1
+                result.bytes_written += size
+                result.payload_bytes_written += payload
+                if progress is not None:
+                    progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
+        finally:
+            if pool is not None:
+                # An error or Ctrl-C: let running files finish or fail, start no new ones.
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        for journal in journals:
+            journal.close()
+    if finalize_manifest:
+        for layout, f in splits:
+            result.manifests.append(finalize(layout, f))
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _still_valid(layout, i: int, entry: dict) -> bool:
+    """A listed file is kept when its sizes match the layout and the file has the listed size."""
+    if entry.get("record_bytes") != int(layout.record_bytes[i]) or entry.get("samples") != layout.samples_per_file:
+        return False
+    try:
+        return os.stat(layout.paths[i]).st_size == entry["size_bytes"]
+    except FileNotFoundError:
+        return False
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def finalize(layout, fmt) -> str:
+    """Merge the journals of a split into its manifest (written last, atomically); return its path.
+
+    Raises DataError naming the first file that no rank finished.
+    """
+    params = mf.dataset_params(layout, fmt)
+    known = mf.known_entries(layout, params)
+    entries = []
+    for i in range(layout.num_files):
+        entry = known.get(layout.rel_path(i))
+        if entry is None or not _still_valid(layout, i, entry):
+            raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
+        entries.append(entry)
+    path = mf.write_manifest(layout, fmt, entries)
+    mf.remove_journals(layout)
+    return path
+
+
+def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
+           workers: int | None = None, progress=None) -> list[Problem]:
+    """Check a dataset against its manifests and its format; return every problem, by file."""
+    t0 = time.perf_counter()
+    problems: list[Problem] = []
+    jobs = []
+    for layout, f in _splits(source, fmt):
+        params = mf.dataset_params(layout, f)
+        manifest = mf.read_manifest(layout)
+        entries = {}
+        if manifest is None:
+            problems.append(Problem(mf.manifest_path(layout), "manifest",
+                                    "no manifest: the dataset was not generated by iogen, or its "
+                                    "generation did not finish (rerun `iogen datagen`)"))
+        else:
+            diffs = mf.params_differences(manifest.get("params", {}), params)
+            for d in diffs:
+                problems.append(Problem(mf.manifest_path(layout), "manifest", f"generated with other settings: {d}"))
+            if not diffs:
+                entries = {e["file"]: e for e in manifest["files"]}
+        problems += [Problem(p, "leftover", "temporary file of an interrupted generation")
+                     for p in _leftovers(layout)]
+        for i in range(layout.num_files):
+            jobs.append((layout, f, i, entries.get(layout.rel_path(i))))
+    total_bytes = sum(int(l.record_bytes[i]) * l.samples_per_file for l, _, i, _ in jobs)
+
+    def check(job):
+        layout, f, i, entry = job
+        return _check_file(layout, f, i, entry, checksums, structure)
+
+    done = done_bytes = 0
+    with ThreadPoolExecutor(workers or default_workers(), thread_name_prefix="iogen-verify") as pool:
+        for job, found in zip(jobs, pool.map(check, jobs)):
+            problems += found
+            done += 1
+            done_bytes += int(job[0].record_bytes[job[2]]) * job[0].samples_per_file
+            if progress is not None:
+                progress(done, len(jobs), done_bytes, total_bytes, time.perf_counter() - t0)
+    return problems
+
+
+def _check_file(layout, fmt, i, entry, checksums, structure) -> list[Problem]:
+    path = layout.paths[i]
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return [Problem(path, "missing", "file does not exist")]
+    out = []
+    size_ok = True
+    if entry is not None and size != entry["size_bytes"]:
+        size_ok = False
+        out.append(Problem(path, "size", f"{size} bytes, the manifest says {entry['size_bytes']}"))
+    if entry is not None and size_ok and checksums:
+        crc = format_crc(file_crc32(path))
+        if crc != entry["crc32"]:
+            out.append(Problem(path, "checksum", f"crc32 {crc}, the manifest says {entry['crc32']}"))
+    if structure:
+        for msg in fmt.check_file(path, layout.samples_per_file, int(layout.record_bytes[i])):
+            out.append(Problem(path, "structure", msg))
+    return out

@@ -1,0 +1,192 @@
+"""What every format provides: write a file, index its samples, decode them, check its structure.
+
+Formats know bytes; loaders know scheduling. A format object is built once from the workload's
+dataset section (`iogen.formats.get_format`) and holds no open files, so it is cheap to pass to
+threads and processes.
+
+Content: sample j of a file holds bytes [j * record_bytes, (j + 1) * record_bytes) of the
+pseudo-random stream (seed, stream) of `iogen.core.fill.fill_random`; the stream is the file's
+(see DatasetLayout.stream_of). So a file is a pure function of (seed, stream, sizes): byte
+identical across reruns, incompressible, and no two files share content.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DataError
+
+# Bytes generated and written per step. Small enough to stay in L2/L3 between the fill, the
+# CRC and the write that each touch it; large enough that per-call overhead is negligible.
+CHUNK_BYTES = 1 << 20
+
+
+def _pick_fill():
+    # The compiled fill and its pure twin produce identical bytes (tested in tests/core), so
+    # files do not depend on which one wrote them. iogen.core raises CoreMissingError when the
+    # compiled core is broken; that is not hidden here.
+    from .. import core
+
+    fill = getattr(core.fill, "fill_random", None)
+    if fill is None:  # the compiled fill is not built yet in this checkout
+        from .._core.pure.fill import fill_random as fill
+    return fill
+
+
+_FILL = None
+
+
+def fill_random(buf, seed: int, stream: int, offset_bytes: int = 0) -> None:
+    """Fill buf with the bytes of stream (seed, stream) at absolute offset_bytes (iogen.core.fill)."""
+    global _FILL
+    if _FILL is None:
+        _FILL = _pick_fill()
+    _FILL(buf, seed, stream, offset_bytes)
+
+
+def payload_chunks(seed: int, stream: int, start_bytes: int, nbytes: int, buf: np.ndarray):
+    """Yield memoryviews of buf holding stream bytes [start_bytes, start_bytes + nbytes) in order.
+
+    The same buffer is refilled for every chunk: consume each view before taking the next.
+    """
+    view = memoryview(buf)
+    pos = 0
+    while pos < nbytes:
+        n = min(len(view), nbytes - pos)
+        part = view[:n]
+        fill_random(part, seed, stream, start_bytes + pos)
+        yield part
+        pos += n
+
+
+def sample_bytes(seed: int, stream: int, sample: int, record_bytes: int) -> np.ndarray:
+    """The expected content of one sample (for tests and checks)."""
+    out = np.empty(record_bytes, np.uint8)
+    fill_random(out, seed, stream, sample * record_bytes)
+    return out
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """Where each sample of a file lies: byte ranges the native loader reads with pread.
+
+    framing "raw": [offsets[i], offsets[i] + lengths[i]) is sample i's payload, nothing else.
+    framing "tfrecord": the range is sample i's whole record frame: 8-byte little-endian data
+    length, 4-byte masked CRC-32C of those 8 bytes, the data (a serialized tf.train.Example),
+    4-byte masked CRC-32C of the data. A reader checks the data CRC with the frame in hand:
+    data = [offset + 12, offset + length - 4), its CRC at offset + length - 4.
+    """
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    framing: str = "raw"
+    file_bytes: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self):
+        return int(self.offsets.size)
+
+
+class Format:
+    """Base class: one file format with one variant (compression, element type, chunking)."""
+
+    name = "?"
+    suffix = "?"
+
+    def __init__(self, compression: str = "none", compression_level: int | None = None,
+                 record_dtype="uint8", record_dims=None, samples_per_file: int | None = None):
+        self.compression = compression
+        self.compression_level = compression_level
+        self.record_dtype = np.dtype(record_dtype)
+        self.record_dims = tuple(int(d) for d in record_dims) if record_dims else None
+        self.samples_per_file = samples_per_file
+
+    # -- what the rest of iogen reads -------------------------------------------------------
+
+    @property
+    def element_bytes(self) -> int:
+        """Record sizes are whole multiples of this."""
+        return self.record_dtype.itemsize
+
+    @property
+    def byte_addressable(self) -> bool:
+        """Whether index_file can return byte ranges (False for compressed variants)."""
+        return self.compression == "none"
+
+    def variant(self) -> dict:
+        """Every setting that changes the bytes of a file (stored in the manifest)."""
+        return {"format": self.name, "compression": self.compression,
+                "compression_level": self.compression_level,
+                "record_element_type": self.record_dtype.name,
+                "record_dims": list(self.record_dims) if self.record_dims else None}
+
+    def describe(self) -> str:
+        """Short human name, e.g. 'npz' or 'tfrecord+gzip'."""
+        return self.name if self.compression == "none" else f"{self.name}+{self.compression}"
+
+    # -- the contract -----------------------------------------------------------------------
+
+    def write_file(self, path, num_samples: int, record_bytes: int, seed: int, stream: int) -> int:
+        """Write exactly `path` (streaming, bounded memory); return the bytes written."""
+        return self.write_file_crc(path, num_samples, record_bytes, seed, stream)[0]
+
+    def write_file_crc(self, path, num_samples: int, record_bytes: int, seed: int,
+                       stream: int) -> tuple[int, int]:
+        """Like write_file, also returning zlib.crc32 of the whole file (for the manifest)."""
+        raise NotImplementedError
+
+    def index_file(self, path) -> FileIndex | None:
+        """Byte range of each sample, or None when samples are not byte-addressable."""
+        raise NotImplementedError
+
+    def read_samples(self, path, sample_ids) -> list:
+        """Decode samples of a file (numpy arrays or bytes), in the order asked."""
+        raise NotImplementedError
+
+    def check_file(self, path, num_samples: int, record_bytes: int) -> list[str]:
+        """Structural problems of a file, as sentences; empty when it is sound."""
+        raise NotImplementedError
+
+    def record_shape(self, record_bytes: int) -> tuple[int, ...]:
+        """Shape of one record's array: record_dims, else (record_bytes // element size,)."""
+        if self.record_dims:
+            return self.record_dims
+        return (record_bytes // self.element_bytes,)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+def file_size_or_error(path) -> int:
+    """Size of a data file; a missing one is a DataError naming it."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
+
+
+def check_sample_ids(path, sample_ids, num_samples: int) -> np.ndarray:
+    """Sample ids as int64; ids outside the file are a DataError naming the file."""
+    ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_samples):
+        bad = int(ids[(ids < 0) | (ids >= num_samples)][0])
+        raise DataError(path, f"sample {bad} asked for, the file holds {num_samples} samples")
+    return ids
+
+
+def pread_exact(fd: int, path, offset: int, length: int) -> bytes:
+    """Read exactly length bytes at offset; a short read is a DataError with the offset."""
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise DataError(path, f"file ends after {offset + len(data)} bytes, "
+                              f"{length} bytes needed here (truncated?)", offset + len(data))
+    return data
+
+
+def error_text(exc: DataError) -> str:
+    """A DataError's message without its path (for lists already grouped by file)."""
+    where = exc.path if exc.offset is None else f"{exc.path} at byte offset {exc.offset}"
+    text = str(exc)[len(where) + 2:]
+    return text if exc.offset is None else f"at byte offset {exc.offset}: {text}"

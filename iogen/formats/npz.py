@@ -1,0 +1,283 @@
+"""NPZ: the zip of .npy members that numpy.savez writes, streamed so any size fits in memory.
+
+iogen's layout: member `x` shaped (num_samples, *record) where record is record_dims or
+(record_bytes / element size,), C order, so sample i is one contiguous row; member `y` holds
+num_samples int64 labels (zeros, as DLIO writes). Members are written with zip64 headers, as
+numpy.savez writes them, so files over 4 GiB work. The `x` member's local header carries a
+padding extra field (ID 0xD935, the one Android's zipalign uses; the central directory has
+none) so that x's data starts on a 4096-byte boundary: O_DIRECT reads of a row then need no
+extra leading page.
+
+DLIO writes x shaped (dim, dim, num_samples): a sample is a strided slice, not a byte range.
+iogen reads such files too: index_file returns None for them (unless one sample per file, which
+is the whole array) and read_samples decodes them.
+
+compression "zip" is numpy.savez_compressed (deflate); its samples are decoded, never indexed.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import struct
+import zipfile
+
+import numpy as np
+
+from ..errors import DataError
+from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text,
+                   file_size_or_error, payload_chunks, pread_exact)
+from .checksum import file_crc32
+
+ALIGN_BYTES = 4096
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: reruns give identical bytes
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_ZIP64_EXTRA_BYTES = 20  # zipfile appends it to the local header when force_zip64
+_PAD_EXTRA_ID = 0xD935
+
+
+def npy_header(shape, dtype) -> bytes:
+    """The .npy preamble (magic, version, padded dict) numpy writes for this shape and dtype."""
+    buf = io.BytesIO()
+    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+         "shape": tuple(int(s) for s in shape)}
+    try:
+        np.lib.format.write_array_header_1_0(buf, d)
+    except ValueError:  # header over 64 KiB: version 2.0, as numpy does
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_2_0(buf, d)
+    return buf.getvalue()
+
+
+def _align_extra(name: str, header_len: int) -> bytes:
+    """A zip extra field that pads the local header so the npy data starts page-aligned."""
+    used = _LOCAL_HEADER.size + len(name) + _ZIP64_EXTRA_BYTES + header_len
+    pad = (-used) % ALIGN_BYTES
+    if pad < 6:  # room for the field's own header and its 2-byte alignment value
+        pad += ALIGN_BYTES
+    return struct.pack("<HHH", _PAD_EXTRA_ID, pad - 4, ALIGN_BYTES) + bytes(pad - 6)
+
+
+def _member_info(name: str, method: int, level) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
+    info.external_attr = 0o600 << 16  # what zipfile gives members numpy.savez writes
+    info.compress_type = method
+    # ZipFile.open(ZipInfo) takes the level from the member (renamed in Python 3.13)
+    if hasattr(info, "compress_level"):
+        info.compress_level = level
+    else:
+        info._compresslevel = level
+    return info
+
+
+class _Member:
+    """Where a .npy member's array lies in the file."""
+
+    __slots__ = ("compressed", "member_offset", "member_bytes", "data_offset", "shape", "fortran", "dtype")
+
+
+class NpzFormat(Format):
+    """numpy .npz: stored (byte-addressable) or deflate-compressed (`compression: zip`)."""
+
+    name = "npz"
+    suffix = "npz"
+
+    @property
+    def byte_addressable(self) -> bool:
+        """Stored members are byte-addressable; deflated ones are not."""
+        return self.compression != "zip"
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
+        """Stream x then y into a zip; CRC of x's data comes from zipfile's own member CRC."""
+        shape = (int(num_samples),) + self.record_shape(int(record_bytes))
+        data_bytes = int(num_samples) * int(record_bytes)
+        if math.prod(shape) * self.element_bytes != data_bytes:
+            raise ValueError(f"record_bytes {record_bytes} does not fit record shape {shape[1:]}")
+        header = npy_header(shape, self.record_dtype)
+        compressed = self.compression == "zip"
+        method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        level = self.compression_level if compressed else None
+        buf = np.empty(CHUNK_BYTES, np.uint8)
+        x_info = _member_info("x.npy", method, level)
+        if not compressed:
+            x_info.extra = _align_extra("x.npy", len(header))
+        with zipfile.ZipFile(path, "w", compression=method, compresslevel=level) as zf:
+            with zf.open(x_info, "w", force_zip64=True) as out:
+                out.write(header)
+                for chunk in payload_chunks(seed, stream, 0, data_bytes, buf):
+                    out.write(chunk)
+            # The local header (rewritten when the member closed) keeps the padding; the central
+            # directory needs none, as zipalign does it.
+            pad_bytes = len(x_info.extra)
+            x_info.extra = b""
+            labels = np.zeros(int(num_samples), np.int64)
+            with zf.open(_member_info("y.npy", method, level), "w", force_zip64=True) as out:
+                out.write(npy_header(labels.shape, labels.dtype))
+                out.write(labels.tobytes())
+        size = os.stat(path).st_size
+        if compressed:
+            return size, file_crc32(path)
+        x_start = _LOCAL_HEADER.size + len("x.npy") + pad_bytes + _ZIP64_EXTRA_BYTES
+        return size, file_crc32(path, [(x_start, x_info.file_size, x_info.CRC)])
+
+    # -- finding the array ------------------------------------------------------------------
+
+    def _member(self, fobj, path, size: int, name: str = "x.npy") -> _Member:
+        try:
+            zf = zipfile.ZipFile(fobj)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            raise DataError(path, f"not a readable zip archive ({exc}); truncated or corrupt?",
+                            offset=size) from None
+        try:
+            info = zf.getinfo(name)
+        except KeyError:
+            raise DataError(path, f"has no member {name!r} (members: {zf.namelist()})") from None
+        m = _Member()
+        m.compressed = info.compress_type != zipfile.ZIP_STORED
+        m.member_bytes = info.file_size
+        hdr = pread_exact(fobj.fileno(), path, info.header_offset, _LOCAL_HEADER.size)
+        fields = _LOCAL_HEADER.unpack(hdr)
+        if fields[0] != b"PK\x03\x04":
+            raise DataError(path, f"bad zip local header of {name!r}", offset=info.header_offset)
+        m.member_offset = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        if m.compressed:
+            m.data_offset = None
+            with zf.open(info) as member:
+                self._read_npy_header(member, path, m, m.member_offset)
+            return m
+        fobj.seek(m.member_offset)
+        self._read_npy_header(fobj, path, m, m.member_offset)
+        m.data_offset = fobj.tell()
+        data_end = m.data_offset + math.prod(m.shape) * m.dtype.itemsize
+        if data_end > m.member_offset + m.member_bytes:
+            raise DataError(path, f"member {name!r} is shorter than its array", offset=m.member_offset)
+        if data_end > size:
+            raise DataError(path, f"file ends at byte {size}, array {name!r} needs {data_end} (truncated?)",
+                            offset=size)
+        return m
+
+    @staticmethod
+    def _read_npy_header(fobj, path, m: _Member, offset: int) -> None:
+        try:
+            version = np.lib.format.read_magic(fobj)
+            if version == (1, 0):
+                m.shape, m.fortran, m.dtype = np.lib.format.read_array_header_1_0(fobj)
+            else:
+                m.shape, m.fortran, m.dtype = np.lib.format.read_array_header_2_0(fobj)
+        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise DataError(path, f"bad .npy header ({exc})", offset=offset) from None
+
+    def _rows(self, m: _Member) -> int | None:
+        """Samples if x is laid out one sample per contiguous row, else None."""
+        n = self.samples_per_file
+        if not m.fortran and len(m.shape) >= 1 and (n is None or m.shape[0] == n):
+            return int(m.shape[0])
+        return None
+
+    def _open(self, path):
+        size = file_size_or_error(path)
+        return open(path, "rb"), size
+
+    def index_file(self, path):
+        """Row ranges of x: data offset (found once, from the zip and npy headers) + i * row bytes."""
+        if not self.byte_addressable:
+            return None
+        fobj, size = self._open(path)
+        with fobj:
+            m = self._member(fobj, path, size)
+        if m.compressed:
+            return None
+        total = math.prod(m.shape) * m.dtype.itemsize
+        rows = self._rows(m)
+        if rows is None:
+            if self.samples_per_file != 1:
+                return None  # DLIO's (dim, dim, samples): samples are strided slices
+            offsets, lengths = np.array([m.data_offset], np.int64), np.array([total], np.int64)
+        else:
+            row_bytes = total // rows if rows else 0
+            offsets = m.data_offset + np.arange(rows, dtype=np.int64) * row_bytes
+            lengths = np.full(rows, row_bytes, np.int64)
+        return FileIndex(offsets, lengths, "raw", size, {"data_offset": m.data_offset})
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def read_samples(self, path, sample_ids):
+        """Samples as numpy arrays shaped like one record (rows of x, or DLIO's x[..., i])."""
+        fobj, size = self._open(path)
+        with fobj:
+            m = self._member(fobj, path, size)
+            rows = self._rows(m)
+            count = rows if rows is not None else (m.shape[-1] if m.shape else 1)
+            if rows is None and self.samples_per_file == 1:
+                count = 1
+            ids = check_sample_ids(path, sample_ids, count)
+            if m.compressed:
+                return self._read_compressed(path, m, ids, rows)
+            arr = np.memmap(fobj, dtype=m.dtype, mode="r", offset=m.data_offset, shape=tuple(m.shape),
+                            order="F" if m.fortran else "C")
+            if rows is not None:
+                return [np.array(arr[i]) for i in ids]
+            if self.samples_per_file == 1:
+                return [np.array(arr) for _ in ids]
+            return [np.array(arr[..., i]) for i in ids]
+
+    def _read_compressed(self, path, m: _Member, ids, rows):
+        try:
+            with zipfile.ZipFile(path) as zf, zf.open("x.npy") as member:
+                version = np.lib.format.read_magic(member)
+                reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                reader(member)
+                if rows is None:
+                    arr = np.frombuffer(member.read(), dtype=m.dtype).reshape(
+                        m.shape, order="F" if m.fortran else "C")
+                    if self.samples_per_file == 1:
+                        return [arr.copy() for _ in ids]
+                    return [np.array(arr[..., i]) for i in ids]
+                row_shape = tuple(m.shape[1:])
+                row_bytes = math.prod(row_shape) * m.dtype.itemsize
+                wanted = {}
+                pos = 0
+                for i in sorted(set(int(i) for i in ids)):
+                    skip = (i - pos) * row_bytes
+                    while skip:
+                        skip -= len(member.read(min(skip, CHUNK_BYTES * 8)) or _eof(path, m))
+                    data = member.read(row_bytes)
+                    if len(data) != row_bytes:
+                        _eof(path, m)
+                    wanted[i] = np.frombuffer(data, dtype=m.dtype).reshape(row_shape)
+                    pos = i + 1
+                return [wanted[int(i)].copy() for i in ids]
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+            raise DataError(path, f"cannot decompress member 'x.npy' ({exc})", offset=m.member_offset) from None
+
+    # -- checking ---------------------------------------------------------------------------
+
+    def check_file(self, path, num_samples, record_bytes):
+        """Zip readable, members x and y present with the expected npy headers and sizes."""
+        try:
+            fobj, size = self._open(path)
+            with fobj:
+                m = self._member(fobj, path, size)
+                labels = self._member(fobj, path, size, "y.npy")
+        except DataError as exc:
+            return [error_text(exc)]
+        problems = []
+        want_shape = (int(num_samples),) + self.record_shape(int(record_bytes))
+        if tuple(m.shape) != want_shape or m.fortran:
+            problems.append(f"x has shape {tuple(m.shape)}{' (Fortran order)' if m.fortran else ''}, "
+                            f"expected {want_shape}")
+        if m.dtype != self.record_dtype:
+            problems.append(f"x has dtype {m.dtype}, expected {self.record_dtype}")
+        if m.compressed != (self.compression == "zip"):
+            problems.append(f"x is {'deflate-compressed' if m.compressed else 'stored'}, the workload "
+                            f"says compression {self.compression!r}")
+        if tuple(labels.shape) != (int(num_samples),):
+            problems.append(f"y has shape {tuple(labels.shape)}, expected ({int(num_samples)},)")
+        return problems
+
+
+def _eof(path, m):
+    raise DataError(path, "member 'x.npy' ends before its array (truncated?)", offset=m.member_offset)

@@ -1,0 +1,169 @@
+"""The dataset manifest: what was generated, with which settings, and each file's size and CRC.
+
+One manifest per split folder, `<data_folder>/<train|valid>/.iogen-manifest.json`, written last
+(temporary name + rename) once every file of the split is complete. While generation runs,
+each rank appends one JSON line per finished file to its journal
+`.iogen-journal.r<rank>-of-<world>.jsonl` in the same folder; the first line of a journal
+holds the generation settings. A rerun trusts a file only when a manifest or journal with the
+same settings lists it and the file on disk has the listed size; the journals are merged into
+the manifest and removed at the end.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+
+from ._version import __version__
+
+MANIFEST_NAME = ".iogen-manifest.json"
+JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
+MANIFEST_VERSION = 1
+CHECKSUM_ALGORITHM = "crc32"  # zlib.crc32 of the whole file, eight hex digits
+
+
+def manifest_path(layout) -> str:
+    """Path of a split's manifest."""
+    return f"{layout.folder}/{MANIFEST_NAME}"
+
+
+def journal_path(layout, rank: int, world_size: int) -> str:
+    """Path of one rank's journal for a split."""
+    return f"{layout.folder}/.iogen-journal.r{rank}-of-{world_size}.jsonl"
+
+
+def dataset_params(layout, fmt) -> dict:
+    """Everything that decides the files' bytes: files are reused only when all of it matches."""
+    return {
+        "split": layout.split,
+        "format": fmt.variant(),
+        "seed": layout.seed,
+        "num_files": layout.num_files,
+        "samples_per_file": layout.samples_per_file,
+        "record_length_bytes": layout.record_length_bytes,
+        "record_length_bytes_stdev": layout.record_length_bytes_stdev,
+        "file_prefix": layout.file_prefix,
+        "num_subfolders": layout.num_subfolders,
+        "checksum_algorithm": CHECKSUM_ALGORITHM,
+    }
+
+
+def params_differences(found: dict, expected: dict) -> list[str]:
+    """Human-readable differences between two settings dicts ('seed: 1 (manifest) vs 2 (workload)')."""
+    out = []
+    for key in sorted(set(found) | set(expected)):
+        if found.get(key) != expected.get(key):
+            out.append(f"{key}: {found.get(key)!r} in the manifest, {expected.get(key)!r} in the workload")
+    return out
+
+
+def file_entry(rel: str, size_bytes: int, crc: str, record_bytes: int, samples: int) -> dict:
+    """One file's manifest entry."""
+    return {"file": rel, "size_bytes": int(size_bytes), "crc32": crc,
+            "record_bytes": int(record_bytes), "samples": int(samples)}
+
+
+def read_manifest(layout) -> dict | None:
+    """The split's manifest, or None when there is none (or it is unreadable)."""
+    try:
+        with open(manifest_path(layout)) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "files" in data else None
+
+
+def write_manifest(layout, fmt, entries: list[dict], extra: dict | None = None) -> str:
+    """Write the manifest atomically (temporary name, fsync, rename); return its path."""
+    path = manifest_path(layout)
+    data = {
+        "iogen_manifest_version": MANIFEST_VERSION,
+        "generated_by": f"iogen {__version__}",
+        "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "params": dataset_params(layout, fmt),
+        "num_files": len(entries),
+        "total_size_bytes": sum(e["size_bytes"] for e in entries),
+        **(extra or {}),
+        "files": entries,
+    }
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+class Journal:
+    """One rank's append-only record of the files it finished (one JSON object per line)."""
+
+    def __init__(self, path: str, params: dict):
+        self.path = path
+        self._f = open(path, "w")
+        self._write({"params": params})
+
+    def _write(self, obj) -> None:
+        self._f.write(json.dumps(obj) + "\n")
+        self._f.flush()
+
+    def append(self, entry: dict) -> None:
+        """Record one finished file."""
+        self._write(entry)
+
+    def close(self) -> None:
+        """Close the journal (it stays on disk until the manifest replaces it)."""
+        self._f.close()
+
+
+def journal_paths(layout) -> list[str]:
+    """All journals of a split (any rank, any world size)."""
+    return sorted(glob.glob(f"{glob.escape(layout.folder)}/{JOURNAL_GLOB}"))
+
+
+def _journal_entries(path: str, params: dict) -> dict[str, dict]:
+    entries = {}
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return entries
+    if not lines:
+        return entries
+    try:
+        if json.loads(lines[0]).get("params") != params:
+            return entries
+    except ValueError:
+        return entries
+    for line in lines[1:]:
+        try:
+            e = json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+        if isinstance(e, dict) and "file" in e:
+            entries[e["file"]] = e
+    return entries
+
+
+def known_entries(layout, params: dict) -> dict[str, dict]:
+    """Entries of files generated with these settings: from the manifest and every journal."""
+    entries = {}
+    manifest = read_manifest(layout)
+    if manifest is not None and manifest.get("params") == params:
+        entries.update({e["file"]: e for e in manifest["files"]})
+    for path in journal_paths(layout):
+        entries.update(_journal_entries(path, params))
+    return entries
+
+
+def remove_journals(layout) -> None:
+    """Delete the split's journals (after the manifest is written)."""
+    for path in journal_paths(layout):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

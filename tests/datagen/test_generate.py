@@ -1,0 +1,139 @@
+"""Generation: files, manifest, determinism, resume after interruption, ranks."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from iogen.datagen import finalize, generate
+from iogen.dataset import DatasetLayout
+from iogen.errors import DataError
+from iogen.formats import make_format
+from iogen.formats.base import sample_bytes
+from iogen.manifest import MANIFEST_NAME, journal_paths
+
+
+def tree_bytes(root):
+    """{relative path: bytes} of every data file under root (manifests and journals excluded)."""
+    out = {}
+    for folder, _, names in os.walk(root):
+        for n in names:
+            if not n.startswith(".iogen-"):
+                p = os.path.join(folder, n)
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def test_generates_every_split_with_dlio_names_and_manifest(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=4, num_files_eval=2,
+                  record_length_bytes=3000, record_length_bytes_stdev=1000)
+    calls = []
+    res = generate(wl, workers=2, progress=lambda *a: calls.append(a))
+    assert res.files_written == 6 and res.files_skipped == 0
+    assert sorted(os.listdir(tmp_path / "d" / "train")) == [MANIFEST_NAME] + [f"img_{i}_of_4.npz" for i in range(4)]
+    assert sorted(os.listdir(tmp_path / "d" / "valid")) == [MANIFEST_NAME, "img_0_of_2.npz", "img_1_of_2.npz"]
+    layout = DatasetLayout.from_workload(wl, "train")
+    manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
+    assert manifest["params"]["seed"] == 42 and manifest["params"]["format"]["format"] == "npz"
+    assert [e["file"] for e in manifest["files"]] == [f"img_{i}_of_4.npz" for i in range(4)]
+    assert [e["record_bytes"] for e in manifest["files"]] == layout.record_bytes.tolist()
+    assert all(e["size_bytes"] == os.path.getsize(p) for e, p in zip(manifest["files"], layout.paths))
+    # sizes really vary with the stdev, and the content is the seeded stream
+    assert len(set(layout.record_bytes.tolist())) > 1
+    x = np.load(layout.paths[1])["x"]
+    assert x.shape == (3, layout.record_bytes[1])
+    assert x[2].tobytes() == sample_bytes(42, layout.stream_of(1), 2, int(layout.record_bytes[1])).tobytes()
+    # progress: one call per file, monotone, totals fixed, ends complete
+    assert len(calls) == 6 and calls[-1][0] == calls[-1][1] == 6
+    assert calls[-1][2] == calls[-1][3] == res.payload_bytes_written
+    assert not journal_paths(layout) and not [n for n in os.listdir(layout.folder) if ".tmp." in n]
+
+
+def test_regeneration_is_byte_identical_and_seed_dependent(tmp_path, workload):
+    a = workload(data_folder=str(tmp_path / "a"), record_length_bytes_stdev=300)
+    b = workload(data_folder=str(tmp_path / "b"), record_length_bytes_stdev=300)
+    c = workload(seed=43, data_folder=str(tmp_path / "c"), record_length_bytes_stdev=300)
+    generate(a, workers=2)
+    generate(b, workers=1)
+    generate(c, workers=2)
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
+    assert tree_bytes(tmp_path / "a") != tree_bytes(tmp_path / "c")
+
+
+def test_rerun_skips_complete_files(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"))
+    generate(wl)
+    res = generate(wl)
+    assert res.files_skipped == 4 and res.files_written == 0
+
+
+def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=6, record_length_bytes=20000)
+    layout = DatasetLayout.from_workload(wl, "train")
+
+    def interrupt(files_done, *_):
+        if files_done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate(wl, workers=1, progress=interrupt)
+    assert not os.path.exists(os.path.join(layout.folder, MANIFEST_NAME))
+    assert journal_paths(layout)
+    # damage the interrupted dataset further: truncate a finished file, leave a temporary file
+    with open(layout.paths[1], "r+b") as f:
+        f.truncate(5000)
+    with open(layout.paths[4] + ".tmp.999", "wb") as f:
+        f.write(b"half a file")
+    res = generate(wl, workers=2)
+    assert res.files_skipped == 2 and res.files_written == 4
+    generate(workload(data_folder=str(tmp_path / "fresh"), num_files_train=6, record_length_bytes=20000))
+    assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "fresh")
+    assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME)) and not journal_paths(layout)
+
+
+def test_changed_settings_regenerate_everything(tmp_path, workload):
+    generate(workload(data_folder=str(tmp_path / "d")))
+    res = generate(workload(seed=7, data_folder=str(tmp_path / "d")))
+    assert res.files_written == 4 and res.files_skipped == 0
+    manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
+    assert manifest["params"]["seed"] == 7
+
+
+def test_ranks_split_the_files_and_finalize_writes_the_manifest(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=5)
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = make_format("npz", samples_per_file=3)
+    r1 = generate(layout, fmt, rank=1, world_size=2)
+    assert r1.files_total == 2 and not os.path.exists(os.path.join(layout.folder, MANIFEST_NAME))
+    with pytest.raises(DataError) as err:
+        finalize(layout, fmt)
+    assert err.value.path == layout.paths[0]
+    generate(layout, fmt, rank=0, world_size=2, finalize_manifest=False)
+    finalize(layout, fmt)
+    manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
+    assert len(manifest["files"]) == 5 and not journal_paths(layout)
+    generate(workload(data_folder=str(tmp_path / "one"), num_files_train=5))
+    assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "one")
+
+
+def test_subfolders(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=5, num_subfolders_train=2)
+    generate(wl)
+    assert sorted(os.listdir(tmp_path / "d" / "train" / "1")) == ["img_1_of_5.npz", "img_3_of_5.npz"]
+    manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
+    assert manifest["files"][1]["file"] == "1/img_1_of_5.npz"
+
+
+def test_failed_write_leaves_no_temporary_file(tmp_path):
+    layout = DatasetLayout(tmp_path / "d", "train", 2, 1, 100, 0, 1, "npz")
+
+    class Broken(type(make_format("npz"))):
+        def write_file_crc(self, path, *args):
+            with open(path, "wb") as f:
+                f.write(b"partial")
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        generate(layout, Broken(), workers=1)
+    assert [n for n in os.listdir(layout.folder) if not n.startswith(".iogen-")] == []
