@@ -1,1 +1,254 @@
-"""Placeholder: tfrecord is being written."""
+"""TFRecord framing mechanism: CRC-32C, record indexing and batch CRC checks.
+
+A TFRecord file is a sequence of frames (tensorflow/core/lib/io/record_writer.cc):
+    uint64 length (little-endian) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
+Policy (which files, what to do on a bad record) lives in iogen/formats/tfrecord.py; errors here
+carry byte offsets and the caller adds the path.
+"""
+cimport cython
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy, strerror
+
+import struct
+
+import numpy as np
+
+from iogen._core.pure.tfrecord import FramingError, check_crc
+
+from iogen._core.reader cimport pread_full
+
+__all__ = ["FramingError", "check_data_crcs", "crc32c", "frame", "has_hw_crc32c",
+           "index_records", "masked_crc32c", "write_frame_header"]
+
+iogen_crc32c_init()
+
+# Below this many bytes, releasing and retaking the GIL costs more than the CRC itself.
+cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
+
+# Frame layout (same numbers as the pure twin's HEADER_BYTES, FOOTER_BYTES, INDEX_WINDOW_BYTES).
+cdef enum:
+    HEADER_BYTES_C = 12
+    FOOTER_BYTES_C = 4
+    INDEX_WINDOW_BYTES_C = 16384
+
+# index_records outcome codes (the error is raised after the GIL is back).
+cdef enum:
+    SCAN_OK = 0
+    SCAN_OS_ERROR = 1
+    SCAN_SHORT_FILE = 2
+    SCAN_TRUNCATED_HEADER = 3
+    SCAN_BAD_LENGTH_CRC = 4
+    SCAN_TRUNCATED_RECORD = 5
+    SCAN_NO_MEMORY = 6
+
+
+cdef inline uint32_t load_le32(const unsigned char *p) noexcept nogil:
+    return (<uint32_t>p[0]) | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t load_le64(const unsigned char *p) noexcept nogil:
+    return (<uint64_t>load_le32(p)) | (<uint64_t>load_le32(p + 4) << 32)
+
+
+def has_hw_crc32c():
+    """Return True when CRC-32C runs on the CPU's crc32 instruction (SSE4.2)."""
+    return bool(iogen_crc32c_hw_ok)
+
+
+cdef const unsigned char[::1] byte_view(data):
+    # Any C-contiguous buffer (bytes, bytearray, numpy of any dtype) is read as raw bytes.
+    return memoryview(data).cast("B")
+
+
+def crc32c(data, crc=0):
+    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
+    cdef const unsigned char[::1] view = byte_view(data)
+    cdef uint32_t c = check_crc(crc)
+    cdef Py_ssize_t n = view.shape[0]
+    if n == 0:
+        return c
+    cdef const unsigned char *p = &view[0]
+    if n < NOGIL_MIN_BYTES:
+        return iogen_crc32c(c, p, <size_t>n)
+    with nogil:
+        c = iogen_crc32c(c, p, <size_t>n)
+    return c
+
+
+def crc32c_software(data, crc=0):
+    """CRC-32C by the table path only, whatever the CPU (for tests and benchmarks)."""
+    cdef const unsigned char[::1] view = byte_view(data)
+    cdef uint32_t c = check_crc(crc)
+    cdef Py_ssize_t n = view.shape[0]
+    if n == 0:
+        return c
+    cdef const unsigned char *p = &view[0]
+    with nogil:
+        c = iogen_crc32c_sw(c, p, <size_t>n)
+    return c
+
+
+def masked_crc32c(data):
+    """Return TFRecord's masked CRC-32C of data: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
+    cdef const unsigned char[::1] view = byte_view(data)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef uint32_t c = 0
+    if n > 0:
+        with nogil:
+            c = iogen_crc32c(0, &view[0], <size_t>n)
+    return iogen_crc32c_mask(c)
+
+
+def write_frame_header(length):
+    """Return the 12-byte frame header of a record of `length` data bytes."""
+    if not 0 <= length < 1 << 64:
+        raise ValueError(f"record length must be in [0, 2**64), got {length}")
+    cdef bytes length_bytes = struct.pack("<Q", length)
+    cdef const unsigned char *p = length_bytes
+    return length_bytes + struct.pack("<I", iogen_crc32c_mask(iogen_crc32c(0, p, 8)))
+
+
+def frame(data):
+    """Return data framed as one TFRecord record (header, data, masked data CRC)."""
+    view = memoryview(data).cast("B")
+    return b"".join((write_frame_header(len(view)), view, struct.pack("<I", masked_crc32c(view))))
+
+
+cdef int scan_frames(int fd, int64_t file_size, bint check_length_crc, unsigned char *window,
+                     int64_t **offsets, int64_t **lengths, Py_ssize_t *count,
+                     int64_t *where, int64_t *detail) noexcept nogil:
+    """Walk the frames; on failure set *where (byte offset) and *detail and return a SCAN_ code."""
+    cdef int64_t off = 0
+    cdef int64_t win_start = 0
+    cdef int64_t win_len = 0
+    cdef int64_t remain, want, got
+    cdef uint64_t length
+    cdef Py_ssize_t capacity = 0
+    cdef void *grown
+    cdef const unsigned char *hdr
+    count[0] = 0
+    while off < file_size:
+        remain = file_size - off
+        where[0] = off
+        if remain < HEADER_BYTES_C:
+            detail[0] = remain
+            return SCAN_TRUNCATED_HEADER
+        if off + HEADER_BYTES_C > win_start + win_len:
+            # Read a window, not just the 12-byte header: with small records one pread then
+            # covers many headers; with large ones it costs one syscall per record either way.
+            want = INDEX_WINDOW_BYTES_C if remain > INDEX_WINDOW_BYTES_C else remain
+            got = pread_full(fd, window, want, off)
+            if got < 0:
+                detail[0] = -got
+                return SCAN_OS_ERROR
+            if got < HEADER_BYTES_C:
+                where[0] = off + got
+                return SCAN_SHORT_FILE
+            win_start = off
+            win_len = got
+        hdr = window + (off - win_start)
+        length = load_le64(hdr)
+        if check_length_crc and iogen_crc32c_mask(iogen_crc32c(0, hdr, 8)) != load_le32(hdr + 8):
+            return SCAN_BAD_LENGTH_CRC
+        if remain < HEADER_BYTES_C + FOOTER_BYTES_C \
+                or length > <uint64_t>(remain - HEADER_BYTES_C - FOOTER_BYTES_C):
+            detail[0] = <int64_t>length if length < (<uint64_t>1 << 62) else -1
+            return SCAN_TRUNCATED_RECORD
+        if count[0] == capacity:
+            capacity = 1024 if capacity == 0 else capacity * 2
+            grown = realloc(offsets[0], capacity * sizeof(int64_t))
+            if grown == NULL:
+                return SCAN_NO_MEMORY
+            offsets[0] = <int64_t *>grown
+            grown = realloc(lengths[0], capacity * sizeof(int64_t))
+            if grown == NULL:
+                return SCAN_NO_MEMORY
+            lengths[0] = <int64_t *>grown
+        offsets[0][count[0]] = off + HEADER_BYTES_C
+        lengths[0][count[0]] = <int64_t>length
+        count[0] += 1
+        off += HEADER_BYTES_C + <int64_t>length + FOOTER_BYTES_C
+    return SCAN_OK
+
+
+def index_records(int fd, int64_t file_size, bint check_length_crc=True):
+    """Scan the frames of an open TFRecord file; return int64 arrays (data offsets, data lengths)."""
+    if file_size < 0:
+        raise ValueError(f"file_size must be >= 0, got {file_size}")
+    window_arr = np.empty(INDEX_WINDOW_BYTES_C, dtype=np.uint8)
+    cdef unsigned char[::1] window = window_arr
+    cdef int64_t *offsets = NULL
+    cdef int64_t *lengths = NULL
+    cdef Py_ssize_t count = 0
+    cdef int64_t where = 0
+    cdef int64_t detail = 0
+    cdef int rc
+    try:
+        with nogil:
+            rc = scan_frames(fd, file_size, check_length_crc, &window[0], &offsets, &lengths,
+                             &count, &where, &detail)
+        if rc != SCAN_OK:
+            _raise_scan_error(rc, where, detail, file_size)
+        out_offsets = np.empty(count, dtype=np.int64)
+        out_lengths = np.empty(count, dtype=np.int64)
+        _copy_out(out_offsets, offsets, count)
+        _copy_out(out_lengths, lengths, count)
+        return out_offsets, out_lengths
+    finally:
+        free(offsets)
+        free(lengths)
+
+
+cdef void _copy_out(object arr, const int64_t *src, Py_ssize_t count):
+    cdef int64_t[::1] dst = arr
+    if count:
+        memcpy(&dst[0], src, count * sizeof(int64_t))
+
+
+cdef _raise_scan_error(int rc, int64_t where, int64_t detail, int64_t file_size):
+    if rc == SCAN_OS_ERROR:
+        raise OSError(<int>detail, strerror(<int>detail).decode("utf-8", "replace"))
+    if rc == SCAN_NO_MEMORY:
+        raise MemoryError("index_records: out of memory for the record index")
+    if rc == SCAN_SHORT_FILE:
+        raise FramingError(where, f"file ends before the {file_size} bytes expected")
+    if rc == SCAN_TRUNCATED_HEADER:
+        raise FramingError(where, f"truncated record header ({detail} of 12 bytes)")
+    if rc == SCAN_BAD_LENGTH_CRC:
+        raise FramingError(where, "record length CRC mismatch (corrupt header)")
+    length = "an impossible number of" if detail < 0 else str(detail)
+    raise FramingError(
+        where, f"truncated record: header announces {length} data bytes, "
+               f"{file_size - where} bytes left in the file (frame overhead 16)")
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def check_data_crcs(const unsigned char[::1] buf, const int64_t[:] data_offsets,
+                    const int64_t[:] lengths, const int64_t[:] expected_crc_offsets):
+    """Check each record's masked data CRC stored at buf[expected_crc_offsets[i]]; -1 or first bad index."""
+    cdef Py_ssize_t n = data_offsets.shape[0]
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    cdef int64_t buf_bytes = buf.shape[0]
+    if lengths.shape[0] != n or expected_crc_offsets.shape[0] != n:
+        raise ValueError(
+            f"data_offsets, lengths and expected_crc_offsets must have equal lengths, got "
+            f"{n}, {lengths.shape[0]}, {expected_crc_offsets.shape[0]}")
+    for i in range(n):
+        if data_offsets[i] < 0 or lengths[i] < 0 or data_offsets[i] > buf_bytes - lengths[i]:
+            raise ValueError(f"entry {i}: data range exceeds the buffer of {buf_bytes} bytes")
+        if expected_crc_offsets[i] < 0 or expected_crc_offsets[i] > buf_bytes - FOOTER_BYTES_C:
+            raise ValueError(f"entry {i}: CRC offset exceeds the buffer of {buf_bytes} bytes")
+    if n == 0:
+        return -1
+    cdef const unsigned char *base = &buf[0]
+    with nogil:
+        for i in range(n):
+            if iogen_crc32c_mask(iogen_crc32c(0, base + data_offsets[i], <size_t>lengths[i])) \
+                    != load_le32(base + expected_crc_offsets[i]):
+                bad = i
+                break
+    return bad

@@ -1,0 +1,207 @@
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord frames use it.
+ *
+ * Two paths with the same results:
+ *  - software: slicing-by-8 tables (eight table lookups per 8 input bytes);
+ *  - hardware: the SSE4.2 crc32 instruction, compiled with a target attribute so the module
+ *    builds without -msse4.2 and is chosen at run time only when the CPU has it. The crc32
+ *    instruction has a 3-cycle latency and 1-cycle throughput, so long inputs run three
+ *    independent streams over adjacent blocks and join them by "appending zeros" to the first
+ *    CRCs with precomputed GF(2) operator tables (the technique of Mark Adler's crc32c.c).
+ *
+ * The functions take and return the finished CRC (pre/post inversion included), so
+ * crc(b, crc(a)) == crc(a + b). iogen_crc32c_init() must run once before any other call.
+ */
+#ifndef IOGEN_CRC32C_H
+#define IOGEN_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define IOGEN_CRC32C_POLY 0x82F63B78u
+/* Block sizes of the three-stream hardware loop: long blocks for bulk, short for the rest. */
+#define IOGEN_CRC32C_LONG 8192
+#define IOGEN_CRC32C_SHORT 256
+
+static uint32_t iogen_crc32c_table[8][256];
+static uint32_t iogen_crc32c_long_zeros[4][256];
+static uint32_t iogen_crc32c_short_zeros[4][256];
+static int iogen_crc32c_hw_ok = 0;
+
+static inline uint64_t iogen_load_le64(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* Multiply a 32x32 GF(2) matrix (columns) by a vector. */
+static uint32_t iogen_gf2_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (int i = 0; vec; i++, vec >>= 1) {
+        if (vec & 1u) sum ^= mat[i];
+    }
+    return sum;
+}
+
+/* out = a o b (apply b, then a); out may not alias a or b. */
+static void iogen_gf2_compose(uint32_t *out, const uint32_t *a, const uint32_t *b)
+{
+    for (int n = 0; n < 32; n++) out[n] = iogen_gf2_times(a, b[n]);
+}
+
+/* Tables that advance a raw CRC register over `len` zero bytes, one table per input byte. */
+static void iogen_crc32c_zeros(uint32_t zeros[4][256], size_t len)
+{
+    uint32_t bit_op[32], tmp[32], base[32], result[32];
+    /* One zero bit: crc = (crc >> 1) ^ (crc & 1 ? POLY : 0). */
+    bit_op[0] = IOGEN_CRC32C_POLY;
+    for (int n = 1; n < 32; n++) bit_op[n] = 1u << (n - 1);
+    /* One zero byte = eight zero bits. */
+    memcpy(base, bit_op, sizeof base);
+    for (int k = 0; k < 3; k++) {
+        iogen_gf2_compose(tmp, base, base);
+        memcpy(base, tmp, sizeof base);
+    }
+    /* result = base^len by square-and-multiply. */
+    for (int n = 0; n < 32; n++) result[n] = 1u << n;
+    while (len) {
+        if (len & 1) {
+            iogen_gf2_compose(tmp, base, result);
+            memcpy(result, tmp, sizeof result);
+        }
+        len >>= 1;
+        if (len) {
+            iogen_gf2_compose(tmp, base, base);
+            memcpy(base, tmp, sizeof base);
+        }
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        for (int k = 0; k < 4; k++) zeros[k][n] = iogen_gf2_times(result, n << (8 * k));
+    }
+}
+
+static inline uint32_t iogen_crc32c_shift(uint32_t zeros[4][256], uint32_t crc)
+{
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff]
+           ^ zeros[3][crc >> 24];
+}
+
+static uint32_t iogen_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint32_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = iogen_crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w = iogen_load_le64(p) ^ c;
+        c = iogen_crc32c_table[7][w & 0xff] ^ iogen_crc32c_table[6][(w >> 8) & 0xff]
+            ^ iogen_crc32c_table[5][(w >> 16) & 0xff] ^ iogen_crc32c_table[4][(w >> 24) & 0xff]
+            ^ iogen_crc32c_table[3][(w >> 32) & 0xff] ^ iogen_crc32c_table[2][(w >> 40) & 0xff]
+            ^ iogen_crc32c_table[1][(w >> 48) & 0xff] ^ iogen_crc32c_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = iogen_crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define IOGEN_CRC32C_HAVE_HW_CODE 1
+#include <nmmintrin.h>
+
+__attribute__((target("sse4.2")))
+static uint32_t iogen_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t c0 = (uint32_t)~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        n--;
+    }
+    while (n >= 3 * IOGEN_CRC32C_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *end = p + IOGEN_CRC32C_LONG;
+        do {
+            c0 = _mm_crc32_u64(c0, iogen_load_le64(p));
+            c1 = _mm_crc32_u64(c1, iogen_load_le64(p + IOGEN_CRC32C_LONG));
+            c2 = _mm_crc32_u64(c2, iogen_load_le64(p + 2 * IOGEN_CRC32C_LONG));
+            p += 8;
+        } while (p < end);
+        c0 = iogen_crc32c_shift(iogen_crc32c_long_zeros, (uint32_t)c0) ^ c1;
+        c0 = iogen_crc32c_shift(iogen_crc32c_long_zeros, (uint32_t)c0) ^ c2;
+        p += 2 * IOGEN_CRC32C_LONG;
+        n -= 3 * IOGEN_CRC32C_LONG;
+    }
+    while (n >= 3 * IOGEN_CRC32C_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *end = p + IOGEN_CRC32C_SHORT;
+        do {
+            c0 = _mm_crc32_u64(c0, iogen_load_le64(p));
+            c1 = _mm_crc32_u64(c1, iogen_load_le64(p + IOGEN_CRC32C_SHORT));
+            c2 = _mm_crc32_u64(c2, iogen_load_le64(p + 2 * IOGEN_CRC32C_SHORT));
+            p += 8;
+        } while (p < end);
+        c0 = iogen_crc32c_shift(iogen_crc32c_short_zeros, (uint32_t)c0) ^ c1;
+        c0 = iogen_crc32c_shift(iogen_crc32c_short_zeros, (uint32_t)c0) ^ c2;
+        p += 2 * IOGEN_CRC32C_SHORT;
+        n -= 3 * IOGEN_CRC32C_SHORT;
+    }
+    while (n >= 8) {
+        c0 = _mm_crc32_u64(c0, iogen_load_le64(p));
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+    return ~(uint32_t)c0;
+}
+
+static int iogen_cpu_has_sse42(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2") != 0;
+}
+#else
+#define IOGEN_CRC32C_HAVE_HW_CODE 0
+static uint32_t iogen_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return iogen_crc32c_sw(crc, p, n);
+}
+static int iogen_cpu_has_sse42(void) { return 0; }
+#endif
+
+static void iogen_crc32c_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1u) ? (c >> 1) ^ IOGEN_CRC32C_POLY : c >> 1;
+        iogen_crc32c_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = iogen_crc32c_table[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = iogen_crc32c_table[0][c & 0xff] ^ (c >> 8);
+            iogen_crc32c_table[k][n] = c;
+        }
+    }
+    iogen_crc32c_zeros(iogen_crc32c_long_zeros, IOGEN_CRC32C_LONG);
+    iogen_crc32c_zeros(iogen_crc32c_short_zeros, IOGEN_CRC32C_SHORT);
+    iogen_crc32c_hw_ok = iogen_cpu_has_sse42();
+}
+
+/* The dispatching entry point: hardware when the CPU has it, tables otherwise. */
+static inline uint32_t iogen_crc32c(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return iogen_crc32c_hw_ok ? iogen_crc32c_hw(crc, p, n) : iogen_crc32c_sw(crc, p, n);
+}
+
+static inline uint32_t iogen_crc32c_mask(uint32_t crc)
+{
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+#endif

@@ -1,0 +1,158 @@
+"""Pure-Python twin of iogen._core.tfrecord (and home of FramingError, shared by both).
+
+Frame layout (tensorflow/core/lib/io/record_writer.cc):
+    uint64 length (little-endian) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
+CRC-32C here is a byte-at-a-time table loop: correct and slow (a few MB/s), as a reference.
+"""
+import os
+import struct
+
+import numpy as np
+
+HEADER_BYTES = 12
+FOOTER_BYTES = 4
+# index_records reads this much at a time, so small records need one pread per window.
+INDEX_WINDOW_BYTES = 16384
+CRC32C_POLY = 0x82F63B78
+MASK_DELTA = 0xA282EAD8
+
+
+class FramingError(ValueError):
+    """A TFRecord frame is truncated or its length CRC is wrong; `offset` is where the frame starts."""
+
+    def __init__(self, offset, reason):
+        self.offset = int(offset)
+        self.reason = reason
+        super().__init__(f"{reason} at byte offset {self.offset}")
+
+
+def _make_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ CRC32C_POLY if c & 1 else c >> 1
+        table.append(c)
+    return tuple(table)
+
+
+_TABLE = _make_table()
+
+
+def check_crc(crc):
+    """Validate a CRC argument (shared by both implementations so they fail alike)."""
+    if not isinstance(crc, (int, np.integer)) or isinstance(crc, bool):
+        raise TypeError(f"crc must be an int, got {type(crc).__name__}")
+    if not 0 <= int(crc) < 1 << 32:
+        raise ValueError(f"crc must be in [0, 2**32), got {crc}")
+    return int(crc)
+
+
+def _byte_view(data):
+    return memoryview(data).cast("B")
+
+
+def has_hw_crc32c():
+    """Return True when CRC-32C runs on the CPU's crc32 instruction (never, in this twin)."""
+    return False
+
+
+def crc32c(data, crc=0):
+    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
+    c = check_crc(crc) ^ 0xFFFFFFFF
+    table = _TABLE
+    for byte in _byte_view(data):
+        c = table[(c ^ byte) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _mask(crc):
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+    """Return TFRecord's masked CRC-32C of data: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
+    return _mask(crc32c(data))
+
+
+def write_frame_header(length):
+    """Return the 12-byte frame header of a record of `length` data bytes."""
+    if not 0 <= length < 1 << 64:
+        raise ValueError(f"record length must be in [0, 2**64), got {length}")
+    length_bytes = struct.pack("<Q", length)
+    return length_bytes + struct.pack("<I", masked_crc32c(length_bytes))
+
+
+def frame(data):
+    """Return data framed as one TFRecord record (header, data, masked data CRC)."""
+    view = _byte_view(data)
+    return b"".join((write_frame_header(len(view)), view, struct.pack("<I", masked_crc32c(view))))
+
+
+def _read_window(fd, want, offset):
+    chunks = []
+    got = 0
+    while got < want:
+        try:
+            chunk = os.pread(fd, want - got, offset + got)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def index_records(fd, file_size, check_length_crc=True):
+    """Scan the frames of an open TFRecord file; return int64 arrays (data offsets, data lengths)."""
+    if file_size < 0:
+        raise ValueError(f"file_size must be >= 0, got {file_size}")
+    offsets, lengths = [], []
+    off = 0
+    win_start, window = 0, b""
+    while off < file_size:
+        remain = file_size - off
+        if remain < HEADER_BYTES:
+            raise FramingError(off, f"truncated record header ({remain} of 12 bytes)")
+        if off + HEADER_BYTES > win_start + len(window):
+            window = _read_window(fd, min(INDEX_WINDOW_BYTES, remain), off)
+            if len(window) < HEADER_BYTES:
+                raise FramingError(off + len(window), f"file ends before the {file_size} bytes expected")
+            win_start = off
+        header = window[off - win_start:off - win_start + HEADER_BYTES]
+        length, stored_crc = struct.unpack("<QI", header)
+        if check_length_crc and masked_crc32c(header[:8]) != stored_crc:
+            raise FramingError(off, "record length CRC mismatch (corrupt header)")
+        if remain < HEADER_BYTES + FOOTER_BYTES or length > remain - HEADER_BYTES - FOOTER_BYTES:
+            announced = str(length) if length < 1 << 62 else "an impossible number of"
+            raise FramingError(
+                off, f"truncated record: header announces {announced} data bytes, "
+                     f"{remain} bytes left in the file (frame overhead 16)")
+        offsets.append(off + HEADER_BYTES)
+        lengths.append(length)
+        off += HEADER_BYTES + length + FOOTER_BYTES
+    return np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64)
+
+
+def check_data_crcs(buf, data_offsets, lengths, expected_crc_offsets):
+    """Check each record's masked data CRC stored at buf[expected_crc_offsets[i]]; -1 or first bad index."""
+    view = _byte_view(buf)
+    buf_bytes = len(view)
+    n = len(data_offsets)
+    if len(lengths) != n or len(expected_crc_offsets) != n:
+        raise ValueError(
+            f"data_offsets, lengths and expected_crc_offsets must have equal lengths, got "
+            f"{n}, {len(lengths)}, {len(expected_crc_offsets)}")
+    for i in range(n):
+        start, length, crc_at = int(data_offsets[i]), int(lengths[i]), int(expected_crc_offsets[i])
+        if start < 0 or length < 0 or start > buf_bytes - length:
+            raise ValueError(f"entry {i}: data range exceeds the buffer of {buf_bytes} bytes")
+        if crc_at < 0 or crc_at > buf_bytes - FOOTER_BYTES:
+            raise ValueError(f"entry {i}: CRC offset exceeds the buffer of {buf_bytes} bytes")
+    for i in range(n):
+        start, length, crc_at = int(data_offsets[i]), int(lengths[i]), int(expected_crc_offsets[i])
+        stored = struct.unpack_from("<I", view, crc_at)[0]
+        if masked_crc32c(view[start:start + length]) != stored:
+            return i
+    return -1

@@ -1,0 +1,210 @@
+"""reader: batched pread into caller buffers, checked against plain os.pread on both cores."""
+import errno
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from iogen.errors import ReadFailure
+
+FILE_BYTES = 10_000
+
+
+def i64(*values):
+    return np.array(values, dtype=np.int64)
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    """A small file of random bytes; returns (path, content)."""
+    content = np.random.default_rng(3).integers(0, 256, FILE_BYTES, dtype=np.uint8).tobytes()
+    path = tmp_path / "data.bin"
+    path.write_bytes(content)
+    return path, content
+
+
+@pytest.fixture
+def fd(core, data_file):
+    fd = core.reader.open_file(str(data_file[0]), False)
+    yield fd
+    core.reader.close_file(fd)
+
+
+@pytest.mark.parametrize("nbytes, alignment", [(0, 4096), (1, 4096), (10_000, 4096), (100, 512), (64, 1)])
+def test_aligned_buffer(core, nbytes, alignment):
+    buf = core.reader.aligned_buffer(nbytes, alignment)
+    assert buf.dtype == np.uint8 and buf.ndim == 1 and buf.shape == (nbytes,)
+    if nbytes:  # numpy gives empty arrays no meaningful data pointer
+        assert buf.ctypes.data % alignment == 0
+    assert buf.flags.writeable and buf.flags.c_contiguous
+    assert not buf.any()
+
+
+@pytest.mark.parametrize("nbytes, alignment", [(-1, 4096), (10, 0), (10, 3000)])
+def test_aligned_buffer_rejects_bad_arguments(core, nbytes, alignment):
+    with pytest.raises(ValueError):
+        core.reader.aligned_buffer(nbytes, alignment)
+
+
+def test_pread_into_matches_os_pread(core, data_file, fd):
+    _, content = data_file
+    offsets = i64(0, 123, 9_000, 5_000, 9_990, 777)
+    lengths = i64(100, 4_000, 1_000, 0, 50, 1)
+    # The entry at 9_990 asks for 50 bytes but only 10 exist: allowed, since it requires 5.
+    required = i64(100, 4_000, 1_000, 0, 5, 1)
+    buf_offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    buf = np.full(int(lengths.sum()), 0xEE, dtype=np.uint8)
+    fds = np.full(len(offsets), fd, dtype=np.int64)
+    total = core.reader.pread_into(fds, offsets, lengths, required, buf, buf_offsets)
+    expected = [os.pread(fd, int(n), int(o)) for o, n in zip(offsets, lengths)]
+    assert total == sum(len(e) for e in expected) == 5_111
+    for chunk, at, n in zip(expected, buf_offsets, lengths):
+        assert buf[at:at + len(chunk)].tobytes() == chunk
+        # Past end of file nothing is written: the caller's filler stays.
+        assert (buf[at + len(chunk):at + n] == 0xEE).all()
+
+
+def test_pread_into_reads_several_files_into_one_buffer(core, tmp_path):
+    paths = [tmp_path / f"f{i}" for i in range(3)]
+    for i, p in enumerate(paths):
+        p.write_bytes(bytes([i + 1]) * 100)
+    fds = [core.reader.open_file(str(p), False) for p in paths]
+    try:
+        buf = bytearray(300)
+        total = core.reader.pread_into(i64(*fds), i64(0, 0, 0), i64(100, 100, 100), i64(100, 100, 100),
+                                       buf, i64(200, 0, 100))
+    finally:
+        for f in fds:
+            core.reader.close_file(f)
+    assert total == 300
+    assert bytes(buf) == b"\x02" * 100 + b"\x03" * 100 + b"\x01" * 100
+
+
+def test_short_read_below_required_raises_read_failure(core, fd):
+    buf = np.zeros(2_000, dtype=np.uint8)
+    with pytest.raises(ReadFailure) as info:
+        core.reader.pread_into(i64(fd, fd), i64(0, 9_500), i64(1_000, 1_000), i64(1_000, 600),
+                               buf, i64(0, 1_000))
+    err = info.value
+    assert (err.index, err.errno, err.offset, err.nread) == (1, 0, 9_500, 500)
+    assert "500 bytes" in str(err)
+
+
+def test_read_past_end_of_file_returns_zero_when_nothing_required(core, fd):
+    buf = np.zeros(100, dtype=np.uint8)
+    assert core.reader.pread_into(i64(fd), i64(FILE_BYTES + 5), i64(100), i64(0), buf, i64(0)) == 0
+
+
+def test_pread_error_becomes_read_failure_with_errno(core, tmp_path):
+    dir_fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(ReadFailure) as info:
+            core.reader.pread_into(i64(dir_fd), i64(0), i64(10), i64(10), bytearray(10), i64(0))
+    finally:
+        os.close(dir_fd)
+    assert info.value.errno == errno.EISDIR and info.value.index == 0
+
+
+@pytest.mark.parametrize("case", ["overflow", "negative_length", "negative_offset", "required",
+                                  "mismatch", "negative_buf_offset"])
+def test_bad_ranges_raise_value_error_before_reading(core, fd, case):
+    args = dict(fds=i64(fd), offsets=i64(0), lengths=i64(10), required=i64(10), buf_offsets=i64(0))
+    buf = np.zeros(10, dtype=np.uint8)
+    if case == "overflow":
+        args["buf_offsets"] = i64(1)
+    elif case == "negative_length":
+        args["lengths"], args["required"] = i64(-1), i64(-1)
+    elif case == "negative_offset":
+        args["offsets"] = i64(-10)
+    elif case == "required":
+        args["required"] = i64(11)
+    elif case == "mismatch":
+        args["offsets"] = i64(0, 10)
+    else:
+        args["buf_offsets"] = i64(-1)
+    with pytest.raises(ValueError):
+        core.reader.pread_into(args["fds"], args["offsets"], args["lengths"], args["required"],
+                               buf, args["buf_offsets"])
+    assert not buf.any()
+
+
+def test_read_only_buffer_is_rejected(core, fd):
+    with pytest.raises(ValueError, match="writable"):
+        core.reader.pread_into(i64(fd), i64(0), i64(4), i64(4), b"\0" * 4, i64(0))
+
+
+def test_threads_read_disjoint_slices_of_one_buffer(core, data_file, fd):
+    _, content = data_file
+    buf = core.reader.aligned_buffer(FILE_BYTES)
+    n_threads, piece = 4, FILE_BYTES // 4
+    totals = [None] * n_threads
+
+    def work(k):
+        offsets = np.arange(k * piece, (k + 1) * piece, 250, dtype=np.int64)
+        lengths = np.full(len(offsets), 250, dtype=np.int64)
+        totals[k] = core.reader.pread_into(np.full(len(offsets), fd, dtype=np.int64), offsets, lengths,
+                                           lengths, buf, offsets)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert totals == [piece] * n_threads
+    assert buf.tobytes() == content
+
+
+def test_open_missing_file_is_file_not_found_with_path(core, tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError) as info:
+        core.reader.open_file(missing, False)
+    assert info.value.filename == missing
+
+
+def test_open_direct_reads_aligned_blocks_or_says_unsupported(core, tmp_path):
+    path = tmp_path / "direct.bin"
+    path.write_bytes(bytes(range(256)) * 32)  # 8 KiB
+    try:
+        fd = core.reader.open_file(str(path), True)
+    except OSError as exc:
+        assert exc.errno == errno.EINVAL and "O_DIRECT not supported" in str(exc)
+        return
+    try:
+        buf = core.reader.aligned_buffer(8192)
+        assert core.reader.pread_into(i64(fd), i64(0), i64(8192), i64(8192), buf, i64(0)) == 8192
+    finally:
+        core.reader.close_file(fd)
+    assert buf.tobytes() == path.read_bytes()
+
+
+def test_close_file_closes(core, data_file):
+    fd = core.reader.open_file(str(data_file[0]), False)
+    core.reader.close_file(fd)
+    with pytest.raises(OSError) as info:
+        os.fstat(fd)
+    assert info.value.errno == errno.EBADF
+
+
+def test_evict_file_accepts_open_file_and_rejects_bad_fd(core, data_file, fd):
+    core.reader.evict_file(fd)
+    # Eviction drops cached pages only: the content is unchanged.
+    assert os.pread(fd, FILE_BYTES, 0) == data_file[1]
+    with pytest.raises(OSError) as info:
+        core.reader.evict_file(-1)
+    assert info.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("block_bytes", [1_000, 4_096, 10_000, 65_536])
+def test_pread_loop_baseline_reads_whole_file(core, data_file, block_bytes):
+    path, content = data_file
+    buf = core.reader.aligned_buffer(65_536)
+    assert core.reader.pread_loop_baseline(str(path), block_bytes, buf) == FILE_BYTES
+    # The last block read sits at the start of the buffer.
+    last_start = (FILE_BYTES - 1) // block_bytes * block_bytes
+    assert buf[:FILE_BYTES - last_start].tobytes() == content[last_start:]
+
+
+def test_pread_loop_baseline_rejects_small_buffer(core, data_file):
+    with pytest.raises(ValueError):
+        core.reader.pread_loop_baseline(str(data_file[0]), 4096, bytearray(100))
