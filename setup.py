@@ -3,7 +3,7 @@ import os
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 # IOGEN_DEBUG_BUILD=1 builds the core with bounds checks and line tracing (CI tests it too).
 DEBUG = os.environ.get("IOGEN_DEBUG_BUILD") == "1"
@@ -30,16 +30,7 @@ extensions = [
 ]
 
 setup(
-    packages=[
-        "iogen",
-        "iogen._core",
-        "iogen._core.pure",
-        "iogen.config",
-        "iogen.formats",
-        "iogen.loaders",
-        "iogen.report",
-        "iogen.workloads",
-    ],
+    packages=find_packages(include=["iogen", "iogen.*"]) + ["iogen.workloads"],
     package_dir={"iogen.workloads": "workloads"},
     package_data={
         "iogen._core": ["*.pxd", "*.pyx", "*.h"],
