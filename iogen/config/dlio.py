@@ -1,0 +1,262 @@
+"""DLIO dialects: translate the PyPI 2.0.0 spelling to current main, and sort out DLIO's other keys.
+
+Two dialects are in the wild. DLIO 2.0.0 (PyPI) writes `model: unet3d`, `dataset.record_length`,
+`checkpoint.model_size`, `train.computation_time_stdev`; current main writes `model: {name, type,
+model_size_bytes}`, `dataset.record_length_bytes` and time distributions as mappings. MLPerf
+Storage's configs also write `model.model_size`, which DLIO main silently ignores; iogen reads it
+as the model size the config plainly means. Values are carried over, never recomputed.
+
+DLIO keys that iogen does not model are sorted here, before typed validation:
+- settings of a feature the workload leaves off load silently (a `profiling` section with
+  `workflow.profiling: False`, LLM checkpoint layouts with `workflow.checkpoint: False`);
+- values equal to what iogen does anyway load silently (`reader.file_access: multi`);
+- keys DLIO itself ignores, or that only tune DLIO's own implementation, load with a ConfigWarning;
+- everything else is a problem naming the key, its value and what iogen supports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .paths import MISSING, get_path, pop_path, set_path
+from .problems import key_path, show, unknown_key
+from .schema import SECTIONS, TOP_LEVEL_KEYS, TrainPatch
+
+# Old key path -> current-main key path. A `*_stdev` key folds into its distribution mapping.
+RENAMES: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("dataset", "record_length"): ("dataset", "record_length_bytes"),
+    ("dataset", "record_length_stdev"): ("dataset", "record_length_bytes_stdev"),
+    ("dataset", "record_length_resize"): ("dataset", "record_length_bytes_resize"),
+    ("checkpoint", "model_size"): ("model", "model_size_bytes"),
+    ("model", "model_size"): ("model", "model_size_bytes"),
+    ("train", "computation_time_stdev"): ("train", "computation_time", "stdev"),
+    ("evaluation", "eval_time_stdev"): ("evaluation", "eval_time", "stdev"),
+    ("reader", "preprocess_time_stdev"): ("reader", "preprocess_time", "stdev"),
+    ("output", "metric", "exclude_start_steps"): ("metric", "exclude_start_steps"),
+    ("output", "metric", "exclude_end_steps"): ("metric", "exclude_end_steps"),
+}
+SECTION_ALIASES = {"data_reader": "reader"}  # DLIO reads either name
+WHOLE_BYTES = ("record_length_bytes", "record_length_bytes_stdev", "record_length_bytes_resize")
+
+
+def canonical_path(parts: tuple[str, ...], value) -> tuple[str, ...]:
+    """The current-main path of a (possibly old-dialect) key path, as overrides name it."""
+    if parts and parts[0] in SECTION_ALIASES:
+        parts = (SECTION_ALIASES[parts[0]],) + parts[1:]
+    if parts == ("model",) and not isinstance(value, dict):
+        return ("model", "name")
+    for old, new in RENAMES.items():
+        if parts[: len(old)] == old:
+            return new + parts[len(old):]
+    return parts
+
+
+def translate(raw: dict) -> tuple[dict, list[str], list[str]]:
+    """Rewrite key names of the 2.0.0 dialect into current main; returns (tree, problems, warnings)."""
+    tree, problems, warnings = dict(raw), [], []
+    for alias, section in SECTION_ALIASES.items():
+        if alias in tree:
+            if section in tree:
+                problems.append(f"{alias} and {section}: both given; DLIO reads only one of them, keep one")
+            else:
+                tree[section] = tree.pop(alias)
+    if "model" in tree and not isinstance(tree["model"], (dict, type(None))):
+        tree["model"] = {"name": tree["model"]}
+    for old, new in RENAMES.items():
+        value = get_path(tree, old)
+        if value is MISSING:
+            continue
+        pop_path(tree, old)
+        current = get_path(tree, new)
+        if current is not MISSING and current != value:
+            problems.append(
+                f"{key_path(*old)} = {show(value)} and {key_path(*new)} = {show(current)}: both given "
+                f"(the first is the older DLIO name of the second); keep one"
+            )
+            continue
+        dist = get_path(tree, new[:-1]) if new[-1] == "stdev" else None
+        if isinstance(dist, dict) and dist.get("type", "normal") != "normal":
+            problems.append(f"{key_path(*old)}: applies to a normal distribution, but {key_path(*new[:-1])} is {dist['type']}")
+            continue
+        try:
+            set_path(tree, new, value)
+        except ValueError as exc:
+            problems.append(f"{key_path(*old)}: {exc}")
+    dataset = tree.get("dataset")
+    if isinstance(dataset, dict):
+        for key in WHOLE_BYTES:
+            value = dataset.get(key)
+            if isinstance(value, float) and value.is_integer():
+                dataset[key] = int(value)
+            elif isinstance(value, float):
+                # MLPerf Storage's resnet50 writes 114660.07: a mean, not a size; round it, and say so.
+                dataset[key] = round(value)
+                warnings.append(
+                    f"dataset.{key} = {value} is not a whole number of bytes; iogen uses {round(value)}"
+                )
+    return tree, problems, warnings
+
+
+@dataclass(frozen=True)
+class DlioKey:
+    """A DLIO key iogen does not model: what it belongs to and what happens to it."""
+
+    what: str  # for messages: what the key does in DLIO
+    feature: str | None = None  # the feature it configures; with that feature off it loads silently
+    accept: Callable[[object], bool] = lambda value: False  # values equal to what iogen does
+    warn: bool = False  # True: it has no effect (DLIO ignores it, or only DLIO's internals use it)
+
+
+def _equals(*values):
+    return lambda value: any(value == v for v in values)
+
+
+def _defaults(defaults: dict):
+    return lambda value: isinstance(value, dict) and all(defaults.get(k, MISSING) == v for k, v in value.items())
+
+
+_LLM = "LLM checkpoint layouts"
+_CKPT_ONLY = "DLIO's checkpoint-only mode (used only with workflow.train False)"
+DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
+    ("model", "model_datatype"): DlioKey(_LLM, "checkpoint", _equals("fp16")),
+    ("model", "optimizer_datatype"): DlioKey(_LLM, "checkpoint", _equals("fp32")),
+    ("model", "optimization_groups"): DlioKey(_LLM, "checkpoint", _equals([])),
+    ("model", "num_layers"): DlioKey(_LLM, "checkpoint", _equals(-1)),
+    ("model", "layer_parameters"): DlioKey(_LLM, "checkpoint", _equals([])),
+    ("model", "parallelism"): DlioKey(
+        _LLM + " (model.parallelism, ZeRO stages)", "checkpoint",
+        _defaults({"tensor": 1, "pipeline": 1, "data": -1, "zero_stage": 0})),
+    ("model", "transformer"): DlioKey(_LLM + " (model.transformer)", "checkpoint"),
+    ("checkpoint", "optimization_groups"): DlioKey(_LLM, "checkpoint", _equals([])),
+    ("checkpoint", "num_layers"): DlioKey(_LLM, "checkpoint", _equals(-1)),
+    ("checkpoint", "layer_parameters"): DlioKey(_LLM, "checkpoint", _equals([])),
+    ("checkpoint", "tensor_parallelism"): DlioKey(_LLM, "checkpoint", _equals(1)),
+    ("checkpoint", "pipeline_parallelism"): DlioKey(_LLM, "checkpoint", _equals(1)),
+    ("checkpoint", "zero_stage"): DlioKey(_LLM, "checkpoint", _equals(0)),
+    ("checkpoint", "type"): DlioKey("checkpoints written by every rank (type all_ranks)", "checkpoint",
+                                    _equals("rank_zero")),
+    ("checkpoint", "mode"): DlioKey("subset checkpointing", "checkpoint", _equals("default")),
+    ("checkpoint", "checkpoint_mechanism_classname"): DlioKey("custom checkpoint classes", "checkpoint"),
+    ("checkpoint", "rank_sync"): DlioKey("rank-synchronised checkpoint timing", "checkpoint", _equals(False)),
+    ("checkpoint", "randomize_tensor"): DlioKey("constant (all-ones) checkpoint content", "checkpoint",
+                                                _equals(True)),
+    ("checkpoint", "ksm"): DlioKey("kernel samepage merging of checkpoint buffers", "checkpoint"),
+    ("checkpoint", "time_between_checkpoints"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
+    ("checkpoint", "num_checkpoints"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
+    ("checkpoint", "num_checkpoints_write"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
+    ("checkpoint", "num_checkpoints_read"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
+    ("checkpoint", "recovery_after_steps"): DlioKey(_CKPT_ONLY, "checkpoint", warn=True),
+    ("checkpoint", "recovery_rank_shift"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(False), warn=True),
+    ("dataset", "generation_buffer_size"): DlioKey("the size of DLIO's own generation buffer", warn=True),
+    ("dataset", "record_element_bytes"): DlioKey("a value DLIO derives from record_element_type", warn=True),
+    ("dataset", "hdf5"): DlioKey("HDF5 layout options (chunk_dims, num_dset_per_record, max_shape)", "hdf5",
+                                 _defaults({"chunk_dims": [], "num_dset_per_record": 1, "max_shape": []})),
+    ("reader", "dont_use_mmap"): DlioKey("DLIO's mmap reads (iogen reads with pread, never mmap)",
+                                         accept=_equals(True), warn=True),
+    ("reader", "file_access"): DlioKey("shared-file and MPI-IO access", accept=_equals("multi")),
+    ("reader", "read_type"): DlioKey("in-memory datasets", accept=_equals("on_demand")),
+    ("reader", "data_loader_sampler"): DlioKey(
+        "DLIO's sampler choice (iogen's plan shards the same way for every loader)",
+        accept=lambda value: False, warn=True),
+    ("reader", "reader_classname"): DlioKey("custom reader classes"),
+    ("reader", "data_loader_classname"): DlioKey("custom data loader classes"),
+    ("reader", "transformed_record_dims"): DlioKey("transformed (resized) sample shapes"),
+    ("reader", "transformed_record_element_type"): DlioKey("transformed (resized) sample types",
+                                                           accept=_equals("uint8")),
+    ("storage", "storage_options"): DlioKey("object-store options", "object_store"),
+    ("profiling", "profiler"): DlioKey("profilers", "profiling"),
+    ("profiling", "iostat_devices"): DlioKey("iostat tracing", "profiling"),
+}
+DLIO_ONLY_SECTIONS = ("profiling",)
+SUPPORTED = {
+    _LLM: "one checkpoint of model.model_size_bytes per save, written by rank 0",
+    _CKPT_ONLY: "checkpoints during training",
+}
+
+
+def _feature_on(feature: str, tree: dict) -> bool:
+    if feature == "checkpoint":
+        return get_path(tree, ("workflow", "checkpoint")) is True
+    if feature == "hdf5":
+        return get_path(tree, ("dataset", "format")) == "hdf5"
+    if feature == "profiling":
+        # With profiling on, workflow.profiling itself is the error; its settings add nothing.
+        return False
+    if feature == "object_store":
+        return False  # a storage_type other than local_fs is rejected on its own
+    raise KeyError(feature)
+
+
+def sort_dlio_key(section: str, key: str, value, tree: dict) -> tuple[str | None, str | None]:
+    """(problem, warning) for one DLIO key iogen does not model; both None: it loads silently."""
+    spec = DLIO_KEYS[(section, key)]
+    path = f"{section}.{key}"
+    if spec.feature is not None and not _feature_on(spec.feature, tree):
+        return None, None
+    if spec.accept(value):
+        return None, None
+    if spec.warn and spec.what == _CKPT_ONLY:
+        return None, f"{path} = {show(value)} has no effect: it belongs to {spec.what}, and DLIO ignores it too"
+    if spec.warn:
+        return None, f"{path} = {show(value)} has no effect in iogen: it sets {spec.what}"
+    supported = SUPPORTED.get(spec.what.split(" (")[0], "")
+    tail = f"; supported: {supported}" if supported else "; remove the key"
+    return f"{path} = {show(value)}: sets {spec.what}, not implemented in iogen yet{tail}", None
+
+
+def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
+    """Keep iogen's keys; sort DLIO's others; reject unknown keys. Returns (tree, problems, warnings)."""
+    clean, problems, warnings = {}, [], []
+    top_choices = list(SECTIONS) + list(TOP_LEVEL_KEYS)
+    for name, value in tree.items():
+        if name in TOP_LEVEL_KEYS:
+            clean[name] = value
+            continue
+        if name not in SECTIONS and name not in DLIO_ONLY_SECTIONS:
+            problems.append(unknown_key("", name, top_choices, DLIO_ONLY_SECTIONS))
+            continue
+        if value is None:
+            value = {}  # an empty section in YAML
+        if not isinstance(value, dict):
+            problems.append(f"{name} = {show(value)}: must be a mapping of {name} keys")
+            continue
+        fields = list(SECTIONS[name].model_fields) if name in SECTIONS else []
+        kept = {}
+        for key, item in value.items():
+            if key in fields:
+                kept[key] = item
+            elif (name, key) in DLIO_KEYS:
+                problem, warning = sort_dlio_key(name, key, item, tree)
+                problems += [problem] if problem else []
+                warnings += [warning] if warning else []
+            else:
+                problems.append(unknown_key(name, key, fields, dlio_keys_of(name)))
+        if name in SECTIONS:
+            clean[name] = kept
+    if "debug" in clean.get("workflow", {}):
+        warnings.append(f"workflow.debug = {show(clean['workflow']['debug'])} has no effect: DLIO ignores it too")
+    if "accelerators" in clean:
+        problems += _screen_accelerators(clean["accelerators"])
+    return clean, problems, warnings
+
+
+def _screen_accelerators(table) -> list[str]:
+    if not isinstance(table, dict):
+        return [f"accelerators = {show(table)}: must be a mapping of accelerator name -> train keys"]
+    problems = []
+    fields = list(TrainPatch.model_fields)
+    for name, entry in table.items():
+        if name == "default":
+            if not isinstance(entry, str):
+                problems.append(f"accelerators.default = {show(entry)}: must be the name of an accelerator entry")
+        elif not isinstance(entry, dict):
+            problems.append(f"accelerators.{name} = {show(entry)}: must be a mapping of train keys, e.g. "
+                            "{computation_time: 0.323}")
+        else:
+            problems += [unknown_key(f"accelerators.{name}", k, fields) for k in entry if k not in fields]
+    return problems
+
+
+def dlio_keys_of(section: str) -> list[str]:
+    """DLIO's keys of `section` that iogen does not model (for did-you-mean and override checks)."""
+    return [k for (s, k) in DLIO_KEYS if s == section]

@@ -1,0 +1,154 @@
+"""Load a workload: read YAML, translate DLIO's dialects, apply overrides and accelerator, validate.
+
+Every problem found on the way is collected and raised together as one ConfigError; warnings
+(ConfigWarning) are issued only for a workload that loads.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from collections.abc import Sequence
+from importlib import resources
+
+import yaml
+from pydantic import ValidationError
+
+from ..errors import ConfigError
+from .dlio import screen, translate
+from .overrides import apply_overrides, parse_overrides
+from .problems import ConfigWarning, did_you_mean, pydantic_lines, show
+from .schema import Workload
+
+PACKAGE = "iogen.workloads"
+SUFFIXES = (".yaml", ".yml")
+
+
+def list_workloads() -> list[str]:
+    """Names of the bundled workloads."""
+    return sorted(
+        entry.name[: -len(".yaml")]
+        for entry in resources.files(PACKAGE).iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def load_workload(name_or_path: str, overrides: Sequence[str] = (), accelerator: str | None = None) -> Workload:
+    """A validated Workload from a bundled name or a YAML path, with overrides and accelerator applied."""
+    name, raw = read_workload_yaml(name_or_path)
+    return build_workload(raw, name, overrides, accelerator)
+
+
+def build_workload(raw: dict, name: str, overrides: Sequence[str] = (), accelerator: str | None = None) -> Workload:
+    """A validated Workload from an already-parsed YAML mapping (see load_workload)."""
+    tree, problems, notes = translate(copy.deepcopy(raw))
+    parsed, override_problems = parse_overrides(overrides)
+    problems += override_problems
+    # Overrides of the accelerator table first, then the chosen entry over `train`, then the
+    # rest: so `train.computation_time.stdev=0.01` adds to the chosen accelerator's time.
+    problems += apply_overrides(tree, [o for o in parsed if o.targets_accelerators])
+    problems += _apply_accelerator(tree, accelerator)
+    problems += apply_overrides(tree, [o for o in parsed if not o.targets_accelerators])
+    tree.setdefault("name", name)
+    clean, screen_problems, screen_notes = screen(tree)
+    problems += screen_problems
+    notes += screen_notes
+    workload = None
+    try:
+        workload = Workload.model_validate(clean)
+    except ValidationError as exc:
+        problems += pydantic_lines(exc)
+    if problems:
+        raise ConfigError(_unique(problems))
+    for note in notes:
+        warnings.warn(f"{name}: {note}", ConfigWarning, stacklevel=3)
+    return workload
+
+
+def read_workload_yaml(name_or_path: str) -> tuple[str, dict]:
+    """(workload name, parsed YAML mapping) for a bundled name or a path; ConfigError if unreadable."""
+    text = str(name_or_path)
+    if text.endswith(SUFFIXES) or os.sep in text or os.path.exists(text):
+        name = os.path.splitext(os.path.basename(text))[0]
+        try:
+            with open(text, encoding="utf-8") as fh:
+                source = fh.read()
+        except OSError as exc:
+            raise ConfigError(f"workload file {text}: {exc.strerror}") from None
+    else:
+        name = text
+        entry = resources.files(PACKAGE).joinpath(f"{text}.yaml")
+        if not entry.is_file():
+            known = list_workloads()
+            raise ConfigError(
+                f"unknown workload {text!r}{did_you_mean(text, known)}; bundled workloads: "
+                f"{', '.join(known)}; or give the path of a YAML file"
+            )
+        source = entry.read_text(encoding="utf-8")
+    return name, parse_yaml(source, where=text)
+
+
+def parse_yaml(source: str, where: str = "<string>") -> dict:
+    """Parse workload YAML; duplicate keys and a non-mapping document are errors."""
+    try:
+        data = yaml.load(source, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a workload must be a mapping of sections, got {show(data)}")
+    return data
+
+
+def _apply_accelerator(tree: dict, accelerator: str | None) -> list[str]:
+    table = tree.get("accelerators")
+    table = table if isinstance(table, dict) else {}
+    entries = sorted(k for k, v in table.items() if k != "default" and isinstance(v, dict))
+    if accelerator is None:
+        if "accelerator" in tree:
+            # A resolved config (config.yaml) records the entry it already applied: keep it as is.
+            return []
+        accelerator = table.get("default") if isinstance(table.get("default"), str) else None
+        if accelerator is None:
+            return []
+    if accelerator not in entries:
+        known = ", ".join(entries) if entries else "none (the workload has no accelerators table)"
+        tree.pop("accelerator", None)
+        return [f"accelerator {accelerator!r} is unknown{did_you_mean(accelerator, entries)}; known: {known}"]
+    train = tree.setdefault("train", {})
+    if train is None:
+        train = tree["train"] = {}
+    if isinstance(train, dict):
+        train.update(copy.deepcopy(table[accelerator]))
+    tree["accelerator"] = accelerator
+    return []
+
+
+def _unique(items: list[str]) -> list[str]:
+    seen, out = set(), []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _mapping_without_duplicates(loader, node, deep=False):
+    loader.flatten_mapping(node)
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = True
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)

@@ -1,0 +1,343 @@
+"""The typed Workload: frozen pydantic models with DLIO's current-main section and key names.
+
+Defaults are DLIO's (dlio_benchmark/utils/config.py, ConfigArguments) unless a comment says why
+iogen differs. Section-internal rules live on the section; rules across sections on Workload.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from .distributions import TimeDist
+from .problems import did_you_mean, rule, show
+
+
+# Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
+DLIO_FORMATS = ("csv", "npy", "hdf5_opt", "jpeg", "png", "indexed_binary", "mmap_indexed_binary",
+                "synthetic", "parquet")
+DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
+DLIO_COMPRESSIONS = ("bz2", "xz")
+DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
+FORMATS = ("npz", "hdf5", "tfrecord")
+LOADERS = ("native", "tensorflow", "pytorch")
+COMPRESSIONS = ("none", "gzip", "lzf", "zip")
+# Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
+FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip")}
+ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+                 "float16", "float32", "float64")
+
+
+def _choice(what: str, allowed: tuple[str, ...], dlio_only: tuple[str, ...] = (), hint: str = ""):
+    """A before-validator naming what is supported, and saying so when DLIO has the value."""
+
+    def check(value):
+        if isinstance(value, str) and value not in allowed:
+            supported = ", ".join(allowed)
+            if value in dlio_only:
+                raise ValueError(
+                    f"{what} {value!r} is not implemented in iogen yet; supported: {supported}{hint}"
+                )
+            raise ValueError(f"unknown {what}{did_you_mean(value, allowed + dlio_only)}; supported: {supported}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _shuffle(value):
+    # DLIO's YAMLs also write booleans (and YAML 1.1 reads a bare `off` as False).
+    if value is True:
+        return "seed"
+    if value is False:
+        return "off"
+    return value
+
+
+def _off_if_sentinel(*sentinels):
+    """DLIO writes -1 (and sometimes 0) for 'not set'; iogen stores None."""
+
+    def convert(value):
+        if value is None or (not isinstance(value, bool) and value in sentinels):
+            return None
+        return value
+
+    return BeforeValidator(convert)
+
+
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
+Format = Annotated[Literal["npz", "hdf5", "tfrecord"], _choice("format", FORMATS, DLIO_FORMATS)]
+Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
+Compression = Annotated[Literal["none", "gzip", "lzf", "zip"],
+                        BeforeValidator(lambda v: "none" if v is None else v),
+                        _choice("compression", COMPRESSIONS, DLIO_COMPRESSIONS)]
+StorageType = Annotated[Literal["local_fs"], _choice(
+    "storage type", ("local_fs",), DLIO_STORAGE,
+    hint=" (a parallel file system mounted with POSIX semantics is local_fs to iogen)")]
+StepCap = Annotated[Optional[PosInt], _off_if_sentinel(-1)]
+CheckpointSteps = Annotated[Optional[PosInt], _off_if_sentinel(-1, 0)]
+Path = Annotated[str, Field(min_length=1)]
+
+
+class Section(BaseModel):
+    """Common settings: immutable, unknown keys rejected, no type coercion (a YAML int is an int)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Model(Section):
+    """`model`: an identifier, plus the checkpoint size."""
+
+    name: str = "default"
+    type: Optional[str] = None
+    model_size_bytes: NonNegInt = 10240
+
+
+class Workflow(Section):
+    """`workflow`: which phases run."""
+
+    generate_data: bool = False
+    train: bool = True
+    evaluation: bool = False
+    checkpoint: bool = False
+    debug: bool = False  # accepted for DLIO's YAMLs; has no effect (DLIO ignores it too)
+    profiling: bool = False
+
+    @model_validator(mode="after")
+    def _phases(self):
+        problems = []
+        if self.profiling:
+            problems.append(
+                "workflow.profiling = True: DLIO's profiler hooks (iostat, darshan, tensorboard) are not "
+                "implemented in iogen yet; set workflow.profiling to False"
+            )
+        if self.checkpoint and not self.train:
+            problems.append(
+                "workflow.checkpoint = True with workflow.train = False is DLIO's checkpoint-only mode, "
+                "which iogen does not implement yet; supported: checkpoints during training"
+            )
+        if self.evaluation and not self.train:
+            problems.append("workflow.evaluation = True needs workflow.train = True (evaluation runs between epochs)")
+        if problems:
+            raise rule(*problems)
+        return self
+
+
+class Dataset(Section):
+    """`dataset`: what the files are and where they live."""
+
+    format: Format = "tfrecord"
+    data_folder: Path = "./data"
+    num_files_train: PosInt = 8
+    num_files_eval: NonNegInt = 0
+    num_samples_per_file: PosInt = 1
+    record_length_bytes: PosInt = 65536
+    record_length_bytes_stdev: NonNegInt = 0
+    record_length_bytes_resize: Optional[NonNegInt] = None
+    num_subfolders_train: NonNegInt = 0
+    num_subfolders_eval: NonNegInt = 0
+    file_prefix: Annotated[str, Field(min_length=1, pattern=r"^[^/\\]+$")] = "img"
+    compression: Compression = "none"
+    compression_level: Annotated[int, Field(ge=0, le=9)] = 4
+    enable_chunking: bool = False
+    chunk_size: NonNegInt = 0
+    record_dims: Optional[Annotated[list[PosInt], Field(min_length=1)]] = None
+    record_element_type: str = "uint8"
+    keep_files: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _length_from_dims(cls, data):
+        # With record_dims and no record_length_bytes, the length follows from the dims. When both
+        # are given they must agree (DLIO would overwrite record_length; iogen never rewrites).
+        if isinstance(data, dict) and data.get("record_dims") and "record_length_bytes" not in data:
+            dims, etype = data["record_dims"], data.get("record_element_type", "uint8")
+            if isinstance(dims, list) and all(isinstance(d, int) and d > 0 for d in dims) and etype in ELEMENT_TYPES:
+                data = {**data, "record_length_bytes": _product(dims) * _itemsize(etype)}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        problems = []
+        if self.record_element_type not in ELEMENT_TYPES:
+            problems.append(
+                f"dataset.record_element_type = {show(self.record_element_type)}: unknown element type"
+                f"{did_you_mean(self.record_element_type, ELEMENT_TYPES)}; allowed: {', '.join(ELEMENT_TYPES)}"
+            )
+        elif self.record_dims:
+            nbytes = _product(self.record_dims) * _itemsize(self.record_element_type)
+            if nbytes != self.record_length_bytes:
+                problems.append(
+                    f"dataset.record_length_bytes = {self.record_length_bytes} disagrees with dataset.record_dims "
+                    f"{self.record_dims} x {self.record_element_type} = {nbytes} bytes; give one of them or make them agree"
+                )
+            if self.record_length_bytes_stdev:
+                problems.append(
+                    f"dataset.record_length_bytes_stdev = {self.record_length_bytes_stdev} with dataset.record_dims: "
+                    "records of fixed dims cannot vary in size (DLIO rejects this too); set the stdev to 0"
+                )
+        if self.compression not in FORMAT_COMPRESSIONS[self.format]:
+            problems.append(
+                f"dataset.compression = {self.compression!r} does not apply to format {self.format!r}; "
+                f"{self.format} supports: {', '.join(FORMAT_COMPRESSIONS[self.format])}"
+            )
+        if problems:
+            raise rule(*problems)
+        return self
+
+
+class Reader(Section):
+    """`reader`: how the data loader reads."""
+
+    data_loader: Loader = "native"
+    batch_size: PosInt = 1
+    batch_size_eval: PosInt = 1
+    read_threads: NonNegInt = 1
+    computation_threads: PosInt = 1
+    prefetch_size: NonNegInt = 2
+    file_shuffle: Shuffle = "off"
+    sample_shuffle: Shuffle = "off"
+    shuffle_size: PosInt = 1024
+    transfer_size: Optional[PosInt] = None
+    odirect: bool = False
+    # DLIO defaults to True; pinning needs a GPU to mean anything, and iogen emulates the GPU.
+    pin_memory: bool = False
+    preprocess_time: TimeDist = TimeDist.constant(0.0)
+    multiprocessing_context: Literal["fork", "spawn", "forkserver"] = "fork"
+
+
+class Train(Section):
+    """`train`: epochs, per-step compute and seeds."""
+
+    epochs: PosInt = 1
+    total_training_steps: StepCap = None  # per-epoch cap; DLIO's -1 means none
+    computation_time: TimeDist = TimeDist.constant(0.0)
+    seed: NonNegInt = 123
+    seed_change_epoch: bool = True
+
+
+class TrainPatch(Section):
+    """One entry of the `accelerators` table: train keys that replace the train section's."""
+
+    epochs: Optional[PosInt] = None
+    total_training_steps: StepCap = None
+    computation_time: Optional[TimeDist] = None
+    seed: Optional[NonNegInt] = None
+    seed_change_epoch: Optional[bool] = None
+
+
+class Evaluation(Section):
+    """`evaluation`: per-step eval compute and when evaluation runs."""
+
+    eval_time: TimeDist = TimeDist.constant(0.0)
+    eval_after_epoch: NonNegInt = 1
+    epochs_between_evals: PosInt = 1
+
+
+class Checkpoint(Section):
+    """`checkpoint`: where and when the model (`model.model_size_bytes`) is written."""
+
+    checkpoint_folder: Path = "./checkpoints"
+    checkpoint_after_epoch: NonNegInt = 1
+    epochs_between_checkpoints: PosInt = 1
+    steps_between_checkpoints: CheckpointSteps = None  # DLIO's -1 (and 0) mean epoch-based only
+    fsync: bool = False
+
+
+class Output(Section):
+    """`output`: where run folders go."""
+
+    folder: Path = "results"
+    log_file: Path = "iogen.log"
+
+
+class Metric(Section):
+    """`metric`: the AU threshold and the steps left out of every epoch's window."""
+
+    au: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
+    exclude_start_steps: NonNegInt = 1
+    exclude_end_steps: NonNegInt = 0
+
+
+class Storage(Section):
+    """`storage`: only POSIX file systems (DLIO's local_fs)."""
+
+    storage_type: StorageType = "local_fs"
+    storage_root: Path = "./"
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "model": Model, "workflow": Workflow, "dataset": Dataset, "reader": Reader, "train": Train,
+    "evaluation": Evaluation, "checkpoint": Checkpoint, "output": Output, "metric": Metric,
+    "storage": Storage,
+}
+TOP_LEVEL_KEYS = ("name", "framework", "accelerator", "accelerators")
+# Keys that hold a TimeDist, so a distribution key may follow them in a path.
+DIST_FIELDS = (("train", "computation_time"), ("evaluation", "eval_time"), ("reader", "preprocess_time"))
+
+
+class Workload(Section):
+    """A fully validated workload (DLIO's sections), plus iogen's accelerator table."""
+
+    name: Annotated[str, Field(min_length=1)] = "workload"
+    model: Model = Model()
+    framework: Optional[Literal["tensorflow", "pytorch"]] = None
+    workflow: Workflow = Workflow()
+    dataset: Dataset = Dataset()
+    reader: Reader = Reader()
+    train: Train = Train()
+    evaluation: Evaluation = Evaluation()
+    checkpoint: Checkpoint = Checkpoint()
+    output: Output = Output()
+    metric: Metric = Metric()
+    storage: Storage = Storage()
+    # The accelerator whose table entry was applied over `train` (None: no table, or none chosen).
+    accelerator: Optional[str] = None
+    accelerators: dict[str, TrainPatch] = {}
+    default_accelerator: Optional[str] = None  # the table's `default:` entry
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_default(cls, data):
+        # In YAML the default sits inside the table (`accelerators: {default: h100, h100: {...}}`).
+        if isinstance(data, dict) and isinstance(data.get("accelerators"), dict) and "default" in data["accelerators"]:
+            table = dict(data["accelerators"])
+            data = {**data, "accelerators": table, "default_accelerator": table.pop("default")}
+        return data
+
+    @model_validator(mode="after")
+    def _across_sections(self):
+        problems = []
+        known = ", ".join(sorted(self.accelerators)) or "none (the workload has no accelerators table)"
+        for key, value in (("accelerator", self.accelerator), ("accelerators.default", self.default_accelerator)):
+            if value is not None and value not in self.accelerators:
+                problems.append(f"{key} = {show(value)}: not in the accelerators table; known: {known}")
+        ds, rd = self.dataset, self.reader
+        if self.workflow.evaluation and ds.num_files_eval == 0:
+            problems.append("workflow.evaluation = True but dataset.num_files_eval = 0: there is nothing to evaluate on")
+        if self.workflow.train and rd.batch_size > ds.num_files_train * ds.num_samples_per_file:
+            problems.append(
+                f"reader.batch_size = {rd.batch_size} is larger than the training set "
+                f"({ds.num_files_train * ds.num_samples_per_file} samples): an epoch would have no steps"
+            )
+        if self.workflow.evaluation and 0 < ds.num_files_eval * ds.num_samples_per_file < rd.batch_size_eval:
+            problems.append(
+                f"reader.batch_size_eval = {rd.batch_size_eval} is larger than the evaluation set "
+                f"({ds.num_files_eval * ds.num_samples_per_file} samples): evaluation would have no steps"
+            )
+        if problems:
+            raise rule(*problems)
+        return self
+
+
+def _product(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _itemsize(element_type: str) -> int:
+    digits = "".join(c for c in element_type if c.isdigit())
+    return int(digits) // 8

@@ -1,0 +1,1 @@
+"""Bundled workloads (installed as package `iogen.workloads`); read with importlib.resources."""
