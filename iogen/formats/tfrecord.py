@@ -1,0 +1,368 @@
+"""TFRecord: framed, serialized tf.train.Example records, written and read without TensorFlow.
+
+A file is a sequence of frames (tensorflow/core/lib/io/record_writer.cc):
+
+    uint64 length (LE) | uint32 masked CRC-32C of the length bytes | data | uint32 masked CRC-32C of data
+
+Each record's data is a tf.train.Example with DLIO's features: `size` (int64, iogen writes the
+image's byte count there) and `image` (bytes: the sample's payload). iogen writes `size` first
+and `image` last, so the payload is the tail of the data. Files written by TensorFlow or DLIO
+(any feature order, any features) are read the same way: the index comes from the framing
+alone. `compression: gzip` gzips the whole file, as tf.io.TFRecordOptions("GZIP") does (MLPerf
+HPC's CosmoFlow data); such files are decoded by streaming decompression, never indexed.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import DataError
+from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, fill_random,
+                   file_size_or_error, payload_chunks)
+from .example_proto import ExampleDecodeError, decode_example, image_example_prefix
+
+HEADER_BYTES = 12
+FOOTER_BYTES = 4
+FRAME_OVERHEAD = HEADER_BYTES + FOOTER_BYTES
+_MASK_DELTA = 0xA282EAD8
+# Index arrays kept for read_samples, in records (16 bytes each): bounds the cache at ~64 MiB.
+_INDEX_CACHE_RECORDS = 4 << 20
+
+
+def _tf():
+    """The TFRecord mechanism: iogen.core's compiled module, or its pure twin until it is built."""
+    from .. import core
+
+    if hasattr(core.tfrecord, "index_records"):
+        return core.tfrecord
+    from .._core.pure import tfrecord
+
+    return tfrecord
+
+
+def _framing_error():
+    from .._core.pure.tfrecord import FramingError  # one class shared by both cores
+
+    return FramingError
+
+
+def _mask(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask, vectorised: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
+    c = crcs.astype(np.uint64)
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _MASK_DELTA & 0xFFFFFFFF).astype("<u4")
+
+
+class _Sink:
+    """Writes a file through an optional gzip compressor, keeping its size and zlib CRC-32."""
+
+    def __init__(self, path, gzip_level=None):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.crc = 0
+        self.size = 0
+        # wbits 31: a gzip stream with a fixed header (no name, mtime 0), so reruns are identical
+        self.z = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
+
+    def write(self, data) -> None:
+        """Append bytes (compressed first when gzip is on)."""
+        if self.z is not None:
+            data = self.z.compress(data)
+            if not data:
+                return
+        self._out(data)
+
+    def _out(self, data) -> None:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += len(view)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
+    def close(self) -> None:
+        """Flush the compressor and close the file."""
+        try:
+            if self.z is not None:
+                self._out(self.z.flush())
+        finally:
+            os.close(self.fd)
+
+
+class TFRecordFormat(Format):
+    """TFRecord files of DLIO-style tf.train.Example records; optional whole-file gzip."""
+
+    name = "tfrecord"
+    suffix = "tfrecord"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self._index_cache: OrderedDict = OrderedDict()
+        self._cached_records = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self):  # picklable for process pools: the cache and lock stay behind
+        state = dict(self.__dict__)
+        state.update(_index_cache=OrderedDict(), _cached_records=0, _lock=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def byte_addressable(self) -> bool:
+        """Plain files are indexed by their framing; gzip files are not byte-addressable."""
+        return self.compression == "none"
+
+    def _gzip_level(self):
+        if self.compression != "gzip":
+            return None
+        return 6 if self.compression_level is None else int(self.compression_level)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
+        """Stream the records; small ones are framed many at a time in one numpy buffer."""
+        tf = _tf()
+        n, rb = int(num_samples), int(record_bytes)
+        prefix = image_example_prefix(rb, rb)
+        data_len = len(prefix) + rb
+        header = tf.write_frame_header(data_len)  # the same for every record of the file
+        prefix_crc = tf.crc32c(prefix)
+        frame_bytes = FRAME_OVERHEAD + data_len
+        sink = _Sink(path, self._gzip_level())
+        try:
+            if frame_bytes <= CHUNK_BYTES:
+                self._write_batched(sink, tf, n, rb, seed, stream, header + prefix, prefix_crc)
+            else:
+                buf = np.empty(CHUNK_BYTES, np.uint8)
+                for j in range(n):
+                    sink.write(header + prefix)
+                    crc = prefix_crc
+                    for chunk in payload_chunks(seed, stream, j * rb, rb, buf):
+                        crc = tf.crc32c(chunk, crc)
+                        sink.write(chunk)
+                    sink.write(_mask(np.array([crc])).tobytes())
+        finally:
+            sink.close()
+        return sink.size, sink.crc
+
+    @staticmethod
+    def _write_batched(sink, tf, n, rb, seed, stream, head: bytes, prefix_crc: int) -> None:
+        # Consecutive samples' payloads are consecutive in the content stream, so one fill
+        # call covers k records; frames are assembled as rows of a (k, frame) array.
+        frame_bytes = len(head) + rb + FOOTER_BYTES
+        k = max(1, min(n, CHUNK_BYTES // frame_bytes))
+        out = np.empty((k, frame_bytes), np.uint8)
+        out[:, :len(head)] = np.frombuffer(head, np.uint8)
+        images = np.empty(k * rb, np.uint8)
+        crc32c = tf.crc32c
+        for j0 in range(0, n, k):
+            m = min(k, n - j0)
+            fill_random(images[:m * rb], seed, stream, j0 * rb)
+            rows = images[:m * rb].reshape(m, rb)
+            out[:m, len(head):len(head) + rb] = rows
+            crcs = np.fromiter((crc32c(rows[i], prefix_crc) for i in range(m)), np.uint64, m)
+            out[:m, -FOOTER_BYTES:] = _mask(crcs).view(np.uint8).reshape(m, FOOTER_BYTES)
+            sink.write(out[:m].reshape(-1))
+
+    # -- indexing ---------------------------------------------------------------------------
+
+    def _scan(self, path) -> tuple[np.ndarray, np.ndarray, int]:
+        """(data offsets, data lengths, file size) from the framing; errors name path and offset."""
+        size = file_size_or_error(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            offsets, lengths = _tf().index_records(fd, size)
+        except _framing_error() as exc:
+            raise DataError(path, exc.reason, exc.offset) from None
+        finally:
+            os.close(fd)
+        return np.asarray(offsets, np.int64), np.asarray(lengths, np.int64), size
+
+    def index_file(self, path):
+        """Whole frames (header, data, data CRC): see FileIndex; None for gzip files."""
+        if not self.byte_addressable:
+            return None
+        offsets, lengths, size = self._scan(path)
+        return FileIndex(offsets - HEADER_BYTES, lengths + FRAME_OVERHEAD, "tfrecord", size)
+
+    def check_read(self, buf, buf_offsets, lengths) -> int:
+        """Check the data CRCs of whole frames read into buf; -1 when all match, else the first bad entry."""
+        starts = np.asarray(buf_offsets, np.int64)
+        lens = np.asarray(lengths, np.int64)
+        return int(_tf().check_data_crcs(buf, starts + HEADER_BYTES, lens - FRAME_OVERHEAD,
+                                         starts + lens - FOOTER_BYTES))
+
+    def _cached_index(self, path):
+        st = os.stat(path)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        with self._lock:
+            hit = self._index_cache.get(key)
+            if hit is not None:
+                self._index_cache.move_to_end(key)
+                return hit
+        offsets, lengths, _ = self._scan(path)
+        with self._lock:
+            self._index_cache[key] = (offsets, lengths)
+            self._cached_records += offsets.size
+            while self._cached_records > _INDEX_CACHE_RECORDS and len(self._index_cache) > 1:
+                _, (old, _) = self._index_cache.popitem(last=False)
+                self._cached_records -= old.size
+        return offsets, lengths
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def read_samples(self, path, sample_ids):
+        """Each asked record's data (a serialized tf.train.Example) as bytes, CRC-checked."""
+        file_size_or_error(path)
+        if self.compression == "gzip":
+            return self._read_gzip(path, sample_ids)
+        offsets, lengths = self._cached_index(path)
+        ids = check_sample_ids(path, sample_ids, offsets.size)
+        tf = _tf()
+        out = []
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for i in ids:
+                start, n = int(offsets[i]), int(lengths[i])
+                raw = os.pread(fd, n + FOOTER_BYTES, start)
+                if len(raw) != n + FOOTER_BYTES:
+                    raise DataError(path, "record cut short (file truncated?)", start + len(raw))
+                data = raw[:n]
+                if tf.masked_crc32c(data) != struct.unpack_from("<I", raw, n)[0]:
+                    raise DataError(path, f"record {i}: data CRC mismatch", start - HEADER_BYTES)
+                out.append(data)
+        finally:
+            os.close(fd)
+        return out
+
+    def _frames_gzip(self, path, want=None, check_all=False):
+        """Yield (record number, decompressed frame offset, data or None) streaming a gzip file."""
+        tf = _tf()
+        pos = 0
+        last = max(want) if want else None
+        try:
+            with gzip.open(path, "rb") as f:
+                i = 0
+                while last is None or i <= last:
+                    header = f.read(HEADER_BYTES)
+                    if not header:
+                        return
+                    if len(header) < HEADER_BYTES:
+                        raise DataError(path, "truncated record header (in the decompressed stream)", pos)
+                    length, length_crc = struct.unpack("<QI", header)
+                    if tf.masked_crc32c(header[:8]) != length_crc:
+                        raise DataError(path, "record length CRC mismatch (in the decompressed stream)", pos)
+                    keep = check_all or (want is not None and i in want)
+                    if keep:
+                        raw = f.read(length + FOOTER_BYTES)
+                        if len(raw) != length + FOOTER_BYTES:
+                            raise DataError(path, "truncated record (in the decompressed stream)", pos)
+                        data = raw[:length]
+                        if tf.masked_crc32c(data) != struct.unpack_from("<I", raw, length)[0]:
+                            raise DataError(path, f"record {i}: data CRC mismatch (in the decompressed stream)", pos)
+                    else:
+                        data, left = None, length + FOOTER_BYTES
+                        while left:
+                            got = len(f.read(min(left, CHUNK_BYTES)))
+                            if not got:
+                                raise DataError(path, "truncated record (in the decompressed stream)", pos)
+                            left -= got
+                    yield i, pos, data
+                    pos += FRAME_OVERHEAD + length
+                    i += 1
+        except (EOFError, OSError, zlib.error) as exc:
+            raise DataError(path, f"gzip stream is corrupt or cut short ({exc}); decompressed "
+                                  f"offset {pos}", pos) from None
+
+    def _read_gzip(self, path, sample_ids):
+        ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
+        if ids.size and ids.min() < 0:
+            raise DataError(path, f"sample {int(ids.min())} asked for")
+        want = set(int(i) for i in ids)
+        found = {i: data for i, _, data in self._frames_gzip(path, want) if i in want}
+        missing = want - set(found)
+        if missing:
+            raise DataError(path, f"sample {min(missing)} asked for, the file holds {len(found) and max(found) + 1 or 0}"
+                                  " or fewer records")
+        return [found[int(i)] for i in ids]
+
+    # -- checking ---------------------------------------------------------------------------
+
+    def check_file(self, path, num_samples, record_bytes):
+        """Framing and both CRCs of every record, the record count, and the first Example's image."""
+        n, rb = int(num_samples), int(record_bytes)
+        data_len = len(image_example_prefix(rb, rb)) + rb
+        try:
+            file_size_or_error(path)
+            if self.compression == "gzip":
+                lengths, first = [], None
+                for _, _, data in self._frames_gzip(path, check_all=True):
+                    lengths.append(len(data))
+                    first = data if first is None else first
+                lengths = np.array(lengths, np.int64)
+            else:
+                offsets, lengths, _ = self._scan(path)
+                self._check_data_crcs(path, offsets, lengths)
+                first = None
+                if offsets.size:
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        first = os.pread(fd, int(lengths[0]), int(offsets[0]))
+                    finally:
+                        os.close(fd)
+        except DataError as exc:
+            return [error_text(exc)]
+        problems = []
+        if lengths.size != n:
+            problems.append(f"{lengths.size} records, expected {n}")
+        bad = np.flatnonzero(lengths != data_len)
+        if bad.size:
+            problems.append(f"record {int(bad[0])} holds {int(lengths[bad[0]])} data bytes, expected {data_len}")
+        if first is not None:
+            try:
+                example = decode_example(first)
+                image = example.get("image") or [b""]
+                if len(image[0]) != rb:
+                    problems.append(f"record 0: image of {len(image[0])} bytes, expected {rb}")
+            except ExampleDecodeError as exc:
+                problems.append(f"record 0 is not a tf.train.Example: {exc}")
+        return problems
+
+    def _check_data_crcs(self, path, offsets, lengths) -> None:
+        """Read the file once, in spans of whole frames, checking every record's data CRC."""
+        tf = _tf()
+        starts = offsets - HEADER_BYTES
+        ends = offsets + lengths + FOOTER_BYTES
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            i = 0
+            while i < offsets.size:
+                if ends[i] - starts[i] > 8 * CHUNK_BYTES:  # a big record: CRC it piece by piece
+                    crc, pos, end = 0, int(offsets[i]), int(offsets[i] + lengths[i])
+                    while pos < end:
+                        piece = os.pread(fd, min(8 * CHUNK_BYTES, end - pos), pos)
+                        crc = tf.crc32c(piece, crc)
+                        pos += len(piece)
+                    stored = struct.unpack("<I", os.pread(fd, FOOTER_BYTES, end))[0]
+                    if int(_mask(np.array([crc]))[0]) != stored:
+                        raise DataError(path, f"record {i}: data CRC mismatch", int(starts[i]))
+                    i += 1
+                    continue
+                j = int(np.searchsorted(ends, starts[i] + 8 * CHUNK_BYTES, side="right"))
+                j = max(j, i + 1)
+                span = os.pread(fd, int(ends[j - 1] - starts[i]), int(starts[i]))
+                rel = starts[i:j] - starts[i]
+                bad = tf.check_data_crcs(span, rel + HEADER_BYTES, lengths[i:j],
+                                         rel + HEADER_BYTES + lengths[i:j])
+                if bad >= 0:
+                    raise DataError(path, f"record {i + bad}: data CRC mismatch", int(starts[i + bad]))
+                i = j
+        finally:
+            os.close(fd)
