@@ -13,6 +13,8 @@ from libc.stdint cimport int64_t
 
 from cpython.exc cimport PyErr_CheckSignals
 
+from operator import index
+
 cdef extern from "<time.h>" nogil:
     ctypedef long time_t
     ctypedef int clockid_t
@@ -64,9 +66,12 @@ def now_ns():
     return monotonic_ns()
 
 
-def sleep_until_ns(int64_t deadline_ns, int64_t spin_ns=DEFAULT_SPIN_NS):
+def sleep_until_ns(deadline_ns, spin_ns=DEFAULT_SPIN_NS):
     """Sleep (GIL released) until CLOCK_MONOTONIC reaches deadline_ns; return the time at wake."""
-    cdef int64_t coarse_target_ns = deadline_ns - (spin_ns if spin_ns > 0 else 0)
+    # index(): integers only; a C int64 argument would silently truncate a float.
+    cdef int64_t deadline = index(deadline_ns)
+    cdef int64_t spin = index(spin_ns)
+    cdef int64_t coarse_target_ns = deadline - (spin if spin > 0 else 0)
     cdef int64_t woke_ns
     cdef int rc
     while True:
@@ -78,16 +83,17 @@ def sleep_until_ns(int64_t deadline_ns, int64_t spin_ns=DEFAULT_SPIN_NS):
         # here) instead of holding Ctrl-C until a long eval sleep ends.
         PyErr_CheckSignals()
     with nogil:
-        woke_ns = spin_until(deadline_ns)
+        woke_ns = spin_until(deadline)
     return woke_ns
 
 
-def sleep_ns(int64_t duration_ns, int64_t spin_ns=DEFAULT_SPIN_NS):
+def sleep_ns(duration_ns, spin_ns=DEFAULT_SPIN_NS):
     """Sleep for duration_ns (GIL released); return the achieved duration in nanoseconds."""
+    cdef int64_t duration = index(duration_ns)
     cdef int64_t start_ns = monotonic_ns()
-    if duration_ns <= 0:
+    if duration <= 0:
         return monotonic_ns() - start_ns
-    return sleep_until_ns(start_ns + duration_ns, spin_ns) - start_ns
+    return sleep_until_ns(start_ns + duration, spin_ns) - start_ns
 
 
 def calibrate_spin_ns(int samples=50):

@@ -4,13 +4,16 @@ time.monotonic_ns() is CLOCK_MONOTONIC on Linux (as is perf_counter_ns in CPytho
 time.sleep() is clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) there, so this twin follows
 the same coarse-sleep-then-spin scheme; only the spin pays Python's per-call overhead.
 """
+import operator
 import time
 
-# Measured on the 2-core KVM development host (bench/sleep_accuracy.py, calibrate_spin_ns):
-# clock_nanosleep overshoots by the 50 us default timer slack plus wake-up latency, ~55-70 us
-# median with a p99 near 120 us on a busy machine. 200 us of spin covers it with margin while
-# costing at most 200 us of CPU per sleep.
-DEFAULT_SPIN_NS = 200_000
+# Measured on the 2-core KVM development host (Linux 6.18, 50 us default timer slack): a
+# coarse clock_nanosleep overshoots its deadline by ~90 us median (the slack plus ~40 us of
+# wake-up latency) with a p99 of 120-170 us when the host is quiet, and calibrate_spin_ns()
+# returned 137-221 us over five runs. 250 us of spin covers that, costing at most 250 us of
+# CPU per sleep. Longer overshoots come from the thread not being scheduled at all, which no
+# spin window fixes. The engine should call calibrate_spin_ns() once on its own host.
+DEFAULT_SPIN_NS = 250_000
 
 # The window calibrate_spin_ns() may return: never below the timer slack, never so long that
 # a sleep becomes mostly busy-waiting.
@@ -27,7 +30,9 @@ def now_ns():
 
 def sleep_until_ns(deadline_ns, spin_ns=DEFAULT_SPIN_NS):
     """Sleep until CLOCK_MONOTONIC reaches deadline_ns; return the time at wake."""
-    coarse_ns = deadline_ns - max(int(spin_ns), 0) - time.monotonic_ns()
+    # operator.index: integers only, as the compiled core's int64 arguments accept.
+    deadline_ns = operator.index(deadline_ns)
+    coarse_ns = deadline_ns - max(operator.index(spin_ns), 0) - time.monotonic_ns()
     if coarse_ns > 0:
         # time.sleep retries after EINTR itself, running signal handlers in between.
         time.sleep(coarse_ns / 1e9)
@@ -39,10 +44,11 @@ def sleep_until_ns(deadline_ns, spin_ns=DEFAULT_SPIN_NS):
 
 def sleep_ns(duration_ns, spin_ns=DEFAULT_SPIN_NS):
     """Sleep for duration_ns; return the achieved duration in nanoseconds."""
+    duration_ns = operator.index(duration_ns)
     start_ns = time.monotonic_ns()
     if duration_ns <= 0:
         return time.monotonic_ns() - start_ns
-    return sleep_until_ns(start_ns + int(duration_ns), spin_ns) - start_ns
+    return sleep_until_ns(start_ns + duration_ns, spin_ns) - start_ns
 
 
 def calibrate_spin_ns(samples=50):
