@@ -73,7 +73,15 @@ def _version() -> str:
 def main(argv=None) -> int:
     """Entry point of the `iogen` command."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Overrides may come before or after options (`run default --generate a.b=1`): argparse
+    # leaves the late ones unparsed, so gather them here instead of rejecting them.
+    args, extra = parser.parse_known_args(argv)
+    late = [a for a in extra if "=" in a and not a.startswith("-")]
+    unknown = [a for a in extra if a not in late]
+    if unknown or (late and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or late)}")
+    if late:
+        args.overrides = list(args.overrides) + late
     if args.version:
         print(_version())
         return EXIT_OK
