@@ -119,17 +119,30 @@ def test_resolved_config_round_trips(name, write_yaml):
     wl = load_workload(name, ["reader.batch_size=1", "train.computation_time.stdev=0.001"])
     text = dump_yaml(wl)
     again = load_workload(write_yaml(text, f"{name}.yaml"))
-    assert again == wl
+    assert resolved_dict(again) == resolved_dict(wl)
+    assert again.model_dump(exclude={"accelerators", "default_accelerator"}) == wl.model_dump(
+        exclude={"accelerators", "default_accelerator"})
     assert yaml.safe_load(text) == resolved_dict(wl)
+
+
+def test_resolved_config_keeps_overrides_on_top_of_the_accelerator(write_yaml):
+    wl = load_workload("unet3d", ["train.computation_time=0.05"], accelerator="a100")
+    again = load_workload(write_yaml(dump_yaml(wl), "unet3d.yaml"))
+    assert again.accelerator == "a100" and again.train.computation_time.mean_s == 0.05
 
 
 def test_resolved_dict_is_plain_data():
     data = resolved_dict(load_workload("unet3d", accelerator="a100"))
     assert data["train"]["computation_time"] == 0.636
     assert data["accelerator"] == "a100"
-    assert data["accelerators"]["default"] == "h100"
-    assert data["accelerators"]["b200"] == {"computation_time": 0.162}
+    assert "accelerators" not in data and "debug" not in data["workflow"]
     yaml.safe_dump(data)  # raises on anything that is not plain data
+
+
+def test_accelerator_key_in_a_workload_with_a_table_selects_the_entry(write_yaml):
+    text = "accelerator: a1\naccelerators: {default: a2, a1: {computation_time: 0.1}, a2: {computation_time: 0.2}}\n"
+    assert load_workload(write_yaml(text)).train.computation_time.mean_s == 0.1
+    assert load_workload(write_yaml(text), accelerator="a2").train.computation_time.mean_s == 0.2
 
 
 def test_workload_summary_key_numbers():
@@ -140,3 +153,9 @@ def test_workload_summary_key_numbers():
     assert s["epochs"] == 5 and s["au"] == pytest.approx(0.9)
     assert s["steps_per_epoch_one_process"] == 1024 * 1251 // 400
     assert s["dataset_bytes"] == 1024 * 1251 * 114660
+
+
+def test_a_local_folder_does_not_shadow_a_bundled_name(tmp_path, monkeypatch):
+    (tmp_path / "default").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_workload("default").name == "default"
