@@ -68,7 +68,9 @@ def build_workload(raw: dict, name: str, overrides: Sequence[str] = (), accelera
 def read_workload_yaml(name_or_path: str) -> tuple[str, dict]:
     """(workload name, parsed YAML mapping) for a bundled name or a path; ConfigError if unreadable."""
     text = str(name_or_path)
-    if text.endswith(SUFFIXES) or os.sep in text or os.path.exists(text):
+    bundled = resources.files(PACKAGE).joinpath(f"{text}.yaml")
+    is_path = text.endswith(SUFFIXES) or os.sep in text or (not bundled.is_file() and os.path.isfile(text))
+    if is_path:
         name = os.path.splitext(os.path.basename(text))[0]
         try:
             with open(text, encoding="utf-8") as fh:
@@ -76,8 +78,7 @@ def read_workload_yaml(name_or_path: str) -> tuple[str, dict]:
         except OSError as exc:
             raise ConfigError(f"workload file {text}: {exc.strerror}") from None
     else:
-        name = text
-        entry = resources.files(PACKAGE).joinpath(f"{text}.yaml")
+        name, entry = text, bundled
         if not entry.is_file():
             known = list_workloads()
             raise ConfigError(
@@ -105,23 +106,26 @@ def _apply_accelerator(tree: dict, accelerator: str | None) -> list[str]:
     table = tree.get("accelerators")
     table = table if isinstance(table, dict) else {}
     entries = sorted(k for k, v in table.items() if k != "default" and isinstance(v, dict))
-    if accelerator is None:
-        if "accelerator" in tree:
-            # A resolved config (config.yaml) records the entry it already applied: keep it as is.
-            return []
-        accelerator = table.get("default") if isinstance(table.get("default"), str) else None
-        if accelerator is None:
-            return []
-    if accelerator not in entries:
+    if accelerator is None and not table:
+        # Without a table, `accelerator` only records which entry produced the train section
+        # (as a resolved config.yaml does); there is nothing to apply.
+        return []
+    chosen = accelerator
+    for candidate in (tree.get("accelerator"), table.get("default")):
+        if chosen is None and isinstance(candidate, str):
+            chosen = candidate
+    if chosen is None:
+        return []
+    if chosen not in entries:
         known = ", ".join(entries) if entries else "none (the workload has no accelerators table)"
         tree.pop("accelerator", None)
-        return [f"accelerator {accelerator!r} is unknown{did_you_mean(accelerator, entries)}; known: {known}"]
-    train = tree.setdefault("train", {})
-    if train is None:
-        train = tree["train"] = {}
+        return [f"accelerator {chosen!r} is unknown{did_you_mean(chosen, entries)}; known: {known}"]
+    train = tree.get("train")
+    if not isinstance(train, dict):
+        train = tree["train"] = {} if train is None else train
     if isinstance(train, dict):
-        train.update(copy.deepcopy(table[accelerator]))
-    tree["accelerator"] = accelerator
+        train.update(copy.deepcopy(table[chosen]))
+    tree["accelerator"] = chosen
     return []
 
 

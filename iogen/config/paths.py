@@ -1,8 +1,6 @@
 """Dotted key paths over the nested dicts a YAML workload loads into."""
 from __future__ import annotations
 
-import copy
-
 from .distributions import DIST_KEYS
 
 MISSING = object()
@@ -48,8 +46,3 @@ def pop_path(tree: dict, parts) -> object:
     if len(parts) > 1 and not parent:
         pop_path(tree, parts[:-1])
     return value
-
-
-def deep_copy(tree: dict) -> dict:
-    """An independent copy, so loading never mutates what the caller passed in."""
-    return copy.deepcopy(tree)

@@ -77,7 +77,7 @@ StorageType = Annotated[Literal["local_fs"], _choice(
     hint=" (a parallel file system mounted with POSIX semantics is local_fs to iogen)")]
 StepCap = Annotated[Optional[PosInt], _off_if_sentinel(-1)]
 CheckpointSteps = Annotated[Optional[PosInt], _off_if_sentinel(-1, 0)]
-Path = Annotated[str, Field(min_length=1)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class Section(BaseModel):
@@ -128,7 +128,7 @@ class Dataset(Section):
     """`dataset`: what the files are and where they live."""
 
     format: Format = "tfrecord"
-    data_folder: Path = "./data"
+    data_folder: NonEmptyStr = "./data"
     num_files_train: PosInt = 8
     num_files_eval: NonNegInt = 0
     num_samples_per_file: PosInt = 1
@@ -238,7 +238,7 @@ class Evaluation(Section):
 class Checkpoint(Section):
     """`checkpoint`: where and when the model (`model.model_size_bytes`) is written."""
 
-    checkpoint_folder: Path = "./checkpoints"
+    checkpoint_folder: NonEmptyStr = "./checkpoints"
     checkpoint_after_epoch: NonNegInt = 1
     epochs_between_checkpoints: PosInt = 1
     steps_between_checkpoints: CheckpointSteps = None  # DLIO's -1 (and 0) mean epoch-based only
@@ -248,8 +248,8 @@ class Checkpoint(Section):
 class Output(Section):
     """`output`: where run folders go."""
 
-    folder: Path = "results"
-    log_file: Path = "iogen.log"
+    folder: NonEmptyStr = "results"
+    log_file: NonEmptyStr = "iogen.log"
 
 
 class Metric(Section):
@@ -264,7 +264,7 @@ class Storage(Section):
     """`storage`: only POSIX file systems (DLIO's local_fs)."""
 
     storage_type: StorageType = "local_fs"
-    storage_root: Path = "./"
+    storage_root: NonEmptyStr = "./"
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -292,7 +292,7 @@ class Workload(Section):
     output: Output = Output()
     metric: Metric = Metric()
     storage: Storage = Storage()
-    # The accelerator whose table entry was applied over `train` (None: no table, or none chosen).
+    # The accelerator whose table entry was applied over `train` (None: none chosen).
     accelerator: Optional[str] = None
     accelerators: dict[str, TrainPatch] = {}
     default_accelerator: Optional[str] = None  # the table's `default:` entry
@@ -310,7 +310,11 @@ class Workload(Section):
     def _across_sections(self):
         problems = []
         known = ", ".join(sorted(self.accelerators)) or "none (the workload has no accelerators table)"
-        for key, value in (("accelerator", self.accelerator), ("accelerators.default", self.default_accelerator)):
+        # Without a table, `accelerator` is only the record of what produced `train` (config.yaml).
+        checked = [("accelerators.default", self.default_accelerator)]
+        if self.accelerators:
+            checked.append(("accelerator", self.accelerator))
+        for key, value in checked:
             if value is not None and value not in self.accelerators:
                 problems.append(f"{key} = {show(value)}: not in the accelerators table; known: {known}")
         ds, rd = self.dataset, self.reader

@@ -7,16 +7,15 @@ from .schema import Workload
 
 
 def resolved_dict(wl: Workload) -> dict:
-    """The fully resolved workload as plain YAML-dumpable data; loading it gives back `wl`."""
+    """The fully resolved workload as plain YAML-dumpable data (for a run's config.yaml).
+
+    The accelerators table is an input device: the chosen entry is already in `train`, so the
+    resolved form keeps only `accelerator` as the record of which entry that was. Loading the
+    result gives a workload that runs identically.
+    """
     # workflow.debug has no effect, and writing it would make the reloaded config warn.
     data = wl.model_dump(mode="json", exclude={"accelerators": True, "default_accelerator": True,
                                                "workflow": {"debug"}})
-    if wl.accelerators or wl.default_accelerator is not None:
-        table = {} if wl.default_accelerator is None else {"default": wl.default_accelerator}
-        for name, entry in wl.accelerators.items():
-            # Only the keys the entry sets: an unset key must not replace the train section's.
-            table[name] = entry.model_dump(mode="json", exclude_unset=True)
-        data["accelerators"] = table
     if data.get("accelerator") is None:
         data.pop("accelerator", None)
     return data
@@ -30,7 +29,7 @@ def dump_yaml(wl: Workload) -> str:
 def compute_by_accelerator(wl: Workload) -> dict[str, str]:
     """Per-step computation_time of each accelerator entry (described), or of the train section."""
     if not wl.accelerators:
-        return {"": wl.train.computation_time.describe()}
+        return {wl.accelerator or "": wl.train.computation_time.describe()}
     out = {}
     for name, entry in sorted(wl.accelerators.items()):
         dist = entry.computation_time if entry.computation_time is not None else wl.train.computation_time
