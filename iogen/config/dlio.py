@@ -15,6 +15,7 @@ DLIO keys that iogen does not model are sorted here, before typed validation:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -88,7 +89,7 @@ def translate(raw: dict) -> tuple[dict, list[str], list[str]]:
             value = dataset.get(key)
             if isinstance(value, float) and value.is_integer():
                 dataset[key] = int(value)
-            elif isinstance(value, float):
+            elif isinstance(value, float) and math.isfinite(value):
                 # MLPerf Storage's resnet50 writes 114660.07: a mean, not a size; round it, and say so.
                 dataset[key] = round(value)
                 warnings.append(
