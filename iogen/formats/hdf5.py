@@ -1,0 +1,268 @@
+"""HDF5 in DLIO's layout: dataset `records` shaped (num_samples, *record) plus `labels` (int64).
+
+record is record_dims when given, else (record_bytes / element size,); sample i is records[i].
+Uncompressed, unchunked files are contiguous: h5py creates the file with the records' space
+allocated up front (no fill), then iogen streams the payload straight to the dataset's file
+offset with pwrite, so generation runs at write speed and threads write in parallel (h5py
+serialises its own calls behind one lock). Chunked (`enable_chunking`, `chunk_size` bytes per
+chunk) and compressed (`gzip` with `compression_level`, `lzf`) files are written through h5py.
+
+Reading: contiguous records are byte ranges at the dataset's offset (index_file). Chunked,
+uncompressed files whose chunk is one whole sample are byte ranges too (one chunk each).
+Everything else is decoded: gzip chunks holding one whole sample are read raw
+(read_direct_chunk) and inflated outside h5py's lock; other layouts go through h5py slicing.
+h5py is imported only when an HDF5 dataset is used.
+"""
+from __future__ import annotations
+
+import math
+import os
+import zlib
+
+import numpy as np
+
+from ..errors import DataError
+from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, file_size_or_error,
+                   fill_random, payload_chunks)
+from .checksum import file_crc32
+
+RECORDS = "records"
+LABELS = "labels"
+_MAX_CHUNK_BYTES = (1 << 32) - 1  # HDF5's limit on one chunk
+ALIGN_BYTES = 4096
+
+
+def _h5py():
+    import h5py
+
+    return h5py
+
+
+class HDF5Format(Format):
+    """HDF5 files written with h5py (contiguous data streamed by pwrite)."""
+
+    name = "hdf5"
+    suffix = "hdf5"
+
+    def __init__(self, enable_chunking: bool = False, chunk_size: int = 0, **kw):
+        super().__init__(**kw)
+        self.enable_chunking = bool(enable_chunking)
+        self.chunk_size = int(chunk_size or 0)
+
+    @property
+    def chunked(self) -> bool:
+        """Whether records are stored in chunks (asked for, or needed by compression)."""
+        return self.enable_chunking or self.compression != "none"
+
+    def variant(self) -> dict:
+        """Format settings that change the bytes, chunking included."""
+        return {**super().variant(), "enable_chunking": self.enable_chunking, "chunk_size": self.chunk_size}
+
+    def chunk_shape(self, record_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """One sample per chunk, cut along leading record axes to about chunk_size bytes."""
+        itemsize = self.element_bytes
+        target = math.prod(record_shape) if self.chunk_size <= 0 else max(1, self.chunk_size // itemsize)
+        target = max(1, min(target, _MAX_CHUNK_BYTES // itemsize))
+        chunk = list(record_shape)
+        for d in range(len(chunk)):
+            rest = math.prod(chunk[d + 1:])
+            if chunk[d] * rest <= target:
+                break
+            chunk[d] = max(1, target // rest)
+        return (1,) + tuple(chunk)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
+        """Contiguous: h5py lays out the file, pwrite fills the records. Else: h5py writes slabs."""
+        n, rb = int(num_samples), int(record_bytes)
+        rshape = self.record_shape(rb)
+        if math.prod(rshape) * self.element_bytes != rb:
+            raise ValueError(f"record_bytes {rb} does not fit record shape {rshape} of {self.record_dtype}")
+        shape = (n,) + rshape
+        if not self.chunked:
+            offset = self._create_contiguous(path, shape)
+            data_crc = self._pwrite_payload(path, offset, n * rb, seed, stream)
+            known = [(offset, n * rb, data_crc)] if n * rb else []
+            return os.stat(path).st_size, file_crc32(path, known)
+        self._write_chunked(path, shape, rb, seed, stream)
+        return os.stat(path).st_size, file_crc32(path)
+
+    def _create_contiguous(self, path, shape) -> int:
+        h5py = _h5py()
+        # big allocations (the records) start on a page boundary, for O_DIRECT reads
+        threshold = max(1, min(ALIGN_BYTES, math.prod(shape) * self.element_bytes))
+        with h5py.File(path, "w", alignment_threshold=threshold, alignment_interval=ALIGN_BYTES) as f:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # space exists now: its offset is known
+            dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # iogen writes every byte itself
+            dcpl.set_obj_track_times(False)  # no timestamps: reruns give identical files
+            space = h5py.h5s.create_simple(shape)
+            tid = h5py.h5t.py_create(self.record_dtype)
+            dsid = h5py.h5d.create(f.id, RECORDS.encode(), tid, space, dcpl=dcpl)
+            offset = dsid.get_offset()
+            f.create_dataset(LABELS, data=np.zeros(shape[0], np.int64), track_times=False)
+        if offset is None:
+            if math.prod(shape) == 0:
+                return 0
+            raise RuntimeError("HDF5 did not allocate the records dataset")  # not expected
+        return int(offset)
+
+    @staticmethod
+    def _pwrite_payload(path, offset: int, nbytes: int, seed: int, stream: int) -> int:
+        buf = np.empty(CHUNK_BYTES, np.uint8)
+        crc = 0
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            pos = offset
+            for chunk in payload_chunks(seed, stream, 0, nbytes, buf):
+                crc = zlib.crc32(chunk, crc)
+                view = chunk
+                while view:
+                    written = os.pwrite(fd, view, pos)
+                    view, pos = view[written:], pos + written
+        finally:
+            os.close(fd)
+        return crc
+
+    def _write_chunked(self, path, shape, rb, seed, stream) -> None:
+        h5py = _h5py()
+        n, rshape = shape[0], shape[1:]
+        chunks = self.chunk_shape(rshape)
+        opts = {}
+        if self.compression == "gzip":
+            opts = {"compression": "gzip", "compression_opts": 4 if self.compression_level is None
+                    else int(self.compression_level)}
+        elif self.compression == "lzf":
+            opts = {"compression": "lzf"}
+        whole_sample_gzip = self.compression == "gzip" and chunks[1:] == rshape
+        with h5py.File(path, "w") as f:
+            ds = f.create_dataset(RECORDS, shape, dtype=self.record_dtype, chunks=chunks,
+                                  track_times=False, **opts)
+            f.create_dataset(LABELS, data=np.zeros(n, np.int64), track_times=False)
+            buf = np.empty(rb if whole_sample_gzip else min(rb, CHUNK_BYTES), np.uint8)
+            for j in range(n):
+                if whole_sample_gzip:
+                    # deflate here (zlib releases the GIL) and hand h5py the finished chunk
+                    raw = payload_bytes(buf, seed, stream, j * rb)
+                    ds.id.write_direct_chunk((j,) + (0,) * len(rshape),
+                                             zlib.compress(raw, opts["compression_opts"]))
+                    continue
+                self._write_sample_slabs(ds, j, rshape, chunks[1], rb, seed, stream, buf)
+
+    def _write_sample_slabs(self, ds, j, rshape, chunk_rows, rb, seed, stream, buf) -> None:
+        """Write sample j in slabs along its first axis: whole chunks, about one buffer each."""
+        row_bytes = rb // rshape[0]
+        rows = max(1, len(buf) // row_bytes) if row_bytes else rshape[0]
+        # whole chunks per slab, so h5py never compresses a chunk twice
+        rows_per_slab = max(chunk_rows, rows // chunk_rows * chunk_rows)
+        for r0 in range(0, rshape[0], rows_per_slab):
+            r1 = min(rshape[0], r0 + rows_per_slab)
+            part = np.empty((r1 - r0) * row_bytes, np.uint8) if (r1 - r0) * row_bytes > len(buf) \
+                else buf[:(r1 - r0) * row_bytes]
+            payload_bytes(part, seed, stream, j * rb + r0 * row_bytes)
+            ds[j, r0:r1] = part.view(self.record_dtype).reshape((r1 - r0,) + rshape[1:])
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _open(self, path):
+        size = file_size_or_error(path)
+        try:
+            f = _h5py().File(path, "r")
+        except OSError as exc:
+            raise DataError(path, f"HDF5 cannot open it ({exc}); truncated or corrupt?", offset=size) from None
+        try:
+            ds = f[RECORDS]
+        except KeyError:
+            f.close()
+            raise DataError(path, f"has no dataset {RECORDS!r}") from None
+        return f, ds, size
+
+    def index_file(self, path):
+        """Sample byte ranges: contiguous data at its offset, or one whole-sample chunk each; else None."""
+        f, ds, size = self._open(path)
+        with f:
+            n = ds.shape[0] if ds.shape else 0
+            sample_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
+            offset = ds.id.get_offset()
+            if offset is not None and not ds.compression and ds.chunks is None:
+                offsets = int(offset) + np.arange(n, dtype=np.int64) * sample_bytes
+                lengths = np.full(n, sample_bytes, np.int64)
+            elif ds.chunks is not None and not ds.compression and not ds.shuffle and not ds.fletcher32 \
+                    and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(ds.shape[1:]):
+                zeros = (0,) * (len(ds.shape) - 1)
+                info = [ds.id.get_chunk_info_by_coord((j,) + zeros) for j in range(n)]
+                if any(c.byte_offset is None for c in info):
+                    raise DataError(path, "records has unwritten chunks")
+                offsets = np.array([c.byte_offset for c in info], np.int64)
+                lengths = np.array([c.size for c in info], np.int64)
+            else:
+                return None
+        end = int((offsets + lengths).max()) if n else 0
+        if end > size:
+            raise DataError(path, f"file ends at byte {size}, records need {end} (truncated?)", offset=size)
+        return FileIndex(offsets, lengths, "raw", size)
+
+    def read_samples(self, path, sample_ids):
+        """Records as numpy arrays shaped like one record (records[i])."""
+        f, ds, _ = self._open(path)
+        with f:
+            ids = check_sample_ids(path, sample_ids, ds.shape[0] if ds.shape else 0)
+            direct = (ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.chunks is not None
+                      and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(ds.shape[1:]))
+            out = []
+            try:
+                for i in ids:
+                    if direct:
+                        zeros = (0,) * (len(ds.shape) - 1)
+                        mask, raw = ds.id.read_direct_chunk((int(i),) + zeros)
+                        if mask:  # the filter was skipped for this chunk: stored raw
+                            data = raw
+                        else:
+                            data = zlib.decompress(raw)
+                        out.append(np.frombuffer(data, ds.dtype).reshape(ds.shape[1:]))
+                    else:
+                        out.append(ds[int(i)])
+            except (OSError, zlib.error, ValueError) as exc:
+                raise DataError(path, f"cannot read record {int(i)} ({exc})") from None
+        return out
+
+    # -- checking ---------------------------------------------------------------------------
+
+    def check_file(self, path, num_samples, record_bytes):
+        """Opens in h5py; records/labels shapes, dtype and filters; first and last records readable."""
+        n, rb = int(num_samples), int(record_bytes)
+        problems = []
+        try:
+            f, ds, size = self._open(path)
+        except DataError as exc:
+            return [error_text(exc)]
+        with f:
+            want = (n,) + self.record_shape(rb)
+            if tuple(ds.shape) != want:
+                problems.append(f"records has shape {tuple(ds.shape)}, expected {want}")
+            if ds.dtype != self.record_dtype:
+                problems.append(f"records has dtype {ds.dtype}, expected {self.record_dtype}")
+            want_filter = None if self.compression == "none" else self.compression
+            if ds.compression != want_filter:
+                problems.append(f"records compression is {ds.compression}, expected {want_filter}")
+            if LABELS not in f or f[LABELS].shape != (n,):
+                problems.append(f"labels missing or not shaped ({n},)")
+        if problems:
+            return problems
+        try:
+            index = self.index_file(path)
+            if n:
+                self.read_samples(path, [0, n - 1])
+        except DataError as exc:
+            return [error_text(exc)]
+        if index is not None and len(index) != n:
+            problems.append(f"{len(index)} records indexed, expected {n}")
+        return problems
+
+
+def payload_bytes(buf: np.ndarray, seed: int, stream: int, offset_bytes: int) -> np.ndarray:
+    """Fill all of buf with stream bytes from offset_bytes and return it."""
+    fill_random(buf, seed, stream, offset_bytes)
+    return buf
