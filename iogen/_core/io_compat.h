@@ -17,9 +17,20 @@
 #define O_CLOEXEC 0
 #endif
 
-/* Drop the whole file from the page cache; returns 0 or an error number (not -1/errno). */
-static inline int iogen_fadvise_dontneed(int fd)
+/* Drop the whole file from the page cache; returns 0 or an error number (not -1/errno).
+ * POSIX_FADV_DONTNEED skips dirty pages, so a freshly generated file would stay cached: write
+ * dirty pages back first. sync_file_range does that without the device cache flush that
+ * fdatasync may issue, so evicting thousands of clean files per epoch stays cheap. */
+static inline int iogen_evict(int fd)
 {
+#if defined(SYNC_FILE_RANGE_WRITE)
+    if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE
+                                      | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+        int err = errno;
+        /* Files that cannot do it (some FUSE and network file systems): drop clean pages only. */
+        if (err != EINVAL && err != ESPIPE && err != ENOSYS && err != EOPNOTSUPP) return err;
+    }
+#endif
 #if defined(POSIX_FADV_DONTNEED)
     return posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 #else

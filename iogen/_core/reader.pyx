@@ -20,7 +20,7 @@ cdef extern from "io_compat.h" nogil:
     int c_open "open"(const char *path, int flags)
     int c_close "close"(int fd)
     ssize_t pread(int fd, void *buf, size_t count, long offset)
-    int iogen_fadvise_dontneed(int fd)
+    int iogen_evict(int fd)
 
 cdef extern from "<string.h>" nogil:
     char *strerror(int errnum)
@@ -145,10 +145,10 @@ def close_file(int fd):
 
 
 def evict_file(int fd):
-    """Drop the file's pages from the page cache (posix_fadvise DONTNEED over the whole file)."""
+    """Drop the file's pages from the page cache: write back dirty pages, then fadvise DONTNEED."""
     cdef int rc
     with nogil:
-        rc = iogen_fadvise_dontneed(fd)
+        rc = iogen_evict(fd)
     if rc != 0:
         raise _os_error(rc, None)
 

@@ -175,6 +175,7 @@ cdef int scan_frames(int fd, int64_t file_size, bint check_length_crc, unsigned 
 
 def index_records(int fd, int64_t file_size, bint check_length_crc=True):
     """Scan the frames of an open TFRecord file; return int64 arrays (data offsets, data lengths)."""
+    # Headers sit at arbitrary offsets, so fd must be a buffered (non-O_DIRECT) descriptor.
     if file_size < 0:
         raise ValueError(f"file_size must be >= 0, got {file_size}")
     window_arr = np.empty(INDEX_WINDOW_BYTES_C, dtype=np.uint8)

@@ -1,5 +1,7 @@
 """reader: batched pread into caller buffers, checked against plain os.pread on both cores."""
+import ctypes
 import errno
+import mmap
 import os
 import threading
 
@@ -193,6 +195,40 @@ def test_evict_file_accepts_open_file_and_rejects_bad_fd(core, data_file, fd):
     with pytest.raises(OSError) as info:
         core.reader.evict_file(-1)
     assert info.value.errno == errno.EBADF
+
+
+def resident_pages(path):
+    """How many of the file's pages are in the page cache (mincore over a read-only mapping)."""
+    size = os.path.getsize(path)
+    libc = ctypes.CDLL(None, use_errno=True)
+    npages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * npages)()
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), size, prot=mmap.PROT_READ) as mm:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        rc = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vec)
+        del view  # release the buffer before the mapping closes
+    assert rc == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec)
+
+
+def test_evict_file_drops_freshly_written_pages(core, tmp_path):
+    # Just-written pages are dirty, and fadvise DONTNEED alone leaves dirty pages cached.
+    path = tmp_path / "fresh.bin"
+    path.write_bytes(np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes())
+    if resident_pages(path) == 0:
+        pytest.skip("the page cache did not keep the written file")
+    fd = core.reader.open_file(str(path), False)
+    try:
+        core.reader.evict_file(fd)
+        left = resident_pages(path)
+        if left:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            if resident_pages(path):
+                pytest.skip("this file system keeps file pages in memory (tmpfs)")
+    finally:
+        core.reader.close_file(fd)
+    assert left == 0
 
 
 @pytest.mark.parametrize("block_bytes", [1_000, 4_096, 10_000, 65_536])

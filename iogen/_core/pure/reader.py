@@ -6,6 +6,9 @@ import numpy as np
 
 from iogen.errors import ReadFailure
 
+# Write-back failures that only mean "this file cannot do it": evict its clean pages anyway.
+_NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPNOTSUPP)
+
 # One pread asks for at most this much (the compiled core uses the same cap).
 MAX_CHUNK_BYTES = 1 << 30
 
@@ -119,7 +122,15 @@ def close_file(fd):
 
 
 def evict_file(fd):
-    """Drop the file's pages from the page cache (posix_fadvise DONTNEED over the whole file)."""
+    """Drop the file's pages from the page cache: write back dirty pages, then fadvise DONTNEED."""
+    if fd < 0:  # os.fdatasync raises ValueError here; the C call reports EBADF
+        raise OSError(_errno.EBADF, os.strerror(_errno.EBADF))
+    # DONTNEED skips dirty pages; Python has no sync_file_range, so write back with fdatasync.
+    try:
+        os.fdatasync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_WRITEBACK_ERRNOS:
+            raise
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 

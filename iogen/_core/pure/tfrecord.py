@@ -111,6 +111,7 @@ def _read_window(fd, want, offset):
 
 def index_records(fd, file_size, check_length_crc=True):
     """Scan the frames of an open TFRecord file; return int64 arrays (data offsets, data lengths)."""
+    # Headers sit at arbitrary offsets, so fd must be a buffered (non-O_DIRECT) descriptor.
     if file_size < 0:
         raise ValueError(f"file_size must be >= 0, got {file_size}")
     offsets, lengths = [], []
