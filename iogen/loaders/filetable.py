@@ -76,9 +76,10 @@ class FileTable:
 
     def decode_only(self, files: np.ndarray) -> bool:
         """Index any new files of a batch; True when the batch's files have no byte index."""
-        new = np.unique(files[~self.known[files]])
-        for f in new:
-            self._learn(int(f))
+        known = self.known[files]
+        if not known.all():
+            for f in np.unique(files[~known]):
+                self._learn(int(f))
         addressable = self.byte_addressable[files]
         if addressable.all():
             return False
@@ -101,10 +102,13 @@ class FileTable:
             transient = opened.tolist()
             fds = opened[inverse]
         else:
-            for f in np.unique(files[self.fd[files] < 0]):
-                self.fd[f] = self._open_path(int(f))
-                self.open_fds.append(int(f))
             fds = self.fd[files]
+            closed = fds < 0
+            if closed.any():
+                for f in np.unique(files[closed]):
+                    self.fd[f] = self._open_path(int(f))
+                    self.open_fds.append(int(f))
+                fds = self.fd[files]
         offsets = self.base[files] + samples * self.stride[files]
         lengths = self.length[files].copy()
         if self.irregular:

@@ -24,6 +24,8 @@ ALIGN = 4096
 DEFAULT_PIECE_BYTES = 8 << 20
 # Below this a batch is read by one call: thread hand-off would cost more than it saves.
 _MIN_PARALLEL_BYTES = 512 << 10
+# Buffers are faulted in up front only while that stays a modest share of memory.
+_PREFAULT_LIMIT_BYTES = 8 << 30
 
 
 class _Job:
@@ -57,7 +59,24 @@ class NativeLoader(Loader):
         self.table = FileTable(layout, fmt, direct=self.direct)
         self._check = getattr(fmt, "check_read", None)
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-read") if self.threads > 1 else None
-        self._buffers = [np.empty(0, np.uint8) for _ in range(self.prefetch + 1)]
+        self._buffers = self._preallocate(wl, layout)
+
+    def _preallocate(self, wl, layout):
+        """Batch buffers sized for the largest batch, faulted in now rather than during epoch 1.
+
+        A fresh buffer's pages are mapped on first touch, inside the first reads: that would
+        charge the kernel's page faults to the storage in the first epoch.
+        """
+        batch = wl.reader.batch_size if layout.split == "train" else wl.reader.batch_size_eval
+        # per sample: O_DIRECT alignment on both ends plus room for record framing (TFRecord)
+        per_sample = int(layout.record_bytes.max()) + 2 * ALIGN + 64 if layout.num_files else 0
+        nbytes = batch * per_sample
+        slots = self.prefetch + 1
+        buffers = [core.reader.aligned_buffer(nbytes, ALIGN) for _ in range(slots)]
+        if nbytes * slots <= _PREFAULT_LIMIT_BYTES:
+            for buf in buffers:
+                buf[::ALIGN] = 0  # one write per page maps it
+        return buffers
 
     # -- preparing a batch -------------------------------------------------------------
 

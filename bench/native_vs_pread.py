@@ -1,0 +1,103 @@
+"""Whole-run comparison: iogen's native loader against a plain pread loop on the same files.
+
+Both read the same NPZ files, page cache warm, compute 0, alternating in one process so they
+see the same machine state. The baseline is the best the machine does: one thread reading each
+file sequentially with pread into one buffer (iogen.core.reader.pread_loop_baseline, C, no GIL).
+iogen runs the full pipeline (plan, loader, engine, step log, metrics) and its MiB/s comes from
+its own summary: bytes really read over the measured window.
+
+    .venv/bin/python bench/native_vs_pread.py --files 64 --record-mib 4 --reps 5
+
+Prints a Markdown table: medians over repetitions and the ratio iogen / baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def warm(paths, buf, core) -> None:
+    """Read every file once so both contenders start from a warm page cache."""
+    for p in paths:
+        core.reader.pread_loop_baseline(p, 1 << 20, buf)
+
+
+def baseline_mib_s(paths, buf, core) -> float:
+    """Plain sequential pread of every file into one buffer: MiB/s."""
+    t0 = time.perf_counter()
+    total = 0
+    for p in paths:
+        total += core.reader.pread_loop_baseline(p, 4 << 20, buf)
+    return total / 2**20 / (time.perf_counter() - t0)
+
+
+def iogen_run(base_overrides, extra):
+    """One full iogen run; (MiB/s read, samples/s, AU %) from its summary."""
+    from iogen.comm import SingleWorld
+    from iogen.config import load_workload
+    from iogen.runner import run
+
+    wl = load_workload("default", base_overrides + extra)
+    out = run(wl, SingleWorld(), quiet=True)
+    train = out.summary["iogen"]["metrics"]["train"]
+    return train["io_mean_mib_s"], train["throughput_mean_samples_s"], train["au_mean_percentage"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--record-mib", type=float, default=4.0)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1, help="reader.read_threads for iogen")
+    ap.add_argument("--prefetch", type=int, default=2, help="reader.prefetch_size for iogen")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dir", default=None, help="dataset folder (default: a temporary folder)")
+    args = ap.parse_args(argv)
+
+    from iogen import core
+
+    workdir = args.dir or tempfile.mkdtemp(prefix="iogen-bench-")
+    record = int(args.record_mib * 2**20)
+    base = [
+        f"dataset.data_folder={workdir}/data", f"output.folder={workdir}/results",
+        f"dataset.num_files_train={args.files}", f"dataset.record_length_bytes={record}",
+        "dataset.record_length_bytes_stdev=0", f"reader.batch_size={args.batch}",
+        "train.computation_time=0", "train.epochs=2", "metric.au=0", "workflow.generate_data=True",
+    ]
+    iogen_run(base, [])  # generate the data once (and warm up imports)
+    paths = sorted(glob.glob(os.path.join(workdir, "data", "train", "**", "*.npz"), recursive=True))
+    buf = core.reader.aligned_buffer(8 << 20)
+    extra = [f"reader.read_threads={args.threads}", f"reader.prefetch_size={args.prefetch}",
+             "workflow.generate_data=False"]
+    rows = []
+    for _ in range(args.reps):
+        warm(paths, buf, core)
+        b = baseline_mib_s(paths, buf, core)
+        warm(paths, buf, core)
+        i_mib, i_sps, _ = iogen_run(base, extra)
+        rows.append((b, i_mib, i_sps))
+    b_med = statistics.median(r[0] for r in rows)
+    i_med = statistics.median(r[1] for r in rows)
+    s_med = statistics.median(r[2] for r in rows)
+    ratios = [r[1] / r[0] for r in rows]
+    print(f"native NPZ read vs pread loop: {args.files} files x {args.record_mib:g} MiB, batch {args.batch}, "
+          f"read_threads {args.threads}, prefetch {args.prefetch}, compute 0, page cache warm, {args.reps} repetitions, core "
+          f"{core.core_description()}")
+    print()
+    print("| contender | MiB/s (median) | samples/s (median) |")
+    print("|---|---|---|")
+    print(f"| pread loop (C, 1 thread, 4 MiB reads) | {b_med:,.0f} | {b_med / args.record_mib:,.0f} |")
+    print(f"| iogen native | {i_med:,.0f} | {s_med:,.0f} |")
+    print()
+    print(f"ratio iogen / pread loop: median {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
