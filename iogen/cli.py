@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -48,13 +49,34 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--output", "-o", metavar="DIR", help="results folder (same as output.folder=DIR)")
     p.add_argument("--generate", action="store_true", help="generate missing data first (same as workflow.generate_data=True)")
+    p.add_argument("--runs", type=int, default=1, metavar="N",
+                   help="measured runs; with N > 1 or --warmup, a campaign: all runs in one campaign folder, "
+                        "then its report (default 1)")
+    p.add_argument("--warmup", type=int, default=0, metavar="W",
+                   help="warm-up runs before the measured ones: labelled, left out of the statistics (default 0)")
 
     p = sub.add_parser("report", help="aggregate run folders: text, JSON and an HTML report")
-    p.add_argument("runs", metavar="RUN_DIR", nargs="+")
+    p.add_argument("runs", metavar="RUN_DIR", nargs="+",
+                   help="run folders, campaign folders, or folders holding run folders")
+    p.add_argument("--output", "-o", metavar="DIR",
+                   help="where report.json and report.html go (default: the run or campaign folder when given "
+                        "one, else ./report-<UTC timestamp>)")
+    p.add_argument("--reduction", choices=("mean", "olympic", "median", "min"), default="mean",
+                   help="rule of the campaign headline (default: mean, MLPerf Storage's)")
+    p.add_argument("--interval", type=float, default=None, metavar="S",
+                   help="time-series interval in seconds (default 1 s; finer for runs shorter than 30 s)")
+    p.add_argument("--trace", action="store_true",
+                   help="also write per-rank DFTracer .pfw traces into each run folder's traces/")
+    p.add_argument("--no-html", action="store_true", help="write report.json only")
 
     p = sub.add_parser("compare", help="regression gate for CI: exit 1 on a significant slowdown")
-    p.add_argument("baseline", metavar="BASELINE")
-    p.add_argument("candidate", metavar="CANDIDATE")
+    p.add_argument("baseline", metavar="BASELINE", help="run folder, campaign folder or report.json")
+    p.add_argument("candidate", metavar="CANDIDATE", help="run folder, campaign folder or report.json")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="tolerated slowdown in %% of the baseline mean (default 5)")
+    p.add_argument("--metric", choices=("throughput", "au", "io"), default="throughput",
+                   help="gate metric: samples/s, AU %% or MiB/s (default throughput)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     return parser
 
 
@@ -90,6 +112,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     from .errors import IogenError
 
+    warnings.showwarning = _show_warning
     try:
         from . import commands
 
@@ -103,6 +126,11 @@ def main(argv=None) -> int:
     except OSError as exc:
         print(f"iogen: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings read as the tool's own messages, not as Python source locations."""
+    print(f"iogen: warning: {message}", file=sys.stderr)
 
 
 def _print_error(exc) -> None:

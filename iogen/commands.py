@@ -24,17 +24,29 @@ def cmd_workloads(args) -> int:
     """List bundled workloads and their key numbers."""
     from .config import list_workloads, load_workload, workload_summary
 
-    rows = []
+    columns = (
+        ("workload", lambda s: s["name"]),
+        ("format", lambda s: s["format"] + ("" if s["compression"] == "none" else f"+{s['compression']}")),
+        ("loader", lambda s: s["data_loader"]),
+        ("files", lambda s: f"{s['num_files_train']:,}"),
+        ("samples/file", lambda s: f"{s['num_samples_per_file']:,}"),
+        ("record bytes (stdev)", lambda s: f"{s['record_length_bytes']:,} ({s['record_length_bytes_stdev']:,.0f})"),
+        ("dataset", lambda s: _gib(s["dataset_bytes"])),
+        ("batch", lambda s: s["batch_size"]),
+        ("threads", lambda s: s["read_threads"]),
+        ("compute s/step", lambda s: ", ".join(f"{k} {v.removesuffix(' s')}" for k, v in
+                                              sorted(s["computation_time_by_accelerator"].items()))
+         or s["computation_time"].removesuffix(" s")),
+        ("epochs", lambda s: s["epochs"]),
+        ("AU", lambda s: f"{s['au']:.2f}"),
+    )
+    table = [[head for head, _ in columns]]
     for name in list_workloads():
         s = workload_summary(load_workload(name))
-        rows.append(s)
-    if not rows:
-        return EXIT_OK
-    keys = list(rows[0].keys())
-    widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in keys}
-    print("  ".join(k.ljust(widths[k]) for k in keys))
-    for r in rows:
-        print("  ".join(str(r.get(k, "")).ljust(widths[k]) for k in keys))
+        table.append([str(get(s)) for _, get in columns])
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return EXIT_OK
 
 
@@ -120,6 +132,11 @@ def cmd_run(args) -> int:
         extra["workflow.generate_data"] = "True"
     wl = _load(args, **extra)
     world = get_world()
+    if args.runs != 1 or args.warmup:
+        from .campaign import report_campaign, run_campaign
+
+        campaign = run_campaign(wl, world, args.runs, args.warmup, quiet=args.quiet, stream=sys.stderr)
+        return report_campaign(campaign) if world.rank == 0 else EXIT_OK
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
     if world.rank != 0:
         return EXIT_OK
@@ -132,12 +149,31 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Aggregate run folders (campaign statistics and an HTML report)."""
-    print("iogen report: not available yet", file=sys.stderr)
-    return EXIT_USAGE
+    """Aggregate run folders (campaign statistics and an HTML report); exit 1 when the campaign is not valid."""
+    from .report.aggregate import write_report
+
+    if args.interval is not None and args.interval <= 0:
+        print("iogen: error: --interval must be > 0 seconds", file=sys.stderr)
+        return EXIT_USAGE
+    report, text, written = write_report(args.runs, args.output, reduction=args.reduction,
+                                         interval_s=args.interval, html=not args.no_html, traces=args.trace)
+    print(text)
+    print("wrote: " + ", ".join(written))
+    return EXIT_OK if report["campaign"]["valid"] else EXIT_GATE
 
 
 def cmd_compare(args) -> int:
-    """Regression gate between two runs or campaigns."""
-    print("iogen compare: not available yet", file=sys.stderr)
-    return EXIT_USAGE
+    """Regression gate between two runs or campaigns: exit 1 on a slowdown beyond --threshold with confidence."""
+    from .report.compare import compare, load_side, render_comparison
+
+    if not 0 <= args.threshold < 100:
+        print("iogen: error: --threshold must be a percentage in [0, 100)", file=sys.stderr)
+        return EXIT_USAGE
+    result = compare(load_side(args.baseline), load_side(args.candidate), metric=args.metric,
+                     threshold_pct=args.threshold)
+    print(render_comparison(result))
+    if args.json:
+        from .report.rundir import write_json
+
+        write_json(args.json, result.to_dict())
+    return result.exit_code
