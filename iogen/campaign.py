@@ -34,6 +34,7 @@ __all__ = [
     "describe",
     "read_campaign_file",
     "reduce_values",
+    "report_campaign",
     "run_campaign",
     "run_values_from_summary",
 ]
@@ -367,6 +368,25 @@ def run_campaign(wl, world, runs: int, warmup: int = 0, *, quiet: bool = False, 
         if i == 0 and getattr(current.workflow, "generate_data", False):
             current = _without_generation(current)  # the data exists now; later runs only read it
     return outcome
+
+
+def report_campaign(outcome: CampaignOutcome, reduction: str = "mean", stream=None) -> int:
+    """After `iogen run --runs N --warmup W`: write report.json/.html into the campaign folder, print
+    the text report; exit code 0 when the campaign is valid, 1 when not (rank 0 only)."""
+    import sys
+
+    from .report.aggregate import write_report
+
+    out = stream or sys.stdout
+    try:
+        report, text, _ = write_report([outcome.campaign_dir], outcome.campaign_dir, reduction=reduction)
+    except ImportError as exc:  # matplotlib/jinja2 missing: still give the numbers
+        report, text, _ = write_report([outcome.campaign_dir], outcome.campaign_dir, reduction=reduction,
+                                       html=False)
+        print(f"note: no report.html ({exc}); install iogen[report] for it", file=out)
+    print(text, file=out)
+    print(f"results: {outcome.campaign_dir}", file=out)
+    return 0 if report["campaign"]["valid"] else 1
 
 
 def _with_output(wl, folder):

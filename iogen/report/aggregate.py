@@ -1,0 +1,250 @@
+"""`iogen report`: run folders and campaign folders -> one report document (report.json).
+
+Inputs, each a path:
+- a run folder (holds summary.json);
+- a campaign folder (holds campaign.json, written by `iogen run --runs N --warmup W`): its
+  runs in the order they ran;
+- any folder whose sub-folders are run folders (e.g. results/ of separate invocations):
+  those runs, ordered by start time.
+Runs from separate invocations combine like the runs of one campaign; a run is a warm-up only
+when its own summary says so (`iogen.warmup`, set from its label when it ran).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+
+import yaml
+
+from .. import campaign as _campaign
+from ..errors import DataError
+from .timeseries import read_run_steps, run_timeseries, wait_histograms
+
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "build_report",
+    "default_output_dir",
+    "find_run_dirs",
+    "load_run",
+    "read_summary",
+    "write_report",
+]
+
+REPORT_SCHEMA_VERSION = 1
+PERCENTILES = (50, 90, 99, 99.9)
+
+
+def read_summary(run_dir) -> dict:
+    """A run folder's summary.json (DataError when it is missing or not JSON)."""
+    path = os.path.join(os.fspath(run_dir), "summary.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DataError(path, "no summary.json: not an iogen run folder (or the run never started)") from None
+    except ValueError as exc:
+        raise DataError(path, f"summary.json is not valid JSON: {exc}") from None
+
+
+def _is_run(path) -> bool:
+    return os.path.isfile(os.path.join(path, "summary.json"))
+
+
+def _is_campaign(path) -> bool:
+    return os.path.isfile(os.path.join(path, _campaign.CAMPAIGN_FILE))
+
+
+def _campaign_runs(path) -> list[str]:
+    doc = _campaign.read_campaign_file(path)
+    runs = [os.path.join(path, r["run_dir"]) for r in doc.get("runs", [])]
+    return [r for r in runs if _is_run(r)]
+
+
+def _start_key(run_dir):
+    try:
+        return (read_summary(run_dir).get("start") or "", run_dir)
+    except DataError:
+        return ("", run_dir)
+
+
+def find_run_dirs(paths) -> list[str]:
+    """Expand run, campaign and results folders into run folders (absolute paths, no duplicates)."""
+    found: list[str] = []
+    for p in paths:
+        p = os.path.abspath(os.fspath(p))
+        if not os.path.isdir(p):
+            raise DataError(p, "not a folder (expected a run folder, a campaign folder or a results folder)")
+        if _is_run(p):
+            runs = [p]
+        elif _is_campaign(p):
+            runs = _campaign_runs(p)
+        else:
+            subs = [os.path.join(p, d) for d in sorted(os.listdir(p))]
+            runs = sorted((d for d in subs if os.path.isdir(d) and _is_run(d)), key=_start_key)
+            for d in subs:
+                if os.path.isdir(d) and not _is_run(d) and _is_campaign(d):
+                    runs.extend(_campaign_runs(d))
+        if not runs:
+            raise DataError(p, "holds no iogen run (no summary.json here or in its sub-folders)")
+        found.extend(r for r in runs if r not in found)
+    return found
+
+
+def _window(run_dir) -> tuple[int, int]:
+    """(exclude_start_steps, exclude_end_steps) the run used, from its config.yaml (defaults 1, 0)."""
+    try:
+        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as fh:
+            metric = (yaml.safe_load(fh) or {}).get("workload", {}).get("metric", {}) or {}
+    except (OSError, yaml.YAMLError):
+        metric = {}
+    return int(metric.get("exclude_start_steps", 1)), int(metric.get("exclude_end_steps", 0))
+
+
+def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) -> dict:
+    """One run's entry of report.json: campaign figures, per-epoch values, wait percentiles, series."""
+    run_dir = os.path.abspath(os.fspath(run_dir))
+    doc = read_summary(run_dir)
+    rv = _campaign.run_values_from_summary(doc, run_dir)
+    train = ((doc.get("iogen") or {}).get("metrics") or {}).get("train") or {}
+    per_epoch = train.get("per_epoch") or {}
+    entry = {
+        "label": rv.label,
+        "warmup": rv.warmup,
+        "complete": rv.complete,
+        "incomplete_reason": (doc.get("iogen") or {}).get("incomplete_reason"),
+        "run_dir": run_dir,
+        "workload": rv.workload,
+        "num_accelerators": rv.num_accelerators,
+        "start": rv.start,
+        "au_percentage": rv.au_percentage,
+        "throughput_samples_s": rv.throughput_samples_s,
+        "io_mib_s": rv.io_mib_s,
+        "au_met": rv.au_met,
+        "au_threshold_percentage": rv.au_threshold_percentage,
+        "page_cache_warning": (doc.get("iogen") or {}).get("page_cache_warning"),
+        "per_epoch": {
+            "epoch": per_epoch.get("epoch", []),
+            "au_percentage": per_epoch.get("au_percentage", []),
+            "throughput_samples_s": per_epoch.get("throughput_samples_s", []),
+            "io_mib_s": per_epoch.get("io_mib_s", []),
+            "wait_mean_ns": per_epoch.get("wait_mean_ns", []),
+            "compute_mean_ns": per_epoch.get("compute_mean_ns", []),
+        },
+        "wait": None,
+        "wait_per_epoch": [],
+        "wait_histogram": None,
+        "timeseries": None,
+    }
+    if latency:
+        logs = read_run_steps(run_dir)
+        if logs:
+            start, end = _window(run_dir)
+            epochs, whole = wait_histograms(logs, exclude_start_steps=start, exclude_end_steps=end)
+            entry["wait"] = whole.summary(PERCENTILES)
+            entry["wait_per_epoch"] = [{"epoch": e, **h.summary(PERCENTILES)} for e, h in epochs.items()]
+            entry["wait_histogram"] = whole.to_dict()
+            entry["wait_window"] = {"exclude_start_steps": start, "exclude_end_steps": end}
+            entry["timeseries"] = run_timeseries(logs, interval_s)
+    return entry
+
+
+def _values(entry) -> _campaign.RunValues:
+    return _campaign.RunValues(
+        label=entry["label"], path=entry["run_dir"], warmup=entry["warmup"], complete=entry["complete"],
+        au_percentage=entry["au_percentage"], throughput_samples_s=entry["throughput_samples_s"],
+        io_mib_s=entry["io_mib_s"], au_met=entry["au_met"],
+        au_threshold_percentage=entry["au_threshold_percentage"], workload=entry["workload"],
+        num_accelerators=entry["num_accelerators"], start=entry["start"],
+    )
+
+
+def _unique_labels(runs: list[dict]) -> None:
+    """Runs from separate invocations may share a label ("run"): make each label unique."""
+    seen: dict[str, int] = {}
+    for r in runs:
+        seen[r["label"]] = seen.get(r["label"], 0) + 1
+    if all(n == 1 for n in seen.values()):
+        return
+    count: dict[str, int] = {}
+    for r in runs:
+        if seen[r["label"]] > 1:
+            count[r["label"]] = count.get(r["label"], 0) + 1
+            r["label"] = f"{r['label']}#{count[r['label']]}"
+
+
+def build_report(paths, *, reduction: str = "mean", latency: bool = True, interval_s: float | None = None) -> dict:
+    """The report document (report.json) of run/campaign/results folders."""
+    from ..histogram import LatencyHistogram
+
+    run_dirs = find_run_dirs(paths)
+    runs = [load_run(d, latency=latency, interval_s=interval_s) for d in run_dirs]
+    _unique_labels(runs)
+    stats = _campaign.campaign_stats([_values(r) for r in runs], reduction)
+    camp = stats.to_dict()
+    measured = [r for r in runs if not r["warmup"] and r["complete"] and r["wait_histogram"]]
+    if measured:
+        merged = LatencyHistogram.merged(LatencyHistogram.from_dict(r["wait_histogram"]) for r in measured)
+        camp["wait"] = merged.summary(PERCENTILES)
+        camp["wait_histogram"] = merged.to_dict()
+    else:
+        camp["wait"] = None
+        camp["wait_histogram"] = None
+    return {
+        "format": "iogen report",
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": [os.path.abspath(os.fspath(p)) for p in paths],
+        "units": {"au_percentage": "%", "throughput_samples_s": "samples/s", "io_mib_s": "MiB/s (2**20 bytes/s)",
+                  "wait": "ns, batch wait t_ready - t_request, metrics-window steps of the train phase"},
+        "runs": runs,
+        "campaign": camp,
+    }
+
+
+def default_output_dir(paths) -> str:
+    """Where `iogen report` writes by default: the run (or campaign) folder when given one, else ./report-<UTC stamp>."""
+    if len(paths) == 1:
+        p = os.path.abspath(os.fspath(paths[0]))
+        if _is_run(p) or _is_campaign(p):
+            return p
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return os.path.abspath(f"report-{stamp}")
+
+
+def write_report(paths, output_dir=None, *, reduction: str = "mean", interval_s: float | None = None,
+                 html: bool = True, traces: bool = False) -> tuple[dict, str, list[str]]:
+    """Build the report of `paths`, write report.json (+ report.html, + traces); (report, text, files written)."""
+    from .rundir import write_json
+    from .text import render_report
+
+    report = build_report(paths, reduction=reduction, interval_s=interval_s)
+    text = render_report(report)
+    output_dir = os.fspath(output_dir) if output_dir else default_output_dir(paths)
+    os.makedirs(output_dir, exist_ok=True)
+    written = []
+    if traces:
+        from .trace import write_traces
+
+        for run in report["runs"]:
+            written.extend(write_traces(run["run_dir"]))
+    json_path = os.path.join(output_dir, "report.json")
+    write_json(json_path, _json_safe(report))
+    written.append(json_path)
+    if html:
+        from .html import write_html
+
+        written.append(write_html(report, text, os.path.join(output_dir, "report.html")))
+    return report, text, written
+
+
+def _json_safe(obj):
+    """JSON has no NaN or infinity: they become null."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,236 @@
+"""`iogen compare`: a regression gate between two runs or campaigns, for CI.
+
+Each side is a run folder, a campaign folder, a folder of run folders, or a report.json written
+by `iogen report` (a small file a CI job can keep as its baseline). Warm-ups and incomplete
+runs are left out. The gate metric is one of throughput (samples/s), au (AU %) or io (MiB/s);
+higher is better for all three, and the threshold is relative to the baseline mean.
+
+Decision (docs/reports.md):
+- both sides have >= 2 runs: Welch's t-test (scipy.stats.ttest_ind, unequal variances) of
+  H0: mean(candidate) >= (1 - threshold) x mean(baseline) against H1: it is lower, run on the
+  candidate values and the baseline values scaled by (1 - threshold). A regression is reported
+  (exit 1) when p < alpha (0.05): the candidate is slower than the baseline by more than the
+  threshold with 95% confidence. If neither side varies at all, the comparison is exact.
+- one side has a single run: no variance can be estimated, so the plain rule applies: a
+  regression when the candidate mean is below (1 - threshold) x the baseline mean. The output
+  says so.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..campaign import METRICS, RunValues, run_values_from_summary
+from ..errors import DataError
+from .text import fmt_num, table
+
+__all__ = ["ALPHA", "GATE_METRICS", "Comparison", "Side", "compare", "load_side", "render_comparison"]
+
+GATE_METRICS = {"throughput": "throughput_samples_s", "au": "au_percentage", "io": "io_mib_s"}
+_UNITS = {key: unit for key, _, unit in METRICS}
+_NAMES = {key: name for key, name, _ in METRICS}
+ALPHA = 0.05
+
+
+@dataclass
+class Side:
+    """One side of a comparison: the measured, complete runs found at a path."""
+
+    path: str
+    labels: list
+    values: dict  # metric key -> list of floats, one per run
+    left_out: list = field(default_factory=list)  # labels of warm-ups and incomplete runs
+
+    def series(self, key) -> np.ndarray:
+        """The finite values of one metric."""
+        return np.array([v for v in self.values[key] if v is not None and math.isfinite(v)], dtype=np.float64)
+
+
+def _side_from_runs(path, runs: list[RunValues]) -> Side:
+    used = [r for r in runs if not r.warmup and r.complete]
+    left = [r.label for r in runs if r.warmup or not r.complete]
+    values = {key: [r.value(key) for r in used] for key, _, _ in METRICS}
+    return Side(path, [r.label for r in used], values, left)
+
+
+def load_side(path) -> Side:
+    """Read a run folder, campaign folder, folder of runs, or report.json into a Side."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except ValueError as exc:
+            raise DataError(path, f"not valid JSON: {exc}") from None
+        if doc.get("format") == "iogen report":
+            runs = [RunValues(r["label"], r["run_dir"], r["warmup"], r["complete"], r["au_percentage"],
+                              r["throughput_samples_s"], r["io_mib_s"], r["au_met"], r["au_threshold_percentage"])
+                    for r in doc.get("runs", [])]
+        elif "metric" in doc and "iogen" in doc:  # a summary.json
+            runs = [run_values_from_summary(doc, os.path.dirname(path))]
+        else:
+            raise DataError(path, "neither an iogen report.json nor a summary.json")
+    else:
+        from .aggregate import find_run_dirs, read_summary
+
+        runs = [run_values_from_summary(read_summary(d), d) for d in find_run_dirs([path])]
+    side = _side_from_runs(path, runs)
+    if not side.labels:
+        raise DataError(path, "no measured, complete run to compare (warm-ups and incomplete runs are left out)")
+    return side
+
+
+@dataclass
+class Comparison:
+    """The outcome of compare(): numbers per metric, the gate's method, verdict and exit code."""
+
+    metric: str  # gate metric key
+    threshold_pct: float
+    baseline: Side
+    candidate: Side
+    rows: list  # per metric: dict(key, baseline_mean, candidate_mean, change_pct, ...)
+    method: str  # "welch" | "exact" | "threshold"
+    p_value: float | None
+    change_ci_pct: tuple | None  # 95% interval of the relative change of the means (welch only)
+    regression: bool
+    explanation: str
+
+    @property
+    def exit_code(self) -> int:
+        """1 on a regression, else 0."""
+        return 1 if self.regression else 0
+
+    def to_dict(self) -> dict:
+        """JSON form (`iogen compare --json`)."""
+        return {
+            "metric": self.metric,
+            "threshold_percentage": self.threshold_pct,
+            "baseline": {"path": self.baseline.path, "runs": self.baseline.labels, "left_out": self.baseline.left_out},
+            "candidate": {"path": self.candidate.path, "runs": self.candidate.labels,
+                          "left_out": self.candidate.left_out},
+            "metrics": self.rows,
+            "method": self.method,
+            "p_value": self.p_value,
+            "change_ci95_percentage": list(self.change_ci_pct) if self.change_ci_pct else None,
+            "regression": self.regression,
+            "explanation": self.explanation,
+            "exit_code": self.exit_code,
+        }
+
+
+def _stdev(x):
+    return float(np.std(x, ddof=1)) if len(x) >= 2 else None
+
+
+def _welch_change_ci(b, c):
+    """95% Welch interval of mean(c) - mean(b), as % of mean(b)."""
+    from scipy import stats
+
+    vb, vc = np.var(b, ddof=1) / len(b), np.var(c, ddof=1) / len(c)
+    se = math.sqrt(vb + vc)
+    if se == 0.0:
+        d = c.mean() - b.mean()
+        return (d / b.mean() * 100.0,) * 2
+    df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1))
+    half = float(stats.t.ppf(0.975, df)) * se
+    d = c.mean() - b.mean()
+    return ((d - half) / b.mean() * 100.0, (d + half) / b.mean() * 100.0)
+
+
+def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", threshold_pct: float = 5.0,
+            alpha: float = ALPHA) -> Comparison:
+    """Decide whether the candidate is slower than the baseline beyond threshold_pct, with confidence."""
+    if metric not in GATE_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(GATE_METRICS)}, got {metric!r}")
+    if not 0.0 <= threshold_pct < 100.0:
+        raise ValueError(f"threshold must be a percentage in [0, 100), got {threshold_pct}")
+    key = GATE_METRICS[metric]
+    rows = []
+    for k, _, _ in METRICS:
+        b, c = baseline.series(k), candidate.series(k)
+        bm = float(b.mean()) if len(b) else None
+        cm = float(c.mean()) if len(c) else None
+        change = (cm - bm) / bm * 100.0 if bm and cm is not None else None
+        rows.append({"key": k, "gate": k == key, "baseline_n": len(b), "candidate_n": len(c),
+                     "baseline_mean": bm, "candidate_mean": cm, "baseline_stdev": _stdev(b),
+                     "candidate_stdev": _stdev(c), "change_percentage": change})
+    b, c = baseline.series(key), candidate.series(key)
+    if len(b) == 0 or len(c) == 0:
+        side = baseline if len(b) == 0 else candidate
+        raise DataError(side.path, f"no {_NAMES[key]} value in its runs")
+    bm = float(b.mean())
+    if bm <= 0:
+        raise DataError(baseline.path, f"baseline {_NAMES[key]} mean is {bm}: nothing to compare against")
+    floor = (1.0 - threshold_pct / 100.0) * bm
+    change = (c.mean() - bm) / bm * 100.0
+    thr = f"{threshold_pct:g}%"
+    p_value = ci = None
+    if len(b) >= 2 and len(c) >= 2:
+        ci = _welch_change_ci(b, c)
+        if np.ptp(b) == 0 and np.ptp(c) == 0:
+            method = "exact"
+            regression = bool(c.mean() < floor)
+            why = ("neither side varies, so the means are compared exactly: candidate "
+                   f"{'below' if regression else 'not below'} (1 - {thr}) x baseline")
+        else:
+            from scipy import stats
+
+            method = "welch"
+            p_value = float(stats.ttest_ind(c, b * (1.0 - threshold_pct / 100.0), equal_var=False,
+                                            alternative="less").pvalue)
+            regression = p_value < alpha
+            why = (f"Welch t-test, H1: candidate mean < (1 - {thr}) x baseline mean: p = {p_value:.4g} "
+                   f"{'<' if regression else '>='} {alpha:g}")
+    else:
+        method = "threshold"
+        regression = bool(c.mean() < floor)
+        why = (f"single run on {'both sides' if len(b) == len(c) == 1 else 'one side'}: no variance to test, "
+               f"plain threshold on the values (candidate {'below' if regression else 'not below'} "
+               f"(1 - {thr}) x baseline); no statistical confidence")
+    if regression:
+        verdict = f"REGRESSION: candidate {_NAMES[key]} is {fmt_num(-change, 2)}% below the baseline, beyond {thr}"
+        if method == "welch":
+            verdict += f" with {100 * (1 - alpha):g}% confidence"
+    elif change < -threshold_pct:
+        verdict = (f"no regression established: candidate is {fmt_num(-change, 2)}% slower, but not beyond {thr} "
+                   f"with {100 * (1 - alpha):g}% confidence")
+    else:
+        verdict = f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold -{thr})"
+    return Comparison(metric=key, threshold_pct=threshold_pct, baseline=baseline, candidate=candidate,
+                      rows=rows, method=method, p_value=p_value, change_ci_pct=ci, regression=regression,
+                      explanation=f"{verdict}\n{why}")
+
+
+def render_comparison(cmp: Comparison) -> str:
+    """The readable table `iogen compare` prints, decision last."""
+    lines = [
+        f"iogen compare: gate on {_NAMES[cmp.metric]} ({_UNITS[cmp.metric]}), threshold {cmp.threshold_pct:g}%",
+        f"baseline:  {cmp.baseline.path} ({len(cmp.baseline.labels)} run(s): {', '.join(cmp.baseline.labels)})",
+        f"candidate: {cmp.candidate.path} ({len(cmp.candidate.labels)} run(s): {', '.join(cmp.candidate.labels)})",
+    ]
+    for side in (cmp.baseline, cmp.candidate):
+        if side.left_out:
+            lines.append(f"left out of {os.path.basename(side.path)}: {', '.join(side.left_out)} (warm-up/incomplete)")
+    lines.append("")
+    rows = []
+    for r in cmp.rows:
+        d = 2 if r["key"] == "au_percentage" else 1
+        rows.append([
+            ("* " if r["gate"] else "  ") + f"{_NAMES[r['key']]} ({_UNITS[r['key']]})",
+            fmt_num(r["baseline_mean"], d), fmt_num(r["baseline_stdev"], d),
+            fmt_num(r["candidate_mean"], d), fmt_num(r["candidate_stdev"], d),
+            "n/a" if r["change_percentage"] is None else fmt_num(r["change_percentage"], 2, signed=True) + "%",
+        ])
+    lines.append(table(["metric", "baseline mean", "stdev", "candidate mean", "stdev", "change"], rows))
+    lines.append("* gate metric; stdev: sample (n - 1), n/a for a single run")
+    if cmp.change_ci_pct is not None:
+        lo, hi = cmp.change_ci_pct
+        lines.append(f"95% interval of the change (Welch): {fmt_num(lo, 2, signed=True)}% .. {fmt_num(hi, 2, signed=True)}%")
+    lines.append("")
+    lines.extend(cmp.explanation.splitlines())
+    lines.append(f"exit {cmp.exit_code}")
+    return "\n".join(lines)

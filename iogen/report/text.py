@@ -1,0 +1,125 @@
+"""Plain-text tables of a report and of a comparison (what `iogen report`/`compare` print)."""
+from __future__ import annotations
+
+import math
+
+__all__ = ["flag_lines", "fmt_ns", "fmt_num", "render_report", "table"]
+
+
+def fmt_ns(ns) -> str:
+    """A duration in ns with a readable unit: 850 ns, 12.3 us, 4.56 ms, 1.234 s."""
+    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
+        return "n/a"
+    ns = float(ns)
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.1f} us"
+    if ns < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.3f} s"
+
+
+def fmt_num(x, digits: int = 1, signed: bool = False) -> str:
+    """A number with thousands separators, or n/a."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return format(float(x), ("+" if signed else "") + f",.{digits}f")
+
+
+def table(header, rows, align=None) -> str:
+    """Columns padded to their widest cell; `align` is a string of l/r per column (default: l then r)."""
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    ncol = len(header)
+    align = align or ("l" + "r" * (ncol - 1))
+    widths = [max(len(r[i]) for r in cells) for i in range(ncol)]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)).rstrip()
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+_METRIC_ROWS = (("au_percentage", "AU %", 2), ("throughput_samples_s", "samples/s", 1), ("io_mib_s", "MiB/s", 1))
+
+
+def _gate(run) -> str:
+    if not run["complete"]:
+        return "INCOMPLETE"
+    if run["au_met"] is None:
+        return "n/a"
+    return "met" if run["au_met"] else "NOT met"
+
+
+def flag_lines(camp: dict) -> list[str]:
+    """One entry per flagged run: "run-2 AU -14.0%, samples/s -20.6%"."""
+    by_run: dict[str, list[str]] = {}
+    for key, name, _ in _METRIC_ROWS:
+        name = name.replace(" %", "")
+        for f in camp["flagged"][key]:
+            by_run.setdefault(f["label"], []).append(f"{name} {fmt_num(f['deviation_percentage'], 1, signed=True)}%")
+    return [f"{label} {', '.join(parts)}" for label, parts in by_run.items()]
+
+
+def render_report(report: dict) -> str:
+    """The text form of a report document (report.json mirrors it)."""
+    runs = report["runs"]
+    camp = report["campaign"]
+    warm = sum(1 for r in runs if r["warmup"])
+    workloads = sorted({str(r["workload"]) for r in runs})
+    accels = sorted({str(r["num_accelerators"]) for r in runs})
+    lines = [
+        f"iogen report: {len(runs)} run(s) ({warm} warm-up), workload {', '.join(workloads)}, "
+        f"{', '.join(accels)} accelerator(s)",
+        "",
+    ]
+    rows = []
+    for r in runs:
+        wait = r.get("wait") or {}
+        rows.append([
+            r["label"], "warm-up" if r["warmup"] else "measured",
+            fmt_num(r["au_percentage"], 2), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
+            fmt_ns(wait.get("p50_ns")), fmt_ns(wait.get("p99_ns")), fmt_ns(wait.get("max_ns")), _gate(r),
+        ])
+    lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max", "AU gate"],
+                       rows, "llrrrrrrl"))
+    lines.append("")
+    n = len(camp["measured_runs"])
+    lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"
+                                                       if camp["warmup_runs"] else ""))
+    srows = []
+    for key, name, d in _METRIC_ROWS:
+        s = camp["metrics"][key]
+        ci = "n/a" if s["ci95_low"] is None else f"[{fmt_num(s['ci95_low'], d)}, {fmt_num(s['ci95_high'], d)}]"
+        srows.append([name, fmt_num(s["mean"], d), fmt_num(s["median"], d), fmt_num(s["min"], d),
+                      fmt_num(s["max"], d), fmt_num(s["olympic_mean"], d), fmt_num(s["stdev_sample"], d),
+                      fmt_num(s["cv_percentage"], 2), ci])
+    lines.append(table(["metric", "mean", "median", "min", "max", "olympic", "stdev", "CV %", "95% CI"], srows))
+    lines.append("stdev: sample (n - 1); 95% CI: Student-t interval of the mean")
+    for note in sorted({note for k, _, _ in _METRIC_ROWS for note in camp["metrics"][k]["notes"]}):
+        lines.append(f"note: {note}")
+    wait = camp.get("wait")
+    if wait:
+        lines.append(
+            f"batch wait over the measured runs ({wait['count']:,} steps): p50 {fmt_ns(wait['p50_ns'])}, "
+            f"p90 {fmt_ns(wait['p90_ns'])}, p99 {fmt_ns(wait['p99_ns'])}, p99.9 {fmt_ns(wait['p99_9_ns'])}, "
+            f"max {fmt_ns(wait['max_ns'])}"
+        )
+    flags = flag_lines(camp)
+    if flags:
+        lines.append(f"flagged, more than {camp['deviation_flag_percentage']:g}% from the mean:")
+        lines.extend(f"  {f}" for f in flags)
+    for note in camp["notes"]:
+        lines.append(f"note: {note}")
+    h = camp["headline"]
+    lines.append("")
+    lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
+    lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
+                 f"{fmt_num(h['io_mib_s'])} MiB/s")
+    if camp["valid"]:
+        lines.append("campaign VALID: every measured run met its AU threshold")
+    else:
+        lines.append("campaign NOT VALID: " + "; ".join(camp["invalid_reasons"]))
+    return "\n".join(lines)
