@@ -158,7 +158,10 @@ def cmd_report(args) -> int:
     report, text, written = write_report(args.runs, args.output, reduction=args.reduction,
                                          interval_s=args.interval, html=not args.no_html, traces=args.trace)
     print(text)
-    print("wrote: " + ", ".join(written))
+    traces = [w for w in written if w.endswith(".pfw")]
+    if traces:
+        print(f"traces: {len(traces)} file(s), rank-*.pfw in each run folder's traces/")
+    print("wrote: " + ", ".join(w for w in written if not w.endswith(".pfw")))
     return EXIT_OK if report["campaign"]["valid"] else EXIT_GATE
 
 
