@@ -5,6 +5,7 @@ which slice. This module only moves bytes and reports exactly how many it moved.
 """
 cimport cython
 from libc.errno cimport EINTR, EINVAL, errno
+from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 
 import numpy as np
@@ -85,8 +86,8 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
             f"{n}, {offsets.shape[0]}, {lengths.shape[0]}, {required.shape[0]}, {buf_offsets.shape[0]}")
     # Validate every entry before the first read: the loop below writes through raw pointers.
     for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0:
-            raise ValueError(f"entry {i}: fd, offset, length and buf_offset must be >= 0")
+        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: offset, length and buf_offset must be >= 0 and fd a descriptor")
         if required[i] > lengths[i]:
             raise ValueError(f"entry {i}: required {required[i]} > length {lengths[i]}")
         if buf_offsets[i] > buf_bytes - lengths[i]:

@@ -6,7 +6,6 @@ Policy (which files, what to do on a bad record) lives in iogen/formats/tfrecord
 carry byte offsets and the caller adds the path.
 """
 cimport cython
-from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, strerror
@@ -19,8 +18,8 @@ from iogen._core.pure.tfrecord import FramingError, check_crc
 
 from iogen._core.reader cimport pread_full
 
-__all__ = ["FramingError", "check_data_crcs", "crc32c", "frame", "has_hw_crc32c",
-           "index_records", "masked_crc32c", "write_frame_header"]
+__all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
+           "has_hw_crc32c", "index_records", "masked_crc32c", "write_frame_header"]
 
 iogen_crc32c_init()
 

@@ -109,7 +109,7 @@ def test_pread_error_becomes_read_failure_with_errno(core, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["overflow", "negative_length", "negative_offset", "required",
-                                  "mismatch", "negative_buf_offset"])
+                                  "mismatch", "negative_buf_offset", "huge_fd"])
 def test_bad_ranges_raise_value_error_before_reading(core, fd, case):
     args = dict(fds=i64(fd), offsets=i64(0), lengths=i64(10), required=i64(10), buf_offsets=i64(0))
     buf = np.zeros(10, dtype=np.uint8)
@@ -123,6 +123,8 @@ def test_bad_ranges_raise_value_error_before_reading(core, fd, case):
         args["required"] = i64(11)
     elif case == "mismatch":
         args["offsets"] = i64(0, 10)
+    elif case == "huge_fd":
+        args["fds"] = i64(2**32 + fd)  # would alias fd if truncated to a C int
     else:
         args["buf_offsets"] = i64(-1)
     with pytest.raises(ValueError):
