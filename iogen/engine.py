@@ -27,6 +27,21 @@ class EngineResult:
     steps_done: int = 0
     checkpoints: list = field(default_factory=list)
     spin_ns: int = 0
+    # per train epoch: bytes this process made the kernel fetch from storage (/proc/self/io
+    # read_bytes), i.e. not served by the page cache; None where the kernel does not say
+    device_read_bytes: list = field(default_factory=list)
+
+
+def device_read_bytes() -> int | None:
+    """Bytes this process has caused to be read from storage (Linux /proc/self/io), or None."""
+    try:
+        with open("/proc/self/io", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 class Engine:
@@ -45,7 +60,7 @@ class Engine:
         self.spin_ns = core.clock.calibrate_spin_ns()
         self.checkpointer = Checkpointer(wl, world) if wl.workflow.checkpoint else None
         self.allreduce_buf = None
-        nbytes = int(getattr(wl.train, "allreduce_bytes", 0) or 0)
+        nbytes = int(wl.train.allreduce_bytes)
         if nbytes and world.size > 1:
             self.allreduce_buf = np.zeros(nbytes // 8 or 1, np.float64)
 
@@ -65,7 +80,13 @@ class Engine:
                     wl, self.train_loader.layout, epoch=epoch, rank=self.world.rank,
                     world_size=self.world.size, seed=self.shuffle_seed, phase="train",
                 )
+                if wl.reader.evict_page_cache:
+                    self.train_loader.evict()
+                    self.world.barrier()  # no rank starts while another still evicts
+                before = device_read_bytes()
                 res.steps_done += self._phase(plan, self.train_loader, PHASE_TRAIN, wl.train.computation_time, res)
+                after = device_read_bytes()
+                res.device_read_bytes.append(None if before is None or after is None else after - before)
             if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
                 res.checkpoints.append(self.checkpointer.write(epoch, step=0))
             if self.eval_loader is not None and _eval_due(wl, epoch):
@@ -73,6 +94,9 @@ class Engine:
                     wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
                     world_size=self.world.size, seed=self.shuffle_seed, phase="eval",
                 )
+                if wl.reader.evict_page_cache:
+                    self.eval_loader.evict()
+                    self.world.barrier()
                 self._phase(plan, self.eval_loader, PHASE_EVAL, wl.evaluation.eval_time, res)
             res.epochs_done = epoch
             if self.progress is not None:

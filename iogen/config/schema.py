@@ -205,6 +205,8 @@ class Reader(Section):
     pin_memory: bool = False
     preprocess_time: TimeDist = TimeDist.constant(0.0)
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] = "fork"
+    # iogen: drop the dataset from the page cache before every epoch, so reads reach the device.
+    evict_page_cache: bool = False
 
 
 class Train(Section):
@@ -215,6 +217,8 @@ class Train(Section):
     computation_time: TimeDist = TimeDist.constant(0.0)
     seed: NonNegInt = 123
     seed_change_epoch: bool = True
+    # iogen: bytes of an MPI allreduce per step, standing for the gradient exchange (0: barrier only).
+    allreduce_bytes: NonNegInt = 0
 
 
 class TrainPatch(Section):

@@ -31,6 +31,20 @@ class Loader:
         """Yield exactly `plan.steps` batches, in plan order."""
         raise NotImplementedError
 
+    def evict(self) -> None:
+        """Drop this split's files from the page cache (posix_fadvise DONTNEED), so reads reach the device."""
+        from .. import core
+
+        for path in self.layout.paths:
+            try:
+                fd = core.reader.open_file(path, False)
+            except FileNotFoundError:
+                continue
+            try:
+                core.reader.evict_file(fd)
+            finally:
+                core.reader.close_file(fd)
+
     def close(self) -> None:
         """Release threads, processes and file handles."""
 

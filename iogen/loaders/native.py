@@ -31,7 +31,7 @@ _PREFAULT_LIMIT_BYTES = 8 << 30
 class _Job:
     """One batch on its way: where each read goes, and the futures reading it."""
 
-    __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "futures", "inline_bytes", "transient")
+    __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "futures", "inline_bytes", "transient", "preprocess_ns")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -40,6 +40,7 @@ class _Job:
         self.futures = []
         self.inline_bytes = 0
         self.transient = ()
+        self.preprocess_ns = 0
 
 
 class NativeLoader(Loader):
@@ -57,6 +58,11 @@ class NativeLoader(Loader):
         if self.direct:
             self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
         self.table = FileTable(layout, fmt, direct=self.direct)
+        # DLIO's per-sample preprocessing, emulated by the reading thread after its reads (so it
+        # overlaps the engine's compute, as a loader worker's preprocessing does)
+        self.preprocess = None if reader.preprocess_time.is_zero else reader.preprocess_time
+        self._pre_rng = np.random.Generator(np.random.PCG64(
+            np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
         self._check = getattr(fmt, "check_read", None)
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-read") if self.threads > 1 else None
         self._buffers = self._preallocate(wl, layout)
@@ -91,6 +97,8 @@ class NativeLoader(Loader):
     def _prepare(self, step: int, slot: int, gids: np.ndarray) -> _Job:
         """Turn a batch of sample ids into read pieces and start reading them."""
         job = _Job(step, slot, int(gids.size))
+        if self.preprocess is not None:
+            job.preprocess_ns = int(self.preprocess.sample_ns(self._pre_rng, gids.size).sum())
         spf = self.layout.samples_per_file
         files = gids // spf
         if self.table.decode_only(files):
@@ -136,24 +144,29 @@ class NativeLoader(Loader):
         total = int(read_len.sum())
         n = read_len.size
         if self._pool is None or total < _MIN_PARALLEL_BYTES or n == 1:
-            job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0)
+            job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
+                                          job.preprocess_ns)
             return
         # split into `threads` slices of about equal bytes
         cum = np.cumsum(read_len)
         cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
         bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
+        slices = len(bounds) - 1
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             job.futures.append(
                 self._pool.submit(
                     self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                    buf_off[lo:hi], owner, int(lo),
+                    buf_off[lo:hi], owner, int(lo), job.preprocess_ns // slices,
                 )
             )
 
-    def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first) -> int:
+    def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
         try:
-            return core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+            nbytes = core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+            if preprocess_ns:
+                core.clock.sleep_ns(preprocess_ns)
+            return nbytes
         except ReadFailure as exc:
             i = first + exc.index
             entry = int(owner[i]) if owner is not None else i

@@ -79,6 +79,7 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL, result)
     train = world.gather_array(_phase_arrays(rows, PHASE_TRAIN, train_epochs, wl, offset_ns))
     evals = world.gather_array(_phase_arrays(rows, PHASE_EVAL, eval_epochs, wl, offset_ns)) if eval_epochs.size else None
+    device_bytes = _device_read_bytes(world, result, train_epochs.size)
     complete = error is None
     reason = None if complete else (str(error) or type(error).__name__)
     if world.rank != 0:
@@ -109,6 +110,9 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
                 "data_folder": os.path.abspath(wl.dataset.data_folder),
             },
             "page_cache_warning": _page_cache_warning(layout, facts),
+            # Summed over ranks: bytes the kernel really fetched from storage in each train epoch
+            # (/proc/self/io); far below the bytes read means the page cache served the reads.
+            "device_read_bytes_per_epoch": device_bytes,
             "checkpoints": list(result.checkpoints) if result is not None else [],
             "sleep_spin_ns": result.spin_ns if result is not None else None,
         },
@@ -121,6 +125,16 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if train.size:
         rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(train, evals)))
     return doc
+
+
+def _device_read_bytes(world, result, epochs: int) -> list:
+    """Per train epoch, the storage bytes all ranks fetched (None where any rank could not tell)."""
+    mine = np.full(epochs, np.nan)
+    values = list(result.device_read_bytes) if result is not None else []
+    for i, v in enumerate(values[:epochs]):
+        mine[i] = np.nan if v is None else float(v)
+    total = world.allreduce_array(mine, "sum")
+    return [None if not math.isfinite(v) else int(v) for v in total]
 
 
 def _per_rank_epochs(train, evals):

@@ -87,3 +87,33 @@ def test_missing_data_fails_before_any_run_folder(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         run(wl, SingleWorld(), quiet=True)
     assert not (tmp_path / "results").exists()
+
+
+def test_odirect_reads_the_same_samples_and_counts_aligned_bytes(tiny):
+    try:
+        wl, out = _run(tiny(**{"reader.odirect": True}))
+    except OSError as exc:  # a file system without O_DIRECT (tmpfs)
+        pytest.skip(f"O_DIRECT unavailable here: {exc}")
+    header, rows = read_steplog(steplog_path(out.run_dir, 0))
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    assert np.all(train["samples"] == 2)
+    # whole 4 KiB blocks around each 64 KiB record: at least the record, at most one extra block each side
+    assert np.all(train["bytes"] >= 2 * 65536) and np.all(train["bytes"] <= 2 * (65536 + 2 * 4096))
+
+
+def test_evicting_between_epochs_and_device_bytes(tiny):
+    wl, out = _run(tiny(**{"reader.evict_page_cache": True}))
+    dev = out.summary["iogen"]["device_read_bytes_per_epoch"]
+    assert len(dev) == 2
+    if all(v is not None for v in dev):
+        # evicted before each epoch: the files came from the device again (at least most of them)
+        assert all(v >= 0.5 * 8 * 65536 for v in dev), dev
+
+
+def test_preprocess_time_is_spent_in_the_reader(tiny):
+    # 10 ms of preprocessing per sample with no compute: every step waits for it
+    wl, out = _run(tiny(**{"reader.preprocess_time": 0.01, "train.computation_time": 0,
+                           "reader.read_threads": 1, "reader.prefetch_size": 0}))
+    header, rows = read_steplog(steplog_path(out.run_dir, 0))
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    assert np.all(train["t_ready"] - train["t_request"] >= 2 * 10_000_000)
