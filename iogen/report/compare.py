@@ -212,9 +212,9 @@ def render_comparison(cmp: Comparison) -> str:
         f"baseline:  {cmp.baseline.path} ({len(cmp.baseline.labels)} run(s): {', '.join(cmp.baseline.labels)})",
         f"candidate: {cmp.candidate.path} ({len(cmp.candidate.labels)} run(s): {', '.join(cmp.candidate.labels)})",
     ]
-    for side in (cmp.baseline, cmp.candidate):
+    for name, side in (("baseline", cmp.baseline), ("candidate", cmp.candidate)):
         if side.left_out:
-            lines.append(f"left out of {os.path.basename(side.path)}: {', '.join(side.left_out)} (warm-up/incomplete)")
+            lines.append(f"left out of the {name}: {', '.join(side.left_out)} (warm-up or incomplete)")
     lines.append("")
     rows = []
     for r in cmp.rows:

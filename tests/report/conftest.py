@@ -1,0 +1,103 @@
+"""Synthetic run folders (summary.json, config.yaml, step logs) built without running anything."""
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from iogen.steplog import StepLog
+
+MS = 1_000_000
+
+
+def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples=4, nbytes=4096,
+                epochs=1, phase=0, checkpoint_every=0, checkpoint_ns=0, start_ns=0, epoch_gap_ns=0):
+    """A step log whose step k waits wait_ns[k] (scalar or array), computes compute_ns, then barriers.
+
+    Times start `start_ns` after the log's monotonic start; returns (header times, rows written).
+    """
+    wait = np.broadcast_to(np.asarray(wait_ns, dtype=np.int64), (epochs * steps,))
+    log = StepLog(path, rank)
+    t = log.mono_start_ns + start_ns
+    k = 0
+    for epoch in range(1, epochs + 1):
+        for step in range(steps):
+            t_request = t
+            t_ready = t_request + int(wait[k])
+            t_compute_end = t_ready + compute_ns
+            ck = checkpoint_ns if checkpoint_every and (step + 1) % checkpoint_every == 0 else 0
+            t_step_end = t_compute_end + barrier_ns + ck
+            log.append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end, compute_ns,
+                       samples, nbytes, ck)
+            t = t_step_end
+            k += 1
+        t += epoch_gap_ns
+    log.close()
+    return log
+
+
+def summary_doc(label, *, au, tp, io, warmup=False, met=True, complete=True, workload="default",
+                ranks=1, start="2026-01-01T00:00:00+00:00", per_epoch=None):
+    """A summary.json with the keys iogen report reads (same layout as iogen.report.summary)."""
+    per_epoch = per_epoch or {"epoch": [1.0, 2.0], "au_percentage": [au, au],
+                              "throughput_samples_s": [tp, tp], "io_mib_s": [io, io]}
+    return {
+        "schema_version": 1,
+        "start": start,
+        "num_accelerators": ranks,
+        "hostname": "testhost",
+        "workload": workload,
+        "metric": {"train_au_mean_percentage": au, "train_au_meet_expectation": "success" if met else "fail",
+                   "train_throughput_mean_samples_per_second": tp, "train_io_mean_MB_per_second": io},
+        "iogen": {
+            "complete": complete, "incomplete_reason": None if complete else "interrupted",
+            "label": label, "warmup": warmup, "facts": {"hosts": ["testhost"]},
+            "metrics": {"au_threshold_percentage": 90.0, "num_ranks": ranks,
+                        "train": {"au_mean_percentage": au, "throughput_mean_samples_s": tp, "io_mean_mib_s": io,
+                                  "per_epoch": per_epoch}},
+        },
+    }
+
+
+def make_run(parent, name, label="run", *, au=95.0, tp=100.0, io=10.0, warmup=False, met=True,
+             complete=True, ranks=1, steps=20, wait_ns=1 * MS, compute_ns=10 * MS, workload="default",
+             start="2026-01-01T00:00:00+00:00", exclude_start_steps=1):
+    """Create a run folder under `parent` with summary.json, config.yaml and `ranks` step logs."""
+    run_dir = os.path.join(parent, name)
+    os.makedirs(os.path.join(run_dir, "steps"))
+    with open(os.path.join(run_dir, "summary.json"), "w") as fh:
+        json.dump(summary_doc(label, au=au, tp=tp, io=io, warmup=warmup, met=met, complete=complete,
+                              workload=workload, ranks=ranks, start=start), fh)
+    with open(os.path.join(run_dir, "config.yaml"), "w") as fh:
+        yaml.safe_dump({"workload": {"name": workload, "metric": {"exclude_start_steps": exclude_start_steps,
+                                                                   "exclude_end_steps": 0}}}, fh)
+    for rank in range(ranks):
+        write_steps(os.path.join(run_dir, "steps", f"rank-{rank:05d}.steps"), rank, steps, wait_ns=wait_ns,
+                    compute_ns=compute_ns, epochs=2)
+    return run_dir
+
+
+def make_campaign(parent, name, throughputs, *, warmup=1, au=95.0, met=None, steps=10):
+    """A campaign folder (campaign.json + run folders): warm-ups first, then one run per throughput."""
+    camp = os.path.join(parent, name)
+    os.makedirs(camp)
+    labels = [f"warmup-{i}" for i in range(1, warmup + 1)] + [f"run-{i}" for i in range(1, len(throughputs) + 1)]
+    values = [throughputs[0]] * warmup + list(throughputs)
+    runs = []
+    for i, (label, tp) in enumerate(zip(labels, values)):
+        ok = True if met is None else met[i]
+        make_run(camp, f"w-{label}", label, au=au, tp=tp, io=tp / 10, warmup=label.startswith("warmup"),
+                 met=ok, steps=steps, start=f"2026-01-01T00:00:{i:02d}+00:00")
+        runs.append({"label": label, "warmup": label.startswith("warmup"), "run_dir": f"w-{label}"})
+    with open(os.path.join(camp, "campaign.json"), "w") as fh:
+        json.dump({"format": "iogen campaign", "labels": labels, "runs": runs, "complete": True}, fh)
+    return camp
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    """A folder to build synthetic runs in."""
+    d = tmp_path / "results"
+    d.mkdir()
+    return d
