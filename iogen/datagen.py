@@ -25,7 +25,7 @@ from . import manifest as mf
 from .dataset import SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
-from .formats.checksum import file_crc32, format_crc
+from .formats.checksum import file_crc32c, format_crc
 
 TMP_MARK = ".tmp."
 
@@ -158,6 +158,7 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     lock = threading.Lock()
 
     def run(task):
+        """Write one file and journal it; return (file bytes, payload bytes)."""
         layout, f, i, journal = task
         size, crc = _write_one(layout, f, i, fsync)
         entry = mf.file_entry(layout.rel_path(i), size, crc, int(layout.record_bytes[i]),
@@ -259,6 +260,7 @@ def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
     total_bytes = sum(int(l.record_bytes[i]) * l.samples_per_file for l, _, i, _ in jobs)
 
     def check(job):
+        """Problems of one file."""
         layout, f, i, entry = job
         return _check_file(layout, f, i, entry, checksums, structure)
 
@@ -285,9 +287,9 @@ def _check_file(layout, fmt, i, entry, checksums, structure) -> list[Problem]:
         size_ok = False
         out.append(Problem(path, "size", f"{size} bytes, the manifest says {entry['size_bytes']}"))
     if entry is not None and size_ok and checksums:
-        crc = format_crc(file_crc32(path))
-        if crc != entry["crc32"]:
-            out.append(Problem(path, "checksum", f"crc32 {crc}, the manifest says {entry['crc32']}"))
+        crc = format_crc(file_crc32c(path))
+        if crc != entry["crc32c"]:
+            out.append(Problem(path, "checksum", f"crc32c {crc}, the manifest says {entry['crc32c']}"))
     if structure:
         for msg in fmt.check_file(path, layout.samples_per_file, int(layout.record_bytes[i])):
             out.append(Problem(path, "structure", msg))

@@ -20,7 +20,7 @@ from ._version import __version__
 MANIFEST_NAME = ".iogen-manifest.json"
 JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
 MANIFEST_VERSION = 1
-CHECKSUM_ALGORITHM = "crc32"  # zlib.crc32 of the whole file, eight hex digits
+CHECKSUM_ALGORITHM = "crc32c"  # CRC-32C of the whole file, eight hex digits
 
 
 def manifest_path(layout) -> str:
@@ -60,7 +60,7 @@ def params_differences(found: dict, expected: dict) -> list[str]:
 
 def file_entry(rel: str, size_bytes: int, crc: str, record_bytes: int, samples: int) -> dict:
     """One file's manifest entry."""
-    return {"file": rel, "size_bytes": int(size_bytes), "crc32": crc,
+    return {"file": rel, "size_bytes": int(size_bytes), "crc32c": crc,
             "record_bytes": int(record_bytes), "samples": int(samples)}
 
 

@@ -134,7 +134,7 @@ class Format:
 
     def write_file_crc(self, path, num_samples: int, record_bytes: int, seed: int,
                        stream: int) -> tuple[int, int]:
-        """Like write_file, also returning zlib.crc32 of the whole file (for the manifest)."""
+        """Like write_file, also returning the CRC-32C of the whole file (for the manifest)."""
         raise NotImplementedError
 
     def index_file(self, path) -> FileIndex | None:

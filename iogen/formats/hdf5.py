@@ -15,8 +15,10 @@ h5py is imported only when an HDF5 dataset is used.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 import zlib
 
 import numpy as np
@@ -24,12 +26,18 @@ import numpy as np
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, file_size_or_error,
                    fill_random, payload_chunks)
-from .checksum import file_crc32
+from .checksum import crc32c, file_crc32c
 
 RECORDS = "records"
 LABELS = "labels"
 _MAX_CHUNK_BYTES = (1 << 32) - 1  # HDF5's limit on one chunk
 ALIGN_BYTES = 4096
+
+# Every h5py call in iogen holds this lock. h5py serialises its own calls, yet concurrent use
+# from several threads still corrupts HDF5's state now and then (seen here as "ring type
+# mismatch" and "no VOL object wrap context" errors; h5py issue #2920). Work that needs no
+# h5py (filling, deflating, pwrite of contiguous data) runs outside it, in parallel.
+H5_LOCK = threading.RLock()
 
 
 def _h5py():
@@ -84,12 +92,16 @@ class HDF5Format(Format):
             offset = self._create_contiguous(path, shape)
             data_crc = self._pwrite_payload(path, offset, n * rb, seed, stream)
             known = [(offset, n * rb, data_crc)] if n * rb else []
-            return os.stat(path).st_size, file_crc32(path, known)
+            return os.stat(path).st_size, file_crc32c(path, known)
         self._write_chunked(path, shape, rb, seed, stream)
-        return os.stat(path).st_size, file_crc32(path)
+        return os.stat(path).st_size, file_crc32c(path)
 
     def _create_contiguous(self, path, shape) -> int:
         h5py = _h5py()
+        with H5_LOCK:
+            return self._create_contiguous_locked(h5py, path, shape)
+
+    def _create_contiguous_locked(self, h5py, path, shape) -> int:
         # big allocations (the records) start on a page boundary, for O_DIRECT reads
         threshold = max(1, min(ALIGN_BYTES, math.prod(shape) * self.element_bytes))
         with h5py.File(path, "w", alignment_threshold=threshold, alignment_interval=ALIGN_BYTES) as f:
@@ -117,7 +129,7 @@ class HDF5Format(Format):
         try:
             pos = offset
             for chunk in payload_chunks(seed, stream, 0, nbytes, buf):
-                crc = zlib.crc32(chunk, crc)
+                crc = crc32c(chunk, crc)
                 view = chunk
                 while view:
                     written = os.pwrite(fd, view, pos)
@@ -137,19 +149,26 @@ class HDF5Format(Format):
         elif self.compression == "lzf":
             opts = {"compression": "lzf"}
         whole_sample_gzip = self.compression == "gzip" and chunks[1:] == rshape
-        with h5py.File(path, "w") as f:
-            ds = f.create_dataset(RECORDS, shape, dtype=self.record_dtype, chunks=chunks,
-                                  track_times=False, **opts)
-            f.create_dataset(LABELS, data=np.zeros(n, np.int64), track_times=False)
-            buf = np.empty(rb if whole_sample_gzip else min(rb, CHUNK_BYTES), np.uint8)
+        buf = np.empty(rb if whole_sample_gzip else min(rb, CHUNK_BYTES), np.uint8)
+        with H5_LOCK:
+            f = h5py.File(path, "w")
+        try:
+            with H5_LOCK:
+                ds = f.create_dataset(RECORDS, shape, dtype=self.record_dtype, chunks=chunks,
+                                      track_times=False, **opts)
+                f.create_dataset(LABELS, data=np.zeros(n, np.int64), track_times=False)
             for j in range(n):
                 if whole_sample_gzip:
-                    # deflate here (zlib releases the GIL) and hand h5py the finished chunk
-                    raw = payload_bytes(buf, seed, stream, j * rb)
-                    ds.id.write_direct_chunk((j,) + (0,) * len(rshape),
-                                             zlib.compress(raw, opts["compression_opts"]))
+                    # deflate outside the lock (zlib releases the GIL), hand h5py the finished chunk
+                    packed = zlib.compress(payload_bytes(buf, seed, stream, j * rb), opts["compression_opts"])
+                    with H5_LOCK:
+                        ds.id.write_direct_chunk((j,) + (0,) * len(rshape), packed)
                     continue
                 self._write_sample_slabs(ds, j, rshape, chunks[1], rb, seed, stream, buf)
+        finally:
+            with H5_LOCK:
+                ds = None
+                f.close()
 
     def _write_sample_slabs(self, ds, j, rshape, chunk_rows, rb, seed, stream, buf) -> None:
         """Write sample j in slabs along its first axis: whole chunks, about one buffer each."""
@@ -162,27 +181,30 @@ class HDF5Format(Format):
             part = np.empty((r1 - r0) * row_bytes, np.uint8) if (r1 - r0) * row_bytes > len(buf) \
                 else buf[:(r1 - r0) * row_bytes]
             payload_bytes(part, seed, stream, j * rb + r0 * row_bytes)
-            ds[j, r0:r1] = part.view(self.record_dtype).reshape((r1 - r0,) + rshape[1:])
+            with H5_LOCK:
+                ds[j, r0:r1] = part.view(self.record_dtype).reshape((r1 - r0,) + rshape[1:])
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _open(self, path):
+    @contextlib.contextmanager
+    def _opened(self, path):
+        """(file, records, file size) with H5_LOCK held; errors name the file."""
         size = file_size_or_error(path)
-        try:
-            f = _h5py().File(path, "r")
-        except OSError as exc:
-            raise DataError(path, f"HDF5 cannot open it ({exc}); truncated or corrupt?", offset=size) from None
-        try:
-            ds = f[RECORDS]
-        except KeyError:
-            f.close()
-            raise DataError(path, f"has no dataset {RECORDS!r}") from None
-        return f, ds, size
+        with H5_LOCK:
+            try:
+                f = _h5py().File(path, "r")
+            except OSError as exc:
+                raise DataError(path, f"HDF5 cannot open it ({exc}); truncated or corrupt?", offset=size) from None
+            with f:
+                try:
+                    ds = f[RECORDS]
+                except KeyError:
+                    raise DataError(path, f"has no dataset {RECORDS!r}") from None
+                yield f, ds, size
 
     def index_file(self, path):
         """Sample byte ranges: contiguous data at its offset, or one whole-sample chunk each; else None."""
-        f, ds, size = self._open(path)
-        with f:
+        with self._opened(path) as (f, ds, size):
             n = ds.shape[0] if ds.shape else 0
             sample_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
             offset = ds.id.get_offset()
@@ -206,26 +228,30 @@ class HDF5Format(Format):
 
     def read_samples(self, path, sample_ids):
         """Records as numpy arrays shaped like one record (records[i])."""
-        f, ds, _ = self._open(path)
-        with f:
+        raws = []
+        i = None
+        with self._opened(path) as (f, ds, _):
             ids = check_sample_ids(path, sample_ids, ds.shape[0] if ds.shape else 0)
+            shape, dtype = ds.shape[1:], ds.dtype
             direct = (ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.chunks is not None
-                      and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(ds.shape[1:]))
-            out = []
+                      and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(shape))
             try:
                 for i in ids:
-                    if direct:
-                        zeros = (0,) * (len(ds.shape) - 1)
-                        mask, raw = ds.id.read_direct_chunk((int(i),) + zeros)
-                        if mask:  # the filter was skipped for this chunk: stored raw
-                            data = raw
-                        else:
-                            data = zlib.decompress(raw)
-                        out.append(np.frombuffer(data, ds.dtype).reshape(ds.shape[1:]))
+                    if direct:  # whole-sample gzip chunks: raw bytes now, inflated outside the lock
+                        raws.append(ds.id.read_direct_chunk((int(i),) + (0,) * len(shape)))
                     else:
-                        out.append(ds[int(i)])
-            except (OSError, zlib.error, ValueError) as exc:
+                        raws.append(ds[int(i)])
+            except (OSError, RuntimeError, ValueError) as exc:
                 raise DataError(path, f"cannot read record {int(i)} ({exc})") from None
+        if not direct:
+            return raws
+        out = []
+        for i, (mask, raw) in zip(ids, raws):
+            try:
+                data = raw if mask else zlib.decompress(raw)  # mask set: the filter was skipped
+                out.append(np.frombuffer(data, dtype).reshape(shape))
+            except (zlib.error, ValueError) as exc:
+                raise DataError(path, f"cannot inflate record {int(i)} ({exc})") from None
         return out
 
     # -- checking ---------------------------------------------------------------------------
@@ -235,20 +261,10 @@ class HDF5Format(Format):
         n, rb = int(num_samples), int(record_bytes)
         problems = []
         try:
-            f, ds, size = self._open(path)
+            with self._opened(path) as (f, ds, size):
+                problems = self._check_datasets(f, ds, n, rb)
         except DataError as exc:
             return [error_text(exc)]
-        with f:
-            want = (n,) + self.record_shape(rb)
-            if tuple(ds.shape) != want:
-                problems.append(f"records has shape {tuple(ds.shape)}, expected {want}")
-            if ds.dtype != self.record_dtype:
-                problems.append(f"records has dtype {ds.dtype}, expected {self.record_dtype}")
-            want_filter = None if self.compression == "none" else self.compression
-            if ds.compression != want_filter:
-                problems.append(f"records compression is {ds.compression}, expected {want_filter}")
-            if LABELS not in f or f[LABELS].shape != (n,):
-                problems.append(f"labels missing or not shaped ({n},)")
         if problems:
             return problems
         try:
@@ -259,6 +275,21 @@ class HDF5Format(Format):
             return [error_text(exc)]
         if index is not None and len(index) != n:
             problems.append(f"{len(index)} records indexed, expected {n}")
+        return problems
+
+    def _check_datasets(self, f, ds, n: int, rb: int) -> list[str]:
+        """Shape, dtype and filter problems of the records and labels datasets."""
+        problems = []
+        want = (n,) + self.record_shape(rb)
+        if tuple(ds.shape) != want:
+            problems.append(f"records has shape {tuple(ds.shape)}, expected {want}")
+        if ds.dtype != self.record_dtype:
+            problems.append(f"records has dtype {ds.dtype}, expected {self.record_dtype}")
+        want_filter = None if self.compression == "none" else self.compression
+        if ds.compression != want_filter:
+            problems.append(f"records compression is {ds.compression}, expected {want_filter}")
+        if LABELS not in f or f[LABELS].shape != (n,):
+            problems.append(f"labels missing or not shaped ({n},)")
         return problems
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text,
                    file_size_or_error, payload_chunks, pread_exact)
-from .checksum import file_crc32
+from .checksum import crc32c, file_crc32c
 
 ALIGN_BYTES = 4096
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: reruns give identical bytes
@@ -90,7 +90,7 @@ class NpzFormat(Format):
     # -- writing ----------------------------------------------------------------------------
 
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
-        """Stream x then y into a zip; CRC of x's data comes from zipfile's own member CRC."""
+        """Stream x then y into a zip; the file CRC joins x's streamed CRC with the headers read back."""
         shape = (int(num_samples),) + self.record_shape(int(record_bytes))
         data_bytes = int(num_samples) * int(record_bytes)
         if math.prod(shape) * self.element_bytes != data_bytes:
@@ -106,7 +106,9 @@ class NpzFormat(Format):
         with zipfile.ZipFile(path, "w", compression=method, compresslevel=level) as zf:
             with zf.open(x_info, "w", force_zip64=True) as out:
                 out.write(header)
+                x_crc = crc32c(header)
                 for chunk in payload_chunks(seed, stream, 0, data_bytes, buf):
+                    x_crc = crc32c(chunk, x_crc)
                     out.write(chunk)
             # The local header (rewritten when the member closed) keeps the padding; the central
             # directory needs none, as zipalign does it.
@@ -118,9 +120,9 @@ class NpzFormat(Format):
                 out.write(labels.tobytes())
         size = os.stat(path).st_size
         if compressed:
-            return size, file_crc32(path)
+            return size, file_crc32c(path)
         x_start = _LOCAL_HEADER.size + len("x.npy") + pad_bytes + _ZIP64_EXTRA_BYTES
-        return size, file_crc32(path, [(x_start, x_info.file_size, x_info.CRC)])
+        return size, file_crc32c(path, [(x_start, x_info.file_size, x_crc)])
 
     # -- finding the array ------------------------------------------------------------------
 

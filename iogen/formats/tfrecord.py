@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, fill_random,
                    file_size_or_error, payload_chunks)
+from .checksum import crc32c
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix
 
 HEADER_BYTES = 12
@@ -59,7 +60,7 @@ def _mask(crcs: np.ndarray) -> np.ndarray:
 
 
 class _Sink:
-    """Writes a file through an optional gzip compressor, keeping its size and zlib CRC-32."""
+    """Writes a file through an optional gzip compressor, keeping its size and CRC-32C."""
 
     def __init__(self, path, gzip_level=None):
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -78,7 +79,7 @@ class _Sink:
 
     def _out(self, data) -> None:
         view = memoryview(data).cast("B")
-        self.crc = zlib.crc32(view, self.crc)
+        self.crc = crc32c(view, self.crc)
         self.size += len(view)
         while view:
             n = os.write(self.fd, view)
@@ -154,21 +155,23 @@ class TFRecordFormat(Format):
 
     @staticmethod
     def _write_batched(sink, tf, n, rb, seed, stream, head: bytes, prefix_crc: int) -> None:
-        # Consecutive samples' payloads are consecutive in the content stream, so one fill
-        # call covers k records; frames are assembled as rows of a (k, frame) array.
-        frame_bytes = len(head) + rb + FOOTER_BYTES
+        # k frames are assembled as rows of a (k, frame) array: the shared header and Example
+        # prefix are set once, each image is filled in place (sample j's payload starts at
+        # j * rb in the content stream), then its CRC goes in the row's last 4 bytes.
+        h = len(head)
+        frame_bytes = h + rb + FOOTER_BYTES
         k = max(1, min(n, CHUNK_BYTES // frame_bytes))
         out = np.empty((k, frame_bytes), np.uint8)
-        out[:, :len(head)] = np.frombuffer(head, np.uint8)
-        images = np.empty(k * rb, np.uint8)
+        out[:, :h] = np.frombuffer(head, np.uint8)
+        images = [out[r, h:h + rb] for r in range(k)]
+        crcs = np.empty(k, np.uint64)
         crc32c = tf.crc32c
         for j0 in range(0, n, k):
             m = min(k, n - j0)
-            fill_random(images[:m * rb], seed, stream, j0 * rb)
-            rows = images[:m * rb].reshape(m, rb)
-            out[:m, len(head):len(head) + rb] = rows
-            crcs = np.fromiter((crc32c(rows[i], prefix_crc) for i in range(m)), np.uint64, m)
-            out[:m, -FOOTER_BYTES:] = _mask(crcs).view(np.uint8).reshape(m, FOOTER_BYTES)
+            for r in range(m):
+                fill_random(images[r], seed, stream, (j0 + r) * rb)
+                crcs[r] = crc32c(images[r], prefix_crc)
+            out[:m, -FOOTER_BYTES:] = _mask(crcs[:m]).view(np.uint8).reshape(m, FOOTER_BYTES)
             sink.write(out[:m].reshape(-1))
 
     # -- indexing ---------------------------------------------------------------------------
