@@ -323,7 +323,9 @@ def _write_campaign_file(campaign_dir, doc) -> None:
 def campaign_labels(runs: int, warmup: int) -> list[str]:
     """The labels of a campaign's runs in order: warmup-1 .. warmup-W, run-1 .. run-N."""
     if runs < 1 or warmup < 0:
-        raise ValueError(f"a campaign needs runs >= 1 and warmup >= 0, got runs={runs} warmup={warmup}")
+        from .errors import ConfigError
+
+        raise ConfigError(f"--runs must be >= 1 and --warmup >= 0, got --runs {runs} --warmup {warmup}")
     return [f"warmup-{i}" for i in range(1, warmup + 1)] + [f"run-{i}" for i in range(1, runs + 1)]
 
 
