@@ -1,0 +1,194 @@
+"""The PyTorch loader: `torch.utils.data.DataLoader` over a Dataset and a batch sampler from the plan.
+
+- The sampler hands the DataLoader one row of `plan.batches` per step, so the loader reads
+  exactly the plan, in the plan's order (DataLoader returns batches in sampler order whatever
+  the number of workers).
+- `num_workers` = `reader.read_threads` (0: the main process reads), `prefetch_factor` =
+  ceil(prefetch_size / workers) so about `prefetch_size` batches are in flight in all,
+  `persistent_workers` (workers live for the loader's lifetime, across epochs),
+  `pin_memory` and `multiprocessing_context` as configured.
+- What a worker receives: the Dataset once, when it starts (with "fork": nothing is pickled;
+  with "spawn"/"forkserver": the dataset's parameters, a few hundred bytes, never a list of
+  paths, an index or an open file), then one array of `batch_size` ids per batch. Files are
+  opened and indexed lazily in each worker.
+- A worker reads a whole batch in one `SampleReader.read` call (one GIL-free batched pread)
+  into a shared-memory buffer and returns a view of it as the batch tensor, so the batch
+  reaches the main process without a copy.
+- A worker's exception comes back as a record and is raised in the main process as the same
+  iogen error (DataError with its path and offset); a worker that dies (killed, crashed) makes
+  the DataLoader raise at once; `timeout` is a backstop against a worker that hangs.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+import warnings
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ..errors import DataError, IogenError
+from .base import Batch, Loader
+from .sampling import Payload, SampleReader, SampleShaper, default_alloc
+
+# Seconds the main process waits for one batch from a worker before giving up (a backstop:
+# a worker that dies is noticed at once; this catches one that hangs). Generous, because one
+# unet3d batch is ~1 GB and slow storage is what iogen is pointed at.
+WORKER_TIMEOUT_S = 600
+
+
+class PlanSampler(Sampler):
+    """Yields the current plan's batches (rows of sample ids); the loader swaps the plan per epoch."""
+
+    def __init__(self):
+        self.batches = np.zeros((0, 1), np.int64)
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return int(self.batches.shape[0])
+
+
+class _WorkerFailure:
+    """An exception raised while reading a batch, in a form that crosses processes intact."""
+
+    def __init__(self, exc: BaseException):
+        self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        self.text = str(exc)
+        self.trace = "".join(traceback.format_exception(exc))
+        self.data_error = None
+        if isinstance(exc, DataError):
+            where = exc.path if exc.offset is None else f"{exc.path} at byte offset {exc.offset}"
+            self.data_error = (exc.path, str(exc)[len(where) + 2:], exc.offset)
+
+    def exception(self) -> Exception:
+        """The iogen error to raise in the main process."""
+        if self.data_error is not None:
+            return DataError(*self.data_error)
+        return WorkerError(f"a DataLoader worker failed: {self.type_name}: {self.text}\n"
+                           f"worker traceback:\n{self.trace}")
+
+
+class WorkerError(RuntimeError, IogenError):
+    """A DataLoader worker raised something other than an iogen error."""
+
+
+class PlanDataset(Dataset):
+    """Samples by global id; `__getitems__` reads a whole batch and returns (ids, x, nbytes)."""
+
+    def __init__(self, reader: SampleReader, shaper: SampleShaper, total: int):
+        self.reader = reader
+        self.shaper = shaper
+        self.total = int(total)
+
+    def __len__(self):
+        return self.total
+
+    def __getitem__(self, gid):
+        return self.__getitems__([gid])
+
+    def __getitems__(self, gids):
+        try:
+            in_worker = torch.utils.data.get_worker_info() is not None
+            buffers = []
+
+            def alloc(nbytes):
+                # In a worker the buffer lives in shared memory: the batch then crosses to the
+                # main process as a handle, not a copy (what default_collate does for its output).
+                if not in_worker:
+                    t = torch.from_numpy(default_alloc(nbytes))
+                else:
+                    t = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(int(nbytes), 1)))
+                buffers.append(t)
+                return t.numpy()
+
+            ids = np.asarray(gids, np.int64)
+            read = self.reader.read(ids, alloc)
+            x = self.shaper.batch(read, alloc)
+            x = [_as_tensor(a, buffers) for a in x] if isinstance(x, list) else _as_tensor(x, buffers)
+            return torch.from_numpy(ids.copy()), x, read.nbytes
+        except Exception as exc:  # crosses to the main process as a record, raised there
+            return _WorkerFailure(exc)
+
+
+def _as_tensor(a: np.ndarray, buffers) -> torch.Tensor:
+    """A tensor viewing array `a`, built on the torch buffer `a` lies in (so it stays shared)."""
+    addr = a.__array_interface__["data"][0]
+    for t in buffers:
+        base = t.data_ptr()
+        if base <= addr < base + t.numel() or (a.size == 0 and addr == base):
+            dtype = _TORCH_DTYPES.get(a.dtype)
+            if dtype is None or (addr - base) % a.dtype.itemsize or any(s % a.dtype.itemsize for s in a.strides):
+                break
+            typed = t[: t.numel() // a.dtype.itemsize * a.dtype.itemsize].view(dtype)
+            strides = tuple(s // a.dtype.itemsize for s in a.strides)
+            return typed.as_strided(a.shape, strides, (addr - base) // a.dtype.itemsize)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+_TORCH_DTYPES = {np.dtype(k): v for k, v in (
+    ("uint8", torch.uint8), ("int8", torch.int8), ("int16", torch.int16), ("int32", torch.int32),
+    ("int64", torch.int64), ("float16", torch.float16), ("float32", torch.float32),
+    ("float64", torch.float64), ("bool", torch.bool), ("uint16", torch.uint16),
+    ("uint32", torch.uint32), ("uint64", torch.uint64))}
+
+
+def _first(batch):
+    """collate_fn: the dataset already made the batch."""
+    return batch
+
+
+class PyTorchLoader(Loader):
+    """Executes plans with one DataLoader whose workers persist across epochs."""
+
+    name = "pytorch"
+
+    def __init__(self, wl, layout, fmt, world):
+        super().__init__(wl, layout, fmt, world)
+        r = wl.reader
+        resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
+        self.workers = int(r.read_threads)
+        self.sampler = PlanSampler()
+        dataset = PlanDataset(SampleReader(layout, fmt, direct=bool(r.odirect)), SampleShaper(fmt, resize),
+                              layout.total_samples)
+        kwargs = {}
+        if self.workers > 0:
+            kwargs = {
+                "prefetch_factor": max(1, math.ceil(int(r.prefetch_size) / self.workers)),
+                "persistent_workers": True,
+                "multiprocessing_context": r.multiprocessing_context,
+                "timeout": WORKER_TIMEOUT_S,
+            }
+        self.dataloader = DataLoader(dataset, batch_sampler=self.sampler, num_workers=self.workers,
+                                     collate_fn=_first, pin_memory=bool(r.pin_memory), **kwargs)
+        self._iter = None
+
+    def epoch(self, plan):
+        """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with torch tensors."""
+        self.sampler.batches = plan.batches
+        with warnings.catch_warnings():
+            # "This DataLoader will create N worker processes ... suggested max": the workload
+            # chose read_threads; iogen measures what that choice costs.
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            self._iter = iter(self.dataloader)
+        it = self._iter
+        for step in range(plan.steps):
+            try:
+                item = next(it)
+            except StopIteration:
+                raise RuntimeError(f"DataLoader ended after {step} of {plan.steps} batches "
+                                   f"(epoch {plan.epoch})") from None
+            if isinstance(item, _WorkerFailure):
+                raise item.exception()
+            ids, x, nbytes = item
+            yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
+
+    def close(self) -> None:
+        """Stop the workers (persistent workers otherwise live as long as the DataLoader)."""
+        it, self._iter = self._iter, None
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self.dataloader = None
