@@ -5,7 +5,9 @@ the file's first line is `[`, then one complete event (`"ph":"X"`) per line with
 between lines and no closing `]`. Perfetto's JSON reader accepts exactly this (it skips
 whitespace and commas between events and does not need the closing bracket), and DFTracer's
 analysers read such files line by line. `ts` and `dur` are integer microseconds on the wall
-clock (Unix epoch), so traces of several ranks and hosts line up; `pid` is the rank.
+clock (Unix epoch), so traces of several ranks and hosts line up. `pid` (and `tid`) is the rank
+plus one: Perfetto treats pid 0 as the kernel's idle task ("swapper"), so rank 0 must not use it;
+metadata events name each process "rank N" and `args.rank` carries the rank itself.
 
 Events per step (names as DLIO's own DFTracer annotations use them where they exist):
   fetch       t_request -> t_ready            waiting for the batch (the data stall)
@@ -51,24 +53,24 @@ def step_events(rows, offset_ns: int, rank: int, hostname: str | None = None):
     comp = _us(rows["t_compute_end"] + offset_ns)
     ckpt_start = _us(rows["t_step_end"] - rows["checkpoint_ns"] + offset_ns)
     end = _us(rows["t_step_end"] + offset_ns)
-    tid = int(rank)
+    pid = tid = _pid(rank)
     # epoch spans first, so a viewer nests the steps inside them
     keys = rows["phase"].astype(np.int64) * (1 << 32) + rows["epoch"].astype(np.int64)
     for key in np.unique(keys):
         sel = np.flatnonzero(keys == key)
         phase, epoch = int(rows["phase"][sel[0]]), int(rows["epoch"][sel[0]])
-        args = {"epoch": epoch, "phase": _PHASE_NAMES.get(phase, str(phase)), "steps": int(len(sel)),
+        args = {"rank": rank, "epoch": epoch, "phase": _PHASE_NAMES.get(phase, str(phase)), "steps": int(len(sel)),
                 "samples": int(rows["samples"][sel].sum()), "bytes": int(rows["bytes"][sel].sum())}
         if hostname:
             args["hostname"] = hostname
-        yield {"name": "epoch", "cat": args["phase"], "pid": rank, "tid": tid, "ts": int(req[sel[0]]),
+        yield {"name": "epoch", "cat": args["phase"], "pid": pid, "tid": tid, "ts": int(req[sel[0]]),
                "dur": int(end[sel[-1]] - req[sel[0]]), "ph": "X", "args": args}
     for i in range(len(rows)):
         phase = int(rows["phase"][i])
         cat = _PHASE_NAMES.get(phase, str(phase))
         args = {"epoch": int(rows["epoch"][i]), "step": int(rows["step"][i]),
                 "samples": int(rows["samples"][i]), "bytes": int(rows["bytes"][i])}
-        base = {"cat": cat, "pid": rank, "tid": tid, "ph": "X", "args": args}
+        base = {"cat": cat, "pid": pid, "tid": tid, "ph": "X", "args": args}
         yield {"name": "fetch", **base, "ts": int(req[i]), "dur": int(ready[i] - req[i])}
         yield {"name": "eval" if phase == PHASE_EVAL else "compute", **base, "ts": int(ready[i]),
                "dur": int(comp[i] - ready[i])}
@@ -78,11 +80,17 @@ def step_events(rows, offset_ns: int, rank: int, hostname: str | None = None):
             yield {"name": "checkpoint", **base, "args": ck, "ts": int(ckpt_start[i]), "dur": int(end[i] - ckpt_start[i])}
 
 
+def _pid(rank: int) -> int:
+    """The trace pid of a rank: rank + 1 (pid 0 is the kernel's idle task to Perfetto)."""
+    return int(rank) + 1
+
+
 def _metadata(rank: int, hostname: str | None):
     label = f"rank {rank}" + (f" ({hostname})" if hostname else "")
-    yield {"name": "process_name", "ph": "M", "pid": rank, "tid": rank, "args": {"name": label}}
-    yield {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": rank, "args": {"sort_index": rank}}
-    yield {"name": "thread_name", "ph": "M", "pid": rank, "tid": rank, "args": {"name": "step loop"}}
+    pid = _pid(rank)
+    yield {"name": "process_name", "ph": "M", "pid": pid, "tid": pid, "args": {"name": label}}
+    yield {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": pid, "args": {"sort_index": rank}}
+    yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": pid, "args": {"name": "step loop"}}
 
 
 def write_rank_trace(path, header, rows, hostname: str | None = None) -> int:

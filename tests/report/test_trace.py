@@ -27,7 +27,7 @@ def test_trace_events_tile_each_step_in_wall_clock_time(tmp_path):
     assert {e["name"] for e in meta} >= {"process_name", "thread_name"}
     assert any(e["args"].get("name") == "rank 1 (testhost)" for e in meta)
     steps = [e for e in events if e["ph"] == "X" and e["name"] != "epoch"]
-    assert all(e["pid"] == 1 for e in events)
+    assert all(e["pid"] == 2 for e in events)  # rank + 1: Perfetto reserves pid 0
     assert len(steps) == 3 * 2 * 3  # fetch, compute, barrier per step; 2 epochs of 3 steps
     assert [e["name"] for e in steps[:3]] == ["fetch", "compute", "barrier"]
     for e in steps:
