@@ -117,8 +117,9 @@ class Format:
 
     def variant(self) -> dict:
         """Every setting that changes the bytes of a file (stored in the manifest)."""
-        return {"format": self.name, "compression": self.compression,
-                "compression_level": self.compression_level,
+        # the level matters only when something is compressed
+        level = self.compression_level if self.compression != "none" else None
+        return {"format": self.name, "compression": self.compression, "compression_level": level,
                 "record_element_type": self.record_dtype.name,
                 "record_dims": list(self.record_dims) if self.record_dims else None}
 

@@ -34,6 +34,8 @@ FRAME_OVERHEAD = HEADER_BYTES + FOOTER_BYTES
 _MASK_DELTA = 0xA282EAD8
 # Index arrays kept for read_samples, in records (16 bytes each): bounds the cache at ~64 MiB.
 _INDEX_CACHE_RECORDS = 4 << 20
+# Below this, images are filled many per call and copied into their frames.
+_SMALL_RECORD_BYTES = 64 << 10
 
 
 def _tf():
@@ -156,20 +158,29 @@ class TFRecordFormat(Format):
     @staticmethod
     def _write_batched(sink, tf, n, rb, seed, stream, head: bytes, prefix_crc: int) -> None:
         # k frames are assembled as rows of a (k, frame) array: the shared header and Example
-        # prefix are set once, each image is filled in place (sample j's payload starts at
-        # j * rb in the content stream), then its CRC goes in the row's last 4 bytes.
+        # prefix are set once; images are filled (sample j's payload starts at j * rb in the
+        # content stream), then each CRC goes in its row's last 4 bytes. Per-call overhead
+        # (~1 us) matters for small records, so those are filled k at a time and copied in.
         h = len(head)
         frame_bytes = h + rb + FOOTER_BYTES
         k = max(1, min(n, CHUNK_BYTES // frame_bytes))
         out = np.empty((k, frame_bytes), np.uint8)
         out[:, :h] = np.frombuffer(head, np.uint8)
-        images = [out[r, h:h + rb] for r in range(k)]
+        flat = memoryview(out.reshape(-1))
+        images = [flat[r * frame_bytes + h:r * frame_bytes + h + rb] for r in range(k)]
+        small = rb < _SMALL_RECORD_BYTES
+        staging = np.empty(k * rb if small else 0, np.uint8)
         crcs = np.empty(k, np.uint64)
         crc32c = tf.crc32c
         for j0 in range(0, n, k):
             m = min(k, n - j0)
+            if small:
+                fill_random(staging[:m * rb], seed, stream, j0 * rb)
+                out[:m, h:h + rb] = staging[:m * rb].reshape(m, rb)
+            else:
+                for r in range(m):
+                    fill_random(images[r], seed, stream, (j0 + r) * rb)
             for r in range(m):
-                fill_random(images[r], seed, stream, (j0 + r) * rb)
                 crcs[r] = crc32c(images[r], prefix_crc)
             out[:m, -FOOTER_BYTES:] = _mask(crcs[:m]).view(np.uint8).reshape(m, FOOTER_BYTES)
             sink.write(out[:m].reshape(-1))
