@@ -112,10 +112,12 @@ def plot_wait_histogram(hist: LatencyHistogram, title: str) -> str:
     edges = lo * 2.0 ** (np.arange(nbins + 1) / 16.0)
     edges[-1] = max(edges[-1], hi * 1.0001)
     counts, edges = np.histogram(np.maximum(mid, lo), bins=edges, weights=cnt)
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#1f77b4")
     ax.set_xscale("log")
+    # 1-2-5 ticks: a narrow distribution still gets several labelled ticks
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     ymax = counts.max() if counts.size else 1
