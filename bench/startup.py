@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     from iogen.steplog import read_steplog
 
     py = [sys.executable]
+    os.environ["PYTHONSAFEPATH"] = "1"  # measure the installed package, not a checkout beside cwd
     bare = [wall(py + ["-c", "pass"]) for _ in range(args.reps)]
     helps = [wall(py + ["-m", "iogen", "--help"]) for _ in range(args.reps)]
     work = tempfile.mkdtemp(prefix="iogen-startup-")

@@ -6,6 +6,12 @@ import sys
 
 import pytest
 
+# Tests import the installed package, never the source tree: child Pythons started from the
+# repository root would otherwise put the checkout's `iogen/` (no compiled core, no bundled
+# workloads) first on sys.path. PYTHONSAFEPATH (Python >= 3.11) stops that for every
+# subprocess, mpiexec's ranks included.
+os.environ["PYTHONSAFEPATH"] = "1"
+
 
 def tiny_overrides(tmp_path, **extra):
     """Overrides that shrink the default workload to a few small files under tmp_path."""
@@ -33,8 +39,9 @@ def run_iogen(*args, env=None, timeout=240, cwd=None):
     """Run the installed `iogen` command in a subprocess; returns CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")  # the installed console script
     return subprocess.run(
-        [sys.executable, "-m", "iogen", *map(str, args)],
+        [iogen, *map(str, args)],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
     )
 
