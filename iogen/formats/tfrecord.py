@@ -14,6 +14,7 @@ HPC's CosmoFlow data); such files are decoded by streaming decompression, never 
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import struct
 import threading
@@ -34,6 +35,8 @@ FRAME_OVERHEAD = HEADER_BYTES + FOOTER_BYTES
 _MASK_DELTA = 0xA282EAD8
 # Index arrays kept for read_samples, in records (16 bytes each): bounds the cache at ~64 MiB.
 _INDEX_CACHE_RECORDS = 4 << 20
+# gzip files up to this size are inflated in one call (zlib releases the GIL), else streamed.
+_INFLATE_WHOLE_BYTES = 64 << 20
 # Below this, images are filled many per call and copied into their frames.
 _SMALL_RECORD_BYTES = 64 << 10
 
@@ -256,13 +259,29 @@ class TFRecordFormat(Format):
             os.close(fd)
         return out
 
+    @staticmethod
+    def _gunzipped(path):
+        """A readable decompressed stream: inflated in one GIL-free call when the file is small."""
+        if os.stat(path).st_size > _INFLATE_WHOLE_BYTES:
+            return gzip.open(path, "rb")
+        with open(path, "rb") as f:
+            raw = f.read()
+        parts = []
+        while raw:  # a gzip file may hold several members back to back
+            z = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            parts.append(z.decompress(raw))
+            if not z.eof:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            raw = z.unused_data
+        return io.BytesIO(b"".join(parts))
+
     def _frames_gzip(self, path, want=None, check_all=False):
         """Yield (record number, decompressed frame offset, data or None) streaming a gzip file."""
         tf = _tf()
         pos = 0
         last = max(want) if want else None
         try:
-            with gzip.open(path, "rb") as f:
+            with self._gunzipped(path) as f:
                 i = 0
                 while last is None or i <= last:
                     header = f.read(HEADER_BYTES)
