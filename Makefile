@@ -7,7 +7,7 @@ DEMO_DIR ?= /tmp/iogen-demo
 BIN = $(VENV)/bin
 PIP = $(BIN)/python -m pip --disable-pip-version-check -q
 CONSTRAINTS = -c constraints/dev.txt
-SOURCES = pyproject.toml setup.py $(shell find iogen workloads -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.yaml')
+SOURCES = pyproject.toml setup.py $(shell find iogen workloads -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.yaml' -o -name '*.j2')
 
 .PHONY: demo test bench venv clean
 

@@ -17,7 +17,7 @@ import yaml
 
 from .. import __version__
 from ..metrics import dlio_metric_block, iogen_metric_block, rank_epochs_array, run_metrics
-from ..steplog import PHASE_EVAL, PHASE_TRAIN, read_steplog
+from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog
 from . import rundir
 
 SCHEMA_VERSION = 1
@@ -29,7 +29,8 @@ def _iso(ts_s: float) -> str:
 
 def run_facts(wl, world, *, seed: int, label: str, core_impl: str) -> dict:
     """Facts that belong with every result: versions, core, hosts, dataset, what the run is."""
-    hosts = world.hostnames()
+    nodes = _nodes(world.allgather_obj(rundir.host_facts()))
+    hosts = [n["hostname"] for n in nodes for _ in n["ranks"]]
     facts = {
         "iogen_version": __version__,
         "core_implementation": core_impl,
@@ -41,9 +42,20 @@ def run_facts(wl, world, *, seed: int, label: str, core_impl: str) -> dict:
         "hosts": sorted(set(hosts)),
         "ranks_per_host": {h: hosts.count(h) for h in sorted(set(hosts))},
         "host": rundir.host_facts(),
+        # one entry per node: hostname, cpu_count, memory_total_bytes, ... and its ranks
+        "nodes": nodes,
         "shuffle_seed": seed,
     }
     return facts
+
+
+def _nodes(per_rank: list[dict]) -> list[dict]:
+    """Host facts of every rank (in rank order) -> one entry per host, with the ranks it runs."""
+    nodes: dict[str, dict] = {}
+    for rank, host in enumerate(per_rank):
+        node = nodes.setdefault(host["hostname"], dict(host, ranks=[]))
+        node["ranks"].append(rank)
+    return list(nodes.values())
 
 
 def write_config(run_dir: str, resolved: dict, facts: dict) -> None:
@@ -72,17 +84,22 @@ def _epochs_to_report(world, rows, phase, result):
 
 def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     """Reduce every rank's step log and write summary.json and epochs.json (rank 0 writes)."""
-    header, rows = read_steplog(rundir.steplog_path(run_dir, world.rank))
-    # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
-    offset_ns = int(header["wall_start_ns"]) - int(header["mono_start_ns"])
+    path = rundir.steplog_path(run_dir, world.rank) if run_dir is not None else None
+    if path is not None and os.path.exists(path):
+        header, rows = read_steplog(path)
+        # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
+        offset_ns = int(header["wall_start_ns"]) - int(header["mono_start_ns"])
+    else:  # under MPI a failure stopped this rank before its step log: it still takes part
+        rows, offset_ns = np.zeros(0, STEP_DTYPE), 0
     train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN, result)
     eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL, result)
     train = world.gather_array(_phase_arrays(rows, PHASE_TRAIN, train_epochs, wl, offset_ns))
     evals = world.gather_array(_phase_arrays(rows, PHASE_EVAL, eval_epochs, wl, offset_ns)) if eval_epochs.size else None
     device_bytes = _device_read_bytes(world, result, train_epochs.size)
+    wait_epochs, wait_run = _wait_latency(world, header, rows, train_epochs, wl)
     complete = error is None
     reason = None if complete else (str(error) or type(error).__name__)
-    if world.rank != 0:
+    if world.rank != 0 or run_dir is None or facts is None:
         return None
     end_s = time.time()
     doc = {
@@ -109,7 +126,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
                 "bytes": int(layout.total_bytes),
                 "data_folder": os.path.abspath(wl.dataset.data_folder),
             },
-            "page_cache_warning": _page_cache_warning(layout, facts),
+            "data_per_host": _data_per_host(wl, layout, facts),
+            "page_cache_warning": _page_cache_warning(wl, layout, facts),
             # Summed over ranks: bytes the kernel really fetched from storage in each train epoch
             # (/proc/self/io); far below the bytes read means the page cache served the reads.
             "device_read_bytes_per_epoch": device_bytes,
@@ -121,6 +139,9 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         run = run_metrics(train, evals, au_threshold=wl.metric.au, record_length_bytes=wl.dataset.record_length_bytes)
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
+        # batch wait (t_ready - t_request) over the metrics window, merged exactly over ranks
+        doc["iogen"]["metrics"]["train"]["wait_latency"] = wait_run.summary()
+        doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in wait_epochs]
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
     if train.size:
         rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(train, evals)))
@@ -137,6 +158,26 @@ def _device_read_bytes(world, result, epochs: int) -> list:
     return [None if not math.isfinite(v) else int(v) for v in total]
 
 
+def _wait_latency(world, header, rows, epochs, wl):
+    """Per-epoch and whole-run wait histograms of the train window, summed over ranks (numpy buffers)."""
+    from ..histogram import NUM_BUCKETS, LatencyHistogram
+    from .timeseries import wait_histograms
+
+    per_epoch, _ = wait_histograms([(header, rows)], PHASE_TRAIN, wl.metric.exclude_start_steps,
+                                   wl.metric.exclude_end_steps)
+    empty = LatencyHistogram()
+    mine = [per_epoch.get(int(e), empty) for e in epochs]
+    big = np.iinfo(np.int64).max
+    counts = world.allreduce_array(np.stack([h.counts for h in mine]) if mine else
+                                   np.zeros((0, NUM_BUCKETS), np.int64), "sum")
+    sums = world.allreduce_array(np.array([h.sum_ns for h in mine], np.int64), "sum")
+    maxs = world.allreduce_array(np.array([h.max_ns for h in mine], np.int64), "max")
+    mins = world.allreduce_array(np.array([big if h.min_ns < 0 else h.min_ns for h in mine], np.int64), "min")
+    merged = [LatencyHistogram(c, max_ns=mx, min_ns=-1 if mn == big else mn, sum_ns=sm)
+              for c, mx, mn, sm in zip(counts, maxs, mins, sums)]
+    return merged, LatencyHistogram.merged(merged)
+
+
 def _per_rank_epochs(train, evals):
     from ..metrics import EPOCH_FIELDS
 
@@ -149,15 +190,37 @@ def _per_rank_epochs(train, evals):
     return out
 
 
-def _page_cache_warning(layout, facts) -> str | None:
-    mem = facts["host"].get("memory_total_bytes")
-    hosts = max(1, len(facts["hosts"]))
-    share = layout.total_bytes / hosts
-    if mem and share < mem:
-        return (f"each host's share of the dataset ({share / 2**30:.2f} GiB) fits in its memory "
-                f"({mem / 2**30:.1f} GiB): reads may come from the page cache, not storage. "
-                "Use reader.odirect=True or a dataset larger than memory to measure the device.")
-    return None
+def _data_per_host(wl, layout, facts) -> list[dict]:
+    """Per node: its ranks, and the dataset bytes they read in one train epoch (from the plan)."""
+    from ..plan import steps_per_epoch
+
+    ranks = max(1, facts["num_ranks"])
+    steps = steps_per_epoch(layout.total_samples, wl.reader.batch_size, ranks, wl.train.total_training_steps)
+    bytes_per_sample = layout.total_bytes / max(1, layout.total_samples)
+    out = []
+    for node in facts.get("nodes", []):
+        samples = steps * wl.reader.batch_size * len(node["ranks"])
+        out.append({"hostname": node["hostname"], "ranks": len(node["ranks"]),
+                    "epoch_samples": samples, "epoch_bytes": int(round(samples * bytes_per_sample)),
+                    "memory_total_bytes": node.get("memory_total_bytes")})
+    return out
+
+
+def _page_cache_warning(wl, layout, facts) -> str | None:
+    """A warning when some node's per-epoch share of the dataset fits in that node's memory."""
+    if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False):
+        return None  # O_DIRECT reads bypass the page cache; eviction empties it every epoch
+    fits = [h for h in _data_per_host(wl, layout, facts)
+            if h["memory_total_bytes"] and h["epoch_bytes"] < h["memory_total_bytes"]]
+    if not fits:
+        return None
+    h = fits[0]
+    which = "the node" if len(facts.get("nodes", [])) <= 1 else (
+        f"{len(fits)} of {len(facts['nodes'])} nodes, e.g. {h['hostname']}," if len(fits) > 1 else h["hostname"])
+    return (f"{which} reads {h['epoch_bytes'] / 2**30:.2f} GiB of the dataset per epoch, which fits in its "
+            f"memory ({h['memory_total_bytes'] / 2**30:.1f} GiB): reads may come from the page cache, not "
+            "storage. Use reader.odirect=True, reader.evict_page_cache=True, or a dataset larger than memory "
+            "to measure the device.")
 
 
 def _clean(obj):

@@ -31,6 +31,9 @@ def test_run_writes_a_complete_run_folder(tiny):
     assert doc["iogen"]["complete"] is True
     assert doc["schema_version"] == 1 and doc["num_accelerators"] == 1
     assert len(m["train_au_percentage"]) == 2  # one per epoch
+    wait = doc["iogen"]["metrics"]["train"]["wait_latency"]
+    assert wait["count"] == 2 * 3  # 4 steps per epoch, the first left out of the window
+    assert wait["min_ns"] <= wait["p50_ns"] <= wait["p99_ns"] <= wait["max_ns"]
 
 
 def test_step_rows_count_every_sample_and_real_bytes(tiny):
