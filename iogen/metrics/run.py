@@ -98,10 +98,9 @@ def combine_ranks(per_rank):
     )
 
 
-# Latency (issue 6): wait-time percentiles will come from a mergeable log-linear histogram of
-# t_ready - t_request. Each rank will fill an int64 [epochs, buckets] count array beside its
-# EPOCH_FIELDS array, ranks and runs merge by adding counts, and PhaseMetrics will gain the
-# percentiles. Nothing here computes latency percentiles yet.
+# Latency percentiles are not means and cannot be reduced like the fields above: they come from
+# iogen.histogram.LatencyHistogram (log-linear, merged exactly by adding counts), filled per rank
+# from the same window and summed over ranks in iogen.report.summary._wait_latency.
 
 
 @dataclass(frozen=True)
