@@ -190,15 +190,20 @@ class TensorFlowLoader(Loader):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with TensorFlow tensors."""
         self._errors.clear()
         it = iter(self._dataset(plan))
-        for step in range(plan.steps):
-            try:
-                ids, x, nbytes = next(it)
-            except StopIteration:
-                raise RuntimeError(f"tf.data pipeline ended after {step} of {plan.steps} batches "
-                                   f"(epoch {plan.epoch})") from None
-            except tf.errors.OpError as exc:
-                raise self._failure(exc, plan) from None
-            yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
+        try:
+            for step in range(plan.steps):
+                try:
+                    ids, x, nbytes = next(it)
+                except StopIteration:
+                    raise RuntimeError(f"tf.data pipeline ended after {step} of {plan.steps} batches "
+                                       f"(epoch {plan.epoch})") from None
+                except tf.errors.OpError as exc:
+                    raise self._failure(exc, plan) from None
+                yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
+        finally:
+            # Drop the iterator now, so its prefetch and parallel-read threads stop: a traceback
+            # holding this frame would otherwise keep the pipeline reading in the background.
+            it = None
 
     def _failure(self, exc, plan) -> Exception:
         """The error to raise for a failed pipeline: the reader's own, or the bad file found."""

@@ -1,0 +1,175 @@
+"""The PyTorch DataLoader loader: parity with the plan and the native loader, errors, bundled workloads.
+
+One module: importing torch is slow, and worker processes are started per loader.
+"""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.errors import DataError
+from iogen.loaders import get_loader
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+FORMATS = ["npz", "hdf5", "tfrecord"]
+COMPRESSED = {"npz": "zip", "hdf5": "gzip", "tfrecord": "gzip"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_reads_the_plan_in_order_with_native_byte_counts(datasets, lt, fmt, workers):
+    wl = datasets.workload(fmt, "pytorch", reader__read_threads=workers)
+    lt.check_parity(wl, order=True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compressed_files_are_decoded_in_plan_order(datasets, lt, fmt):
+    wl = datasets.workload(fmt, "pytorch", dataset__compression=COMPRESSED[fmt], reader__read_threads=1)
+    lt.check_parity(wl, order=True)
+
+
+def test_samples_of_different_sizes_come_as_a_list(datasets, lt):
+    wl = datasets.workload("npz", "pytorch", dataset__record_length_bytes_stdev=700)
+    layout, fmt = lt.parts(wl)
+    assert np.unique(layout.record_bytes).size > 1
+    lt.check_parity(wl, order=True)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert isinstance(batch.data.x, list) and all(isinstance(t, torch.Tensor) for t in batch.data.x)
+
+
+def test_resize_gives_dlio_squares_filled_from_the_read_bytes(datasets, lt):
+    wl = datasets.workload("tfrecord", "pytorch", dataset__record_length_bytes_resize=10000)
+    lt.check_parity(wl, order=True)  # content: each square holds the sample's own bytes, repeated
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert tuple(batch.data.x.shape) == (3, 100, 100) and batch.data.x.dtype == torch.uint8
+
+
+def test_record_dims_and_element_type_shape_the_batch(datasets, lt):
+    wl = datasets.workload("hdf5", "pytorch", dataset__record_dims="[4,8,8]", dataset__record_element_type="float32",
+                           dataset__record_length_bytes=1024)
+    lt.check_parity(wl, order=True)
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert tuple(batch.data.x.shape) == (3, 4, 8, 8) and batch.data.x.dtype == torch.float32
+
+
+def test_batches_from_workers_arrive_in_shared_memory_without_a_copy(datasets, lt):
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=1)
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert batch.data.x.is_shared()
+
+
+def test_workers_persist_across_epochs_and_stop_on_close(datasets, lt):
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=2)
+    layout, fmt = lt.parts(wl)
+    loader = get_loader(wl, layout, fmt, SingleWorld())
+    pids = []
+    for plan in lt.plans(wl, layout):
+        for _ in loader.epoch(plan):
+            pass
+        pids.append(sorted(w.pid for w in loader.dataloader._iterator._workers))
+    assert pids[0] == pids[1] and len(pids[0]) == 2
+    workers = list(loader.dataloader._iterator._workers)
+    loader.close()
+    assert all(not w.is_alive() for w in workers)
+
+
+def test_spawned_workers_receive_a_small_dataset(datasets, lt):
+    import pickle
+
+    wl = datasets.workload("tfrecord", "pytorch", reader__read_threads=1, reader__multiprocessing_context="spawn")
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        assert len(pickle.dumps(loader.dataloader.dataset)) < 4096
+        ids, _ = lt.collect(loader, lt.plans(wl, layout)[0], layout)
+    assert np.array_equal(np.concatenate(ids), lt.plans(wl, layout)[0].batches.reshape(-1))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_truncated_file_fails_with_its_path(datasets, lt, tmp_path, workers):
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=workers, dataset__num_files_train=5)
+    layout, fmt = lt.parts(wl)
+    victim = layout.paths[2]
+    with open(victim, "r+b") as f:
+        f.truncate(6000)
+    try:
+        with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+            with pytest.raises(DataError) as info:
+                for _ in loader.epoch(lt.plans(wl, layout)[0]):
+                    pass
+        assert info.value.path == victim
+    finally:
+        os.unlink(victim)  # the next test regenerating this dataset would not notice a short file
+        datasets._made.clear()
+
+
+def test_a_killed_worker_fails_the_epoch(datasets, lt, monkeypatch):
+    from iogen.loaders.sampling import SampleReader
+
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=2)
+    layout, fmt = lt.parts(wl)
+    plan = lt.plans(wl, layout)[0]
+    doomed = int(plan.batches[4, 0])
+    real = SampleReader.read
+
+    def read(self, gids, alloc=None):
+        if doomed in np.asarray(gids).tolist():
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, gids, alloc)
+
+    monkeypatch.setattr(SampleReader, "read", read)  # workers are forked: they inherit the patch
+    loader = get_loader(wl, layout, fmt, SingleWorld())
+    try:
+        with pytest.raises(RuntimeError, match="(?i)worker"):
+            for _ in loader.epoch(plan):
+                pass
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_runs_end_to_end_with_the_native_bytes(datasets, lt, fmt):
+    wl = datasets.workload(fmt, "pytorch")
+    doc = lt.summary_of(wl)
+    native = lt.summary_of(datasets.workload(fmt, "native"))
+    ours, ref = doc["iogen"]["metrics"]["train"], native["iogen"]["metrics"]["train"]
+    assert ours["total_samples"] == ref["total_samples"]
+    assert ours["total_bytes"] == ref["total_bytes"] > 0
+
+
+def _scaled(name, tmp_path, *extra):
+    """A bundled workload shrunk to seconds, keeping its format and its configured loader."""
+    over = [f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'results'}",
+            "workflow.generate_data=True", "dataset.num_files_train=8", "train.epochs=2",
+            "train.computation_time=0.001", f"checkpoint.checkpoint_folder={tmp_path / 'ckpt'}", *extra]
+    return load_workload(name, over)
+
+
+def test_bundled_unet3d_runs_scaled_down_with_pytorch(tmp_path, lt):
+    wl = _scaled("unet3d", tmp_path, "dataset.record_length_bytes=300000", "dataset.record_length_bytes_stdev=50000",
+                 "dataset.record_length_bytes_resize=65536", "reader.batch_size=2", "reader.read_threads=2",
+                 "model.model_size_bytes=4096", "checkpoint.checkpoint_after_epoch=2")
+    assert wl.reader.data_loader == "pytorch" and wl.dataset.format == "npz"
+    doc = lt.summary_of(wl)
+    rows = lt.step_rows(doc)
+    assert rows["samples"].sum() == 2 * 8 and len(rows) == 2 * 4
+    assert len(doc["iogen"]["checkpoints"]) == 1
+
+
+def test_bundled_deepcam_runs_scaled_down_with_pytorch(tmp_path, lt):
+    wl = _scaled("deepcam", tmp_path, "dataset.record_dims=[4,16,12]", "dataset.record_length_bytes=3072",
+                 "reader.read_threads=2")
+    assert wl.reader.data_loader == "pytorch" and wl.dataset.format == "hdf5"
+    rows = lt.step_rows(lt.summary_of(wl))
+    assert rows["bytes"].sum() == 2 * 8 * 3072 and np.all(rows["samples"] == 2)

@@ -1,0 +1,184 @@
+"""The tf.data loader: parity with the plan and the native loader, TFRecord modes, errors, resnet50.
+
+One module: importing TensorFlow takes seconds.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.errors import DataError
+from iogen.loaders import get_loader
+
+pytestmark = pytest.mark.tensorflow
+tf = pytest.importorskip("tensorflow")
+
+FORMATS = ["npz", "hdf5", "tfrecord"]
+COMPRESSED = {"npz": "zip", "hdf5": "gzip", "tfrecord": "gzip"}
+IN_ORDER = {"reader.file_shuffle": "seed", "reader.sample_shuffle": "off"}
+
+
+def _loader(wl, lt):
+    layout, fmt = lt.parts(wl)
+    return layout, get_loader(wl, layout, fmt, SingleWorld())
+
+
+@pytest.mark.parametrize("fmt", ["npz", "hdf5"])
+@pytest.mark.parametrize("threads", [0, 2])
+def test_mapped_formats_read_the_plan_in_order(datasets, lt, fmt, threads):
+    wl = datasets.workload(fmt, "tensorflow", reader__read_threads=threads)
+    lt.check_parity(wl, order=True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compressed_files_read_the_plan(datasets, lt, fmt):
+    wl = datasets.workload(fmt, "tensorflow", dataset__compression=COMPRESSED[fmt])
+    lt.check_parity(wl, order=fmt != "tfrecord")
+
+
+def test_tfrecord_stream_with_one_reader_is_the_plan_in_order(datasets, lt):
+    wl = datasets.workload("tfrecord", "tensorflow", reader__read_threads=1, reader__sample_shuffle="off")
+    lt.check_parity(wl, order=True)
+    layout, loader = _loader(wl, lt)
+    with loader:
+        for _ in loader.epoch(lt.plans(wl, layout)[0]):
+            pass
+        assert loader.mode == "stream"
+
+
+def test_tfrecord_stream_with_parallel_reads_interleaves_runs_one_record_at_a_time(datasets, lt):
+    wl = datasets.workload("tfrecord", "tensorflow", reader__read_threads=2, reader__sample_shuffle="off",
+                           reader__file_shuffle="off")
+    (ids,) = lt.check_parity(wl, order=False)[:1]
+    # files 0 and 1 read side by side, then 2 and 3, ...: what num_parallel_reads=2 does
+    flat = np.concatenate(ids)
+    assert flat[:8].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert flat[8:16].tolist() == [8, 12, 9, 13, 10, 14, 11, 15]
+
+
+def test_tfrecord_shuffled_samples_go_through_a_shuffle_buffer(datasets, lt):
+    wl = datasets.workload("tfrecord", "tensorflow")
+    first = lt.check_parity(wl, order=False)
+    again = lt.check_parity(wl, order=False)
+    assert all(np.array_equal(np.concatenate(a), np.concatenate(b)) for a, b in zip(first, again))  # seeded
+    layout, loader = _loader(wl, lt)
+    with loader:
+        for _ in loader.epoch(lt.plans(wl, layout)[0]):
+            pass
+        assert loader.mode == "shuffle-buffer"
+
+
+@pytest.mark.parametrize("sample_shuffle", ["off", "seed"])
+def test_tfrecord_ranks_read_their_own_shares(datasets, lt, sample_shuffle):
+    """World of 3 (plans made here): partial files are skipped into; the ranks' sets partition the epoch."""
+    wl = datasets.workload("tfrecord", "tensorflow", reader__batch_size=2, reader__sample_shuffle=sample_shuffle)
+    layout, loader = _loader(wl, lt)
+    seen = []
+    with loader:
+        for plan in lt.rank_plans(wl, layout, 3):
+            ids, nbytes = lt.collect(loader, plan, layout)
+            flat = np.concatenate(ids)
+            assert np.array_equal(np.sort(flat), np.sort(plan.batches.reshape(-1)))
+            frame = 4096 + 16 + _example_overhead(4096)
+            if sample_shuffle == "seed":  # records of the spans outside this rank's share are read and counted
+                assert sum(nbytes) >= flat.size * frame
+            else:
+                assert sum(nbytes) == flat.size * frame
+            seen.append(flat)
+    everything = np.sort(np.concatenate(seen))
+    assert np.array_equal(everything, np.arange(24))
+
+
+def test_samples_of_different_sizes_come_as_a_ragged_batch(datasets, lt):
+    wl = datasets.workload("tfrecord", "tensorflow", dataset__record_length_bytes_stdev=700, reader__read_threads=1,
+                           reader__sample_shuffle="off")
+    lt.check_parity(wl, order=True)
+    layout, loader = _loader(wl, lt)
+    with loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert isinstance(batch.data.x, tf.RaggedTensor)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+def test_resize_gives_dlio_squares_filled_from_the_read_bytes(datasets, lt, fmt):
+    wl = datasets.workload(fmt, "tensorflow", dataset__record_length_bytes_resize=10000, **{
+        "reader__sample_shuffle": "off", "reader__read_threads": 1})
+    lt.check_parity(wl, order=True)
+    layout, loader = _loader(wl, lt)
+    with loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert tuple(batch.data.x.shape) == (3, 100, 100) and batch.data.x.dtype == tf.uint8
+
+
+def test_record_dims_and_element_type_shape_the_batch(datasets, lt):
+    wl = datasets.workload("npz", "tensorflow", dataset__record_dims="[4,8,8]", dataset__record_element_type="float32",
+                           dataset__record_length_bytes=1024)
+    lt.check_parity(wl, order=True)
+    layout, loader = _loader(wl, lt)
+    with loader:
+        batch = next(iter(loader.epoch(lt.plans(wl, layout)[0])))
+        assert tuple(batch.data.x.shape) == (3, 4, 8, 8) and batch.data.x.dtype == tf.float32
+
+
+def test_a_corrupt_tfrecord_fails_with_its_path(datasets, lt):
+    wl = datasets.workload("tfrecord", "tensorflow", dataset__num_files_train=5, reader__sample_shuffle="off")
+    layout, loader = _loader(wl, lt)
+    victim = layout.paths[1]
+    with open(victim, "r+b") as f:
+        f.seek(12 + 100)  # inside record 0's data
+        byte = f.read(1)
+        f.seek(12 + 100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    try:
+        with loader, pytest.raises(DataError) as info:
+            for _ in loader.epoch(lt.plans(wl, layout)[0]):
+                pass
+        assert info.value.path == victim and "CRC" in str(info.value)
+    finally:
+        os.unlink(victim)
+        datasets._made.clear()
+
+
+def test_a_truncated_npz_fails_with_the_readers_error(datasets, lt):
+    wl = datasets.workload("npz", "tensorflow", dataset__num_files_train=5)
+    layout, loader = _loader(wl, lt)
+    victim = layout.paths[3]
+    with open(victim, "r+b") as f:
+        f.truncate(6000)
+    try:
+        with loader, pytest.raises(DataError) as info:
+            for _ in loader.epoch(lt.plans(wl, layout)[0]):
+                pass
+        assert info.value.path == victim
+    finally:
+        os.unlink(victim)
+        datasets._made.clear()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_runs_end_to_end_with_the_native_bytes(datasets, lt, fmt):
+    doc = lt.summary_of(datasets.workload(fmt, "tensorflow"))
+    native = lt.summary_of(datasets.workload(fmt, "native"))
+    ours, ref = doc["iogen"]["metrics"]["train"], native["iogen"]["metrics"]["train"]
+    assert ours["total_samples"] == ref["total_samples"]
+    assert lt.step_rows(doc)["bytes"].sum() == lt.step_rows(native)["bytes"].sum() > 0
+
+
+def test_bundled_resnet50_runs_scaled_down_with_tensorflow(tmp_path, lt):
+    wl = load_workload("resnet50", [
+        f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'results'}",
+        "workflow.generate_data=True", "dataset.num_files_train=4", "dataset.num_samples_per_file=50",
+        "dataset.record_length_bytes=2000", "dataset.record_length_bytes_resize=4096", "reader.batch_size=20",
+        "reader.read_threads=2", "reader.computation_threads=2", "train.epochs=2", "train.computation_time=0.001"])
+    assert wl.reader.data_loader == "tensorflow" and wl.dataset.format == "tfrecord"
+    rows = lt.step_rows(lt.summary_of(wl))
+    assert len(rows) == 2 * 10 and np.all(rows["samples"] == 20)
+    assert rows["bytes"].sum() == 2 * 200 * (2000 + 16 + _example_overhead(2000))
+
+
+def _example_overhead(image_bytes):
+    from iogen.formats.example_proto import image_example_prefix
+
+    return len(image_example_prefix(image_bytes, image_bytes))
