@@ -51,6 +51,28 @@ def check_data_readable(layout) -> None:
                                     "generate them with `iogen datagen` or run with --generate")
 
 
+def generate_data(layouts, fmt, world, *, workers=None, progress=None) -> list:
+    """Generate the layouts' files, each rank its share; rank 0 writes the manifests at the end.
+
+    Used by `iogen run --generate` and `iogen datagen`. Rank r writes files r, r+N, r+2N, ...
+    (iogen.datagen); the manifests are written once every rank is done. A rank that fails
+    tells the others (world.fail), so nobody waits at the barrier for it.
+    """
+    from .datagen import finalize, generate
+
+    try:
+        results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size,
+                            progress=progress, finalize_manifest=False) for layout in layouts]
+        world.sync()  # every rank's share is on disk
+        if world.rank == 0:
+            for layout, result in zip(layouts, results):
+                result.manifests.append(finalize(layout, fmt))
+    except BaseException as exc:
+        world.fail(exc)
+        raise
+    return results
+
+
 def prepare_data(wl, world, progress_stream=None, quiet=False):
     """Dataset layouts of train (and eval), generating missing files first if the workload asks."""
     from .dataset import DatasetLayout
@@ -62,21 +84,62 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     if wl.workflow.generate_data:
-        from .datagen import generate
         from .progress import GenerateProgress
 
-        for layout in filter(None, (train, evaluation)):
-            generate(layout, fmt, rank=world.rank, world_size=world.size,
-                     progress=GenerateProgress(progress_stream, quiet, world.rank))
-        world.barrier()
+        generate_data([layout for layout in (train, evaluation) if layout is not None], fmt, world,
+                      progress=GenerateProgress(progress_stream, quiet, world.rank))
     if world.rank == 0:
         for layout in filter(None, (train, evaluation)):
             check_data_readable(layout)
     return fmt, train, evaluation
 
 
+@dataclass
+class _RunState:
+    """What a run has set up so far: the epilogue needs it whatever point a failure hit."""
+
+    train_layout: object = None
+    train_loader: object = None
+    eval_loader: object = None
+    steplog: object = None
+    run_dir: str | None = None
+    facts: dict | None = None
+    result: object = None
+
+    def close(self) -> None:
+        for thing in (self.steplog, self.train_loader, self.eval_loader):
+            if thing is not None:
+                thing.close()
+
+
 def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunOutcome:
-    """Run the workload on this rank; rank 0 writes the run folder's shared files."""
+    """Run the workload on this rank; rank 0 writes the run folder's shared files.
+
+    If any rank fails, every rank raises (the failing rank its own error, the others
+    RankFailure naming it), after an incomplete summary is written if the run folder exists.
+    """
+    if not (wl.workflow.train or wl.workflow.evaluation):
+        raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
+    st = _RunState()
+    error = None
+    try:
+        _run_body(wl, world, st, label, quiet, stream)
+    except BaseException as exc:  # kept: the summary says why the run is incomplete
+        error = Interrupted("interrupted") if isinstance(exc, KeyboardInterrupt) else exc
+        world.fail(error)  # under MPI: tell the other ranks, so none waits for this one
+    finally:
+        st.close()
+    doc = None
+    # After a failure under MPI every rank takes part in the summary's collectives, whether or
+    # not it got as far as the run folder; in one process there is nothing to write without one.
+    if st.run_dir is not None or world.failed:
+        doc, error = _finish(wl, world, st, error)
+    if error is not None:
+        raise error
+    return RunOutcome(st.run_dir, doc, True)
+
+
+def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None:
     from . import core
     from .config import resolved_dict
     from .engine import Engine
@@ -85,67 +148,40 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     from .report import rundir, summary
     from .steplog import StepLog
 
-    if not (wl.workflow.train or wl.workflow.evaluation):
-        raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
-    fmt, train_layout, eval_layout = _collective(world, lambda: prepare_data(wl, world, stream, quiet))
+    fmt, st.train_layout, eval_layout = prepare_data(wl, world, stream, quiet)
     seed = shuffle_seed(wl, world)
     # Loaders are built (and frameworks imported) before the run folder exists: a missing
     # framework is a usage error, not an empty run.
-    train_loader = _collective(world, lambda: get_loader(wl, train_layout, fmt, world))
-    eval_loader = get_loader(wl, eval_layout, fmt, world) if eval_layout is not None else None
+    st.train_loader = get_loader(wl, st.train_layout, fmt, world)
+    st.eval_loader = get_loader(wl, eval_layout, fmt, world) if eval_layout is not None else None
+    world.sync()  # every rank is ready: only now may rank 0 create the run folder
 
     run_dir = None
     if world.rank == 0:
         run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label)
-    run_dir = world.bcast(run_dir)
-    facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description())
+    st.run_dir = world.bcast(run_dir)
+    st.facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description())
     if world.rank == 0:
-        summary.write_config(run_dir, resolved_dict(wl), facts)
+        summary.write_config(st.run_dir, resolved_dict(wl), st.facts)
 
     progress = RunProgress(stream, quiet, world.rank)
-    steplog = StepLog(rundir.steplog_path(run_dir, world.rank), world.rank)
-    engine = Engine(wl, world, train_loader, eval_loader, steplog, shuffle_seed=seed, progress=progress)
-    error = None
+    st.steplog = StepLog(rundir.steplog_path(st.run_dir, world.rank), world.rank)
+    engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
+    st.result = engine.run()
+
+
+def _finish(wl, world, st: _RunState, error):
+    """summary.finish on every rank; returns (summary or None, the error to raise or None)."""
+    from .errors import RankFailure
+    from .report import summary
+
     try:
-        result = engine.run()
-    except KeyboardInterrupt:
-        error, result = Interrupted("interrupted"), None
-    except BaseException as exc:  # kept: the summary says why the run is incomplete
-        error, result = exc, None
-    finally:
-        steplog.close()
-        train_loader.close()
-        if eval_loader is not None:
-            eval_loader.close()
-    doc = summary.finish(run_dir, wl, world, facts, result, error, train_layout)
-    if error is not None:
-        raise error
-    return RunOutcome(run_dir, doc, True)
-
-
-def _collective(world, fn):
-    """Run fn on every rank; if any rank fails, every rank raises (no rank waits forever)."""
-    error = None
-    try:
-        value = fn()
-    except Exception as exc:
-        error, value = exc, None
-    failed = world.bcast(None) if world.size == 1 else _any_failed(world, error)
-    if error is not None:
-        raise error
-    if failed is not None:
-        raise DataError("rank " + str(failed[0]), failed[1])
-    return value
-
-
-def _any_failed(world, error):
-    import numpy as np
-
-    flags = world.allreduce_array(np.array([1 if error is not None else 0], np.int64), "sum")
-    if flags[0] == 0:
-        return None
-    messages = world.comm.allgather(None if error is None else str(error)) if hasattr(world, "comm") else []
-    for rank, msg in enumerate(messages):
-        if msg is not None:
-            return rank, f"failed: {msg}"
-    return 0, "another rank failed"
+        return summary.finish(st.run_dir, wl, world, st.facts, st.result, error, st.train_layout), error
+    except RankFailure as exc:
+        if error is not None:
+            raise
+        # Another rank failed while this one was reducing: reduce again, as that rank does.
+        return summary.finish(st.run_dir, wl, world, st.facts, st.result, exc, st.train_layout), exc
+    except BaseException as exc:
+        world.fail(exc)
+        raise

@@ -90,7 +90,7 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
         offset_ns = int(header["wall_start_ns"]) - int(header["mono_start_ns"])
     else:  # under MPI a failure stopped this rank before its step log: it still takes part
-        rows, offset_ns = np.zeros(0, STEP_DTYPE), 0
+        header, rows, offset_ns = None, np.zeros(0, STEP_DTYPE), 0
     train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN, result)
     eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL, result)
     train = world.gather_array(_phase_arrays(rows, PHASE_TRAIN, train_epochs, wl, offset_ns))

@@ -1,0 +1,75 @@
+"""`iogen ARGS...` with test hooks, configured by environment variables:
+
+    IOGEN_TEST_RECORD=DIR     every rank saves the global sample ids of every plan its loaders
+                              executed to DIR/gids-rank<r>.npz (keys "<phase>-<epoch>")
+    IOGEN_TEST_FAIL=R:WHAT    rank R fails; WHAT is one of
+                                loader       get_loader raises (before the run folder exists)
+                                step:K       raises at its K-th step barrier (mid-run)
+                                hang:K       stops forever at its K-th step barrier
+                                kill:K       SIGKILLs itself at its K-th step barrier
+                                generate     data generation raises on that rank
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import iogen.datagen
+import iogen.engine
+import iogen.loaders
+from iogen.cli import main
+from iogen.comm import get_world
+
+world = get_world()
+record = os.environ.get("IOGEN_TEST_RECORD")
+fail = os.environ.get("IOGEN_TEST_FAIL")
+recorded = {}
+
+if record:
+    plan_for = iogen.engine.plan_for
+
+    def recording_plan_for(wl, layout, *, phase="train", **kw):
+        plan = plan_for(wl, layout, phase=phase, **kw)
+        recorded[f"{phase}-{plan.epoch}"] = plan.batches.ravel().copy()
+        return plan
+
+    iogen.engine.plan_for = recording_plan_for
+
+if fail:
+    rank, what = fail.split(":", 1)
+    if int(rank) == world.rank:
+        kind, _, count = what.partition(":")
+        if kind == "loader":
+            def broken_loader(*args, **kwargs):
+                raise RuntimeError(f"injected loader failure on rank {world.rank}")
+
+            iogen.loaders.get_loader = broken_loader
+        elif kind == "generate":
+            def broken_generate(*args, **kwargs):
+                raise OSError(28, "No space left on device (injected)", "/injected/file")
+
+            iogen.datagen.generate = broken_generate
+        else:
+            barrier = world.barrier
+            calls = [0]
+
+            def failing_barrier():
+                calls[0] += 1
+                if calls[0] == int(count):
+                    if kind == "step":
+                        raise RuntimeError(f"injected failure at step barrier {calls[0]}")
+                    if kind == "hang":
+                        while True:
+                            time.sleep(3600)
+                    if kind == "kill":
+                        os.kill(os.getpid(), signal.SIGKILL)
+                barrier()
+
+            world.barrier = failing_barrier
+
+code = main(sys.argv[1:])
+if record:
+    np.savez(os.path.join(record, f"gids-rank{world.rank}.npz"), **recorded)
+sys.exit(code)

@@ -1,0 +1,30 @@
+"""iogen.comm's collectives on 2 and 4 real ranks (more ranks than this machine may have cores)."""
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_collective_on_real_ranks(mpi, n):
+    res = mpi.launch(n, [mpi.driver("collectives.py"), mpi.tmp_path], timeout=120)
+    assert res.returncode == 0, res
+    ranks = [mpi.load_json(mpi.tmp_path / f"rank{r}.json") for r in range(n)]
+    for r, got in enumerate(ranks):
+        assert (got["rank"], got["size"], got["kind"]) == (r, n, "mpi")
+        assert got["bcast"] == {"run_dir": "/x/y", "seed": 2**62 + 1}
+        assert got["bcast_from_last"] == f"from {n - 1}"
+        assert got["allgather"] == [{"rank": i, "text": "é" * i} for i in range(n)]
+        assert got["sum"] == [n * (n + 1) // 2, n]
+        assert got["min"] == [1.5] and got["max"] == [n + 0.5]
+        assert got["allreduce_bytes"] == [n * (n + 1) / 2] * 2
+        assert len(got["hostnames"]) == n
+    assert ranks[0]["gather"] == [[[r, r * 10.0]] for r in range(n)]
+    assert ranks[0]["gather_empty_shape"] == [n, 0, 0]
+    assert all(got["gather"] is None for got in ranks[1:])
+
+
+def test_mpiexec_n1_is_a_world_of_one(mpi):
+    res = mpi.launch(1, [mpi.driver("collectives.py"), mpi.tmp_path], timeout=60)
+    assert res.returncode == 0, res
+    got = mpi.load_json(mpi.tmp_path / "rank0.json")
+    assert (got["kind"], got["size"]) == ("single", 1)

@@ -1,0 +1,93 @@
+"""One rank fails: every rank exits non-zero, with that rank's message, within a bounded time.
+
+Each launch's `timeout=` is the bound: a hang fails the test. Timings are not asserted.
+"""
+import os
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+BOUND_S = 90
+
+
+def _no_shuffle(mpi, **extra):
+    """Tiny data read in file order: with 8 files on 2 ranks, rank 1 reads files 4..7."""
+    return mpi.tiny(**{"reader.file_shuffle": "off", "reader.sample_shuffle": "off", **extra})
+
+
+def _generate(mpi, overrides):
+    res = mpi.single(mpi.iogen("datagen", "default", *overrides, "-q"))
+    assert res.returncode == 0, res.stderr
+
+
+def _summary(mpi):
+    (run_dir,) = mpi.run_dirs()
+    return mpi.load_json(os.path.join(run_dir, "summary.json"))
+
+
+def test_corrupt_file_on_one_rank_fails_every_rank(mpi):
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": False})
+    _generate(mpi, overrides)
+    bad = mpi.tmp_path / "data" / "train" / "img_6_of_8.npz"  # only rank 1 reads it
+    os.truncate(bad, 1000)
+    res = mpi.launch(2, mpi.iogen("run", "default", *overrides, "-q"), timeout=BOUND_S)
+    assert res.returncode != 0, res
+    assert res.rank_codes == {0: 2, 1: 2}, res  # both ranks exit 2 (bad data), none hangs
+    assert f"rank 1 (" in res.output and str(bad) in res.output, res
+    # rank 0 prints that rank 1 failed, and why
+    assert res.output.count(f"failed: {bad}") >= 2, res
+    doc = _summary(mpi)  # the run folder keeps an incomplete summary naming the cause
+    assert doc["iogen"]["complete"] is False
+    assert "rank 1" in doc["iogen"]["incomplete_reason"] and str(bad) in doc["iogen"]["incomplete_reason"]
+
+
+def test_exception_mid_run_on_one_of_four_ranks(mpi):
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True, "dataset.num_files_train": 16})
+    res = mpi.launch(4, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "2:step:3"}, timeout=BOUND_S)
+    assert res.returncode != 0, res
+    assert sorted(res.rank_codes) == [0, 1, 2, 3] and all(c != 0 for c in res.rank_codes.values()), res
+    assert "rank 2 (" in res.output and "injected failure at step barrier 3" in res.output, res
+    doc = _summary(mpi)
+    assert doc["iogen"]["complete"] is False and "rank 2" in doc["iogen"]["incomplete_reason"]
+    assert doc["num_accelerators"] == 4
+
+
+def test_failure_before_the_run_folder_leaves_nothing_behind(mpi):
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "1:loader"}, timeout=BOUND_S)
+    assert set(res.rank_codes) == {0, 1} and all(c != 0 for c in res.rank_codes.values()), res
+    assert "rank 1 (" in res.output and "injected loader failure on rank 1" in res.output, res
+    assert mpi.run_dirs() == []
+
+
+def test_generation_failure_on_one_rank(mpi):
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "1:generate"}, timeout=BOUND_S)
+    assert res.rank_codes == {0: 2, 1: 2}, res
+    assert "rank 1 (" in res.output and "No space left on device (injected)" in res.output, res
+    assert mpi.run_dirs() == []
+
+
+def test_a_stuck_rank_times_out_and_the_job_is_aborted(mpi):
+    """Rank 1 stops inside a step; rank 0 gives up after the step timeout, then aborts the job."""
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "1:hang:2", "IOGEN_MPI_STEP_TIMEOUT_S": 2,
+                          "IOGEN_MPI_GRACE_S": 2}, timeout=BOUND_S)
+    assert res.returncode != 0, res
+    assert "rank 0 (" in res.output and "waited 2 s in the step barrier" in res.output, res
+    assert "aborting the job" in res.output, res
+    assert res.rank_codes.get(0, 1) != 0 and res.rank_codes.get(1, 1) != 0, res
+
+
+def test_a_killed_rank_ends_the_job(mpi):
+    """A rank that dies without a word (SIGKILL): the launcher ends the others; nobody hangs."""
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "1:kill:2"}, timeout=BOUND_S)
+    assert res.returncode != 0, res
+    assert res.rank_codes.get(0, 1) != 0 and res.rank_codes.get(1, 1) != 0, res
