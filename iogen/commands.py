@@ -80,24 +80,23 @@ def cmd_validate(args) -> int:
 
 
 def cmd_datagen(args) -> int:
-    """Generate the dataset (every rank its share under MPI)."""
+    """Generate the dataset (every rank its share under MPI; rank 0 writes the manifests)."""
     from .comm import get_world
-    from .datagen import generate
     from .dataset import DatasetLayout
     from .formats import get_format
     from .progress import GenerateProgress
+    from .runner import generate_data
 
     wl = _load(args)
     world = get_world()
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
-    for split in splits:
-        layout = DatasetLayout.from_workload(wl, split)
-        result = generate(layout, fmt, workers=args.workers, rank=world.rank, world_size=world.size,
-                          progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
-        if world.rank == 0:
+    layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
+    results = generate_data(layouts, fmt, world, workers=args.workers,
+                            progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
+    if world.rank == 0:
+        for split, result in zip(splits, results):
             print(f"{split}: {result}")
-    world.barrier()
     return EXIT_OK
 
 

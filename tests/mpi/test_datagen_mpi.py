@@ -55,8 +55,6 @@ def test_run_generate_across_ranks_writes_one_manifest_per_split(mpi):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="cmd_datagen generates each rank's share but no rank writes the "
-                                       "manifests; it should call iogen.runner.generate_data")
 def test_datagen_across_ranks_writes_the_manifests(mpi):
     data = mpi.tmp_path / "data"
     overrides = _overrides(mpi, data, "npz")
