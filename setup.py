@@ -32,6 +32,8 @@ extensions = [
 setup(
     packages=find_packages(include=["iogen", "iogen.*"]) + ["iogen.workloads"],
     package_dir={"iogen.workloads": "workloads"},
+    # the generated C of the core is a build product, not something to ship
+    exclude_package_data={"iogen._core": ["*.c", "*.html"]},
     package_data={
         "iogen._core": ["*.pxd", "*.pyx", "*.h"],
         "iogen.workloads": ["*.yaml"],

@@ -23,27 +23,15 @@ from ..errors import DataError
 CHUNK_BYTES = 1 << 20
 
 
-def _pick_fill():
-    # The compiled fill and its pure twin produce identical bytes (tested in tests/core), so
-    # files do not depend on which one wrote them. iogen.core raises CoreMissingError when the
-    # compiled core is broken; that is not hidden here.
+def fill_random(buf, seed: int, stream: int, offset_bytes: int = 0) -> None:
+    """Fill buf with the bytes of stream (seed, stream) at absolute offset_bytes (iogen.core.fill).
+
+    The compiled fill and its pure twin produce identical bytes (tested in tests/core), so files
+    do not depend on which core wrote them; iogen.core chooses, and never falls back silently.
+    """
     from .. import core
 
-    fill = getattr(core.fill, "fill_random", None)
-    if fill is None:  # the compiled fill is not built yet in this checkout
-        from .._core.pure.fill import fill_random as fill
-    return fill
-
-
-_FILL = None
-
-
-def fill_random(buf, seed: int, stream: int, offset_bytes: int = 0) -> None:
-    """Fill buf with the bytes of stream (seed, stream) at absolute offset_bytes (iogen.core.fill)."""
-    global _FILL
-    if _FILL is None:
-        _FILL = _pick_fill()
-    _FILL(buf, seed, stream, offset_bytes)
+    core.fill.fill_random(buf, seed, stream, offset_bytes)
 
 
 def payload_chunks(seed: int, stream: int, start_bytes: int, nbytes: int, buf: np.ndarray):

@@ -19,10 +19,7 @@ _READ_BYTES = 4 << 20
 def _core_crc32c():
     from .. import core
 
-    fn = getattr(core.tfrecord, "crc32c", None)
-    if fn is None:  # the compiled module is not built yet in this checkout
-        from .._core.pure.tfrecord import crc32c as fn
-    return fn
+    return core.tfrecord.crc32c
 
 
 _CRC32C = None

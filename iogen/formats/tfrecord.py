@@ -42,14 +42,10 @@ _SMALL_RECORD_BYTES = 64 << 10
 
 
 def _tf():
-    """The TFRecord mechanism: iogen.core's compiled module, or its pure twin until it is built."""
+    """The TFRecord mechanism of the core iogen.core chose (compiled, or the twin knowingly)."""
     from .. import core
 
-    if hasattr(core.tfrecord, "index_records"):
-        return core.tfrecord
-    from .._core.pure import tfrecord
-
-    return tfrecord
+    return core.tfrecord
 
 
 def _framing_error():
