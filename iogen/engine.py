@@ -18,6 +18,9 @@ from .checkpoint import Checkpointer
 from .plan import plan_for
 from .steplog import PHASE_EVAL, PHASE_TRAIN
 
+# Compute at least this long hides the previous step's bookkeeping (see Engine._phase).
+HIDE_BOOKKEEPING_NS = 1_000_000
+
 
 @dataclass
 class EngineResult:
@@ -105,19 +108,33 @@ class Engine:
 
     def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
         """One epoch's train or eval phase: the timed step loop."""
-        now, sleep_ns, spin = self.clock.now_ns, self.clock.sleep_ns, self.spin_ns
+        now, sleep_ns, sleep_until_ns, spin = (self.clock.now_ns, self.clock.sleep_ns,
+                                               self.clock.sleep_until_ns, self.spin_ns)
         barrier, append = self.world.barrier, self.steplog.append
         requested = self._compute_times(dist, plan.epoch, phase, plan.steps).tolist()
+        requested.append(0)  # "the step after the last" hides nothing
         ckpt = self.checkpointer if phase == PHASE_TRAIN else None
         allreduce_buf = self.allreduce_buf
         progress = self.progress
         epoch, batches = plan.epoch, loader.epoch(plan)
+        # A step's row is written while the NEXT step computes, as a training loop logs on the
+        # CPU while the accelerator works: after a sleep the caches are cold and the write would
+        # otherwise cost tens of microseconds between steps. Only when that compute is long
+        # enough to hide it (HIDE_BOOKKEEPING_NS); else at once, so tool time never counts as compute.
+        pending = None
         try:
             for step in range(plan.steps):
                 t_request = now()
                 batch = next(batches)
                 t_ready = now()
-                sleep_ns(requested[step], spin)
+                if pending is not None:
+                    append(*pending)
+                    pending = None
+                    if progress is not None and progress.due(t_ready):
+                        progress.step(epoch, phase, step, plan.steps, t_ready)
+                    sleep_until_ns(t_ready + requested[step], spin)
+                else:
+                    sleep_ns(requested[step], spin)
                 t_compute_end = now()
                 if allreduce_buf is not None:
                     self.world.allreduce_bytes(allreduce_buf)
@@ -130,11 +147,17 @@ class Engine:
                     checkpoint_ns = max(1, t_step_end - t0)
                 else:
                     t_step_end = now()
-                append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                row = (epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
                        requested[step], batch.samples, batch.bytes, checkpoint_ns)
-                if progress is not None and progress.due(t_step_end):
-                    progress.step(epoch, phase, step + 1, plan.steps, t_step_end)
+                if requested[step + 1] >= HIDE_BOOKKEEPING_NS:
+                    pending = row
+                else:
+                    append(*row)
+                    if progress is not None and progress.due(t_step_end):
+                        progress.step(epoch, phase, step + 1, plan.steps, t_step_end)
         finally:
+            if pending is not None:  # an interrupted phase keeps its last measured step
+                append(*pending)
             batches.close()
         return plan.steps
 
