@@ -58,8 +58,11 @@ class BatchRead(NamedTuple):
 
 
 def default_alloc(nbytes: int) -> np.ndarray:
-    """A page-aligned uint8 buffer (usable for O_DIRECT)."""
-    return core.reader.aligned_buffer(max(int(nbytes), 1), ALIGN)
+    """A page-aligned uint8 buffer (usable for O_DIRECT), not zeroed: reads fill it."""
+    nbytes = max(int(nbytes), 1)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    skip = (-raw.ctypes.data) % ALIGN
+    return raw[skip:skip + nbytes]  # the view keeps `raw` alive
 
 
 def _round_up(x, to=ALIGN):
