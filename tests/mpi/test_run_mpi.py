@@ -82,3 +82,13 @@ def test_page_cache_warning_is_off_with_odirect_per_node(mpi):
     assert res.returncode == 0, res
     (run_dir,) = mpi.run_dirs()
     assert mpi.load_json(os.path.join(run_dir, "summary.json"))["iogen"]["page_cache_warning"] is None
+
+
+def test_allreduce_of_configured_bytes_per_step(mpi):
+    overrides = mpi.tiny(**{"workflow.generate_data": True, "train.allreduce_bytes": 1 << 20})
+    res = mpi.launch(2, mpi.iogen("run", "default", *overrides, "-q"))
+    assert res.returncode == 0, res
+    (run_dir,) = mpi.run_dirs()
+    doc = mpi.load_json(os.path.join(run_dir, "summary.json"))
+    assert doc["iogen"]["complete"] is True
+    assert all(c > 0 for c in doc["iogen"]["metrics"]["train"]["per_epoch"]["comm_mean_ns"])
