@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import DataError, IogenError
 from .base import Batch, Loader
-from .sampling import Payload, SampleReader, SampleShaper, default_alloc
+from .sampling import Payload, Preprocess, SampleReader, SampleShaper, default_alloc, sleep_ns
 
 # Seconds the main process waits for one batch from a worker before giving up (a backstop:
 # a worker that dies is noticed at once; this catches one that hangs). Generous, because one
@@ -43,9 +43,13 @@ class PlanSampler(Sampler):
 
     def __init__(self):
         self.batches = np.zeros((0, 1), np.int64)
+        self.preprocess_ns = None  # (steps, batch) per-sample preprocessing times, or None
 
     def __iter__(self):
-        return iter(self.batches)
+        if self.preprocess_ns is None:
+            return iter(self.batches)
+        # one (2, batch) array per batch: ids, then each sample's preprocessing time
+        return (np.stack(pair) for pair in zip(self.batches, self.preprocess_ns))
 
     def __len__(self):
         return int(self.batches.shape[0])
@@ -147,10 +151,13 @@ class PlanDataset(Dataset):
                     buffers.append(t)
                     return t.numpy()
 
-            ids = np.asarray(gids, np.int64)
+            task = np.asarray(gids, np.int64)
+            ids = task[0] if task.ndim == 2 else task
             read = self.reader.read(ids, alloc)
             x = self.shaper.batch(read, alloc)
             x = [_as_tensor(a, buffers) for a in x] if isinstance(x, list) else _as_tensor(x, buffers)
+            if task.ndim == 2:
+                sleep_ns(int(task[1].sum()))
             return torch.from_numpy(ids.copy()), x, read.nbytes
         except Exception as exc:  # crosses to the main process as a record, raised there
             return _WorkerFailure(exc)
@@ -194,6 +201,7 @@ class PyTorchLoader(Loader):
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
         self.workers = int(r.read_threads)
         self.sampler = PlanSampler()
+        self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
         dataset = PlanDataset(SampleReader(layout, fmt, direct=bool(r.odirect)), SampleShaper(fmt, resize),
                               layout.total_samples, ring_depth=prefetch_factor + 2)
@@ -216,6 +224,8 @@ class PyTorchLoader(Loader):
     def epoch(self, plan):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with torch tensors."""
         self.sampler.batches = plan.batches
+        pre = self.preprocess.draws(plan.batches.size)
+        self.sampler.preprocess_ns = None if pre is None else pre.reshape(plan.batches.shape)
         with warnings.catch_warnings():  # the same warning, again when workers start
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
             self._iter = iter(self.dataloader)

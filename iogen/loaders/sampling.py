@@ -343,6 +343,65 @@ def fill_resized(dst: np.ndarray, src: np.ndarray) -> None:
         k += m
 
 
+class Preprocess:
+    """DLIO's per-sample preprocessing time (`reader.preprocess_time`), drawn per epoch, seeded.
+
+    Spent by whoever read the sample, after reading it (a DataLoader worker, a tf.data map
+    thread), as the native loader's reading threads do, so it overlaps the engine's compute.
+    """
+
+    def __init__(self, wl, layout, world):
+        dist = wl.reader.preprocess_time
+        self.dist = None if dist.is_zero else dist
+        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+            [int(wl.train.seed), int(world.rank), 0 if layout.split == "train" else 1, 0x9F])))
+
+    def draws(self, n: int):
+        """n per-sample times in ns (int64), or None when preprocessing is off."""
+        return None if self.dist is None else self.dist.sample_ns(self.rng, int(n)).astype(np.int64)
+
+
+def sleep_ns(ns: int) -> None:
+    """Spend ns nanoseconds as preprocessing (the core's calibrated sleep, GIL released)."""
+    if ns > 0:
+        core.clock.sleep_ns(int(ns))
+
+
+def interleave_order(counts, cycle: int) -> np.ndarray:
+    """Positions, in output order, of `Dataset.interleave(cycle_length=cycle, block_length=1)` over runs.
+
+    Run r yields positions pos0[r] .. pos0[r] + counts[r] - 1 (pos0: runs laid end to end). This
+    follows TensorFlow's InterleaveDataset (and its deterministic parallel form): a slot whose
+    run is exhausted is found so when the cycle next visits it, emptied, and the cycle moves on;
+    an empty slot visited while runs remain opens the next run and yields from it at once.
+    """
+    counts = [int(c) for c in counts]
+    pos0 = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if counts else np.zeros(0, np.int64)
+    if cycle <= 1:
+        return np.arange(sum(counts), dtype=np.int64)
+    slots = [None] * cycle
+    out = []
+    nxt = idx = open_ = 0
+    while nxt < len(counts) or open_ > 0:
+        s = slots[idx]
+        if s is not None:
+            r, k = s
+            if k < counts[r]:
+                out.append(pos0[r] + k)
+                s[1] += 1
+            else:
+                slots[idx] = None
+                open_ -= 1
+            idx = (idx + 1) % cycle
+        elif nxt < len(counts):
+            slots[idx] = [nxt, 0]
+            nxt += 1
+            open_ += 1
+        else:
+            idx = (idx + 1) % cycle
+    return np.asarray(out, np.int64)
+
+
 def _nbytes(sample) -> int:
     nbytes = getattr(sample, "nbytes", None)
     return int(nbytes) if nbytes is not None else len(sample)

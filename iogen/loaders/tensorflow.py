@@ -8,12 +8,13 @@ Which samples, in which order (docs/loaders.md has the full statement):
 
 - NPZ, HDF5 (and any format without a TFRecord path): exactly the plan, in the plan's order
   (`map(num_parallel_calls=read_threads, deterministic=True)` keeps order).
-- TFRecord, "stream" mode: when every file the rank reads this epoch is read as one run of
-  consecutive records (shuffle off, file shuffle only, or one sample per file), each run is
-  `TFRecordDataset(file).skip(first).take(count)` and the runs, in plan order, are interleaved
-  `read_threads` at a time, one record from each in turn (what `num_parallel_reads` does).
-  Same set as the plan; the plan's order when read_threads <= 1.
-- TFRecord, "shuffle-buffer" mode: when samples are shuffled within files, tf.data cannot seek
+- TFRecord, "stream" mode, when every file the rank reads this epoch is read as one run of
+  consecutive records (shuffle off, file shuffle only, or one sample per file): the runs, in
+  plan order, are read `read_threads` at a time, one record from each in turn (TFRecordDataset's
+  `num_parallel_reads`; a run that starts or stops inside a file is `skip(first).take(count)`).
+  Same set as the plan; the plan's order when read_threads <= 1; otherwise a fixed,
+  computable order (`sampling.interleave_order`).
+- TFRecord, "shuffle-buffer" mode, when samples are shuffled within files: tf.data cannot seek
   to a record, so each file the plan touches is streamed once over the span of its planned
   records (files in the plan's order of first use), records outside the plan are dropped, and a
   `shuffle(shuffle_size)` buffer mixes them, seeded from the plan. Same set as the plan, not
@@ -36,7 +37,8 @@ import tensorflow as tf  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
 from .base import Batch, Loader  # noqa: E402
-from .sampling import Payload, SampleReader, SampleShaper, plan_runs  # noqa: E402
+from .sampling import (Payload, Preprocess, SampleReader, SampleShaper, interleave_order,  # noqa: E402
+                       plan_runs, sleep_ns)
 
 FRAME_OVERHEAD = 16  # TFRecord framing per record: length, its CRC, data CRC
 
@@ -57,79 +59,109 @@ class TensorFlowLoader(Loader):
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
         self.reader = SampleReader(layout, fmt, direct=bool(r.odirect))
         self.shaper = SampleShaper(fmt, resize)
+        self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))
         self.stream = fmt.name == "tfrecord"
         self.compression = "GZIP" if (self.stream and fmt.compression == "gzip") else ""
+        self.overhead = 0 if self.compression else FRAME_OVERHEAD
         self.mode = None  # the last epoch's mode: "map", "stream" or "shuffle-buffer"
+        self._order = None  # ids in the order the pipeline delivers them, when known up front
         self._errors = []
         self._errors_lock = threading.Lock()
 
     # -- reading through SampleReader (every format) -------------------------------------
 
-    def _read_one(self, gid):
+    def _read_one(self, gid, pre_ns):
         try:
             read = self.reader.read(np.array([gid], np.int64))
-            return np.ascontiguousarray(self.shaper.sample(read, 0)), np.int64(read.nbytes)
+            sample = np.ascontiguousarray(self.shaper.sample(read, 0))
+            sleep_ns(pre_ns)
+            return sample, np.int64(read.nbytes)
         except BaseException as exc:  # TensorFlow would flatten it into a string; keep it
             with self._errors_lock:
                 self._errors.append(exc)
             raise
 
     def _mapped(self, gids):
-        ds = tf.data.Dataset.from_tensor_slices(gids)
+        self.mode = "map"
+        self._order = gids
+        pre = self.preprocess.draws(gids.size)
+        ds = tf.data.Dataset.from_tensor_slices((gids, np.zeros(gids.size, np.int64) if pre is None else pre))
         dtype = tf.as_dtype(self.shaper.dtype)
 
-        def read(gid):
-            x, nbytes = tf.numpy_function(self._read_one, [gid], (dtype, tf.int64), stateful=True)
-            return gid, x, nbytes
+        def read(gid, pre_ns):
+            return tuple(tf.numpy_function(self._read_one, [gid, pre_ns], (dtype, tf.int64), stateful=True))
 
         return ds.map(read, **_parallel(self.read_threads))
 
     # -- TFRecord through TFRecordDataset ------------------------------------------------
 
-    def _records(self, files, first, count, gid0, mask_pos=None):
-        """Records of runs (file, first, count) as (gid, record, mask position), interleaved."""
-        paths = [self.reader.path(f) for f in files]
-        mpos = np.zeros(files.size, np.int64) if mask_pos is None else mask_pos
-        runs = tf.data.Dataset.from_tensor_slices((paths, first, count, gid0, mpos))
-        compression, buffer_bytes = self.compression, self.buffer_bytes
+    def _runs(self, files, first, count, track=None):
+        """Records of runs (file, first, count), `read_threads` runs at a time, one record each in turn.
 
-        def run(path, first, count, gid0, mpos):
+        track=(gid0, mask_pos): elements are (gid, record, mask position) instead of records.
+        """
+        paths = [self.reader.path(f) for f in files]
+        cycle = max(1, self.read_threads)
+        spf = self.layout.samples_per_file
+        if track is None and np.all(first == 0) and np.all(count == spf):
+            # whole files: exactly DLIO's (and a TensorFlow job's) reader
+            return tf.data.TFRecordDataset(paths, compression_type=self.compression, buffer_size=self.buffer_bytes,
+                                           num_parallel_reads=cycle if cycle > 1 else None)
+        compression, buffer_bytes = self.compression, self.buffer_bytes
+        columns = (paths, first, count) if track is None else (paths, first, count, *track)
+
+        def run(path, first, count, *track):
             records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=buffer_bytes)
             records = records.skip(first).take(count)
+            if not track:
+                return records
+            gid0, mpos = track
             return tf.data.Dataset.zip((tf.data.Dataset.range(gid0, gid0 + count), records,
                                         tf.data.Dataset.range(mpos, mpos + count)))
 
-        cycle = max(1, self.read_threads)
-        return runs.interleave(run, cycle_length=cycle, block_length=1, **_parallel(cycle))
+        return tf.data.Dataset.from_tensor_slices(columns).interleave(
+            run, cycle_length=cycle, block_length=1, **_parallel(cycle))
 
     def _tfrecord(self, plan):
         flat = plan.batches.reshape(-1)
-        spf = self.layout.samples_per_file
-        files, first, count, _ = plan_runs(flat, spf)
+        files, first, count, pos = plan_runs(flat, self.layout.samples_per_file)
+        overhead = self.overhead
         if np.unique(files).size == files.size:
             self.mode = "stream"
-            gid0 = files * spf + first
-            ds = self._records(files, first, count, gid0)
-            ds = ds.map(lambda g, rec, _: (g, rec, tf.constant(0, tf.int64)))
+            self._order = flat[interleave_order(count, max(1, self.read_threads))]
+            ds = self._runs(files, first, count)
+            size = lambda rec: tf.cast(tf.strings.length(rec), tf.int64) + overhead  # noqa: E731
+            ds = ds.map(lambda rec: (rec, size(rec)))
         else:
             self.mode = "shuffle-buffer"
-            ds = self._shuffle_buffer(plan, flat, spf)
-        overhead = 0 if self.compression else FRAME_OVERHEAD
+            self._order = None
+            ds = self._shuffle_buffer(plan, flat)
+        pre = self.preprocess.draws(flat.size)
+        if pre is not None:  # in delivery order; slept by the parse threads after their parse
+            ds = tf.data.Dataset.zip((ds, tf.data.Dataset.from_tensor_slices(pre)))
+            ds = ds.map(lambda el, ns: (*el, ns))
         features = {"image": tf.io.FixedLenFeature([], tf.string)}
         d = self.shaper.resize_dim
 
-        def parse(gid, record, extra):
+        def parse(*el):
+            record, nbytes = el[-2:] if pre is None else el[-3:-1]
             image = tf.io.decode_raw(tf.io.parse_single_example(record, features)["image"], tf.uint8)
             if d:
                 reps = tf.cast(tf.math.ceil(d * d / tf.maximum(tf.size(image), 1)), tf.int32)
                 image = tf.reshape(tf.tile(image, [reps])[:d * d], (d, d))
-            nbytes = tf.cast(tf.strings.length(record), tf.int64) + overhead + extra
-            return gid, image, nbytes
+            if pre is not None:
+                with tf.control_dependencies([tf.numpy_function(_sleep, [el[-1]], tf.int64, stateful=True)]):
+                    image = tf.identity(image)
+            if self.mode == "shuffle-buffer":
+                return el[0], image, nbytes
+            return image, nbytes
 
         return ds.map(parse, **_parallel(self.parse_threads))
 
-    def _shuffle_buffer(self, plan, flat, spf):
+    def _shuffle_buffer(self, plan, flat):
+        """(gid, record, bytes) of the plan's records, through a seeded shuffle buffer."""
+        spf = self.layout.samples_per_file
         files = flat // spf
         order = np.array(list(dict.fromkeys(files.tolist())), np.int64)
         samples = flat % spf
@@ -140,9 +172,11 @@ class TensorFlowLoader(Loader):
         first, count = lo[order], hi[order] - lo[order] + 1
         mpos = np.zeros(order.size, np.int64)
         np.cumsum(count[:-1], out=mpos[1:])
-        ds = self._records(order, first, count, order * spf + first, mpos)
+        ds = self._runs(order, first, count, track=(order * spf + first, mpos))
+        overhead = self.overhead
+        size = lambda rec: tf.cast(tf.strings.length(rec), tf.int64) + overhead  # noqa: E731
         if int(count.sum()) == flat.size:  # every record of the spans is planned: nothing to drop
-            ds = ds.map(lambda g, rec, _: (g, rec, tf.constant(0, tf.int64)))
+            ds = ds.map(lambda g, rec, _: (g, rec, size(rec)))
         else:
             # Which span positions the plan reads; the bytes of dropped records are carried into
             # the next kept record's count (they were read all the same).
@@ -152,34 +186,31 @@ class TensorFlowLoader(Loader):
             keep = np.zeros(int(count.sum()), bool)
             keep[mpos[where] + samples - first[where]] = True
             keep_t = tf.constant(keep)
-            overhead = 0 if self.compression else FRAME_OVERHEAD
+            zero = tf.constant(0, tf.int64)
 
             def carry(pending, el):
                 g, rec, m = el
                 k = tf.gather(keep_t, m)
-                size = tf.cast(tf.strings.length(rec), tf.int64) + overhead
-                out = (g, rec, tf.where(k, pending, tf.constant(0, tf.int64)), k)
-                return tf.where(k, tf.constant(0, tf.int64), pending + size), out
+                n = size(rec)
+                return tf.where(k, zero, pending + n), (g, rec, tf.where(k, pending + n, zero), k)
 
-            ds = ds.scan(tf.constant(0, tf.int64), carry).filter(lambda g, rec, e, k: k)
-            ds = ds.map(lambda g, rec, e, k: (g, rec, e))
+            ds = ds.scan(zero, carry).filter(lambda g, rec, n, k: k)
+            ds = ds.map(lambda g, rec, n, k: (g, rec, n))
         seed = zlib.crc32(plan.batches.tobytes()) & 0x7FFFFFFF
         return ds.shuffle(self.shuffle_size, seed=seed, reshuffle_each_iteration=False)
 
     # -- the epoch -----------------------------------------------------------------------
 
     def _dataset(self, plan):
-        if self.stream:
-            ds = self._tfrecord(plan)
-        else:
-            self.mode = "map"
-            ds = self._mapped(plan.batches.reshape(-1))
+        ds = self._tfrecord(plan) if self.stream else self._mapped(plan.batches.reshape(-1))
         b = plan.batch_size
         if self.uniform:
             ds = ds.batch(b)
-        else:
+        elif self._order is None:
             ds = ds.map(lambda g, x, n: (g, tf.reshape(x, [-1]), n)).ragged_batch(b)
-        ds = ds.map(lambda g, x, n: (g, x, tf.reduce_sum(n)))
+        else:
+            ds = ds.map(lambda x, n: (tf.reshape(x, [-1]), n)).ragged_batch(b)
+        ds = ds.map(lambda *el: (*el[:-1], tf.reduce_sum(el[-1])))
         if self.prefetch > 0:
             ds = ds.prefetch(self.prefetch)
         options = tf.data.Options()
@@ -190,16 +221,18 @@ class TensorFlowLoader(Loader):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with TensorFlow tensors."""
         self._errors.clear()
         it = iter(self._dataset(plan))
+        order, b = self._order, plan.batch_size
         try:
             for step in range(plan.steps):
                 try:
-                    ids, x, nbytes = next(it)
+                    el = next(it)
                 except StopIteration:
                     raise RuntimeError(f"tf.data pipeline ended after {step} of {plan.steps} batches "
                                        f"(epoch {plan.epoch})") from None
                 except tf.errors.OpError as exc:
                     raise self._failure(exc, plan) from None
-                yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
+                ids = el[0] if order is None else order[step * b:(step + 1) * b]
+                yield Batch(b, int(el[-1]), Payload(ids, el[-2]))
         finally:
             # Drop the iterator now, so its prefetch and parallel-read threads stop: a traceback
             # holding this frame would otherwise keep the pipeline reading in the background.
@@ -226,6 +259,11 @@ class TensorFlowLoader(Loader):
     def close(self) -> None:
         """Nothing persists between epochs: each epoch's pipeline is released with its iterator."""
         self._errors.clear()
+
+
+def _sleep(ns):
+    sleep_ns(int(ns))
+    return np.int64(0)
 
 
 def _parallel(threads: int) -> dict:

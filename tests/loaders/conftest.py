@@ -120,13 +120,28 @@ def plans(wl, layout, world_size=1, rank=0):
 
 
 def native_bytes(wl):
-    """Bytes per batch, per epoch, that the native loader counts for a workload's plans."""
+    """Bytes per batch, per epoch, that the native loader counts for a workload's plans.
+
+    The native loader's buffers are checked too: for byte-addressable files, each batch's buffer
+    holds the plan's samples' payloads, in the plan's order.
+    """
     native = wl.model_copy(update={"reader": wl.reader.model_copy(update={"data_loader": "native"})})
     layout, fmt = Datasets.parts(native)
     out = []
     with get_loader(native, layout, fmt, SingleWorld()) as loader:
         for plan in plans(native, layout):
-            out.append([b.bytes for b in loader.epoch(plan)])
+            counts = []
+            for step, batch in enumerate(loader.epoch(plan)):
+                assert batch.samples == plan.batch_size
+                if fmt.byte_addressable:
+                    raw, pos = np.asarray(batch.data).tobytes(), 0
+                    for gid in plan.batches[step].tolist():
+                        at = raw.find(expected_sample(layout, gid).tobytes(), pos)
+                        assert at >= 0, f"native: sample {gid} of step {step} is not in its batch, in order"
+                        pos = at + 1
+                counts.append(batch.bytes)
+            assert len(counts) == plan.steps
+            out.append(counts)
     return out
 
 

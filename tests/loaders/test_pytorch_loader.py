@@ -173,3 +173,16 @@ def test_bundled_deepcam_runs_scaled_down_with_pytorch(tmp_path, lt):
     assert wl.reader.data_loader == "pytorch" and wl.dataset.format == "hdf5"
     rows = lt.step_rows(lt.summary_of(wl))
     assert rows["bytes"].sum() == 2 * 8 * 3072 and np.all(rows["samples"] == 2)
+
+
+def test_preprocess_time_is_spent_per_sample_by_the_reader(datasets, lt, monkeypatch):
+    import iogen.loaders.pytorch as ptl
+
+    spent = []
+    monkeypatch.setattr(ptl, "sleep_ns", lambda ns: spent.append(int(ns)))
+    wl = datasets.workload("hdf5", "pytorch", reader__preprocess_time=0.001, reader__read_threads=0)
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        plan = lt.plans(wl, layout)[0]
+        lt.collect(loader, plan, layout)
+    assert spent == [3 * 1_000_000] * plan.steps  # one batch of 3 samples per call

@@ -182,3 +182,32 @@ def _example_overhead(image_bytes):
     from iogen.formats.example_proto import image_example_prefix
 
     return len(image_example_prefix(image_bytes, image_bytes))
+
+
+@pytest.mark.parametrize("cycle", [2, 3, 4])
+def test_interleave_order_matches_tensorflow(cycle):
+    """The order iogen reports for parallel TFRecord reads is the order tf.data really delivers."""
+    from iogen.loaders.sampling import interleave_order
+
+    rng = np.random.default_rng(cycle)
+    for _ in range(5):
+        counts = rng.integers(1, 6, rng.integers(1, 9))
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        runs = tf.data.Dataset.from_tensor_slices((starts, counts))
+        ds = runs.interleave(lambda s, c: tf.data.Dataset.range(s, s + c), cycle_length=cycle, block_length=1,
+                             num_parallel_calls=cycle, deterministic=True)
+        assert [int(x) for x in ds] == interleave_order(counts, cycle).tolist()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+def test_preprocess_time_is_spent_per_sample_by_the_readers(datasets, lt, fmt, monkeypatch):
+    import iogen.loaders.tensorflow as tfl
+
+    spent = []
+    monkeypatch.setattr(tfl, "sleep_ns", lambda ns: spent.append(int(ns)))
+    wl = datasets.workload(fmt, "tensorflow", reader__preprocess_time=0.001, reader__sample_shuffle="off")
+    layout, loader = _loader(wl, lt)
+    with loader:
+        plan = lt.plans(wl, layout)[0]
+        lt.collect(loader, plan, layout)
+    assert sorted(spent) == [1_000_000] * plan.batches.size
