@@ -167,29 +167,16 @@ def make_plan(
 
 def plan_for(wl, layout, *, epoch: int, rank: int, world_size: int, seed: int, phase: str = "train") -> EpochPlan:
     """Plan an epoch of a workload: train uses the reader's shuffle settings, eval reads in order."""
-    if phase == "train":
-        return make_plan(
-            num_files=layout.num_files,
-            samples_per_file=layout.samples_per_file,
-            batch_size=wl.reader.batch_size,
-            world_size=world_size,
-            rank=rank,
-            epoch=epoch,
-            seed=seed,
-            file_shuffle=wl.reader.file_shuffle,
-            sample_shuffle=wl.reader.sample_shuffle,
-            shuffle_size=wl.reader.shuffle_size or 0,
-            seed_change_epoch=wl.train.seed_change_epoch,
-            max_steps=wl.train.total_training_steps,
-            what="train",
-        )
+    common = dict(num_files=layout.num_files, samples_per_file=layout.samples_per_file,
+                  world_size=world_size, rank=rank, epoch=epoch, seed=seed, what=phase)
+    if phase != "train":
+        return make_plan(batch_size=wl.reader.batch_size_eval, **common)
     return make_plan(
-        num_files=layout.num_files,
-        samples_per_file=layout.samples_per_file,
-        batch_size=wl.reader.batch_size_eval,
-        world_size=world_size,
-        rank=rank,
-        epoch=epoch,
-        seed=seed,
-        what="eval",
+        batch_size=wl.reader.batch_size,
+        file_shuffle=wl.reader.file_shuffle,
+        sample_shuffle=wl.reader.sample_shuffle,
+        shuffle_size=wl.reader.shuffle_size or 0,
+        seed_change_epoch=wl.train.seed_change_epoch,
+        max_steps=wl.train.total_training_steps,
+        **common,
     )
