@@ -35,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from ..errors import DataError  # noqa: E402
+from ..errors import ConfigError, DataError  # noqa: E402
 from .base import Batch, Loader  # noqa: E402
 from .sampling import (Payload, Preprocess, SampleReader, SampleShaper, interleave_order,  # noqa: E402
                        plan_runs, sleep_ns)
@@ -62,6 +62,10 @@ class TensorFlowLoader(Loader):
         self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))
         self.stream = fmt.name == "tfrecord"
+        if self.stream and r.odirect:
+            raise ConfigError("reader.odirect = True: tf.data's TFRecordDataset reads through the page cache and "
+                              "cannot open files with O_DIRECT; use reader.data_loader native or pytorch for "
+                              "O_DIRECT reads, or reader.evict_page_cache to read from the device")
         self.compression = "GZIP" if (self.stream and fmt.compression == "gzip") else ""
         self.overhead = 0 if self.compression else FRAME_OVERHEAD
         self.mode = None  # the last epoch's mode: "map", "stream" or "shuffle-buffer"
@@ -131,21 +135,24 @@ class TensorFlowLoader(Loader):
             self.mode = "stream"
             self._order = flat[interleave_order(count, max(1, self.read_threads))]
             ds = self._runs(files, first, count)
-            size = lambda rec: tf.cast(tf.strings.length(rec), tf.int64) + overhead  # noqa: E731
-            ds = ds.map(lambda rec: (rec, size(rec)))
         else:
             self.mode = "shuffle-buffer"
             self._order = None
             ds = self._shuffle_buffer(plan, flat)
         pre = self.preprocess.draws(flat.size)
+        shuffled = self.mode == "shuffle-buffer"
         if pre is not None:  # in delivery order; slept by the parse threads after their parse
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.from_tensor_slices(pre)))
-            ds = ds.map(lambda el, ns: (*el, ns))
+            ds = ds.map(lambda el, ns: (*el, ns) if shuffled else (el, ns))
         features = {"image": tf.io.FixedLenFeature([], tf.string)}
         d = self.shaper.resize_dim
 
         def parse(*el):
-            record, nbytes = el[-2:] if pre is None else el[-3:-1]
+            if shuffled:  # (gid, record, bytes[, ns])
+                record, nbytes = el[1], el[2]
+            else:  # (record[, ns])
+                record = el[0]
+                nbytes = tf.cast(tf.strings.length(record), tf.int64) + overhead
             image = tf.io.decode_raw(tf.io.parse_single_example(record, features)["image"], tf.uint8)
             if d:
                 reps = tf.cast(tf.math.ceil(d * d / tf.maximum(tf.size(image), 1)), tf.int32)
@@ -153,7 +160,7 @@ class TensorFlowLoader(Loader):
             if pre is not None:
                 with tf.control_dependencies([tf.numpy_function(_sleep, [el[-1]], tf.int64, stateful=True)]):
                     image = tf.identity(image)
-            if self.mode == "shuffle-buffer":
+            if shuffled:
                 return el[0], image, nbytes
             return image, nbytes
 

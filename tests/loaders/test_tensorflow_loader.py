@@ -211,3 +211,11 @@ def test_preprocess_time_is_spent_per_sample_by_the_readers(datasets, lt, fmt, m
         plan = lt.plans(wl, layout)[0]
         lt.collect(loader, plan, layout)
     assert sorted(spent) == [1_000_000] * plan.batches.size
+
+
+def test_odirect_with_tfrecord_is_refused_before_the_run(datasets, lt):
+    from iogen.errors import ConfigError
+
+    wl = datasets.workload("tfrecord", "tensorflow", reader__odirect=True)
+    with pytest.raises(ConfigError, match="O_DIRECT"):
+        _loader(wl, lt)
