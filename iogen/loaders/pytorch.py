@@ -84,9 +84,10 @@ class _SharedRing:
 
     Fresh shared memory costs a page fault per 4 KiB page on first touch (~14 ms for 11 MB on
     the 2-core test machines, more than the read itself). Batch k of a worker fills slot
-    k % depth; a worker has at most prefetch_factor batches outstanding and the engine holds one
-    (until it asks for the next), so with depth = prefetch_factor + 2 no slot is refilled while
-    its batch is still in use.
+    k % depth. The DataLoader gives a worker at most prefetch_factor batches at a time (tasks go
+    out round-robin, one per batch consumed, and batches are consumed in order) and the engine
+    holds one batch until it asks for the next, so with depth = prefetch_factor + 1 no slot is
+    refilled while its batch is in use. Memory: depth x batch bytes per worker, kept.
     """
 
     def __init__(self, depth: int):
@@ -204,7 +205,7 @@ class PyTorchLoader(Loader):
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
         dataset = PlanDataset(SampleReader(layout, fmt, direct=bool(r.odirect)), SampleShaper(fmt, resize),
-                              layout.total_samples, ring_depth=prefetch_factor + 2)
+                              layout.total_samples, ring_depth=prefetch_factor + 1)
         kwargs = {}
         if self.workers > 0:
             kwargs = {

@@ -186,3 +186,19 @@ def test_preprocess_time_is_spent_per_sample_by_the_reader(datasets, lt, monkeyp
         plan = lt.plans(wl, layout)[0]
         lt.collect(loader, plan, layout)
     assert spent == [3 * 1_000_000] * plan.steps  # one batch of 3 samples per call
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 6])
+def test_a_batch_stays_intact_while_workers_read_ahead(datasets, lt, prefetch):
+    """Workers reuse their shared buffers: never one whose batch the engine still holds."""
+    import time
+
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=2, reader__prefetch_size=prefetch,
+                           reader__batch_size=1)
+    layout, fmt = lt.parts(wl)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        for plan in lt.plans(wl, layout):
+            for batch in loader.epoch(plan):
+                time.sleep(0.02)  # let the workers fill every buffer they are allowed to
+                gid = int(batch.data.ids[0])
+                assert np.array_equal(batch.data.x[0].numpy(), lt.expected_sample(layout, gid))
