@@ -46,6 +46,16 @@ class FileTable:
         self.open_fds: list[int] = []
         self.transient = n > _fd_budget()
 
+    def learn_all(self) -> None:
+        """Open and index every file now (before the run), so no epoch pays it in its steps."""
+        for f in np.flatnonzero(~self.known):
+            self._learn(int(f))
+        if not self.transient:
+            closed = np.flatnonzero((self.fd < 0) & self.byte_addressable)
+            for f in closed:
+                self.fd[f] = self._open_path(int(f))
+                self.open_fds.append(int(f))
+
     def _learn(self, f: int) -> None:
         path = self.layout.paths[f]
         try:

@@ -26,7 +26,7 @@ def _summary(mpi):
     return mpi.load_json(os.path.join(run_dir, "summary.json"))
 
 
-def test_corrupt_file_on_one_rank_fails_every_rank(mpi):
+def test_truncated_file_fails_every_rank_before_the_run(mpi):
     overrides = _no_shuffle(mpi, **{"workflow.generate_data": False})
     _generate(mpi, overrides)
     bad = mpi.tmp_path / "data" / "train" / "img_6_of_8.npz"  # only rank 1 reads it
@@ -34,12 +34,9 @@ def test_corrupt_file_on_one_rank_fails_every_rank(mpi):
     res = mpi.launch(2, mpi.iogen("run", "default", *overrides, "-q"), timeout=BOUND_S)
     assert res.returncode != 0, res
     assert res.rank_codes == {0: 2, 1: 2}, res  # both ranks exit 2 (bad data), none hangs
-    assert f"rank 1 (" in res.output and str(bad) in res.output, res
-    # rank 0 prints that rank 1 failed, and why
-    assert res.output.count(f"failed: {bad}") >= 2, res
-    doc = _summary(mpi)  # the run folder keeps an incomplete summary naming the cause
-    assert doc["iogen"]["complete"] is False
-    assert "rank 1" in doc["iogen"]["incomplete_reason"] and str(bad) in doc["iogen"]["incomplete_reason"]
+    assert str(bad) in res.output, res
+    # the native loader indexes every file before the run folder exists: nothing is left behind
+    assert mpi.run_dirs() == [], res
 
 
 def test_exception_mid_run_on_one_of_four_ranks(mpi):
@@ -88,6 +85,9 @@ def test_a_killed_rank_ends_the_job(mpi):
     """A rank that dies without a word (SIGKILL): the launcher ends the others; nobody hangs."""
     overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
     res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
-                     env={"IOGEN_TEST_FAIL": "1:kill:2"}, timeout=BOUND_S)
+                     # should the launcher be slow to end the survivor, iogen's own watchdog
+                     # does, well inside the bound
+                     env={"IOGEN_TEST_FAIL": "1:kill:2", "IOGEN_MPI_STEP_TIMEOUT_S": "20",
+                          "IOGEN_MPI_GRACE_S": "10"}, timeout=BOUND_S)
     assert res.returncode != 0, res
     assert res.rank_codes.get(0, 1) != 0 and res.rank_codes.get(1, 1) != 0, res

@@ -1,0 +1,48 @@
+"""Bad data under the native loader: a clear DataError naming the file and offset, never a hang."""
+import os
+
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.datagen import generate
+from iogen.dataset import DatasetLayout
+from iogen.errors import DataError
+from iogen.formats import get_format
+from iogen.loaders.native import NativeLoader
+from iogen.plan import plan_for
+
+
+def _loader(tmp_path, **extra):
+    overrides = [f"dataset.data_folder={tmp_path}", "dataset.num_files_train=4",
+                 "dataset.record_length_bytes=65536", "reader.batch_size=2"]
+    overrides += [f"{k}={v}" for k, v in extra.items()]
+    wl = load_workload("default", overrides)
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    generate(layout, fmt)
+    return wl, layout, NativeLoader(wl, layout, fmt, SingleWorld())
+
+
+@pytest.mark.parametrize("threads,prefetch", [(1, 0), (2, 2)])
+def test_file_cut_short_after_indexing(tmp_path, threads, prefetch):
+    wl, layout, loader = _loader(tmp_path, **{"reader.read_threads": threads, "reader.prefetch_size": prefetch})
+    victim = layout.paths[1]
+    os.truncate(victim, os.path.getsize(victim) - 1000)  # the file changes under a running job
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
+    with loader, pytest.raises(DataError) as err:
+        for _ in loader.epoch(plan):
+            pass
+    assert victim in str(err.value) and "truncated" in str(err.value)
+    assert err.value.offset is not None
+
+
+def test_missing_file_is_named_before_the_run(tmp_path):
+    wl = load_workload("default", [f"dataset.data_folder={tmp_path}", "dataset.num_files_train=4",
+                                   "dataset.record_length_bytes=4096", "reader.batch_size=2"])
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    generate(layout, fmt)
+    os.unlink(layout.paths[2])
+    with pytest.raises(DataError, match="img_2_of_4"):
+        NativeLoader(wl, layout, fmt, SingleWorld())
