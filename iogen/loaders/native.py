@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,16 +29,68 @@ PREINDEX_MAX_FILES = 16384
 _PREFAULT_LIMIT_BYTES = 8 << 30
 
 
-class _Job:
-    """One batch on its way: where each read goes, and the futures reading it."""
+class _Failed:
+    """A reader thread's exception, carried back through a queue."""
 
-    __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "futures", "inline_bytes", "transient", "preprocess_ns")
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+class _Readers:
+    """Reader threads fed through C-level queues (queue.SimpleQueue).
+
+    After a long emulated compute the caches are cold, and every line of Python between
+    "batch requested" and "batch in hand" shows up as wait; queue.Queue and Future run their
+    Condition logic in Python bytecode, SimpleQueue's put/get are single C calls.
+    """
+
+    def __init__(self, n: int):
+        self.tasks = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"iogen-read-{i}", daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _work(self) -> None:
+        get = self.tasks.get
+        while True:
+            task = get()
+            if task is None:
+                return
+            done, fn, args = task
+            try:
+                done.put(fn(*args))
+            except BaseException as exc:  # handed to the consumer, which raises it
+                done.put(_Failed(exc))
+
+    def submit(self, job, fn, *args) -> None:
+        """Run fn(*args) in a reader thread; its result goes to job.done."""
+        if job.done is None:
+            job.done = queue.SimpleQueue()
+        job.pending += 1
+        self.tasks.put((job.done, fn, args))
+
+    def shutdown(self) -> None:
+        """Stop the threads once queued work is done."""
+        for _ in self.threads:
+            self.tasks.put(None)
+        for t in self.threads:
+            t.join()
+
+
+class _Job:
+    """One batch on its way: where each read goes, and how many reads are still out."""
+
+    __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
+                 "inline_bytes", "transient", "preprocess_ns")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
         self.slot = slot
         self.n_samples = n_samples
-        self.futures = []
+        self.pending = 0
+        self.done = None
         self.inline_bytes = 0
         self.transient = ()
         self.preprocess_ns = 0
@@ -70,7 +121,7 @@ class NativeLoader(Loader):
         self._pre_rng = np.random.Generator(np.random.PCG64(
             np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
         self._check = getattr(fmt, "check_read", None)
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-read") if self.threads > 1 else None
+        self._pool = _Readers(self.threads) if self.threads > 1 else None
         self._buffers = self._preallocate(wl, layout)
 
     def _preallocate(self, wl, layout):
@@ -159,11 +210,9 @@ class NativeLoader(Loader):
         bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
         slices = len(bounds) - 1
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            job.futures.append(
-                self._pool.submit(
-                    self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                    buf_off[lo:hi], owner, int(lo), job.preprocess_ns // slices,
-                )
+            self._pool.submit(
+                job, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
+                buf_off[lo:hi], owner, int(lo), job.preprocess_ns // slices,
             )
 
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
@@ -192,7 +241,7 @@ class NativeLoader(Loader):
             if self._pool is None:
                 job.inline_bytes += self._decode(path, ids)
             else:
-                job.futures.append(self._pool.submit(self._decode, path, ids))
+                self._pool.submit(job, self._decode, path, ids)
 
     def _decode(self, path, ids) -> int:
         return int(sum(_nbytes(s) for s in self.fmt.read_samples(path, ids)))
@@ -200,7 +249,7 @@ class NativeLoader(Loader):
     def _finish(self, job: _Job) -> Batch:
         """Wait for a batch's reads; check it if the format checks reads (TFRecord CRCs)."""
         try:
-            nbytes = job.inline_bytes + sum(f.result() for f in job.futures)
+            nbytes = job.inline_bytes + _collect(job)
         finally:
             for fd in job.transient:
                 core.reader.close_file(fd)
@@ -223,10 +272,10 @@ class NativeLoader(Loader):
         yield from self._pipelined(plan)
 
     def _pipelined(self, plan):
-        free = queue.Queue()
+        free = queue.SimpleQueue()
         for slot in range(self.prefetch + 1):
             free.put(slot)
-        ready = queue.Queue()
+        ready = queue.SimpleQueue()
         stop = threading.Event()
 
         def produce():
@@ -259,17 +308,34 @@ class NativeLoader(Loader):
             while not ready.empty():  # let reads still in flight finish before buffers go away
                 item = ready.get()
                 if not isinstance(item, BaseException):
-                    for f in item.futures:
-                        f.exception()
+                    try:
+                        _collect(item)
+                    except BaseException:  # already failing or stopping: the first error wins
+                        pass
                     for fd in item.transient:
                         core.reader.close_file(fd)
 
     def close(self) -> None:
         """Stop the read threads and close every file."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown()
             self._pool = None
         self.table.close()
+
+
+def _collect(job) -> int:
+    """Wait for every read of a job (even after one failed: buffers must be idle); sum the bytes."""
+    nbytes, failure = 0, None
+    for _ in range(job.pending):
+        result = job.done.get()
+        if type(result) is _Failed:
+            failure = failure or result.exc
+        else:
+            nbytes += result
+    job.pending = 0
+    if failure is not None:
+        raise failure
+    return nbytes
 
 
 def _nbytes(sample) -> int:
