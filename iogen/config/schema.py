@@ -207,6 +207,8 @@ class Reader(Section):
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] = "fork"
     # iogen: drop the dataset from the page cache before every epoch, so reads reach the device.
     evict_page_cache: bool = False
+    # iogen: check record checksums (TFRecord CRC32C) of what is read, as TensorFlow does.
+    verify_checksums: bool = True
 
 
 class Train(Section):

@@ -212,6 +212,10 @@ class TFRecordFormat(Format):
         return int(_tf().check_data_crcs(buf, starts + HEADER_BYTES, lens - FRAME_OVERHEAD,
                                          starts + lens - FOOTER_BYTES))
 
+    def pread_checked(self, fds, offsets, lengths, buf, buf_offsets):
+        """Read whole frames (index_file ranges) and check each data CRC as it lands: (bytes, first bad or -1)."""
+        return _tf().pread_frames(fds, offsets, lengths, buf, buf_offsets)
+
     def _cached_index(self, path):
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)

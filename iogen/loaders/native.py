@@ -83,7 +83,7 @@ class _Job:
     """One batch on its way: where each read goes, and how many reads are still out."""
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
-                 "inline_bytes", "transient", "preprocess_ns")
+                 "inline_bytes", "transient", "preprocess_ns", "split")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -94,6 +94,7 @@ class _Job:
         self.inline_bytes = 0
         self.transient = ()
         self.preprocess_ns = 0
+        self.split = False
 
 
 class NativeLoader(Loader):
@@ -120,7 +121,11 @@ class NativeLoader(Loader):
         self.preprocess = None if reader.preprocess_time.is_zero else reader.preprocess_time
         self._pre_rng = np.random.Generator(np.random.PCG64(
             np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
-        self._check = getattr(fmt, "check_read", None)
+        # record checksums (TFRecord CRC32C) are checked as TensorFlow does, unless switched off
+        self._check = getattr(fmt, "check_read", None) if reader.verify_checksums else None
+        # ...and preferably each record right after its own read, while it is in cache (buffered
+        # reads of whole records; O_DIRECT reads land at aligned places and are checked after)
+        self._read_checked = getattr(fmt, "pread_checked", None) if self._check and not self.direct else None
         self._pool = _Readers(self.threads) if self.threads > 1 else None
         self._buffers = self._preallocate(wl, layout)
 
@@ -181,6 +186,7 @@ class NativeLoader(Loader):
         job.entry_len = lengths
         if read_len.max() > self.piece_bytes and self._pool is not None:
             fds, start, read_len, required, buf_off, owner = self._split(fds, start, read_len, required, buf_off)
+            job.split = True
         else:
             owner = None
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
@@ -218,7 +224,17 @@ class NativeLoader(Loader):
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
         try:
-            nbytes = core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+            if self._read_checked is not None and owner is None:
+                nbytes, bad = self._read_checked(fds, start, read_len, buf, buf_off)
+                if bad >= 0:
+                    path = self.layout.paths[int(job.files[first + bad])]
+                    raise DataError(path, "record checksum mismatch", offset=int(job.offsets[first + bad]))
+            else:
+                nbytes = core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+                if self._check is not None and owner is None:
+                    # whole records of this slice: check them now, while they are still in
+                    # this core's cache, in parallel with the other slices
+                    self._check_entries(job, buf, first, first + read_len.size)
             if preprocess_ns:
                 core.clock.sleep_ns(preprocess_ns)
             return nbytes
@@ -254,12 +270,16 @@ class NativeLoader(Loader):
             for fd in job.transient:
                 core.reader.close_file(fd)
         buf = self._buffers[job.slot]
-        if self._check is not None and job.files is not None:
-            bad = self._check(buf, job.entry_buf, job.entry_len)
-            if bad >= 0:
-                path = self.layout.paths[int(job.files[bad])]
-                raise DataError(path, "record checksum mismatch", offset=int(job.offsets[bad]))
+        if self._check is not None and job.split:
+            self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads
         return Batch(job.n_samples, nbytes, buf)
+
+    def _check_entries(self, job, buf, lo: int, hi: int) -> None:
+        """Check the records lo..hi of a batch (TFRecord CRC32C, in the core, without the GIL)."""
+        bad = self._check(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi])
+        if bad >= 0:
+            path = self.layout.paths[int(job.files[lo + bad])]
+            raise DataError(path, "record checksum mismatch", offset=int(job.offsets[lo + bad]))
 
     # -- the epoch ---------------------------------------------------------------------
 

@@ -204,7 +204,8 @@ class PyTorchLoader(Loader):
         self.sampler = PlanSampler()
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
-        dataset = PlanDataset(SampleReader(layout, fmt, direct=bool(r.odirect)), SampleShaper(fmt, resize),
+        reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums))
+        dataset = PlanDataset(reader, SampleShaper(fmt, resize),
                               layout.total_samples, ring_depth=prefetch_factor + 1)
         kwargs = {}
         if self.workers > 0:

@@ -99,13 +99,13 @@ class _LayoutView:
 class SampleReader:
     """Reads samples of one split by global id, in this process; safe to call from many threads."""
 
-    def __init__(self, layout, fmt, *, direct: bool = False):
+    def __init__(self, layout, fmt, *, direct: bool = False, verify: bool = True):
         self.layout = _LayoutView(layout)
         self.fmt = fmt
         self.direct = bool(direct)
         self.samples_per_file = layout.samples_per_file
         self.framed = fmt.name == "tfrecord"
-        self._check = getattr(fmt, "check_read", None)
+        self._check = getattr(fmt, "check_read", None) if verify else None
         self._spans = _ImageSpans() if self.framed else None
         self._table = None
         self._pid = None

@@ -57,7 +57,7 @@ class TensorFlowLoader(Loader):
         self.buffer_bytes = int(r.transfer_size) if r.transfer_size else None
         self.shuffle_size = int(r.shuffle_size or 1024)
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
-        self.reader = SampleReader(layout, fmt, direct=bool(r.odirect))
+        self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums))
         self.shaper = SampleShaper(fmt, resize)
         self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))

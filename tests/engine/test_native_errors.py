@@ -46,3 +46,26 @@ def test_missing_file_is_named_before_the_run(tmp_path):
     os.unlink(layout.paths[2])
     with pytest.raises(DataError, match="img_2_of_4"):
         NativeLoader(wl, layout, fmt, SingleWorld())
+
+
+def test_tfrecord_crc_mismatch_is_found_unless_checks_are_off(tmp_path):
+    extra = {"dataset.format": "tfrecord", "reader.read_threads": 1, "reader.prefetch_size": 0}
+    wl, layout, loader = _loader(tmp_path, **extra)
+    victim = layout.paths[0]
+    with open(victim, "r+b") as fh:  # flip a byte inside the first record's data
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
+    with loader, pytest.raises(DataError, match="checksum") as err:
+        for _ in loader.epoch(plan):
+            pass
+    assert victim in str(err.value) and err.value.offset == 0
+    extra["reader.verify_checksums"] = False
+    wl = load_workload("default", [f"dataset.data_folder={tmp_path}", "dataset.num_files_train=4",
+                                   "dataset.record_length_bytes=65536", "reader.batch_size=2"]
+                       + [f"{k}={v}" for k, v in extra.items()])
+    fmt = get_format(wl.dataset)
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as unchecked:
+        assert sum(b.samples for b in unchecked.epoch(plan)) == 4

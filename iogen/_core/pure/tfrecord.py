@@ -162,3 +162,22 @@ def check_data_crcs(buf, data_offsets, lengths, expected_crc_offsets):
         if masked_crc32c(view[start:start + length]) != stored:
             return i
     return -1
+
+
+def pread_frames(fds, offsets, lengths, buf, buf_offsets):
+    """pread whole frames into buf, checking each data CRC right after its read: (bytes, first bad or -1).
+
+    Every frame is read even after a bad one; a read error or a short frame raises ReadFailure,
+    as reader.pread_into does.
+    """
+    from . import reader
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    buf_offsets = np.asarray(buf_offsets, dtype=np.int64)
+    for i, length in enumerate(lengths):
+        if length < HEADER_BYTES + FOOTER_BYTES:
+            raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES + FOOTER_BYTES} bytes, got {length}")
+    total = reader.pread_into(fds, offsets, lengths, lengths, buf, buf_offsets)
+    bad = check_data_crcs(buf, buf_offsets + HEADER_BYTES, lengths - HEADER_BYTES - FOOTER_BYTES,
+                          buf_offsets + lengths - FOOTER_BYTES) if len(lengths) else -1
+    return total, bad
