@@ -102,8 +102,6 @@ class Engine:
                     self.world.barrier()
                 self._phase(plan, self.eval_loader, PHASE_EVAL, wl.evaluation.eval_time, res)
             res.epochs_done = epoch
-            if self.progress is not None:
-                self.progress.epoch_done(epoch)
         return res
 
     def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
@@ -122,20 +120,30 @@ class Engine:
         # otherwise cost tens of microseconds between steps. Only when that compute is long
         # enough to hide it (HIDE_BOOKKEEPING_NS); else at once, so tool time never counts as compute.
         pending = None
+        # running totals for the progress display only (the metrics come from the step log),
+        # from the same first step as the metrics window
+        window_from = self.wl.metric.exclude_start_steps if plan.steps > self.wl.metric.exclude_start_steps else 0
+        t_first = now()
+        samples_done = compute_done = 0
         try:
             for step in range(plan.steps):
                 t_request = now()
+                if step == window_from:
+                    t_first = t_request
                 batch = next(batches)
                 t_ready = now()
                 if pending is not None:
                     append(*pending)
                     pending = None
                     if progress is not None and progress.due(t_ready):
-                        progress.step(epoch, phase, step, plan.steps, t_ready)
+                        progress.step(epoch, phase, step, plan.steps, t_ready, samples_done, compute_done, t_first)
                     sleep_until_ns(t_ready + requested[step], spin)
                 else:
                     sleep_ns(requested[step], spin)
                 t_compute_end = now()
+                if step >= window_from:
+                    samples_done += batch.samples
+                    compute_done += t_compute_end - t_ready
                 if allreduce_buf is not None:
                     self.world.allreduce_bytes(allreduce_buf)
                 barrier()
@@ -154,11 +162,14 @@ class Engine:
                 else:
                     append(*row)
                     if progress is not None and progress.due(t_step_end):
-                        progress.step(epoch, phase, step + 1, plan.steps, t_step_end)
+                        progress.step(epoch, phase, step + 1, plan.steps, t_step_end, samples_done, compute_done,
+                                      t_first)
         finally:
             if pending is not None:  # an interrupted phase keeps its last measured step
                 append(*pending)
             batches.close()
+        if progress is not None:
+            progress.phase_done(epoch, phase, plan.steps, samples_done, compute_done, t_first, now())
         return plan.steps
 
 

@@ -16,29 +16,38 @@ class RunProgress:
         self.enabled = rank == 0
         self.quiet = quiet
         self._next_ns = 0
-        self._epoch_start = time.monotonic()
-        self._last = None
 
     def due(self, now_ns: int) -> bool:
         """True when the status line should be refreshed."""
         return self.live and now_ns >= self._next_ns
 
-    def step(self, epoch: int, phase: int, step: int, steps: int, now_ns: int) -> None:
-        """Refresh the status line."""
+    def step(self, epoch: int, phase: int, step: int, steps: int, now_ns: int,
+             samples: int = 0, compute_ns: int = 0, start_ns: int = 0) -> None:
+        """Refresh the status line: where the run is, samples/s and AU so far in this phase."""
         self._next_ns = now_ns + _INTERVAL_NS
         what = "train" if phase == 0 else "eval"
-        self.stream.write(f"\r  epoch {epoch} {what} step {step}/{steps}   ")
+        line = f"  epoch {epoch} {what} step {step}/{steps}"
+        elapsed_ns = now_ns - start_ns
+        if elapsed_ns > 0 and samples:
+            line += f" | {samples * 1e9 / elapsed_ns:,.1f} samples/s | AU {100 * compute_ns / elapsed_ns:.1f}% so far"
+        self.stream.write("\r\033[K" + line)
         self.stream.flush()
 
-    def epoch_done(self, epoch: int, line: str | None = None) -> None:
-        """One line per epoch (also when not on a terminal, unless quiet)."""
+    def phase_done(self, epoch: int, phase: int, steps: int, samples: int, compute_ns: int,
+                   start_ns: int, end_ns: int) -> None:
+        """One line per epoch and phase (also when not on a terminal, unless quiet).
+
+        Figures over every step of the phase on this rank (rank 0 under MPI); the reported
+        metrics use the measurement window and all ranks (summary.json).
+        """
         if not self.enabled or self.quiet:
             return
-        elapsed = time.monotonic() - self._epoch_start
-        self._epoch_start = time.monotonic()
+        what = "train" if phase == 0 else "eval"
+        elapsed_ns = max(1, end_ns - start_ns)
         if self.live:
             self.stream.write("\r\033[K")
-        self.stream.write(line or f"  epoch {epoch} done in {elapsed:.1f} s\n")
+        self.stream.write(f"  epoch {epoch} {what}: {steps} steps, {samples * 1e9 / elapsed_ns:,.1f} samples/s, "
+                          f"AU {100 * compute_ns / elapsed_ns:.1f}% ({elapsed_ns / 1e9:.1f} s)\n")
         self.stream.flush()
 
     def message(self, text: str) -> None:
