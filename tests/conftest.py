@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+from types import SimpleNamespace
+
 import pytest
 
 # Tests import the installed package, never the source tree: child Pythons started from the
@@ -56,3 +58,22 @@ def load_summary(run_dir):
     """summary.json of a run folder."""
     with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def _workload_standin(seed=42, **over):
+    base = dict(format="npz", data_folder="data", num_files_train=4, num_files_eval=0,
+                num_samples_per_file=3, record_length_bytes=1000, record_length_bytes_stdev=0,
+                num_subfolders_train=0, num_subfolders_eval=0, file_prefix="img",
+                compression="none", compression_level=4, enable_chunking=False, chunk_size=0,
+                record_dims=None, record_element_type="uint8")
+    base.update(over)
+    return SimpleNamespace(dataset=SimpleNamespace(**base), train=SimpleNamespace(seed=seed))
+
+
+@pytest.fixture
+def workload():
+    """Factory of stand-ins for a Workload: DLIO's dataset field names and train.seed, unvalidated.
+
+    Format and datagen tests use it to reach layouts the config would reject on purpose.
+    """
+    return _workload_standin
