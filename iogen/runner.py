@@ -37,12 +37,11 @@ def shuffle_seed(wl, world) -> int:
 
 def check_data_readable(layout) -> None:
     """Fail early (exit 2, nothing written) when the data cannot be read at all."""
-    folder = os.path.dirname(layout.paths[0]) if layout.paths else None
-    root = layout.split_folder if hasattr(layout, "split_folder") else folder
-    if root and not os.path.isdir(root):
+    root = layout.folder  # <data_folder>/train or /valid
+    if not os.path.isdir(root):
         raise DataError(root, "data folder does not exist (generate the data with `iogen datagen`, "
                               "or run with --generate)")
-    if root and not os.access(root, os.R_OK | os.X_OK):
+    if not os.access(root, os.R_OK | os.X_OK):
         raise DataError(root, "data folder is not readable")
     missing = [p for p in layout.paths if not os.path.exists(p)]
     if missing:

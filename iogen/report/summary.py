@@ -73,7 +73,7 @@ def _phase_arrays(rows, phase, epochs, wl, offset_ns):
     )
 
 
-def _epochs_to_report(world, rows, phase, result):
+def _epochs_to_report(world, rows, phase):
     """Epochs of `phase` that every rank reached (all of them in a complete run), the same on every rank."""
     sel = np.unique(rows["epoch"][rows["phase"] == phase]).astype(np.int64)
     last = int(sel.max()) if sel.size else 0
@@ -91,8 +91,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         offset_ns = int(header["wall_start_ns"]) - int(header["mono_start_ns"])
     else:  # under MPI a failure stopped this rank before its step log: it still takes part
         header, rows, offset_ns = None, np.zeros(0, STEP_DTYPE), 0
-    train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN, result)
-    eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL, result)
+    train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN)
+    eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL)
     train = world.gather_array(_phase_arrays(rows, PHASE_TRAIN, train_epochs, wl, offset_ns))
     evals = world.gather_array(_phase_arrays(rows, PHASE_EVAL, eval_epochs, wl, offset_ns)) if eval_epochs.size else None
     device_bytes = _device_read_bytes(world, result, train_epochs.size)
