@@ -44,9 +44,9 @@ test-debug-core: $(VENV)/.iogen-test
 	cp -r workloads $(DEBUG_DIR)/iogen/workloads
 	rm -f $(DEBUG_DIR)/iogen/_core/*.so $(DEBUG_DIR)/iogen/_core/*.c
 	cd $(DEBUG_DIR) && IOGEN_DEBUG_BUILD=1 $(abspath $(BIN))/python setup.py -q build_ext --inplace
-	PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/python -c "import sys, iogen._core.clock as c; \
+	PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/python -c "import sys, iogen._core.clock as c; \
 	  sys.exit(0 if c.__file__.startswith('$(abspath $(DEBUG_DIR))') else 'not the debug core: ' + c.__file__)"
-	PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/pytest -q -p no:cacheprovider tests/core
+	PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/pytest -q -p no:cacheprovider tests/core
 
 bench: $(VENV)/.iogen-test
 	$(BIN)/pytest bench/ --benchmark-only
