@@ -106,6 +106,7 @@ class SampleReader:
         self.samples_per_file = layout.samples_per_file
         self.framed = fmt.name == "tfrecord"
         self._check = getattr(fmt, "check_read", None) if verify else None
+        self._read_checked = getattr(fmt, "pread_checked", None) if verify else None
         self._spans = _ImageSpans() if self.framed else None
         self._table = None
         self._pid = None
@@ -155,8 +156,16 @@ class SampleReader:
             buf_off = np.zeros(gids.size, np.int64)
             np.cumsum(padded[:-1], out=buf_off[1:])
             buf = alloc(int(padded.sum()))
+            checked = self._read_checked is not None and not self.direct
             try:
-                nbytes = int(core.reader.pread_into(fds, start, read_len, required, buf, buf_off))
+                if checked:
+                    # each record's CRC checked as it lands, while it is in cache (TFRecord)
+                    nbytes, bad = self._read_checked(fds, start, read_len, buf, buf_off)
+                    nbytes = int(nbytes)
+                    if bad >= 0:
+                        raise DataError(self.path(files[bad]), "record checksum mismatch", offset=int(offsets[bad]))
+                else:
+                    nbytes = int(core.reader.pread_into(fds, start, read_len, required, buf, buf_off))
             except ReadFailure as exc:
                 path = self.path(files[exc.index])
                 if exc.errno:
@@ -167,7 +176,7 @@ class SampleReader:
             for fd in transient:
                 core.reader.close_file(fd)
         entry = buf_off + skip
-        if self._check is not None:
+        if self._check is not None and not checked:
             bad = self._check(buf, entry, lengths)
             if bad >= 0:
                 raise DataError(self.path(files[bad]), "record checksum mismatch", offset=int(offsets[bad]))
