@@ -14,8 +14,9 @@ The stages, one module each:
            run_metrics(train, eval)    -> RunMetrics (one invocation)
   summary  dlio_metric_block(run), iogen_metric_block(run) -> the dicts summary.json carries
 
-Across invocations (campaigns, DESIGN.md 5.4) is iogen.campaign; wait-time percentiles come
-from the mergeable histogram in iogen.histogram (see the note in run.py).
+  campaign campaign_stats(runs)       the measured runs of a campaign -> statistics and a
+                                       headline with its rule (across invocations, DESIGN.md 5.4)
+Wait-time percentiles come from the mergeable histogram in iogen.histogram (see run.py).
 """
 from .epoch import EPOCH_FIELDS, FIELD, MIB, EpochMetrics, epoch_metrics, rank_epochs_array, stack_ranks
 from .run import CombinedEpochs, PhaseMetrics, RunMetrics, combine_ranks, run_metrics

@@ -19,6 +19,7 @@ import os
 import yaml
 
 from .. import campaign as _campaign
+from ..metrics import campaign as _stats
 from ..errors import DataError
 from .timeseries import read_run_steps, run_timeseries, wait_histograms
 
@@ -106,7 +107,7 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
     """One run's entry of report.json: campaign figures, per-epoch values, wait percentiles, series."""
     run_dir = os.path.abspath(os.fspath(run_dir))
     doc = read_summary(run_dir)
-    rv = _campaign.run_values_from_summary(doc, run_dir)
+    rv = _stats.run_values_from_summary(doc, run_dir)
     train = ((doc.get("iogen") or {}).get("metrics") or {}).get("train") or {}
     per_epoch = train.get("per_epoch") or {}
     entry = {
@@ -150,8 +151,8 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
     return entry
 
 
-def _values(entry) -> _campaign.RunValues:
-    return _campaign.RunValues(
+def _values(entry) -> _stats.RunValues:
+    return _stats.RunValues(
         label=entry["label"], path=entry["run_dir"], warmup=entry["warmup"], complete=entry["complete"],
         au_percentage=entry["au_percentage"], throughput_samples_s=entry["throughput_samples_s"],
         io_mib_s=entry["io_mib_s"], au_met=entry["au_met"],
@@ -181,7 +182,7 @@ def build_report(paths, *, reduction: str = "mean", latency: bool = True, interv
     run_dirs = find_run_dirs(paths)
     runs = [load_run(d, latency=latency, interval_s=interval_s) for d in run_dirs]
     _unique_labels(runs)
-    stats = _campaign.campaign_stats([_values(r) for r in runs], reduction)
+    stats = _stats.campaign_stats([_values(r) for r in runs], reduction)
     camp = stats.to_dict()
     measured = [r for r in runs if not r["warmup"] and r["complete"] and r["wait_histogram"]]
     if measured:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..campaign import METRICS, RunValues, run_values_from_summary
+from ..metrics.campaign import METRICS, RunValues, run_values_from_summary
 from ..errors import DataError
 from .text import fmt_num, table
 

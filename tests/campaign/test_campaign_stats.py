@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from iogen.campaign import (  # noqa: E402
+from iogen.metrics.campaign import (  # noqa: E402
     REDUCTIONS,
     RunValues,
     campaign_stats,
