@@ -16,7 +16,8 @@ The stages, one module each:
 
   campaign campaign_stats(runs)       the measured runs of a campaign -> statistics and a
                                        headline with its rule (across invocations, DESIGN.md 5.4)
-Wait-time percentiles come from the mergeable histogram in iogen.histogram (see run.py).
+  latency  wait_histograms(logs)        batch-wait histograms over the same window as AU,
+                                       merged exactly across ranks and runs (iogen.histogram)
 """
 from .epoch import EPOCH_FIELDS, FIELD, MIB, EpochMetrics, epoch_metrics, rank_epochs_array, stack_ranks
 from .run import CombinedEpochs, PhaseMetrics, RunMetrics, combine_ranks, run_metrics

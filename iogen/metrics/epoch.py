@@ -114,7 +114,7 @@ def _empty_epoch(epoch=-1, rank=-1, phase=-1):
     return EpochMetrics(**values)
 
 
-def _window(n, exclude_start_steps, exclude_end_steps):
+def window_bounds(n, exclude_start_steps, exclude_end_steps):
     """(start, stop, fallback): the window [start, n - end), or all steps when that is empty."""
     if exclude_start_steps < 0 or exclude_end_steps < 0:
         raise ValueError("exclude_start_steps and exclude_end_steps must be >= 0")
@@ -143,7 +143,7 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
             raise ValueError(f"epoch_metrics needs one {key}; rows hold {np.unique(rows[key]).tolist()}")
     rows = rows[np.argsort(rows["step"], kind="stable")]
     n = len(rows)
-    start, stop, fallback = _window(n, exclude_start_steps, exclude_end_steps)
+    start, stop, fallback = window_bounds(n, exclude_start_steps, exclude_end_steps)
     w = rows[start:stop]
 
     t_request = w["t_request"]

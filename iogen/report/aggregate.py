@@ -21,7 +21,8 @@ import yaml
 from .. import campaign as _campaign
 from ..metrics import campaign as _stats
 from ..errors import DataError
-from .timeseries import read_run_steps, run_timeseries, wait_histograms
+from ..metrics.latency import wait_histograms
+from .timeseries import read_run_steps, run_timeseries
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",

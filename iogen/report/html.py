@@ -182,7 +182,8 @@ def _timeline_run(runs):
 
 def build_figures(report: dict) -> list[dict]:
     """The report's figures: [{id, title, caption, png_base64}]."""
-    from .timeseries import read_run_steps, wall_offset_ns
+    from ..steplog import wall_offset_ns
+    from .timeseries import read_run_steps
 
     runs, camp = report["runs"], report["campaign"]
     figs = [

@@ -17,7 +17,7 @@ import yaml
 
 from .. import __version__
 from ..metrics import dlio_metric_block, iogen_metric_block, rank_epochs_array, run_metrics
-from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog
+from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
 
 SCHEMA_VERSION = 1
@@ -88,7 +88,7 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if path is not None and os.path.exists(path):
         header, rows = read_steplog(path)
         # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
-        offset_ns = int(header["wall_start_ns"]) - int(header["mono_start_ns"])
+        offset_ns = wall_offset_ns(header)
     else:  # under MPI a failure stopped this rank before its step log: it still takes part
         header, rows, offset_ns = None, np.zeros(0, STEP_DTYPE), 0
     train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN)
@@ -161,7 +161,7 @@ def _device_read_bytes(world, result, epochs: int) -> list:
 def _wait_latency(world, header, rows, epochs, wl):
     """Per-epoch and whole-run wait histograms of the train window, summed over ranks (numpy buffers)."""
     from ..histogram import NUM_BUCKETS, LatencyHistogram
-    from .timeseries import wait_histograms
+    from ..metrics.latency import wait_histograms
 
     per_epoch, _ = wait_histograms([(header, rows)], PHASE_TRAIN, wl.metric.exclude_start_steps,
                                    wl.metric.exclude_end_steps)

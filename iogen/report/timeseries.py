@@ -1,12 +1,8 @@
-"""Post-hoc views of a run's step logs: wait-time percentiles and per-interval series.
+"""Post-hoc views of a run's step logs: per-interval series (percentiles: iogen.metrics.latency).
 
 Everything here reads `steps/rank-*.steps` after the run; nothing is added to the engine's
 step loop. Definitions (docs/reports.md):
 
-- batch wait = t_ready - t_request (DESIGN.md 5.1), recorded into iogen.histogram per epoch
-  and per run, merged across ranks by adding bucket counts. The steps are those of the
-  metrics window (`metric.exclude_start_steps` / `exclude_end_steps`, as for AU), so a
-  percentile describes the same steps as the AU beside it.
 - per-interval series, per rank, on one wall-clock axis (each log's header maps its monotonic
   times to wall time): samples/s and MiB/s count each batch at the instant it was delivered
   (t_ready); AU % and wait % are the shares of the interval spent in emulated compute
@@ -20,9 +16,8 @@ import os
 
 import numpy as np
 
-from ..histogram import LatencyHistogram
 from ..metrics.epoch import MIB
-from ..steplog import PHASE_TRAIN, read_steplog
+from ..steplog import PHASE_TRAIN, read_steplog, wall_offset_ns
 
 __all__ = [
     "auto_interval_s",
@@ -30,9 +25,6 @@ __all__ = [
     "interval_series",
     "read_run_steps",
     "run_timeseries",
-    "wait_histograms",
-    "wall_offset_ns",
-    "window_mask",
 ]
 
 
@@ -41,48 +33,6 @@ def read_run_steps(run_dir) -> list:
     paths = sorted(glob.glob(os.path.join(os.fspath(run_dir), "steps", "rank-*.steps")))
     logs = [read_steplog(p) for p in paths]
     return sorted(logs, key=lambda hr: hr[0]["rank"])
-
-
-def wall_offset_ns(header) -> int:
-    """Add to a monotonic step time to get wall-clock ns (from the log header's clock pair)."""
-    return int(header["wall_start_ns"]) - int(header["mono_start_ns"])
-
-
-def window_mask(rows, exclude_start_steps: int = 1, exclude_end_steps: int = 0) -> np.ndarray:
-    """Which rows lie in their (rank, phase, epoch) metrics window, as iogen.metrics.epoch defines it.
-
-    Window = steps [exclude_start_steps, n - exclude_end_steps) by step order; when that is
-    empty every step of the epoch counts (the metrics' fallback).
-    """
-    rows = np.asarray(rows)
-    mask = np.zeros(len(rows), dtype=bool)
-    if len(rows) == 0:
-        return mask
-    keys = np.stack([rows["rank"].astype(np.int64), rows["phase"].astype(np.int64), rows["epoch"].astype(np.int64)])
-    order = np.lexsort((rows["step"], keys[2], keys[1], keys[0]))
-    k = keys[:, order]
-    starts = np.flatnonzero(np.r_[True, np.any(k[:, 1:] != k[:, :-1], axis=0)])
-    ends = np.r_[starts[1:], len(rows)]
-    for s, e in zip(starts, ends):
-        a, b = s + exclude_start_steps, e - exclude_end_steps
-        if b <= a:
-            a, b = s, e
-        mask[order[a:b]] = True
-    return mask
-
-
-def wait_histograms(logs, phase: int = PHASE_TRAIN, exclude_start_steps: int = 1, exclude_end_steps: int = 0):
-    """(per-epoch {epoch: LatencyHistogram}, whole-run LatencyHistogram) of batch wait, merged over ranks."""
-    per_epoch: dict[int, LatencyHistogram] = {}
-    for _, rows in logs:
-        rows = rows[rows["phase"] == phase]
-        rows = rows[window_mask(rows, exclude_start_steps, exclude_end_steps)]
-        wait = rows["t_ready"] - rows["t_request"]
-        for epoch in np.unique(rows["epoch"]):
-            h = per_epoch.setdefault(int(epoch), LatencyHistogram())
-            h.record(wait[rows["epoch"] == epoch])
-    per_epoch = dict(sorted(per_epoch.items()))
-    return per_epoch, LatencyHistogram.merged(per_epoch.values())
 
 
 def busy_ns_per_bin(starts_ns, ends_ns, edges_ns) -> np.ndarray:

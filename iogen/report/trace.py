@@ -26,7 +26,8 @@ import os
 import numpy as np
 
 from ..steplog import PHASE_EVAL
-from .timeseries import read_run_steps, wall_offset_ns
+from ..steplog import wall_offset_ns
+from .timeseries import read_run_steps
 
 __all__ = ["TRACE_DIR", "step_events", "trace_path", "write_rank_trace", "write_traces"]
 

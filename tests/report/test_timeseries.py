@@ -8,9 +8,8 @@ from iogen.report.timeseries import (
     interval_series,
     read_run_steps,
     run_timeseries,
-    wait_histograms,
-    window_mask,
 )
+from iogen.metrics.latency import wait_histograms, window_mask
 from iogen.steplog import STEP_DTYPE, read_steplog
 
 from .conftest import MS, write_steps
