@@ -66,6 +66,24 @@ def aligned_buffer(nbytes, alignment=4096):
     return raw[skip:skip + nbytes]
 
 
+cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
+                     const int64_t[:] buf_offsets, int64_t buf_bytes) except -1:
+    cdef Py_ssize_t n = fds.shape[0]
+    cdef Py_ssize_t i
+    if offsets.shape[0] != n or lengths.shape[0] != n or buf_offsets.shape[0] != n:
+        raise ValueError(
+            f"fds, offsets, lengths and buf_offsets must have equal lengths, got "
+            f"{n}, {offsets.shape[0]}, {lengths.shape[0]}, {buf_offsets.shape[0]}")
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: offset, length and buf_offset must be >= 0 and fd a descriptor")
+        if buf_offsets[i] > buf_bytes - lengths[i]:
+            raise ValueError(
+                f"entry {i}: buffer range [{buf_offsets[i]}, {buf_offsets[i] + lengths[i]}) "
+                f"exceeds the buffer of {buf_bytes} bytes")
+    return 0
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
@@ -79,21 +97,13 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
     cdef int64_t got = 0
     cdef Py_ssize_t failed = -1
     cdef unsigned char *base = &out[0] if buf_bytes > 0 else NULL
-    if offsets.shape[0] != n or lengths.shape[0] != n or required.shape[0] != n \
-            or buf_offsets.shape[0] != n:
-        raise ValueError(
-            f"fds, offsets, lengths, required and buf_offsets must have equal lengths, got "
-            f"{n}, {offsets.shape[0]}, {lengths.shape[0]}, {required.shape[0]}, {buf_offsets.shape[0]}")
+    if required.shape[0] != n:
+        raise ValueError(f"required must have the length of fds ({n}), got {required.shape[0]}")
     # Validate every entry before the first read: the loop below writes through raw pointers.
+    check_batch(fds, offsets, lengths, buf_offsets, buf_bytes)
     for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
-            raise ValueError(f"entry {i}: offset, length and buf_offset must be >= 0 and fd a descriptor")
         if required[i] > lengths[i]:
             raise ValueError(f"entry {i}: required {required[i]} > length {lengths[i]}")
-        if buf_offsets[i] > buf_bytes - lengths[i]:
-            raise ValueError(
-                f"entry {i}: buffer range [{buf_offsets[i]}, {buf_offsets[i] + lengths[i]}) "
-                f"exceeds the buffer of {buf_bytes} bytes")
     with nogil:
         for i in range(n):
             if lengths[i] == 0:

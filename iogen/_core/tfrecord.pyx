@@ -18,7 +18,7 @@ from iogen._core.pure.reader import writable_byte_view
 from iogen._core.pure.tfrecord import FramingError, check_crc
 from iogen.errors import ReadFailure
 
-from iogen._core.reader cimport pread_full
+from iogen._core.reader cimport check_batch, pread_full
 
 __all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
            "has_hw_crc32c", "index_records", "masked_crc32c", "pread_frames", "write_frame_header"]
@@ -29,7 +29,6 @@ iogen_crc32c_init()
 cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
 
 # Frame layout (same numbers as the pure twin's HEADER_BYTES, FOOTER_BYTES, INDEX_WINDOW_BYTES).
-cdef int64_t INT_MAX_C = 2147483647
 # pread_frames reads and checks frames in pieces of this size (fits in L2 with room to spare)
 cdef int64_t FRAME_PIECE_BYTES = 256 * 1024
 
@@ -281,21 +280,12 @@ def pread_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
     cdef Py_ssize_t bad = -1
     cdef unsigned char *base = &out[0] if buf_bytes > 0 else NULL
     cdef unsigned char *p
-    if offsets.shape[0] != n or lengths.shape[0] != n or buf_offsets.shape[0] != n:
-        raise ValueError(
-            f"fds, offsets, lengths and buf_offsets must have equal lengths, got "
-            f"{n}, {offsets.shape[0]}, {lengths.shape[0]}, {buf_offsets.shape[0]}")
     # Validate every entry before the first read: the loop below writes through raw pointers.
+    check_batch(fds, offsets, lengths, buf_offsets, buf_bytes)
     for i in range(n):
-        if offsets[i] < 0 or buf_offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX_C:
-            raise ValueError(f"entry {i}: offset and buf_offset must be >= 0 and fd a descriptor")
         if lengths[i] < HEADER_BYTES_C + FOOTER_BYTES_C:
             raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES_C + FOOTER_BYTES_C} bytes, "
                              f"got {lengths[i]}")
-        if buf_offsets[i] > buf_bytes - lengths[i]:
-            raise ValueError(
-                f"entry {i}: buffer range [{buf_offsets[i]}, {buf_offsets[i] + lengths[i]}) "
-                f"exceeds the buffer of {buf_bytes} bytes")
     cdef int64_t pos, piece, data_end, lo, hi
     cdef uint32_t crc
     with nogil:
