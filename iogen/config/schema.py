@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .distributions import TimeDist
+from .names import FolderPath, PathComponent
 from .problems import did_you_mean, rule, show
 
 
@@ -128,7 +129,7 @@ class Dataset(Section):
     """`dataset`: what the files are and where they live."""
 
     format: Format = "tfrecord"
-    data_folder: NonEmptyStr = "./data"
+    data_folder: FolderPath = "./data"
     num_files_train: PosInt = 8
     num_files_eval: NonNegInt = 0
     num_samples_per_file: PosInt = 1
@@ -137,7 +138,7 @@ class Dataset(Section):
     record_length_bytes_resize: Optional[NonNegInt] = None
     num_subfolders_train: NonNegInt = 0
     num_subfolders_eval: NonNegInt = 0
-    file_prefix: Annotated[str, Field(min_length=1, pattern=r"^[^/\\]+$")] = "img"
+    file_prefix: PathComponent = "img"  # one file-name component (iogen/config/names.py)
     compression: Compression = "none"
     compression_level: Annotated[int, Field(ge=0, le=9)] = 4
     enable_chunking: bool = False
@@ -244,7 +245,7 @@ class Evaluation(Section):
 class Checkpoint(Section):
     """`checkpoint`: where and when the model (`model.model_size_bytes`) is written."""
 
-    checkpoint_folder: NonEmptyStr = "./checkpoints"
+    checkpoint_folder: FolderPath = "./checkpoints"
     checkpoint_after_epoch: NonNegInt = 1
     epochs_between_checkpoints: PosInt = 1
     steps_between_checkpoints: CheckpointSteps = None  # DLIO's -1 (and 0) mean epoch-based only
@@ -254,7 +255,7 @@ class Checkpoint(Section):
 class Output(Section):
     """`output`: where run folders go."""
 
-    folder: NonEmptyStr = "results"
+    folder: FolderPath = "results"
     log_file: NonEmptyStr = "iogen.log"
 
 
@@ -270,7 +271,7 @@ class Storage(Section):
     """`storage`: only POSIX file systems (DLIO's local_fs)."""
 
     storage_type: StorageType = "local_fs"
-    storage_root: NonEmptyStr = "./"
+    storage_root: FolderPath = "./"
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -286,7 +287,8 @@ DIST_FIELDS = (("train", "computation_time"), ("evaluation", "eval_time"), ("rea
 class Workload(Section):
     """A fully validated workload (DLIO's sections), plus iogen's accelerator table."""
 
-    name: Annotated[str, Field(min_length=1)] = "workload"
+    # Names the run folder and the checkpoint files: one path component (iogen/config/names.py).
+    name: PathComponent = "workload"
     model: Model = Model()
     framework: Optional[Literal["tensorflow", "pytorch"]] = None
     workflow: Workflow = Workflow()

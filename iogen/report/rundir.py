@@ -8,23 +8,57 @@ import platform
 import socket
 
 RUN_FILES = ("config.yaml", "summary.json", "epochs.json", "steps/")
+# A campaign folder (`iogen run --runs N --warmup W`) holds its run folders and this file.
+CAMPAIGN_FILE = "campaign.json"
 
 
 def create_run_dir(output_folder: str, workload_name: str, label: str = "") -> str:
     """Create `<output>/<workload>-<UTC timestamp>[-label][-N]` exclusively and return its path."""
+    from ..config.names import component_problem
+    from ..errors import ConfigError
+
+    # The config already refuses such names; this keeps every caller inside output_folder.
+    for what, value in (("name", workload_name), ("run label", label)):
+        problem = value and component_problem(value)
+        if problem:
+            raise ConfigError(f"{what} = {value!r}: {problem}")
+    path = _create_exclusive(output_folder, f"{workload_name}-{_utc_stamp()}" + (f"-{label}" if label else ""))
+    os.mkdir(os.path.join(path, "steps"))
+    return path
+
+
+def create_campaign_dir(output_folder, workload_name: str) -> str:
+    """Create `<output>/<workload>-<UTC timestamp>-campaign[-N]` exclusively and return its path."""
+    return _create_exclusive(output_folder, f"{workload_name}-{_utc_stamp()}-campaign")
+
+
+def _create_exclusive(output_folder, name: str) -> str:
+    """Create `<output>/<name>[-N]`, the first N that is free, and return its absolute path."""
     os.makedirs(output_folder, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(output_folder, f"{workload_name}-{stamp}" + (f"-{label}" if label else ""))
+    base = os.path.join(os.fspath(output_folder), name)
     path, n = base, 1
     while True:
         try:
             os.mkdir(path)  # atomic: two invocations never share a folder
-            break
+            return os.path.abspath(path)
         except FileExistsError:
             n += 1
             path = f"{base}-{n}"
-    os.mkdir(os.path.join(path, "steps"))
-    return os.path.abspath(path)
+
+
+def _utc_stamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_campaign_file(campaign_dir, doc: dict) -> None:
+    """Atomically (re)write a campaign folder's campaign.json."""
+    write_json(os.path.join(campaign_dir, CAMPAIGN_FILE), doc)
+
+
+def read_campaign_file(campaign_dir) -> dict:
+    """campaign.json of a campaign folder."""
+    with open(os.path.join(campaign_dir, CAMPAIGN_FILE), encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def steplog_path(run_dir: str, rank: int) -> str:
