@@ -2,26 +2,22 @@
 
 Each run is an ordinary `iogen.runner.run` with a label ("warmup-1", "run-1", ...) that the run
 writes into its own summary, so warm-ups are known, never guessed. The statistics across the
-runs are iogen.metrics.campaign.
+runs are iogen.metrics.campaign; the campaign folder and its campaign.json are written by
+iogen.report.rundir, with the other run-folder I/O.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
+from .report.rundir import create_campaign_dir, write_campaign_file
 
 __all__ = [
-    "CAMPAIGN_FILE",
     "CampaignOutcome",
     "campaign_labels",
-    "create_campaign_dir",
-    "read_campaign_file",
     "report_campaign",
     "run_campaign",
 ]
-
-CAMPAIGN_FILE = "campaign.json"
 
 
 # --- the campaign loop (`iogen run --runs N --warmup W`) -------------------------------------
@@ -35,29 +31,6 @@ class CampaignOutcome:
     run_dirs: list = field(default_factory=list)
     labels: list = field(default_factory=list)
     summaries: list = field(default_factory=list)
-
-
-def create_campaign_dir(output_folder, workload_name: str) -> str:
-    """Create `<output>/<workload>-<UTC timestamp>-campaign[-N]` exclusively and return its path."""
-    import datetime as _dt
-
-    os.makedirs(output_folder, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(os.fspath(output_folder), f"{workload_name}-{stamp}-campaign")
-    path, n = base, 1
-    while True:
-        try:
-            os.mkdir(path)
-            return os.path.abspath(path)
-        except FileExistsError:
-            n += 1
-            path = f"{base}-{n}"
-
-
-def _write_campaign_file(campaign_dir, doc) -> None:
-    from .report.rundir import write_json
-
-    write_json(os.path.join(campaign_dir, CAMPAIGN_FILE), doc)
 
 
 def campaign_labels(runs: int, warmup: int) -> list[str]:
@@ -94,7 +67,7 @@ def run_campaign(wl, world, runs: int, warmup: int = 0, *, quiet: bool = False, 
         "complete": False,
     }
     if world.rank == 0:
-        _write_campaign_file(campaign_dir, doc)
+        write_campaign_file(campaign_dir, doc)
     outcome = CampaignOutcome(campaign_dir)
     current = _with_output(wl, campaign_dir)
     for i, label in enumerate(labels):
@@ -106,7 +79,7 @@ def run_campaign(wl, world, runs: int, warmup: int = 0, *, quiet: bool = False, 
             doc["runs"].append({"label": label, "warmup": label.startswith("warmup"),
                                 "run_dir": os.path.relpath(result.run_dir, campaign_dir)})
             doc["complete"] = i == len(labels) - 1
-            _write_campaign_file(campaign_dir, doc)
+            write_campaign_file(campaign_dir, doc)
         if i == 0 and getattr(current.workflow, "generate_data", False):
             current = _without_generation(current)  # the data exists now; later runs only read it
     return outcome
@@ -138,9 +111,3 @@ def _with_output(wl, folder):
 
 def _without_generation(wl):
     return wl.model_copy(update={"workflow": wl.workflow.model_copy(update={"generate_data": False})})
-
-
-def read_campaign_file(campaign_dir) -> dict:
-    """campaign.json of a campaign folder."""
-    with open(os.path.join(campaign_dir, CAMPAIGN_FILE), encoding="utf-8") as fh:
-        return json.load(fh)

@@ -1,6 +1,6 @@
 """iogen's command line. Imports stay inside the commands so `iogen --help` is instant.
 
-Exit codes (DESIGN.md section 4): 0 success, 1 the run completed but failed its gate,
+Exit codes (defined in iogen/errors.py): 0 success, 1 the run completed but failed its gate,
 2 bad usage, config or data, 130 interrupted.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import sys
 import warnings
 
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:

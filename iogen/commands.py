@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import EXIT_GATE, EXIT_OK, EXIT_USAGE
+from .errors import EXIT_GATE, EXIT_OK, EXIT_USAGE
 
 
 def _load(args, **extra):

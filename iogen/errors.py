@@ -1,4 +1,10 @@
-"""The project's exceptions, shared by the Python layer and the Cython core."""
+"""The project's exceptions and exit codes, shared by the Python layer and the Cython core.
+
+Exit codes of the `iogen` command (README.md): 0 success, 1 the run completed but failed its
+gate, 2 bad usage, config or data, 130 interrupted. Each error class carries its own.
+"""
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class IogenError(Exception):
@@ -10,7 +16,7 @@ class IogenError(Exception):
 class ConfigError(ValueError, IogenError):
     """A workload or override is invalid. Carries every problem found, not just the first."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, problems):
         if isinstance(problems, str):
@@ -22,7 +28,7 @@ class ConfigError(ValueError, IogenError):
 class DataError(IogenError):
     """A data file is missing, truncated or corrupt. Names the file and, when known, the offset."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, path, message, offset=None):
         self.path = str(path)
@@ -34,13 +40,13 @@ class DataError(IogenError):
 class CoreMissingError(ImportError, IogenError):
     """The compiled core is missing or broken; the message says how to fix it."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class LoaderUnavailable(ImportError, IogenError):
     """A framework loader was selected but its framework is not installed."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class RankFailure(IogenError):
@@ -52,7 +58,7 @@ class RankFailure(IogenError):
 class Interrupted(IogenError):
     """The run was interrupted (SIGINT/SIGTERM); what was measured is kept."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class ReadFailure(OSError):
@@ -71,3 +77,17 @@ class ReadFailure(OSError):
             super().__init__(errno_, os.strerror(errno_))
         else:
             super().__init__(0, f"unexpected end of file after {nread} bytes")
+
+
+class CopyFailure(OSError):
+    """A core copy failed on its `side` ("read": the source, "write": the destination) at `offset`.
+
+    The Python layer knows both paths and re-raises naming the right one.
+    """
+
+    def __init__(self, side, errno_, offset):
+        import os
+
+        self.side = str(side)
+        self.offset = int(offset)
+        super().__init__(errno_, os.strerror(errno_))

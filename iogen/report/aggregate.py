@@ -18,10 +18,10 @@ import os
 
 import yaml
 
-from .. import campaign as _campaign
 from ..metrics import campaign as _stats
 from ..errors import DataError
 from ..metrics.latency import wait_histograms
+from .rundir import CAMPAIGN_FILE, read_campaign_file, write_json
 from .timeseries import read_run_steps, run_timeseries
 
 __all__ = [
@@ -55,11 +55,11 @@ def _is_run(path) -> bool:
 
 
 def _is_campaign(path) -> bool:
-    return os.path.isfile(os.path.join(path, _campaign.CAMPAIGN_FILE))
+    return os.path.isfile(os.path.join(path, CAMPAIGN_FILE))
 
 
 def _campaign_runs(path) -> list[str]:
-    doc = _campaign.read_campaign_file(path)
+    doc = read_campaign_file(path)
     runs = [os.path.join(path, r["run_dir"]) for r in doc.get("runs", [])]
     return [r for r in runs if _is_run(r)]
 
@@ -218,7 +218,6 @@ def default_output_dir(paths) -> str:
 def write_report(paths, output_dir=None, *, reduction: str = "mean", interval_s: float | None = None,
                  html: bool = True, traces: bool = False) -> tuple[dict, str, list[str]]:
     """Build the report of `paths`, write report.json (+ report.html, + traces); (report, text, files written)."""
-    from .rundir import write_json
     from .text import render_report
 
     report = build_report(paths, reduction=reduction, interval_s=interval_s)

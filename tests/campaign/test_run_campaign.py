@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from iogen.campaign import campaign_labels, read_campaign_file, run_campaign
+from iogen.campaign import campaign_labels, run_campaign
+from iogen.report.rundir import read_campaign_file
 from iogen.comm import SingleWorld
 
 
