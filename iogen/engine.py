@@ -15,6 +15,7 @@ import numpy as np
 
 from . import core
 from .checkpoint import Checkpointer
+from .metrics.device import device_read_bytes
 from .plan import plan_for
 from .steplog import PHASE_EVAL, PHASE_TRAIN
 
@@ -30,21 +31,10 @@ class EngineResult:
     steps_done: int = 0
     checkpoints: list = field(default_factory=list)
     spin_ns: int = 0
-    # per train epoch: bytes this process made the kernel fetch from storage (/proc/self/io
-    # read_bytes), i.e. not served by the page cache; None where the kernel does not say
+    # per train epoch: bytes this rank's process and its loader workers made the kernel fetch
+    # from storage (iogen.metrics.device), i.e. not served by the page cache; None where the
+    # kernel does not say
     device_read_bytes: list = field(default_factory=list)
-
-
-def device_read_bytes() -> int | None:
-    """Bytes this process has caused to be read from storage (Linux /proc/self/io), or None."""
-    try:
-        with open("/proc/self/io", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"read_bytes:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 class Engine:
@@ -92,6 +82,7 @@ class Engine:
                 res.device_read_bytes.append(None if before is None or after is None else after - before)
             if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
                 res.checkpoints.append(self.checkpointer.write(epoch, step=0))
+                self.checkpointer.cleanup()
             if self.eval_loader is not None and _eval_due(wl, epoch):
                 plan = plan_for(
                     wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
@@ -153,6 +144,9 @@ class Engine:
                     res.checkpoints.append(ckpt.write(epoch, step + 1))
                     t_step_end = now()
                     checkpoint_ns = max(1, t_step_end - t0)
+                    # Deleting the superseded checkpoint is not checkpoint I/O: it runs after
+                    # t_step_end, in the gap between blocks that no metric counts.
+                    ckpt.cleanup()
                 else:
                     t_step_end = now()
                 row = (epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
