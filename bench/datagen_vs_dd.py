@@ -3,8 +3,9 @@
 Both write the same number of files of the same sizes to the same folder, in the same run,
 alternating (baseline, iogen, baseline, iogen, ...) with a `sync` between runs so neither
 starts with the other's dirty pages; the median of each is reported. The baseline is the
-simplest writer there is: one thread, one 1 MiB buffer of random bytes written again and
-again with os.write (`--dd` also times `dd if=/dev/zero bs=1M`). With --fsync both fsync
+simplest writer there is, with as many writers as iogen: `--workers` threads (iogen's datagen
+workers), thread t writing files t, t+W, ... from one 1 MiB buffer of random bytes with os.write,
+which releases the GIL (`--dd` also times `dd if=/dev/zero bs=1M`, one process at a time). With --fsync both fsync
 every file before closing it (what the disk sustains); without it they measure how fast
 data reaches the page cache.
 
@@ -24,20 +25,30 @@ import time
 import numpy as np
 
 
-def baseline(folder: str, sizes: list[int], fsync: bool) -> float:
-    """Write the files with a plain os.write loop; return seconds."""
+def baseline(folder: str, sizes: list[int], fsync: bool, workers: int) -> float:
+    """Write the files with a plain os.write loop in `workers` threads; return seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+
     os.makedirs(folder, exist_ok=True)
     buf = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
-    t0 = time.perf_counter()
-    for i, size in enumerate(sizes):
+
+    def write(i):
         fd = os.open(f"{folder}/plain_{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        left = size
+        left = sizes[i]
         while left:
             left -= os.write(fd, buf[:min(left, buf.size)])
         if fsync:
             os.fsync(fd)
         os.close(fd)
-    return time.perf_counter() - t0
+
+    def share(t):
+        for i in range(t, len(sizes), workers):
+            write(i)
+
+    with ThreadPoolExecutor(workers) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(share, range(workers)))
+        return time.perf_counter() - t0
 
 
 def dd(folder: str, sizes: list[int], fsync: bool) -> float:
@@ -85,14 +96,18 @@ def main(argv=None) -> int:
     p.add_argument("--fsync", action="store_true")
     p.add_argument("--dd", action="store_true", help="also time dd if=/dev/zero")
     args = p.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
 
+    before = machine_line()
     root = args.folder or tempfile.mkdtemp(prefix="iogen-bench-", dir=".")
     record_bytes = (args.file_mib << 20) // args.samples
     times = {"plain": [], "dd": [], "iogen": []}
     iogen_bytes = 0
     for _ in range(args.rounds):
         clear(f"{root}/plain")
-        times["plain"].append(baseline(f"{root}/plain", [args.file_mib << 20] * args.files, args.fsync))
+        times["plain"].append(baseline(f"{root}/plain", [args.file_mib << 20] * args.files, args.fsync,
+                                       args.workers))
         clear(f"{root}/plain")
         if args.dd:
             times["dd"].append(dd(f"{root}/dd", [args.file_mib << 20] * args.files, args.fsync))
@@ -105,7 +120,7 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     plain_bytes = args.files * (args.file_mib << 20)
-    rows = [("plain os.write loop (1 thread)", plain_bytes, times["plain"])]
+    rows = [(f"plain os.write loop ({args.workers} threads)", plain_bytes, times["plain"])]
     if args.dd:
         rows.append(("dd if=/dev/zero bs=1M", plain_bytes, times["dd"]))
     rows.append((f"iogen datagen {args.format} ({args.workers} workers)", iogen_bytes, times["iogen"]))
@@ -118,6 +133,10 @@ def main(argv=None) -> int:
         rate = nbytes / statistics.median(ts)
         print(f"| {label} | {nbytes / 2**30:.2f} | {statistics.median(ts):.2f} | {rate / 2**30:.2f} | "
               f"{rate / base_rate:.2f}x |")
+    print()
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """Whole-run comparison: iogen's native loader against a plain pread loop on the same files.
 
-Both read the same NPZ files, page cache warm, compute 0, alternating in one process so they
-see the same machine state. The baseline is the best the machine does: one thread reading each
-file sequentially with pread into one buffer (iogen.core.reader.pread_loop_baseline, C, no GIL).
+Both read the same files, page cache warm, compute 0, alternating in one process so they see
+the same machine state. The baseline is the best the machine does with the threads iogen is
+given: `--threads` threads (iogen's reader.read_threads), each reading its share of the files
+sequentially with pread into its own buffer (iogen.core.reader.pread_loop_baseline, C, no GIL).
 iogen runs the full pipeline (plan, loader, engine, step log, metrics) and its MiB/s comes from
 its own summary: bytes really read over the measured window.
 
@@ -25,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 
 def warm(paths, buf, core) -> None:
@@ -33,34 +35,47 @@ def warm(paths, buf, core) -> None:
         core.reader.pread_loop_baseline(p, 1 << 20, buf)
 
 
-def baseline_mib_s(paths, buf, core) -> float:
-    """Plain sequential pread of every file into one buffer: MiB/s."""
+def baseline_mib_s(paths, bufs, core, pool) -> float:
+    """Plain sequential pread of every file, thread t reading files t, t+T, ... into its own
+    buffer (the C loop releases the GIL, so the T threads read in parallel): MiB/s."""
+    threads = len(bufs)
+
+    def share(t):
+        return sum(core.reader.pread_loop_baseline(p, 4 << 20, bufs[t]) for p in paths[t::threads])
+
     t0 = time.perf_counter()
-    total = 0
-    for p in paths:
-        total += core.reader.pread_loop_baseline(p, 4 << 20, buf)
+    total = sum(pool.map(share, range(threads)))
     return total / 2**20 / (time.perf_counter() - t0)
 
 
-def batch_loop_mib_s(paths, batch, slots, core) -> float:
-    """The same whole-file preads, but into `slots` rotating batch-sized buffers: the memory a
-    loader that hands out whole batches must write to. Separates where the bytes land (cache or
-    DRAM) from the tool's own overhead."""
+def batch_loop_mib_s(paths, batch, slots, core, pool, threads) -> float:
+    """The same whole-file preads, but into rotating batch-sized buffers: the memory a loader
+    that hands out whole batches must write to. Thread t reads batches t, t+T, ... (T = the
+    threads iogen reads with); max(slots, T) buffers, so no two threads share one. Separates
+    where the bytes land (cache or DRAM) from the tool's own overhead."""
     import numpy as np
 
     sizes = np.array([os.path.getsize(p) for p in paths], np.int64)
     fds = np.array([core.reader.open_file(p, False) for p in paths], np.int64)
     per = int(sizes.max()) * batch
+    slots = max(slots, threads)
     bufs = [core.reader.aligned_buffer(per) for _ in range(slots)]
     for b in bufs:
         b[::4096] = 0
-    try:
-        t0 = time.perf_counter()
+    starts = list(range(0, len(paths), batch))
+
+    def share(t):
         total = 0
-        for k in range(0, len(paths), batch):
+        for j in range(t, len(starts), threads):
+            k = starts[j]
             f, ln = fds[k:k + batch], sizes[k:k + batch]  # whole files: a batch of files
             dst = np.concatenate(([0], np.cumsum(ln)[:-1]))
-            total += core.reader.pread_into(f, np.zeros_like(ln), ln, ln, bufs[(k // batch) % slots], dst)
+            total += core.reader.pread_into(f, np.zeros_like(ln), ln, ln, bufs[j % slots], dst)
+        return total
+
+    try:
+        t0 = time.perf_counter()
+        total = sum(pool.map(share, range(threads)))
         return total / 2**20 / (time.perf_counter() - t0)
     finally:
         for fd in fds:
@@ -95,6 +110,10 @@ def main(argv=None) -> int:
 
     from iogen import core
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
+
+    before = machine_line()
     workdir = args.dir or tempfile.mkdtemp(prefix="iogen-bench-")
     record = int(args.record_mib * 2**20)
     base = [
@@ -107,6 +126,8 @@ def main(argv=None) -> int:
     iogen_run(base, [])  # generate the data once (and warm up imports)
     paths = sorted(glob.glob(os.path.join(workdir, "data", "train", "**", f"*.{args.format}"), recursive=True))
     buf = core.reader.aligned_buffer(8 << 20)
+    thread_bufs = [core.reader.aligned_buffer(4 << 20) for _ in range(args.threads)]
+    pool = ThreadPoolExecutor(args.threads)
     extra = [f"reader.read_threads={args.threads}", f"reader.prefetch_size={args.prefetch}",
              f"reader.verify_checksums={not args.no_verify}",
              "workflow.generate_data=False"]
@@ -114,9 +135,10 @@ def main(argv=None) -> int:
     slots = args.prefetch + 1
     for _ in range(args.reps):
         warm(paths, buf, core)
-        b = baseline_mib_s(paths, buf, core)
+        b = baseline_mib_s(paths, thread_bufs, core, pool)
         warm(paths, buf, core)
-        bb = batch_loop_mib_s(paths, max(1, args.batch // args.samples_per_file), slots, core)
+        bb = batch_loop_mib_s(paths, max(1, args.batch // args.samples_per_file), slots, core, pool,
+                              args.threads)
         warm(paths, buf, core)
         i_mib, i_sps, _ = iogen_run(base, extra)
         rows.append((b, i_mib, i_sps, bb))
@@ -133,8 +155,9 @@ def main(argv=None) -> int:
     print()
     print("| contender | MiB/s (median) | samples/s (median) |")
     print("|---|---|---|")
-    print(f"| pread loop (C, 1 thread, 4 MiB reads) | {b_med:,.0f} | {b_med / args.record_mib:,.0f} |")
-    print(f"| pread loop into {slots} rotating buffers (whole files, {args.batch} at a time) | {bb_med:,.0f} | "
+    print(f"| pread loop (C, {args.threads} thread(s), 4 MiB reads) | {b_med:,.0f} | {b_med / args.record_mib:,.0f} |")
+    print(f"| pread loop, {args.threads} thread(s), into {max(slots, args.threads)} rotating buffers "
+          f"(whole files, {args.batch} at a time) | {bb_med:,.0f} | "
           f"{bb_med / args.record_mib:,.0f} |")
     print(f"| iogen native (whole run: plan, loader, engine, step log, metrics) | {i_med:,.0f} | {s_med:,.0f} |")
     print()
@@ -142,6 +165,10 @@ def main(argv=None) -> int:
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     print(f"ratio iogen / pread loop into batch buffers: median {statistics.median(ratios_bb):.2f} "
           f"(min {min(ratios_bb):.2f}, max {max(ratios_bb):.2f})")
+    print()
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
     return 0
 
 
