@@ -61,6 +61,18 @@ class Interrupted(IogenError):
     exit_code = EXIT_INTERRUPTED
 
 
+class FramingError(ValueError):
+    """A TFRecord frame is truncated or its length CRC is wrong; `offset` is where the frame starts.
+
+    Raised by both core implementations (no path: the format layer adds it as a DataError).
+    """
+
+    def __init__(self, offset, reason):
+        self.offset = int(offset)
+        self.reason = reason
+        super().__init__(f"{reason} at byte offset {self.offset}")
+
+
 class ReadFailure(OSError):
     """A core read failed at entry `index` of a batch (errno 0: end of file before the bytes needed).
 

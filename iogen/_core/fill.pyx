@@ -14,8 +14,7 @@ cimport cython
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
-from iogen._core.pure.fill import check_fill_args
-from iogen._core.pure.reader import writable_byte_view
+from iogen._core._common import check_fill_args, writable_byte_view
 
 cdef uint64_t GAMMA = 0x9E3779B97F4A7C15ULL
 cdef uint64_t SEED_SALT = 0x6A09E667F3BCC909ULL

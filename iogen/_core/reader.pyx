@@ -8,9 +8,7 @@ from libc.errno cimport EINTR, EINVAL, errno
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 
-import numpy as np
-
-from iogen._core.pure.reader import writable_byte_view
+from iogen._core._common import MAX_CHUNK_BYTES as _MAX_CHUNK_BYTES, aligned_buffer, writable_byte_view
 from iogen.errors import ReadFailure
 
 cdef extern from "io_compat.h" nogil:
@@ -26,8 +24,8 @@ cdef extern from "io_compat.h" nogil:
 cdef extern from "<string.h>" nogil:
     char *strerror(int errnum)
 
-# One pread asks for at most this much: Linux caps a single read at ~2 GiB anyway.
-cdef int64_t MAX_CHUNK_BYTES = 1 << 30
+# One pread asks for at most this much (the pure twin uses the same cap).
+cdef int64_t MAX_CHUNK_BYTES = _MAX_CHUNK_BYTES
 
 
 cdef int64_t pread_full(int fd, unsigned char *dst, int64_t length, int64_t offset) noexcept nogil:
@@ -50,20 +48,6 @@ cdef int64_t pread_full(int fd, unsigned char *dst, int64_t length, int64_t offs
 
 cdef object _os_error(int err, path):
     return OSError(err, strerror(err).decode("utf-8", "replace"), path)
-
-
-def aligned_buffer(nbytes, alignment=4096):
-    """Return a zeroed uint8 array of nbytes whose data pointer is aligned (usable for O_DIRECT)."""
-    nbytes = int(nbytes)
-    alignment = int(alignment)
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise ValueError(f"alignment must be a power of two, got {alignment}")
-    raw = np.zeros(nbytes + alignment, dtype=np.uint8)
-    skip = (-raw.ctypes.data) % alignment
-    # The slice keeps `raw` alive through .base; the caller owns the aligned view.
-    return raw[skip:skip + nbytes]
 
 
 cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,

@@ -14,9 +14,8 @@ import struct
 
 import numpy as np
 
-from iogen._core.pure.reader import writable_byte_view
-from iogen._core.pure.tfrecord import FramingError, check_crc
-from iogen.errors import ReadFailure
+from iogen._core._common import check_crc, writable_byte_view
+from iogen.errors import FramingError, ReadFailure
 
 from iogen._core.reader cimport check_batch, pread_full
 

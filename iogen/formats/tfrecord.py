@@ -24,8 +24,8 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import DataError
-from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, fill_random,
-                   file_size_or_error, payload_chunks)
+from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
+                   fill_random, file_size_or_error, payload_chunks)
 from .checksum import crc32c
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix
 
@@ -49,7 +49,7 @@ def _tf():
 
 
 def _framing_error():
-    from .._core.pure.tfrecord import FramingError  # one class shared by both cores
+    from ..errors import FramingError  # one class shared by both cores
 
     return FramingError
 
@@ -93,6 +93,20 @@ class _Sink:
                 self._out(self.z.flush())
         finally:
             os.close(self.fd)
+
+
+def _read_upto(f, nbytes: int) -> bytes:
+    """Up to nbytes of stream f, read in pieces: a corrupt length (2**60, 2**63) costs only what is there."""
+    if nbytes <= CHUNK_BYTES:
+        return f.read(nbytes)
+    parts, left = [], nbytes
+    while left:
+        part = f.read(min(left, CHUNK_BYTES))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 class TFRecordFormat(Format):
@@ -205,6 +219,18 @@ class TFRecordFormat(Format):
         offsets, lengths, size = self._scan(path)
         return FileIndex(offsets - HEADER_BYTES, lengths + FRAME_OVERHEAD, "tfrecord", size)
 
+    def count_records(self, path) -> int:
+        """Records in the file, its whole framing checked (lengths, length CRCs, no frame cut short).
+
+        What a framework's own TFRecord reader may be handed safely: tf.data trusts a length
+        with a valid CRC and crashes on 2**60. Plain files: the index scan (headers only);
+        gzip files: the decompressed stream's headers, the data skipped, not kept.
+        """
+        if self.byte_addressable:
+            return int(self._scan(path)[0].size)
+        file_size_or_error(path)
+        return sum(1 for _ in self._frames_gzip(path))
+
     def check_read(self, buf, buf_offsets, lengths) -> int:
         """Check the data CRCs of whole frames read into buf; -1 when all match, else the first bad entry."""
         starts = np.asarray(buf_offsets, np.int64)
@@ -294,7 +320,7 @@ class TFRecordFormat(Format):
                         raise DataError(path, "record length CRC mismatch (in the decompressed stream)", pos)
                     keep = check_all or (want is not None and i in want)
                     if keep:
-                        raw = f.read(length + FOOTER_BYTES)
+                        raw = _read_upto(f, length + FOOTER_BYTES)
                         if len(raw) != length + FOOTER_BYTES:
                             raise DataError(path, "truncated record (in the decompressed stream)", pos)
                         data = raw[:length]
@@ -367,6 +393,38 @@ class TFRecordFormat(Format):
             except ExampleDecodeError as exc:
                 problems.append(f"record 0 is not a tf.train.Example: {exc}")
         return problems
+
+    def probe_file(self, path):
+        """Records counted from the framing (no data CRCs); record 0's `image` gives the record size.
+
+        A gzip file (found by its magic bytes, whatever the workload says) is counted by
+        streaming decompression: the whole file is inflated.
+        """
+        file_size_or_error(path)
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        if gz:
+            count, first = 0, None
+            for i, _, data in self._frames_gzip(path, check_all=True):
+                first = data if i == 0 else first
+                count = i + 1
+        else:
+            offsets, lengths, _ = self._scan(path)
+            count, first = int(offsets.size), None
+            if count:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    first = os.pread(fd, int(lengths[0]), int(offsets[0]))
+                finally:
+                    os.close(fd)
+        record_bytes = 0
+        if first is not None:
+            try:
+                image = decode_example(first).get("image") or [first]
+                record_bytes = len(image[0])
+            except ExampleDecodeError:
+                record_bytes = len(first)
+        return FileShape(count, record_bytes, None, None, "gzip" if gz else "none")
 
     def _check_data_crcs(self, path, offsets, lengths) -> None:
         """Read the file once, in spans of whole frames, checking every record's data CRC."""

@@ -26,6 +26,18 @@ def test_same_functions_and_signatures(name):
         assert inspect.signature(func) == inspect.signature(pure_api[fname]), fname
 
 
+def test_shared_helpers_are_one_object_in_both(cython_core, python_core):
+    # Defined once (iogen/_core/_common.py, iogen/errors.py); both implementations hand them out.
+    from iogen._core import _common
+    from iogen.errors import FramingError
+
+    for impl in (cython_core, python_core):
+        assert impl.reader.aligned_buffer is _common.aligned_buffer
+        assert impl.clock.spin_from_overshoots is _common.spin_from_overshoots
+        assert impl.clock.DEFAULT_SPIN_NS == _common.DEFAULT_SPIN_NS
+        assert impl.tfrecord.FramingError is FramingError
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_every_public_function_has_a_docstring(core, name):
     for fname, func in public_functions(getattr(core, name)).items():

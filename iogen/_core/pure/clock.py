@@ -7,20 +7,15 @@ the same coarse-sleep-then-spin scheme; only the spin pays Python's per-call ove
 import operator
 import time
 
-# Measured on the 2-core KVM development host (Linux 6.18, 50 us default timer slack): a
-# coarse clock_nanosleep overshoots its deadline by ~90 us median (the slack plus ~40 us of
-# wake-up latency) with a p99 of 120-170 us when the host is quiet, and calibrate_spin_ns()
-# returned 137-221 us over five runs. 250 us of spin covers that, costing at most 250 us of
-# CPU per sleep. Longer overshoots come from the thread not being scheduled at all, which no
-# spin window fixes. The engine should call calibrate_spin_ns() once on its own host.
-DEFAULT_SPIN_NS = 250_000
-
-# The window calibrate_spin_ns() may return: never below the timer slack, never so long that
-# a sleep becomes mostly busy-waiting.
-MIN_SPIN_NS = 50_000
-MAX_SPIN_NS = 2_000_000
-CALIBRATION_MARGIN_NS = 20_000
-CALIBRATION_SLEEP_NS = 1_000_000
+# The spin window's constants and its rule are shared with the compiled core (iogen/_core/_common.py).
+from iogen._core._common import (  # noqa: F401  (re-exported: the twin's API matches the core's)
+    CALIBRATION_MARGIN_NS,
+    CALIBRATION_SLEEP_NS,
+    DEFAULT_SPIN_NS,
+    MAX_SPIN_NS,
+    MIN_SPIN_NS,
+    spin_from_overshoots,
+)
 
 
 def now_ns():
@@ -61,14 +56,3 @@ def calibrate_spin_ns(samples=50):
         time.sleep(CALIBRATION_SLEEP_NS / 1e9)
         overshoots_ns.append(time.monotonic_ns() - target_ns)
     return spin_from_overshoots(overshoots_ns)
-
-
-def spin_from_overshoots(overshoots_ns):
-    """Turn measured coarse-sleep overshoots (ns) into a spin window: p99 + margin, clamped."""
-    ordered = sorted(int(x) for x in overshoots_ns)
-    if not ordered:
-        raise ValueError("need at least one overshoot sample")
-    # Nearest-rank p99: with 50 samples that is the largest, which is the one to cover.
-    rank = max(0, -(-99 * len(ordered) // 100) - 1)
-    spin_ns = ordered[rank] + CALIBRATION_MARGIN_NS
-    return min(MAX_SPIN_NS, max(MIN_SPIN_NS, spin_ns))

@@ -6,9 +6,8 @@ with mix64 the splitmix64 finaliser (Steele, Lea, Flood, OOPSLA 2014). See fill.
 """
 import numpy as np
 
-from iogen._core.pure.reader import writable_byte_view
+from iogen._core._common import MASK64, check_fill_args, writable_byte_view
 
-MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
 SEED_SALT = 0x6A09E667F3BCC909
 MIX_C1 = 0xBF58476D1CE4E5B9
@@ -16,17 +15,6 @@ MIX_C2 = 0x94D049BB133111EB
 
 # Words computed per numpy pass: bounds the temporary arrays at a few MiB.
 CHUNK_WORDS = 1 << 18
-
-
-def check_fill_args(seed, stream, offset_bytes, nbytes):
-    """Validate fill_random's integers (shared by both implementations so they fail alike)."""
-    for name, value in (("seed", seed), ("stream", stream), ("offset_bytes", offset_bytes)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if not 0 <= int(value) <= MASK64:
-            raise ValueError(f"{name} must be in [0, 2**64), got {value}")
-    if int(offset_bytes) + int(nbytes) > MASK64 + 1:
-        raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
 
 
 def _mix64_scalar(z):

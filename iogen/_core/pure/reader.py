@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from iogen._core._common import MAX_CHUNK_BYTES, aligned_buffer, writable_byte_view
 from iogen.errors import ReadFailure
 
 # Write-back failures that only mean "this file cannot do it": evict its clean pages anyway.
@@ -11,8 +12,7 @@ _NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPN
 
 _INT_MAX = 2**31 - 1  # file descriptors are C ints
 
-# One pread asks for at most this much (the compiled core uses the same cap).
-MAX_CHUNK_BYTES = 1 << 30
+__all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "pread_into", "pread_loop_baseline"]
 
 
 def _pread_full(fd, view, length, offset):
@@ -28,30 +28,6 @@ def _pread_full(fd, view, length, offset):
             break
         done += got
     return done
-
-
-def aligned_buffer(nbytes, alignment=4096):
-    """Return a zeroed uint8 array of nbytes whose data pointer is aligned (usable for O_DIRECT)."""
-    nbytes = int(nbytes)
-    alignment = int(alignment)
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise ValueError(f"alignment must be a power of two, got {alignment}")
-    raw = np.zeros(nbytes + alignment, dtype=np.uint8)
-    skip = (-raw.ctypes.data) % alignment
-    # The slice keeps `raw` alive through .base; the caller owns the aligned view.
-    return raw[skip:skip + nbytes]
-
-
-def writable_byte_view(buf):
-    """Return buf as a writable 1-D byte memoryview, or raise ValueError (shared by both cores)."""
-    view = memoryview(buf)
-    if view.readonly:
-        raise ValueError("buf must be writable (got a read-only buffer)")
-    if not view.c_contiguous:
-        raise ValueError("buf must be a contiguous buffer")
-    return view.cast("B")
 
 
 def _int64_column(values, name):

@@ -1,4 +1,4 @@
-"""Pure-Python twin of iogen._core.tfrecord (and home of FramingError, shared by both).
+"""Pure-Python twin of iogen._core.tfrecord: same API and results.
 
 Frame layout (tensorflow/core/lib/io/record_writer.cc):
     uint64 length (little-endian) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
@@ -9,21 +9,15 @@ import struct
 
 import numpy as np
 
+from iogen._core._common import check_crc
+from iogen.errors import FramingError
+
 HEADER_BYTES = 12
 FOOTER_BYTES = 4
 # index_records reads this much at a time, so small records need one pread per window.
 INDEX_WINDOW_BYTES = 16384
 CRC32C_POLY = 0x82F63B78
 MASK_DELTA = 0xA282EAD8
-
-
-class FramingError(ValueError):
-    """A TFRecord frame is truncated or its length CRC is wrong; `offset` is where the frame starts."""
-
-    def __init__(self, offset, reason):
-        self.offset = int(offset)
-        self.reason = reason
-        super().__init__(f"{reason} at byte offset {self.offset}")
 
 
 def _make_table():
@@ -37,15 +31,6 @@ def _make_table():
 
 
 _TABLE = _make_table()
-
-
-def check_crc(crc):
-    """Validate a CRC argument (shared by both implementations so they fail alike)."""
-    if not isinstance(crc, (int, np.integer)) or isinstance(crc, bool):
-        raise TypeError(f"crc must be an int, got {type(crc).__name__}")
-    if not 0 <= int(crc) < 1 << 32:
-        raise ValueError(f"crc must be in [0, 2**32), got {crc}")
-    return int(crc)
 
 
 def _byte_view(data):

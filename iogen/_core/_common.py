@@ -1,0 +1,91 @@
+"""What both core implementations share: argument checks, buffer helpers and constants.
+
+The compiled core (iogen/_core/*.pyx) and its pure-Python twin (iogen/_core/pure/) both import
+from here and never from each other, so the two fail alike on bad arguments and agree on every
+constant. Exceptions live in iogen/errors.py, as the rest of the project's do.
+"""
+import numpy as np
+
+MASK64 = (1 << 64) - 1
+
+# --- clock: the spin window of the calibrated sleep --------------------------------------------
+
+# Measured on the 2-core KVM development host (Linux 6.18, 50 us default timer slack): a
+# coarse clock_nanosleep overshoots its deadline by ~90 us median (the slack plus ~40 us of
+# wake-up latency) with a p99 of 120-170 us when the host is quiet, and calibrate_spin_ns()
+# returned 137-221 us over five runs. 250 us of spin covers that, costing at most 250 us of
+# CPU per sleep. Longer overshoots come from the thread not being scheduled at all, which no
+# spin window fixes. The engine should call calibrate_spin_ns() once on its own host.
+DEFAULT_SPIN_NS = 250_000
+
+# The window calibrate_spin_ns() may return: never below the timer slack, never so long that
+# a sleep becomes mostly busy-waiting.
+MIN_SPIN_NS = 50_000
+MAX_SPIN_NS = 2_000_000
+CALIBRATION_MARGIN_NS = 20_000
+CALIBRATION_SLEEP_NS = 1_000_000
+
+
+def spin_from_overshoots(overshoots_ns):
+    """Turn measured coarse-sleep overshoots (ns) into a spin window: p99 + margin, clamped."""
+    ordered = sorted(int(x) for x in overshoots_ns)
+    if not ordered:
+        raise ValueError("need at least one overshoot sample")
+    # Nearest-rank p99: with 50 samples that is the largest, which is the one to cover.
+    rank = max(0, -(-99 * len(ordered) // 100) - 1)
+    spin_ns = ordered[rank] + CALIBRATION_MARGIN_NS
+    return min(MAX_SPIN_NS, max(MIN_SPIN_NS, spin_ns))
+
+
+# --- buffers ------------------------------------------------------------------------------------
+
+# One pread or pwrite asks for at most this much: Linux caps a single call at ~2 GiB anyway.
+MAX_CHUNK_BYTES = 1 << 30
+
+
+def writable_byte_view(buf):
+    """Return buf as a writable 1-D byte memoryview, or raise ValueError."""
+    view = memoryview(buf)
+    if view.readonly:
+        raise ValueError("buf must be writable (got a read-only buffer)")
+    if not view.c_contiguous:
+        raise ValueError("buf must be a contiguous buffer")
+    return view.cast("B")
+
+
+def aligned_buffer(nbytes, alignment=4096):
+    """Return a zeroed uint8 array of nbytes whose data pointer is aligned (usable for O_DIRECT)."""
+    nbytes = int(nbytes)
+    alignment = int(alignment)
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    raw = np.zeros(nbytes + alignment, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % alignment
+    # The slice keeps `raw` alive through .base; the caller owns the aligned view.
+    return raw[skip:skip + nbytes]
+
+
+# --- integer arguments --------------------------------------------------------------------------
+
+def _check_int(name, value):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def check_fill_args(seed, stream, offset_bytes, nbytes):
+    """Validate fill_random's integers: seed, stream and offset in [0, 2**64), the end within 2**64."""
+    for name, value in (("seed", seed), ("stream", stream), ("offset_bytes", offset_bytes)):
+        if not 0 <= _check_int(name, value) <= MASK64:
+            raise ValueError(f"{name} must be in [0, 2**64), got {value}")
+    if int(offset_bytes) + int(nbytes) > MASK64 + 1:
+        raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
+
+
+def check_crc(crc):
+    """Validate a CRC-32C continuation argument: an int in [0, 2**32); return it as int."""
+    if not 0 <= _check_int("crc", crc) < 1 << 32:
+        raise ValueError(f"crc must be in [0, 2**32), got {crc}")
+    return int(crc)
