@@ -37,10 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="print the resolved config, dataset size and steps; no I/O")
     _workload_args(p)
     p.add_argument("--world-size", "-n", type=int, default=None, help="plan for this many ranks (default: launcher's or 1)")
+    p.add_argument("--json", action="store_true", help="print the resolved config and the figures as JSON")
 
     p = sub.add_parser("datagen", help="generate the dataset (parallel, resumable, with a manifest)")
     _workload_args(p)
     p.add_argument("--workers", "-j", type=int, default=None, help="parallel writers per rank (default: CPU count)")
+
+    p = sub.add_parser("datasize", help="MLPerf Storage's minimum dataset for N accelerators and the client memory")
+    _workload_args(p)
+    p.add_argument("--accelerators", "-N", type=int, required=True, metavar="N",
+                   help="emulated accelerators (ranks) across all hosts")
+    p.add_argument("--hosts", type=int, default=1, metavar="H", help="client hosts (default 1)")
+    p.add_argument("--host-memory", type=float, default=None, metavar="GIB",
+                   help="memory of each client host in GiB (default: this host's MemTotal)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     p = sub.add_parser("verify", help="check the dataset against its manifest and its format")
     _workload_args(p)

@@ -16,6 +16,15 @@ def _load(args, **extra):
     return load_workload(args.workload, overrides, accelerator=args.accelerator)
 
 
+def _check_host(wl, world_size=None, *, generate=None, workers=None) -> None:
+    """Refuse (exit 2, before anything is written) a workload this host cannot hold (iogen.config.limits)."""
+    from .comm import launcher_world_size
+    from .config.limits import check_resources, launcher_ranks_per_node
+
+    check_resources(wl, world_size or launcher_world_size(), ranks_per_node=launcher_ranks_per_node(),
+                    generate=generate, workers=workers)
+
+
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -59,10 +68,21 @@ def cmd_validate(args) -> int:
 
     wl = _load(args)
     world = args.world_size or launcher_world_size()
+    _check_host(wl, world)
+    from .checkpoint.describe import checkpoint_lines, checkpoint_plan
+
+    ckpt = checkpoint_plan(wl, world)
+    if getattr(args, "json", False):
+        import json
+
+        from .config import resolved_dict
+
+        print(json.dumps({"workload": resolved_dict(wl), "world_size": world, "checkpoint": ckpt}, indent=1))
+        return EXIT_OK
     print(dump_yaml(wl), end="")
     print("---")
     for split, files in (("train", wl.dataset.num_files_train), ("eval", wl.dataset.num_files_eval)):
-        if not files or (split == "eval" and not wl.workflow.evaluation):
+        if not files or (split == "eval" and not wl.workflow.evaluation) or (split == "train" and not wl.workflow.train):
             continue
         layout = DatasetLayout.from_workload(wl, split)
         batch = wl.reader.batch_size if split == "train" else wl.reader.batch_size_eval
@@ -76,6 +96,8 @@ def cmd_validate(args) -> int:
             total = steps * wl.train.epochs
             print(f"train: {wl.train.epochs} epochs, {total} steps per rank, emulated compute "
                   f"{mean_s * 1000:.3f} ms/step -> at least {total * mean_s:.1f} s")
+    for line in checkpoint_lines(ckpt) if ckpt else ():
+        print(line)
     return EXIT_OK
 
 
@@ -88,6 +110,7 @@ def cmd_datagen(args) -> int:
     from .runner import generate_data
 
     wl = _load(args)
+    _check_host(wl, generate=True, workers=args.workers)
     world = get_world()
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
@@ -100,6 +123,31 @@ def cmd_datagen(args) -> int:
     return EXIT_OK
 
 
+def cmd_datasize(args) -> int:
+    """MLPerf Storage's minimum dataset for --accelerators on --hosts of --host-memory GiB (iogen.sizing)."""
+    import json
+
+    from .errors import ConfigError
+    from .report.rundir import host_facts
+    from .sizing import GIB, commands_for, render_text, workload_data_size
+
+    wl = _load(args)
+    if args.host_memory is None:
+        memory = host_facts()["memory_total_bytes"]
+        if not memory:
+            raise ConfigError("--host-memory: this host's memory is unknown (no /proc/meminfo); give it in GiB")
+    else:
+        memory = args.host_memory * GIB
+    size = workload_data_size(wl, accelerators=args.accelerators, hosts=args.hosts, host_memory_bytes=memory)
+    cmds = commands_for(args.workload, list(args.overrides), size, args.accelerator)
+    if args.json:
+        doc = dict(size.to_dict(), workload=wl.name, current_files=wl.dataset.num_files_train, **cmds)
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_text(wl.name, size, cmds, wl.dataset.num_files_train))
+    return EXIT_OK
+
+
 def cmd_verify(args) -> int:
     """Check the dataset against its manifest and its format; list problems by file."""
     from .datagen import verify
@@ -107,6 +155,7 @@ def cmd_verify(args) -> int:
     from .formats import get_format
 
     wl = _load(args)
+    _check_host(wl)
     fmt = get_format(wl.dataset)
     bad = 0
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
@@ -130,6 +179,7 @@ def cmd_run(args) -> int:
     if args.generate:
         extra["workflow.generate_data"] = "True"
     wl = _load(args, **extra)
+    _check_host(wl)
     world = get_world()
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign

@@ -124,8 +124,10 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
         "throughput_samples_s": rv.throughput_samples_s,
         "io_mib_s": rv.io_mib_s,
         "au_met": rv.au_met,
+        "au_gate_applied": rv.au_gate_applied,
         "au_threshold_percentage": rv.au_threshold_percentage,
         "page_cache_warning": (doc.get("iogen") or {}).get("page_cache_warning"),
+        "dataset_size_rule": (doc.get("iogen") or {}).get("dataset_size_rule"),
         "per_epoch": {
             "epoch": per_epoch.get("epoch", []),
             "au_percentage": per_epoch.get("au_percentage", []),
@@ -159,6 +161,7 @@ def _values(entry) -> _stats.RunValues:
         io_mib_s=entry["io_mib_s"], au_met=entry["au_met"],
         au_threshold_percentage=entry["au_threshold_percentage"], workload=entry["workload"],
         num_accelerators=entry["num_accelerators"], start=entry["start"],
+        au_gate_applied=entry.get("au_gate_applied", True),
     )
 
 

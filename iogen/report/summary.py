@@ -17,6 +17,8 @@ import yaml
 
 from .. import __version__
 from ..metrics import dlio_metric_block, iogen_metric_block, rank_epochs_array, run_metrics
+from ..metrics.device import reads_from
+from ..sizing import run_check
 from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
 
@@ -29,7 +31,7 @@ def _iso(ts_s: float) -> str:
 
 def run_facts(wl, world, *, seed: int, label: str, core_impl: str) -> dict:
     """Facts that belong with every result: versions, core, hosts, dataset, what the run is."""
-    nodes = _nodes(world.allgather_obj(rundir.host_facts()))
+    nodes = _nodes(world.allgather_obj(dict(rundir.host_facts(), hostname=world.node)))
     hosts = [n["hostname"] for n in nodes for _ in n["ranks"]]
     facts = {
         "iogen_version": __version__,
@@ -126,10 +128,15 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
                 "bytes": int(layout.total_bytes),
                 "data_folder": os.path.abspath(wl.dataset.data_folder),
             },
+            "setup": _setup(wl, layout, facts),
             "data_per_host": _data_per_host(wl, layout, facts),
             "page_cache_warning": _page_cache_warning(wl, layout, facts),
+            # MLPerf Storage's minimum dataset for these ranks and nodes' memory (iogen.sizing)
+            "dataset_size_rule": run_check(wl, layout.total_samples, facts["num_ranks"],
+                                           [n.get("memory_total_bytes") for n in facts.get("nodes", [])]),
             # Summed over ranks: bytes the kernel really fetched from storage in each train epoch
-            # (/proc/self/io); far below the bytes read means the page cache served the reads.
+            # (each rank's process and loader workers, iogen.metrics.device); far below the bytes
+            # read means the page cache served the reads (`reads_from`).
             "device_read_bytes_per_epoch": device_bytes,
             "checkpoints": list(result.checkpoints) if result is not None else [],
             "sleep_spin_ns": result.spin_ns if result is not None else None,
@@ -139,6 +146,7 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         run = run_metrics(train, evals, au_threshold=wl.metric.au, record_length_bytes=wl.dataset.record_length_bytes)
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
+        doc["iogen"]["reads_from"] = reads_from(device_bytes, list(run.train.epochs.bytes_all))
         # batch wait (t_ready - t_request) over the metrics window, merged exactly over ranks
         doc["iogen"]["metrics"]["train"]["wait_latency"] = wait_run.summary()
         doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in wait_epochs]
@@ -206,6 +214,33 @@ def _data_per_host(wl, layout, facts) -> list[dict]:
     return out
 
 
+def _setup(wl, layout, facts) -> dict:
+    """What was measured, in one place: the report and the final lines show it beside the figures."""
+    r, d = wl.reader, wl.dataset
+    memory = [n.get("memory_total_bytes") for n in facts.get("nodes", []) if n.get("memory_total_bytes")]
+    return {
+        "workload": wl.name,
+        "format": d.format,
+        "data_loader": r.data_loader,
+        "read_threads": r.read_threads,
+        "batch_size": r.batch_size,
+        "record_length_bytes": d.record_length_bytes,
+        "record_length_bytes_stdev": d.record_length_bytes_stdev,
+        "num_files_train": layout.num_files,
+        "num_samples_per_file": d.num_samples_per_file,
+        "dataset_bytes": int(layout.total_bytes),
+        "node_memory_min_bytes": min(memory) if memory else None,
+        "computation_time": str(wl.train.computation_time),
+        "computation_time_mean_s": wl.train.computation_time.mean_s,
+        "odirect": bool(r.odirect),
+        "evict_page_cache": bool(r.evict_page_cache),
+        "num_ranks": facts["num_ranks"],
+        "hosts": facts["hosts"],
+        "core_implementation": facts["core_implementation"],
+        "iogen_version": facts["iogen_version"],
+    }
+
+
 def _page_cache_warning(wl, layout, facts) -> str | None:
     """A warning when some node's per-epoch share of the dataset fits in that node's memory."""
     if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False):
@@ -237,25 +272,31 @@ def _clean(obj):
 
 
 def headline(doc) -> tuple[str, bool]:
-    """The lines `iogen run` prints, and whether the AU gate was met."""
+    """The lines `iogen run` prints, and whether the run passed its AU gate (or had none)."""
+    from .text import reads_lines, setup_line
+
     if not doc or not doc.get("metric"):
         return "no complete step was measured", False
-    m, it = doc["metric"], doc["iogen"].get("metrics", {}).get("train", {})
-    met = m.get("train_au_meet_expectation") == "success"
-    thr = doc["iogen"]["metrics"]["au_threshold_percentage"]
+    it = doc["iogen"]
+    m, train = doc["metric"], it.get("metrics", {}).get("train", {})
+    gate = it["metrics"].get("au_gate") or {"applied": True, "met": m.get("train_au_meet_expectation") == "success"}
+    thr = it["metrics"]["au_threshold_percentage"]
 
     def f(x, spec):
         return "n/a" if x is None else format(x, spec)
 
+    if gate["applied"]:
+        verdict = f"threshold {f(thr, '.0f')}%: {'met' if gate['met'] else 'NOT met'}"
+    else:
+        verdict = f"AU gate not applied: {gate['reason']}"
     lines = [
-        f"AU {f(m.get('train_au_mean_percentage'), '.2f')}% (threshold {f(thr, '.0f')}%: "
-        f"{'met' if met else 'NOT met'}) on {doc['num_accelerators']} accelerator(s)",
+        f"AU {f(m.get('train_au_mean_percentage'), '.2f')}% ({verdict}) on {doc['num_accelerators']} accelerator(s)",
         f"throughput {f(m.get('train_throughput_mean_samples_per_second'), ',.1f')} samples/s, "
-        f"I/O {f(it.get('io_mean_mib_s'), ',.1f')} MiB/s read "
+        f"I/O {f(train.get('io_mean_mib_s'), ',.1f')} MiB/s read "
         f"(nominal {f(m.get('train_io_mean_MB_per_second'), ',.1f')} MiB/s)",
+        "measured: " + setup_line(it.get("setup")),
+        *reads_lines(it),
     ]
-    if doc["iogen"].get("page_cache_warning"):
-        lines.append("note: " + doc["iogen"]["page_cache_warning"])
-    if not doc["iogen"]["complete"]:
-        lines.append(f"INCOMPLETE: {doc['iogen']['incomplete_reason']}")
-    return "\n".join(lines), met
+    if not it["complete"]:
+        lines.append(f"INCOMPLETE: {it['incomplete_reason']}")
+    return "\n".join(lines), bool(gate["met"]) if gate["applied"] else True

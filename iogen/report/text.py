@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["flag_lines", "fmt_ns", "fmt_num", "render_report", "table"]
+__all__ = ["flag_lines", "fmt_bytes", "fmt_ns", "fmt_num", "measured_storage", "reads_lines", "render_report", "setup_line",
+           "table"]
 
 
 def fmt_ns(ns) -> str:
@@ -42,12 +43,62 @@ def table(header, rows, align=None) -> str:
     return "\n".join(out)
 
 
+def fmt_bytes(n) -> str:
+    """A byte count in binary units: 512 B, 64.0 MiB, 1.50 GiB."""
+    if n is None:
+        return "n/a"
+    n = float(n)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def setup_line(setup: dict | None) -> str:
+    """What a run measured, in one line (summary.json `iogen.setup`)."""
+    if not setup:
+        return "setup: not recorded (a run from an older iogen)"
+    s = setup
+    memory = s.get("node_memory_min_bytes")
+    ranks, hosts = s.get("num_ranks"), s.get("hosts") or []
+    access = " O_DIRECT" if s.get("odirect") else ""
+    evict = ", page cache evicted every epoch" if s.get("evict_page_cache") else ""
+    return (f"{s['workload']}: {s['format']} read by the {s['data_loader']} loader{access}, "
+            f"{s['read_threads']} read thread(s), batch {s['batch_size']}, record {fmt_bytes(s['record_length_bytes'])}"
+            f"{' (stdev ' + fmt_bytes(s['record_length_bytes_stdev']) + ')' if s.get('record_length_bytes_stdev') else ''}, "
+            f"dataset {fmt_bytes(s['dataset_bytes'])} ({s['num_files_train']} files)"
+            f"{' vs node memory ' + fmt_bytes(memory) if memory else ''}{evict}; compute {s['computation_time']}; "
+            f"{ranks} rank(s) on {len(hosts)} host(s); core {s['core_implementation']}; iogen {s['iogen_version']}")
+
+
+def reads_lines(it: dict) -> list[str]:
+    """Where the reads came from and the device bytes per epoch; a page-cache run says so loudly."""
+    reads = it.get("reads_from") or {}
+    device = it.get("device_read_bytes_per_epoch") or []
+    shown = ", ".join(fmt_bytes(d) for d in device) if device else "n/a"
+    source = reads.get("source", "unknown")
+    lines = [f"reads from: {source.upper() if source != 'storage' else source} - "
+             f"{reads.get('explanation', 'not recorded')}; device bytes per epoch: {shown}"]
+    if it.get("page_cache_warning"):
+        lines.append("WARNING: " + it["page_cache_warning"])
+    if (it.get("dataset_size_rule") or {}).get("met") is False:
+        lines.append("NOTE: " + it["dataset_size_rule"]["message"])
+    return lines
+
+
+def measured_storage(it: dict) -> bool:
+    """False when the page cache served (most or part of) the reads: the figures are not storage's."""
+    return (it.get("reads_from") or {}).get("source") not in ("page cache", "partly page cache")
+
+
 _METRIC_ROWS = (("au_percentage", "AU %", 2), ("throughput_samples_s", "samples/s", 1), ("io_mib_s", "MiB/s", 1))
 
 
 def _gate(run) -> str:
     if not run["complete"]:
         return "INCOMPLETE"
+    if not run.get("au_gate_applied", True):
+        return "not applied"
     if run["au_met"] is None:
         return "n/a"
     return "met" if run["au_met"] else "NOT met"
@@ -85,6 +136,9 @@ def render_report(report: dict) -> str:
         ])
     lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max", "AU gate"],
                        rows, "llrrrrrrl"))
+    for r in runs:  # MLPerf Storage's dataset-size rule (iogen.sizing), when the run's summary has it
+        if (r.get("dataset_size_rule") or {}).get("met") is False:
+            lines.append(f"note: {r['label']}: {r['dataset_size_rule']['message']}")
     lines.append("")
     n = len(camp["measured_runs"])
     lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"
