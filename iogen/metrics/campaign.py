@@ -154,6 +154,7 @@ class RunValues:
     workload: str | None = None
     num_accelerators: int | None = None
     start: str | None = None
+    au_gate_applied: bool = True  # False: no compute configured, so no AU verdict is asked for
 
     def value(self, metric: str) -> float | None:
         """The run's value of one of METRICS."""
@@ -167,6 +168,7 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
     train = metrics.get("train", {}) or {}
     dlio = doc.get("metric", {}) or {}
     meet = dlio.get("train_au_meet_expectation")
+    gate = metrics.get("au_gate") or {}
     return RunValues(
         label=str(it.get("label") or os.path.basename(os.path.normpath(path)) or "run"),
         path=path,
@@ -182,6 +184,7 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
         workload=doc.get("workload"),
         num_accelerators=doc.get("num_accelerators"),
         start=doc.get("start"),
+        au_gate_applied=bool(gate.get("applied", True)),
     )
 
 
@@ -233,10 +236,11 @@ def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
     if incomplete:
         reasons.append(f"incomplete run(s) left out of the statistics: {', '.join(incomplete)}")
     usable = [r for r in measured if r.complete]
-    missed = [r.label for r in usable if r.au_met is False]
+    gated = [r for r in usable if r.au_gate_applied]
+    missed = [r.label for r in gated if r.au_met is False]
     if missed:
         reasons.append(f"run(s) below the AU threshold: {', '.join(missed)}")
-    unknown = [r.label for r in usable if r.au_met is None]
+    unknown = [r.label for r in gated if r.au_met is None]
     if unknown:
         reasons.append(f"run(s) without an AU verdict: {', '.join(unknown)}")
     for attr, what in (("workload", "workloads"), ("num_accelerators", "accelerator counts")):

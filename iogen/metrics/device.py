@@ -93,3 +93,36 @@ def device_read_bytes(pid: int | None = None) -> int | None:
     # A descendant that vanished between the listing and its reading was waited for: its count
     # is already in its parent's figure or will be at the next reading (never counted twice).
     return own + sum(_read_bytes_of(p) or 0 for p in tree[1:])
+
+
+# A run is said to read from storage when the device delivered at least this share of the
+# bytes the loaders read, and from the page cache when it delivered less than PAGE_CACHE_SHARE.
+STORAGE_SHARE = 0.9
+PAGE_CACHE_SHARE = 0.1
+
+
+def reads_from(device_bytes_per_epoch, bytes_read_per_epoch) -> dict:
+    """Where a run's reads came from, per the kernel: storage, page cache, partly, or unknown.
+
+    `device_share` = sum(device bytes) / sum(bytes the loaders read) over the epochs where both
+    are known. "storage" at >= 90%, "page cache" below 10%, "partly page cache" between, and
+    "unknown" when the kernel keeps no I/O accounting or nothing was read.
+    """
+    pairs = [(d, b) for d, b in zip(device_bytes_per_epoch or [], bytes_read_per_epoch or [])
+             if d is not None and b is not None and b == b]
+    read = float(sum(b for _, b in pairs))
+    if not pairs or read <= 0:
+        return {"source": "unknown", "device_share": None,
+                "explanation": "the kernel gave no per-process I/O accounting (/proc/<pid>/io), so "
+                               "iogen cannot tell whether storage or the page cache served the reads"}
+    share = float(sum(d for d, _ in pairs)) / read
+    if share >= STORAGE_SHARE:
+        source, why = "storage", "the device delivered the bytes the loaders read"
+    elif share < PAGE_CACHE_SHARE:
+        source, why = "page cache", ("the page cache served the reads: the figures measure memory, "
+                                     "not storage")
+    else:
+        source, why = "partly page cache", ("part of the reads came from the page cache: the figures "
+                                            "overstate what storage delivers")
+    return {"source": source, "device_share": share,
+            "explanation": f"{why} ({share:.0%} of the bytes read came from the device)"}

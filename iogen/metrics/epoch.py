@@ -40,7 +40,8 @@ class EpochMetrics:
     bytes: int  # bytes the loader really read
     T_ns: int  # sum over blocks of T_b (checkpoint time excluded)
     blocks: int
-    au: float  # fraction 0..1; step-weighted over blocks
+    au: float  # fraction 0..1, MLPerf's: requested compute / window time; step-weighted over blocks
+    au_achieved: float  # fraction 0..1: achieved (slept) compute / window time, same blocks
     throughput_samples_s: float
     io_bytes_s: float
     wait_ns_total: int
@@ -130,7 +131,9 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
     Window = steps [exclude_start_steps, n - exclude_end_steps) after sorting by step; an empty
     window falls back to all steps and sets `window_fallback`. A row with checkpoint_ns > 0 ends a
     block; per block T_b = (t_step_end(last) - checkpoint_ns(last)) - t_request(first),
-    au_b = sum(compute)/T_b, throughput_b = sum(samples)/T_b, io_b = sum(bytes)/T_b, and the epoch
+    au_b = sum(requested compute)/T_b (MLPerf Storage's AU: the configured computation_time,
+    as DLIO's batch_processed records it), au_achieved_b = sum(achieved compute)/T_b,
+    throughput_b = sum(samples)/T_b, io_b = sum(bytes)/T_b, and the epoch
     value is the step-weighted mean sum(x_b*steps_b)/sum(steps_b) (DLIO's rule, statscounter
     end_train). The same N window steps count in numerator and denominator (DLIO counts N-2 over
     N-1 steps). clock_offset_ns is added to first_request_ns/last_end_ns (e.g. to wall clock).
@@ -165,6 +168,7 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
     steps_b = (ends - starts + 1).astype(np.float64)
     t_b = ((t_step_end[ends] - ckpt[ends]) - t_request[starts]).astype(np.float64)
     compute_b = np.add.reduceat(compute, starts).astype(np.float64)
+    requested_b = np.add.reduceat(w["requested_compute_ns"], starts).astype(np.float64)
     samples_b = np.add.reduceat(w["samples"], starts).astype(np.float64)
     bytes_b = np.add.reduceat(w["bytes"], starts).astype(np.float64)
     # A block of zero duration has no rate: NaN, never inf or a division warning.
@@ -184,7 +188,8 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
         bytes=int(w["bytes"].sum()),
         T_ns=t_ns,
         blocks=len(ends),
-        au=weighted(compute_b / t_safe),
+        au=weighted(requested_b / t_safe),
+        au_achieved=weighted(compute_b / t_safe),
         throughput_samples_s=weighted(samples_b / t_safe * 1e9),
         io_bytes_s=weighted(bytes_b / t_safe * 1e9),
         wait_ns_total=int(wait.sum()),

@@ -20,6 +20,7 @@ class CombinedEpochs:
     au: np.ndarray
     au_min: np.ndarray
     au_max: np.ndarray
+    au_achieved: np.ndarray  # achieved (slept) compute / window time, mean over ranks
     throughput_samples_s: np.ndarray
     throughput_min_samples_s: np.ndarray
     throughput_max_samples_s: np.ndarray
@@ -72,6 +73,7 @@ def combine_ranks(per_rank):
         au=f("au").mean(axis=0),
         au_min=f("au").min(axis=0),
         au_max=f("au").max(axis=0),
+        au_achieved=f("au_achieved").mean(axis=0),
         throughput_samples_s=f("throughput_samples_s").sum(axis=0),
         throughput_min_samples_s=f("throughput_samples_s").min(axis=0),
         throughput_max_samples_s=f("throughput_samples_s").max(axis=0),
@@ -123,7 +125,11 @@ class PhaseMetrics:
     span_ns: float
     total_work_samples_s: float  # total samples / summed epoch spans: not a mean of rates
     total_work_mib_s: float
-    au_meet_expectation: str  # "success" or "fail"
+    au_meet_expectation: str  # "success" or "fail", DLIO's comparison, whatever the compute
+    au_achieved_mean_percentage: float  # achieved compute / window time: beside MLPerf's AU
+    sleep_error_mean_ns: float  # achieved - requested compute per window step, over the phase
+    requested_compute_ns_total: float  # over the window steps of every rank and epoch
+    au_gate: str  # "met", "not met", or "not applied" (no compute configured: AU measures nothing)
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,9 @@ def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
     span_ns = float(np.sum(c.span_ns))
     # DLIO compares percentages (mean >= au * 100); doing the same keeps decisions identical.
     meet = "success" if au_mean >= au_threshold * 100.0 else "fail"
+    requested_total = float(np.nansum(c.requested_compute_ns_mean * c.steps))
+    steps_total = float(np.nansum(c.steps))
+    au_gate = ("not applied" if requested_total <= 0 else "met" if meet == "success" else "not met")
     return PhaseMetrics(
         phase=name,
         epochs=c,
@@ -173,6 +182,10 @@ def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
         total_work_samples_s=_ratio(total_samples * 1e9, span_ns),
         total_work_mib_s=_ratio(total_bytes * 1e9 / MIB, span_ns),
         au_meet_expectation=meet,
+        au_achieved_mean_percentage=_mean_std(c.au_achieved * 100.0)[0],
+        sleep_error_mean_ns=_ratio(np.nansum(c.sleep_error_ns_mean * c.steps), steps_total),
+        requested_compute_ns_total=requested_total,
+        au_gate=au_gate,
     )
 
 

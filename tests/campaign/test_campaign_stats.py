@@ -167,3 +167,16 @@ def test_run_values_from_a_summary_document():
     assert (r.label, r.warmup, r.complete, r.au_met) == ("warmup-1", True, True, True)
     assert (r.au_percentage, r.throughput_samples_s, r.io_mib_s) == (91.0, 12.0, 3.5)
     assert r.au_threshold_percentage == 90.0 and r.num_accelerators == 2
+
+
+def test_pure_io_runs_keep_a_campaign_valid():
+    # train.computation_time = 0: AU ~0 "fails" DLIO's comparison, but no AU gate applies
+    summary = {"metric": {"train_au_meet_expectation": "fail", "train_au_mean_percentage": 0.0},
+               "iogen": {"label": "run-1", "complete": True,
+                         "metrics": {"au_gate": {"applied": False, "met": None, "reason": "no compute"},
+                                     "train": {"au_mean_percentage": 0.0, "throughput_mean_samples_s": 10.0,
+                                               "io_mean_mib_s": 1.0}}}}
+    rv = run_values_from_summary(summary, "/x/run-1")
+    assert rv.au_gate_applied is False and rv.au_met is False
+    c = campaign_stats([rv, run_values_from_summary(summary, "/x/run-2")])
+    assert c.valid, c.reasons

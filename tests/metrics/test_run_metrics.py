@@ -127,7 +127,7 @@ def test_iogen_block_names_units(two_ranks):
     units = ("_ns", "_mib_s", "_samples_s", "_percentage", "_bytes", "bytes", "samples", "steps",
              "checkpoints", "epoch", "window_fallback", "num_ranks")
     keys = list(block) + list(train) + list(train["per_epoch"])
-    assert all(k.endswith(units) for k in keys if k not in ("train", "per_epoch")), keys
+    assert all(k.endswith(units) for k in keys if k not in ("train", "per_epoch", "au_gate")), keys
 
 
 def test_eval_phase_reduced_the_same_way(two_ranks, uniform_rows):
@@ -174,3 +174,35 @@ def test_no_epochs_do_not_crash():
     assert dlio_metric_block(run)["train_au_percentage"] == []
     with pytest.raises(ValueError, match="ranks>0"):
         combine_ranks(np.empty((0, 1, len(EPOCH_FIELDS))))
+
+
+def test_no_compute_configured_means_no_au_gate(uniform_rows):
+    # Pure I/O: the workload asked for no compute (requested 0) although the loop took 1 ms.
+    rows = uniform_rows(5, 10, 1, requested_ms=[0] * 5)
+    run = run_metrics(stack_ranks([rows]), au_threshold=0.9, record_length_bytes=MIB)
+    assert run.train.au_mean_percentage == 0.0  # MLPerf's AU: requested compute / wall time
+    assert run.train.au_achieved_mean_percentage == pytest.approx(10.0)
+    assert run.train.au_meet_expectation == "fail"  # DLIO's key keeps DLIO's comparison
+    assert run.train.au_gate == "not applied"
+    gate = iogen_metric_block(run)["au_gate"]
+    assert gate["applied"] is False and gate["met"] is None and "computation_time" in gate["reason"]
+
+
+def test_au_gate_applies_when_compute_is_configured(uniform_rows):
+    rows = uniform_rows(5, 10, 5)
+    assert iogen_metric_block(run_metrics(stack_ranks([rows]), au_threshold=0.4,
+                                          record_length_bytes=MIB))["au_gate"] == {
+        "applied": True, "met": True, "reason": None}
+    assert iogen_metric_block(run_metrics(stack_ranks([rows]), au_threshold=0.6,
+                                          record_length_bytes=MIB))["au_gate"]["met"] is False
+
+
+def test_sleep_error_beside_mlperfs_au(rows_from):
+    # Requested 5 ms, slept 6 ms each step of 10 ms.
+    rows = rows_from([(i * 10, i * 10, i * 10 + 6, (i + 1) * 10) for i in range(5)], requested_ms=[5] * 5)
+    block = iogen_metric_block(run_metrics(stack_ranks([rows]), au_threshold=0.4, record_length_bytes=MIB))
+    train = block["train"]
+    assert train["au_mean_percentage"] == pytest.approx(50.0)
+    assert train["au_achieved_mean_percentage"] == pytest.approx(60.0)
+    assert train["sleep_error_mean_ns"] == pytest.approx(1e6)
+    assert train["per_epoch"]["au_achieved_percentage"] == pytest.approx([60.0])
