@@ -37,6 +37,7 @@ import tensorflow as tf  # noqa: E402
 
 from ..errors import ConfigError, DataError  # noqa: E402
 from .base import Batch, Loader  # noqa: E402
+from .native import PREINDEX_MAX_FILES  # noqa: E402
 from .sampling import (Payload, Preprocess, SampleReader, SampleShaper, interleave_order,  # noqa: E402
                        plan_runs, sleep_ns)
 
@@ -72,6 +73,36 @@ class TensorFlowLoader(Loader):
         self._order = None  # ids in the order the pipeline delivers them, when known up front
         self._errors = []
         self._errors_lock = threading.Lock()
+        # file -> ((size, mtime_ns), records) of the files whose framing iogen checked
+        self._framed = {}
+        if self.stream and layout.num_files <= PREINDEX_MAX_FILES:
+            # bad data found before the run, as native does (a node-local staged copy: its files)
+            present = getattr(layout, "staged_files", None)
+            self._check_framing(range(layout.num_files) if present is None else present)
+
+    def _check_framing(self, files) -> None:
+        """Check the framing of files before tf.data reads them (once per file version).
+
+        TensorFlow's reader trusts any length whose CRC is valid (2**60 crashes the process) and
+        silently ends a file cut at a record boundary: iogen's own index scan goes first, and
+        every file must hold the samples_per_file records the plan reads from it.
+        """
+        spf = self.layout.samples_per_file
+        for f in files:
+            f = int(f)
+            path = self.reader.path(f)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
+            version = (st.st_size, st.st_mtime_ns)
+            known = self._framed.get(f)
+            if known is not None and known[0] == version:
+                continue
+            records = self.fmt.count_records(path)
+            if records < spf:
+                raise DataError(path, f"holds {records} records, the workload reads {spf} from it")
+            self._framed[f] = (version, records)
 
     # -- reading through SampleReader (every format) -------------------------------------
 
@@ -108,7 +139,8 @@ class TensorFlowLoader(Loader):
         paths = [self.reader.path(f) for f in files]
         cycle = max(1, self.read_threads)
         spf = self.layout.samples_per_file
-        if track is None and np.all(first == 0) and np.all(count == spf):
+        if track is None and np.all(first == 0) and np.all(count == spf) \
+                and all(self._framed[int(f)][1] == spf for f in files):
             # whole files: exactly DLIO's (and a TensorFlow job's) reader
             return tf.data.TFRecordDataset(paths, compression_type=self.compression, buffer_size=self.buffer_bytes,
                                            num_parallel_reads=cycle if cycle > 1 else None)
@@ -130,6 +162,7 @@ class TensorFlowLoader(Loader):
     def _tfrecord(self, plan):
         flat = plan.batches.reshape(-1)
         files, first, count, pos = plan_runs(flat, self.layout.samples_per_file)
+        self._check_framing(np.unique(files))
         overhead = self.overhead
         if np.unique(files).size == files.size:
             self.mode = "stream"
@@ -234,16 +267,32 @@ class TensorFlowLoader(Loader):
                 try:
                     el = next(it)
                 except StopIteration:
-                    raise RuntimeError(f"tf.data pipeline ended after {step} of {plan.steps} batches "
-                                       f"(epoch {plan.epoch})") from None
+                    raise self._short(plan, f"tf.data pipeline ended after {step} of {plan.steps} batches") from None
                 except tf.errors.OpError as exc:
                     raise self._failure(exc, plan) from None
+                if int(el[-2].shape[0]) != b:
+                    raise self._short(plan, f"batch {step} holds {int(el[-2].shape[0])} samples, not {b}")
                 ids = el[0] if order is None else order[step * b:(step + 1) * b]
                 yield Batch(b, int(el[-1]), Payload(ids, el[-2]))
         finally:
             # Drop the iterator now, so its prefetch and parallel-read threads stop: a traceback
             # holding this frame would otherwise keep the pipeline reading in the background.
             it = None
+
+    def _short(self, plan, what: str) -> Exception:
+        """Fewer records than the plan reads: the file that changed since it was checked, or the folder."""
+        files = dict.fromkeys((plan.batches.reshape(-1) // self.layout.samples_per_file).tolist())
+        for f in files:
+            path = self.layout.paths[f]
+            known = self._framed.get(f)
+            try:
+                st = os.stat(path)
+            except OSError:
+                return DataError(path, "data file is missing (generate it with `iogen datagen`)")
+            if known is not None and known[0] != (st.st_size, st.st_mtime_ns):
+                return DataError(path, f"file changed during the run: {what} (epoch {plan.epoch})")
+        return DataError(f"{self.layout.folder} (epoch {plan.epoch})",
+                         f"{what}: the files hold fewer samples than the plan reads")
 
     def _failure(self, exc, plan) -> Exception:
         """The error to raise for a failed pipeline: the reader's own, or the bad file found."""

@@ -5,6 +5,7 @@ loader must deliver the plan's set of samples (and the plan's order where it is 
 each sample's content must be that sample's bytes (so the ids it reports are the ids it read),
 and it must count the bytes the native loader counts.
 """
+import gzip
 import math
 import zlib
 from types import SimpleNamespace
@@ -199,9 +200,39 @@ def rank_plans(wl, layout, world_size: int, epoch: int = 1):
             for r in range(world_size)]
 
 
+def damage_tfrecord(path, how: str) -> None:
+    """Damage a plain TFRecord file of iogen's (equal records) as the reproductions of issue 11 do.
+
+    len60 / len63: record 0's length field says 2**60 / 2**63 with a valid length CRC;
+    cut: the file ends after half its records (at a record boundary); droplast: its last record
+    is gone; empty: zero bytes.
+    """
+    from iogen.core import tfrecord
+
+    with open(path, "rb") as f:
+        data = f.read()
+    gz = data[:2] == b"\x1f\x8b"  # a gzip file: its decompressed records are damaged, then recompressed
+    if gz:
+        data = gzip.decompress(data)
+    first = 12 + int.from_bytes(data[:8], "little") + 4
+    records = len(data) // first
+    out = {
+        "len60": lambda: tfrecord.write_frame_header(1 << 60) + data[12:],
+        "len63": lambda: tfrecord.write_frame_header(1 << 63) + data[12:],
+        "cut": lambda: data[:first * (records // 2)],
+        "droplast": lambda: data[:first * (records - 1)],
+        "empty": lambda: b"",
+    }[how]()
+    if gz:
+        out = gzip.compress(out, mtime=0)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
 @pytest.fixture
 def lt():
     """The helpers above, for test modules (conftest is not importable under importlib mode)."""
     return SimpleNamespace(parts=Datasets.parts, expected_sample=expected_sample, to_numpy_rows=to_numpy_rows,
                            collect=collect, plans=plans, native_bytes=native_bytes, check_parity=check_parity,
-                           summary_of=summary_of, rank_plans=rank_plans, step_rows=step_rows)
+                           summary_of=summary_of, rank_plans=rank_plans, step_rows=step_rows,
+                           damage_tfrecord=damage_tfrecord)

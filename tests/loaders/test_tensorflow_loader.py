@@ -219,3 +219,65 @@ def test_odirect_with_tfrecord_is_refused_before_the_run(datasets, lt):
     wl = datasets.workload("tfrecord", "tensorflow", reader__odirect=True)
     with pytest.raises(ConfigError, match="O_DIRECT"):
         _loader(wl, lt)
+
+
+# -- framing tf.data must never see unchecked (issue 11.1, 11.2) ----------------------------
+
+def _own_copy(datasets, lt, tmp_path, compression="none", **over):
+    """A tfrecord workload for tensorflow over a private copy of its data (damaged by the test)."""
+    import shutil
+
+    wl = datasets.workload("tfrecord", "tensorflow", dataset__compression=compression, **over)
+    folder = tmp_path / "data"
+    shutil.copytree(wl.dataset.data_folder, folder)
+    return wl.model_copy(update={"dataset": wl.dataset.model_copy(update={"data_folder": str(folder)})})
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("how", ["len60", "len63", "cut", "droplast", "empty"])
+def test_damaged_framing_is_refused_before_tfdata_reads_it(datasets, lt, tmp_path, how, compression):
+    wl = _own_copy(datasets, lt, tmp_path, compression)
+    layout, fmt = lt.parts(wl)
+    victim = layout.paths[2]
+    lt.damage_tfrecord(victim, how)
+    with pytest.raises(DataError) as info:  # a 2**60 length handed to tf.data kills this process
+        get_loader(wl, layout, fmt, SingleWorld())
+    assert info.value.path == victim
+    if how.startswith("len"):
+        assert info.value.offset == 0
+
+
+@pytest.mark.parametrize("sample_shuffle", ["off", "seed"])
+def test_a_file_cut_during_the_run_is_named(datasets, lt, tmp_path, sample_shuffle):
+    """Checked before the run, then cut at a record boundary: the next epoch re-checks it."""
+    wl = _own_copy(datasets, lt, tmp_path, reader__sample_shuffle=sample_shuffle)
+    layout, loader = _loader(wl, lt)
+    victim = layout.paths[1]
+    with loader:
+        plan = lt.plans(wl, layout)[0]
+        assert sum(b.samples for b in loader.epoch(plan)) == plan.batches.size
+        lt.damage_tfrecord(victim, "droplast")
+        with pytest.raises(DataError, match="holds 3 records") as info:
+            for _ in loader.epoch(plan):
+                pass
+        assert info.value.path == victim
+
+
+def test_a_2_60_length_under_tensorflow_is_exit_2_not_a_crash(datasets, lt, tmp_path):
+    import subprocess
+    import sys
+
+    wl = _own_copy(datasets, lt, tmp_path)
+    layout, _ = lt.parts(wl)
+    lt.damage_tfrecord(layout.paths[0], "len60")
+    args = [f"dataset.data_folder={wl.dataset.data_folder}", f"output.folder={tmp_path / 'out'}",
+            "dataset.format=tfrecord", "reader.data_loader=tensorflow", "train.computation_time=0.001"]
+    args += [f"{k}={v}" for k, v in (
+        ("dataset.num_files_train", layout.num_files), ("dataset.num_samples_per_file", layout.samples_per_file),
+        ("dataset.record_length_bytes", int(layout.record_bytes[0])), ("dataset.record_length_bytes_stdev", 0))]
+    proc = subprocess.run([sys.executable, "-m", "iogen", "run", "default", *args],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert layout.paths[0] in proc.stderr and "byte offset 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()

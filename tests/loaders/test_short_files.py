@@ -1,0 +1,38 @@
+"""Every loader fails, naming the file, when a file holds fewer records than the plan reads (issue 11.2).
+
+The tf.data loader's cases sit with its other tests (tests/loaders/test_tensorflow_loader.py).
+"""
+import shutil
+
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.errors import DataError
+from iogen.loaders import get_loader
+
+LOADERS = ["native", pytest.param("pytorch", marks=pytest.mark.torch)]
+
+
+def _own_copy(datasets, tmp_path, loader, compression="none"):
+    wl = datasets.workload("tfrecord", loader, dataset__compression=compression, reader__read_threads=0)
+    folder = tmp_path / "data"
+    shutil.copytree(wl.dataset.data_folder, folder)
+    return wl.model_copy(update={"dataset": wl.dataset.model_copy(update={"data_folder": str(folder)})})
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("how", ["len60", "len63", "cut", "droplast", "empty"])
+def test_short_or_damaged_tfrecord_is_a_data_error(datasets, lt, tmp_path, loader, compression, how):
+    if loader == "pytorch":
+        pytest.importorskip("torch")
+    wl = _own_copy(datasets, tmp_path, loader, compression)
+    layout, fmt = lt.parts(wl)
+    victim = layout.paths[2]
+    lt.damage_tfrecord(victim, how)
+    with pytest.raises(DataError) as info:
+        with get_loader(wl, layout, fmt, SingleWorld()) as reader:
+            for plan in lt.plans(wl, layout):
+                for _ in reader.epoch(plan):
+                    pass
+    assert info.value.path == victim
