@@ -56,7 +56,7 @@ class DatasetLayout:
     def __init__(self, data_folder, split: str, num_files: int, samples_per_file: int,
                  record_length_bytes: int, record_length_bytes_stdev: float, seed: int,
                  fmt_suffix: str, file_prefix: str = "img", num_subfolders: int = 0,
-                 element_bytes: int = 1):
+                 element_bytes: int = 1, files_on_disk: int | None = None):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if num_files < 0 or samples_per_file < 1 or element_bytes < 1:
@@ -73,6 +73,11 @@ class DatasetLayout:
         self.file_prefix = file_prefix
         self.num_subfolders = int(num_subfolders or 0)
         self.element_bytes = int(element_bytes)
+        # A run may read the first num_files of a dataset of files_on_disk files (MLPerf Storage
+        # allows a subset); the names then carry files_on_disk: img_003_of_128.npz.
+        self.files_on_disk = int(files_on_disk) if files_on_disk is not None else self.num_files
+        if self.files_on_disk < self.num_files:
+            raise ValueError("files_on_disk must be >= num_files")
         self.record_bytes = draw_record_bytes(self.num_files, self.record_length_bytes,
                                               self.record_length_bytes_stdev, self.seed, split,
                                               self.element_bytes)
@@ -108,11 +113,22 @@ class DatasetLayout:
                    element_bytes=fmt.element_bytes)
 
     def _path(self, i: int) -> str:
-        name = file_name(self.file_prefix, i, self.num_files, self.suffix)
+        name = file_name(self.file_prefix, i, self.files_on_disk, self.suffix)
         if self.num_subfolders > 1:
             sub = str(i % self.num_subfolders).rjust(len(str(self.num_subfolders)), "0")
             return f"{self.folder}/{sub}/{name}"
         return f"{self.folder}/{name}"
+
+    def subset_of(self, files_on_disk: int) -> "DatasetLayout":
+        """This layout's files taken from a dataset of files_on_disk files (its first num_files).
+
+        File i lies in subfolder i % num_subfolders, so the first files spread evenly over the
+        subfolders; record sizes are drawn sequentially, so they match the larger dataset's.
+        """
+        return DatasetLayout(self.data_folder, self.split, self.num_files, self.samples_per_file,
+                             self.record_length_bytes, self.record_length_bytes_stdev, self.seed,
+                             self.suffix, file_prefix=self.file_prefix, num_subfolders=self.num_subfolders,
+                             element_bytes=self.element_bytes, files_on_disk=files_on_disk)
 
     @property
     def subfolders(self) -> list[str]:

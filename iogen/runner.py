@@ -35,21 +35,6 @@ def shuffle_seed(wl, world) -> int:
     return int(wl.train.seed)
 
 
-def check_data_readable(layout) -> None:
-    """Fail early (exit 2, nothing written) when the data cannot be read at all."""
-    root = layout.folder  # <data_folder>/train or /valid
-    if not os.path.isdir(root):
-        raise DataError(root, "data folder does not exist (generate the data with `iogen datagen`, "
-                              "or run with --generate)")
-    if not os.access(root, os.R_OK | os.X_OK):
-        raise DataError(root, "data folder is not readable")
-    missing = [p for p in layout.paths if not os.path.exists(p)]
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise DataError(missing[0], f"{len(missing)} of {len(layout.paths)} data files are missing ({shown}); "
-                                    "generate them with `iogen datagen` or run with --generate")
-
-
 def generate_data(layouts, fmt, world, *, workers=None, progress=None) -> list:
     """Generate the layouts' files, each rank its share; rank 0 writes the manifests at the end.
 
@@ -82,15 +67,35 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     evaluation = None
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
+    layouts = [layout for layout in (train, evaluation) if layout is not None]
     if wl.workflow.generate_data:
         from .progress import GenerateProgress
 
-        generate_data([layout for layout in (train, evaluation) if layout is not None], fmt, world,
-                      progress=GenerateProgress(progress_stream, quiet, world.rank))
+        # Data already there that matches (a larger dataset included) is read as it is.
+        if not world.bcast(_data_matches(layouts, fmt) if world.rank == 0 else None):
+            generate_data(layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+    # The data check (iogen.datacheck) runs on rank 0, before anything is written; every rank
+    # then reads the same files (the first files of a larger dataset when the run takes a subset).
+    on_disk = None
     if world.rank == 0:
-        for layout in filter(None, (train, evaluation)):
-            check_data_readable(layout)
-    return fmt, train, evaluation
+        from .datacheck import check_dataset
+
+        on_disk = [check_dataset(layout, fmt).files_on_disk for layout in layouts]
+    on_disk = world.bcast(on_disk)
+    layouts = [layout if n == layout.num_files else layout.subset_of(n) for layout, n in zip(layouts, on_disk)]
+    return fmt, layouts[0], (layouts[1] if evaluation is not None else None)
+
+
+def _data_matches(layouts, fmt) -> bool:
+    """Whether every layout's data is on disk and matches the workload (the run's data check passes)."""
+    from .datacheck import check_dataset
+
+    try:
+        for layout in layouts:
+            check_dataset(layout, fmt)
+    except (ConfigError, DataError):
+        return False
+    return True
 
 
 @dataclass
@@ -104,6 +109,7 @@ class _RunState:
     run_dir: str | None = None
     facts: dict | None = None
     result: object = None
+    staging: object = None  # this rank's iogen.staging.StageReport when the data was staged
 
     def close(self) -> None:
         for thing in (self.steplog, self.train_loader, self.eval_loader):
@@ -119,6 +125,9 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     """
     if not (wl.workflow.train or wl.workflow.evaluation):
         raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
+    from .staging import check_config, finish_staging
+
+    check_config(wl)
     st = _RunState()
     error = None
     try:
@@ -131,8 +140,11 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     doc = None
     # After a failure under MPI every rank takes part in the summary's collectives, whether or
     # not it got as far as the run folder; in one process there is nothing to write without one.
-    if st.run_dir is not None or world.failed:
-        doc, error = _finish(wl, world, st, error)
+    try:
+        if st.run_dir is not None or world.failed:
+            doc, error = _finish(wl, world, st, error)
+    finally:
+        finish_staging(wl, st.staging)
     if error is not None:
         raise error
     return RunOutcome(st.run_dir, doc, True)
@@ -149,6 +161,14 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
 
     fmt, st.train_layout, eval_layout = prepare_data(wl, world, stream, quiet)
     seed = shuffle_seed(wl, world)
+    if wl.workflow.stage_data:
+        from .progress import GenerateProgress
+        from .staging import stage_in
+
+        layouts = [layout for layout in (st.train_layout, eval_layout) if layout is not None]
+        st.staging, staged = stage_in(wl, world, layouts, seed,
+                                      progress=GenerateProgress(stream, quiet, world.rank))
+        st.train_layout, eval_layout = staged[0], (staged[1] if eval_layout is not None else None)
     # Loaders are built (and frameworks imported) before the run folder exists: a missing
     # framework is a usage error, not an empty run.
     st.train_loader = get_loader(wl, st.train_layout, fmt, world)
@@ -160,11 +180,21 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label)
     st.run_dir = world.bcast(run_dir)
     st.facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description())
+    if st.staging is not None:
+        from .metrics.staging import reduce_staging
+
+        sc = wl.staging
+        st.facts["staging"] = reduce_staging(world.allgather_obj(st.staging.as_dict()), sc.scope, sc.folder,
+                                             sc.keep, sc.reuse)
     if world.rank == 0:
         summary.write_config(st.run_dir, resolved_dict(wl), st.facts)
 
     progress = RunProgress(stream, quiet, world.rank)
     st.steplog = StepLog(rundir.steplog_path(st.run_dir, world.rank), world.rank)
+    if st.staging is not None:
+        from .staging import log_staging
+
+        log_staging(st.steplog, st.staging)
     engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
     st.result = engine.run()
 

@@ -77,6 +77,24 @@ class FileIndex:
         return int(self.offsets.size)
 
 
+@dataclass(frozen=True)
+class FileShape:
+    """What one data file holds, read from its headers or framing (probe_file): no payload is read.
+
+    samples: records in the file; record_bytes: payload bytes of one record (of record 0 where
+    records may differ); dims: one record's array shape (None for TFRecord); compression as the
+    workload names it ("none", "zip", "gzip", "lzf"); layout "rows" (sample i is row i, as
+    iogen writes) or "dlio" (NPZ x shaped (d1, d2, samples), as DLIO writes it).
+    """
+
+    samples: int
+    record_bytes: int
+    dims: tuple | None = None
+    dtype: str | None = None
+    compression: str = "none"
+    layout: str = "rows"
+
+
 class Format:
     """Base class: one file format with one variant (compression, element type, chunking)."""
 
@@ -136,6 +154,14 @@ class Format:
 
     def check_file(self, path, num_samples: int, record_bytes: int) -> list[str]:
         """Structural problems of a file, as sentences; empty when it is sound."""
+        raise NotImplementedError
+
+    def probe_file(self, path) -> FileShape:
+        """What the file holds (samples, record size, dims, compression), from headers only.
+
+        Used by the run's data check on datasets without a manifest; a file this format cannot
+        parse is a DataError naming it.
+        """
         raise NotImplementedError
 
     def record_shape(self, record_bytes: int) -> tuple[int, ...]:

@@ -24,8 +24,8 @@ import zlib
 import numpy as np
 
 from ..errors import DataError
-from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text, file_size_or_error,
-                   fill_random, payload_chunks)
+from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
+                   file_size_or_error, fill_random, payload_chunks)
 from .checksum import crc32c, file_crc32c
 
 RECORDS = "records"
@@ -291,6 +291,18 @@ class HDF5Format(Format):
         if LABELS not in f or f[LABELS].shape != (n,):
             problems.append(f"labels missing or not shaped ({n},)")
         return problems
+
+
+    def probe_file(self, path):
+        """records' shape, dtype and filter from the HDF5 metadata: (samples, *record)."""
+        with self._opened(path) as (f, ds, size):
+            shape = tuple(int(d) for d in ds.shape)
+            dtype = ds.dtype
+            compression = ds.compression or "none"
+        if not shape:
+            return FileShape(1, dtype.itemsize, (), dtype.name, compression)
+        dims = shape[1:]
+        return FileShape(shape[0], math.prod(dims) * dtype.itemsize, dims, dtype.name, compression)
 
 
 def payload_bytes(buf: np.ndarray, seed: int, stream: int, offset_bytes: int) -> np.ndarray:

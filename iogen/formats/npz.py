@@ -25,7 +25,7 @@ import zipfile
 import numpy as np
 
 from ..errors import DataError
-from .base import (CHUNK_BYTES, FileIndex, Format, check_sample_ids, error_text,
+from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
                    file_size_or_error, payload_chunks, pread_exact)
 from .checksum import crc32c, file_crc32c
 
@@ -279,6 +279,24 @@ class NpzFormat(Format):
         if tuple(labels.shape) != (int(num_samples),):
             problems.append(f"y has shape {tuple(labels.shape)}, expected ({int(num_samples)},)")
         return problems
+
+
+    def probe_file(self, path):
+        """x's shape from the zip and npy headers: iogen's (samples, *record) or DLIO's (d1, d2, samples)."""
+        fobj, size = self._open(path)
+        with fobj:
+            m = self._member(fobj, path, size)
+        shape = tuple(int(d) for d in m.shape)
+        compression = "zip" if m.compressed else "none"
+        if not shape:
+            return FileShape(1, m.dtype.itemsize, (), m.dtype.name, compression)
+        # iogen never writes a 3-D x without record_dims: such an x is DLIO's (d1, d2, samples).
+        if len(shape) == 3 and not self.record_dims and not m.fortran:
+            dims = shape[:2]
+            return FileShape(shape[2], math.prod(dims) * m.dtype.itemsize, dims, m.dtype.name,
+                             compression, "dlio")
+        dims = shape[1:]
+        return FileShape(shape[0], math.prod(dims) * m.dtype.itemsize, dims, m.dtype.name, compression)
 
 
 def _eof(path, m):
