@@ -16,6 +16,7 @@ import numpy as np
 from . import core
 from .checkpoint import Checkpointer
 from .metrics.device import device_read_bytes
+from .metrics.epoch import epoch_metrics
 from .plan import plan_for
 from .steplog import PHASE_EVAL, PHASE_TRAIN
 
@@ -106,6 +107,7 @@ class Engine:
         allreduce_buf = self.allreduce_buf
         progress = self.progress
         epoch, batches = plan.epoch, loader.epoch(plan)
+        mark = self.steplog.rows_appended  # this phase's rows start here (for its epoch line)
         # A step's row is written while the NEXT step computes, as a training loop logs on the
         # CPU while the accelerator works: after a sleep the caches are cold and the write would
         # otherwise cost tens of microseconds between steps. Only when that compute is long
@@ -163,8 +165,20 @@ class Engine:
                 append(*pending)
             batches.close()
         if progress is not None:
-            progress.phase_done(epoch, phase, plan.steps, samples_done, compute_done, t_first, now())
+            progress.phase_done(epoch, phase, plan.steps, *self._phase_figures(mark))
         return plan.steps
+
+    def _phase_figures(self, mark: int):
+        """(AU, samples/s, window s) of the phase just run, as summary.json reports them.
+
+        The same metric function over the same window and rows (iogen.metrics.epoch_metrics on
+        this phase's step-log rows), then AU averaged and samples/s summed over ranks, as
+        iogen.metrics.combine_ranks does; the window time is this rank's. Every rank takes part.
+        """
+        m = epoch_metrics(self.steplog.rows_since(mark), self.wl.metric.exclude_start_steps,
+                          self.wl.metric.exclude_end_steps)
+        au_sum, samples_s = self.world.allreduce_array(np.array([m.au, m.throughput_samples_s]), "sum")
+        return float(au_sum) / self.world.size, float(samples_s), m.T_ns / 1e9
 
 
 def _eval_due(wl, epoch: int) -> bool:

@@ -7,6 +7,11 @@ import time
 _INTERVAL_NS = 500_000_000
 
 
+def _fmt(x: float, spec: str) -> str:
+    """A figure, or n/a when it is undefined (NaN: an epoch without a measured step)."""
+    return "n/a" if x != x else format(x, spec)
+
+
 class RunProgress:
     """Status of a training run, fed by the engine (cheaply: `due` is one integer compare)."""
 
@@ -33,21 +38,20 @@ class RunProgress:
         self.stream.write("\r\033[K" + line)
         self.stream.flush()
 
-    def phase_done(self, epoch: int, phase: int, steps: int, samples: int, compute_ns: int,
-                   start_ns: int, end_ns: int) -> None:
+    def phase_done(self, epoch: int, phase: int, steps: int, au: float, samples_s: float, window_s: float) -> None:
         """One line per epoch and phase (also when not on a terminal, unless quiet).
 
-        Figures over every step of the phase on this rank (rank 0 under MPI); the reported
-        metrics use the measurement window and all ranks (summary.json).
+        `au` (a fraction) and `samples_s` are the epoch's values as summary.json reports them
+        (the engine computes them with iogen.metrics over the same window and ranks), printed
+        to the precision `iogen run` prints its means; `window_s` is the measured window's length.
         """
         if not self.enabled or self.quiet:
             return
         what = "train" if phase == 0 else "eval"
-        elapsed_ns = max(1, end_ns - start_ns)
         if self.live:
             self.stream.write("\r\033[K")
-        self.stream.write(f"  epoch {epoch} {what}: {steps} steps, {samples * 1e9 / elapsed_ns:,.1f} samples/s, "
-                          f"AU {100 * compute_ns / elapsed_ns:.1f}% ({elapsed_ns / 1e9:.1f} s)\n")
+        self.stream.write(f"  epoch {epoch} {what}: {steps} steps, {_fmt(samples_s, ',.1f')} samples/s, "
+                          f"AU {_fmt(au * 100, '.2f')}% ({window_s:.1f} s measured)\n")
         self.stream.flush()
 
     def message(self, text: str) -> None:

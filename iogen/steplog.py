@@ -25,6 +25,7 @@ from .errors import DataError
 __all__ = [
     "MAGIC",
     "PHASE_EVAL",
+    "PHASE_STAGE",
     "PHASE_TRAIN",
     "STEP_DTYPE",
     "StepLog",
@@ -36,6 +37,9 @@ MAGIC = b"IOGSTEPS"
 VERSION = 1
 PHASE_TRAIN = 0
 PHASE_EVAL = 1
+# One row per rank for data staging (iogen/staging.py): epoch 0, step 0, t_request..t_step_end
+# the staging window, samples = files and bytes = bytes this rank's node copy wrote (0 elsewhere).
+PHASE_STAGE = 2
 
 # The int64 times come after an explicit 3-byte pad so they sit 8-byte aligned (offset 16):
 # the rows can then be viewed as plain int64 columns without unaligned access.
@@ -113,8 +117,10 @@ class StepLog:
         mono_b = time.monotonic_ns()
         self.wall_start_ns = wall_ns
         self.mono_start_ns = (mono_a + mono_b) // 2
+        header = _header_bytes(self.rank, wall_ns, self.mono_start_ns)
+        self._data_offset = len(header)
         try:
-            self._write_all(memoryview(_header_bytes(self.rank, wall_ns, self.mono_start_ns)))
+            self._write_all(memoryview(header))
         except BaseException:
             os.close(self._fd)
             self._fd = -1
@@ -171,6 +177,23 @@ class StepLog:
             self.rows_written += n
         self._n = 0
         self._last_flush_ns = time.monotonic_ns()
+
+    @property
+    def rows_appended(self):
+        """Rows appended so far, written or still buffered: a mark for rows_since()."""
+        return self.rows_written + self._n
+
+    def rows_since(self, first):
+        """The rows appended from row number `first` on: flushes, then reads them back from the file.
+
+        Called between phases (never in the step loop), so a live summary of a phase is computed
+        from exactly the rows the final metrics will read.
+        """
+        self.flush()
+        count = max(0, self.rows_written - int(first))
+        with open(self.path, "rb") as fh:
+            fh.seek(self._data_offset + int(first) * STEP_DTYPE.itemsize)
+            return np.fromfile(fh, dtype=STEP_DTYPE, count=count)
 
     def _write_all(self, view):
         """os.write until every byte is out (a regular file may take a short write)."""
