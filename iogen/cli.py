@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("datagen", help="generate the dataset (parallel, resumable, with a manifest)")
     _workload_args(p)
     p.add_argument("--workers", "-j", type=int, default=None, help="parallel writers per rank (default: CPU count)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace data iogen did not write with these settings (a foreign file with a dataset "
+                        "file's name, a dataset generated with other settings); other files are never touched")
 
     p = sub.add_parser("datasize", help="MLPerf Storage's minimum dataset for N accelerators and the client memory")
     _workload_args(p)
@@ -51,6 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-memory", type=float, default=None, metavar="GIB",
                    help="memory of each client host in GiB (default: this host's MemTotal)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = sub.add_parser("search", help="find the most accelerators that keep AU at the threshold (real runs)")
+    _workload_args(p)
+    p.add_argument("--launcher", required=True, metavar="TEMPLATE",
+                   help='how to start n ranks, with {n}: "mpiexec -n {n}", "srun -n {n} --kill-on-bad-exit=1"')
+    p.add_argument("--max", type=int, required=True, metavar="N", help="most accelerators to try")
+    p.add_argument("--runs", type=int, default=1, metavar="R", help="measured runs per probe (default 1)")
+    p.add_argument("--noise", type=float, default=2.0, metavar="PP",
+                   help="a count whose mean AU is within PP percentage points of the threshold is probed again "
+                        "(default 2)")
+    p.add_argument("--repeats", type=int, default=1, metavar="K",
+                   help="extra probes at most for a count near the threshold (default 1)")
+    p.add_argument("--output", "-o", metavar="DIR", help="where the search folder goes (default: output.folder)")
+    p.add_argument("--no-plot", action="store_true", help="no search.png (matplotlib not needed)")
 
     p = sub.add_parser("verify", help="check the dataset against its manifest and its format")
     _workload_args(p)

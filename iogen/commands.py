@@ -115,7 +115,7 @@ def cmd_datagen(args) -> int:
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
-    results = generate_data(layouts, fmt, world, workers=args.workers,
+    results = generate_data(layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
                             progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
     if world.rank == 0:
         for split, result in zip(splits, results):
@@ -145,6 +145,72 @@ def cmd_datasize(args) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(render_text(wl.name, size, cmds, wl.dataset.num_files_train))
+    return EXIT_OK
+
+
+def cmd_search(args) -> int:
+    """Grow then bisect the accelerator count with real runs through --launcher (iogen.search)."""
+    import importlib.util
+    import itertools
+    import os
+
+    from .errors import ConfigError
+    from .search import check_launcher, check_range, create_search_dir, run_probe, search
+    from .search_output import result_line, write_outputs
+
+    wl = _load(args)
+    check_launcher(args.launcher)
+    if args.runs < 1 or args.repeats < 0 or args.noise < 0:
+        raise ConfigError("--runs must be >= 1, --repeats >= 0 and --noise >= 0")
+    check_range(wl, args.max)
+    needed = ["scipy"] + ([] if args.no_plot else ["matplotlib"])  # 95% intervals; the plot
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"iogen search needs {' and '.join(missing)}: pip install 'iogen[report]' "
+                          f"(or pip install {' '.join(missing)})" + ("" if args.no_plot else "; or pass --no-plot"
+                                                                      if missing == ["matplotlib"] else ""))
+    threshold = wl.metric.au * 100.0
+    search_dir = create_search_dir(args.output or wl.output.folder, wl.name)
+    workload = os.path.abspath(args.workload) if os.path.exists(args.workload) else args.workload
+    counter = itertools.count(1)
+    points = {}
+
+    def probe(n):
+        i = next(counter)
+        if not args.quiet:
+            print(f"probe {i}: {n} accelerator(s) ...", file=sys.stderr, flush=True)
+        return run_probe(i, n, os.path.join(search_dir, f"probe-{i:02d}-n{n}"), template=args.launcher,
+                         workload=workload, overrides=list(args.overrides), accelerator=args.accelerator,
+                         runs=args.runs)
+
+    def on_point(point):
+        points[point.accelerators] = point
+        if not args.quiet:
+            print(f"  {point.accelerators} accelerator(s): AU {point.au.mean:.2f}% over {point.runs} run(s), "
+                  f"{'pass' if point.passed else 'FAIL'}{' (near the threshold)' if point.near else ''}",
+                  file=sys.stderr, flush=True)
+
+    doc = {"format": "iogen search", "schema_version": 1, "workload": wl.name, "launcher": args.launcher,
+           "max_accelerators": args.max, "runs_per_probe": args.runs, "au_threshold_percentage": threshold,
+           "noise_pp": args.noise, "repeats": args.repeats,
+           "rule": "grow 1, 2, 4, ... to --max until a count fails, then bisect; a count passes when the mean AU "
+                   "of its measured runs is >= the threshold; a count within --noise pp of the threshold (or whose "
+                   "95% interval contains it) is probed again, up to --repeats times, and decided on all its runs",
+           "complete": False}
+    try:
+        n, points = search(probe, args.max, threshold, noise_pp=args.noise, repeats=args.repeats,
+                           on_point=on_point)
+    except BaseException as exc:
+        doc["incomplete_reason"] = str(exc) or type(exc).__name__
+        write_outputs(search_dir, doc, points, threshold, None, plot=False)
+        print(f"search folder (incomplete): {search_dir}", file=sys.stderr)
+        raise
+    result = result_line(wl.name, n, points, threshold, args.max)
+    doc.update(complete=True, accelerators=n)
+    written = write_outputs(search_dir, doc, points, threshold, result, plot=not args.no_plot)
+    with open(written[1], encoding="utf-8") as fh:
+        print(fh.read(), end="")
+    print(f"results: {search_dir}")
     return EXIT_OK
 
 

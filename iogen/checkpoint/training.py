@@ -7,12 +7,16 @@ every rank waits for it at a barrier, and the write is timed as its own event. C
 incompressible (the core's seeded fill), written under a temporary name, fsync'd when
 `checkpoint.fsync` is set, and renamed when complete. Only the newest checkpoint is kept, so a
 long run does not fill the disk.
+
+Checkpoint time is checkpoint I/O only (as DLIO times it): the content is generated once, when
+the Checkpointer is made, and the previous checkpoint is deleted by `cleanup()`, which the
+engine calls after the step's end time is taken (outside every timed window).
 """
 from __future__ import annotations
 
 import os
 
-from . import core
+from .. import core
 
 CHUNK_BYTES = 16 << 20
 
@@ -34,7 +38,11 @@ class Checkpointer:
         self.name = wl.name
         self.overall_step = 0
         self.previous = None
+        self.stale = []  # checkpoints superseded by a newer one, deleted by cleanup()
         self.count = 0
+        # The content, generated once: incompressible, reused for every chunk of every checkpoint.
+        self.buf = core.reader.aligned_buffer(min(CHUNK_BYTES, max(self.size_bytes, 1)))
+        core.fill.fill_random(self.buf, self.seed, 0, 0)
 
     def due_after_epoch(self, epoch: int) -> bool:
         """Epoch-based checkpoints (off when steps_between_checkpoints is set)."""
@@ -48,7 +56,7 @@ class Checkpointer:
         return bool(self.every_steps) and self.overall_step % self.every_steps == 0
 
     def write(self, epoch: int, step: int) -> dict:
-        """Write one checkpoint (rank 0), wait for it on every rank, return the event."""
+        """Write one checkpoint (rank 0), wait for it on every rank, return the event (I/O time only)."""
         t0 = core.clock.now_ns()
         path = None
         if self.world.rank == 0:
@@ -62,13 +70,12 @@ class Checkpointer:
         os.makedirs(self.folder, exist_ok=True)
         final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
         tmp = f"{final}.tmp.{os.getpid()}"
-        buf = core.reader.aligned_buffer(min(CHUNK_BYTES, max(self.size_bytes, 1)))
+        buf = self.buf
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             done = 0
             while done < self.size_bytes:
                 n = min(buf.size, self.size_bytes - done)
-                core.fill.fill_random(buf[:n], self.seed, self.count, done)
                 view = memoryview(buf)[:n]
                 while view:
                     view = view[os.write(fd, view):]
@@ -82,9 +89,14 @@ class Checkpointer:
         os.close(fd)
         os.replace(tmp, final)
         if self.previous and self.previous != final:
-            try:
-                os.unlink(self.previous)
-            except FileNotFoundError:
-                pass
+            self.stale.append(self.previous)
         self.previous = final
         return final
+
+    def cleanup(self) -> None:
+        """Delete superseded checkpoints; called outside the timed windows."""
+        while self.stale:
+            try:
+                os.unlink(self.stale.pop())
+            except FileNotFoundError:
+                pass

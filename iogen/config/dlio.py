@@ -8,7 +8,7 @@ as the model size the config plainly means. Values are carried over, never recom
 
 DLIO keys that iogen does not model are sorted here, before typed validation:
 - settings of a feature the workload leaves off load silently (a `profiling` section with
-  `workflow.profiling: False`, LLM checkpoint layouts with `workflow.checkpoint: False`);
+  `workflow.profiling: False`, checkpoint options with `workflow.checkpoint: False`);
 - values equal to what iogen does anyway load silently (`reader.file_access: multi`);
 - keys DLIO itself ignores, or that only tune DLIO's own implementation, load with a ConfigWarning;
 - everything else is a problem naming the key, its value and what iogen supports.
@@ -21,7 +21,7 @@ from typing import Callable
 
 from .paths import MISSING, get_path, pop_path, set_path
 from .problems import key_path, show, unknown_key
-from .schema import SECTIONS, TOP_LEVEL_KEYS, TrainPatch
+from .schema import FORMATS, SECTIONS, TOP_LEVEL_KEYS, TrainPatch
 
 # Old key path -> current-main key path. A `*_stdev` key folds into its distribution mapping.
 RENAMES: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -35,6 +35,20 @@ RENAMES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("reader", "preprocess_time_stdev"): ("reader", "preprocess_time", "stdev"),
     ("output", "metric", "exclude_start_steps"): ("metric", "exclude_start_steps"),
     ("output", "metric", "exclude_end_steps"): ("metric", "exclude_end_steps"),
+    # LLM checkpoint keys: older DLIO configs put them under checkpoint or flat under model
+    ("checkpoint", "model_datatype"): ("model", "model_datatype"),
+    ("checkpoint", "optimizer_datatype"): ("model", "optimizer_datatype"),
+    ("checkpoint", "optimization_groups"): ("model", "optimization_groups"),
+    ("checkpoint", "layer_parameters"): ("model", "layer_parameters"),
+    ("checkpoint", "num_layers"): ("model", "num_layers"),
+    ("checkpoint", "tensor_parallelism"): ("model", "parallelism", "tensor"),
+    ("checkpoint", "pipeline_parallelism"): ("model", "parallelism", "pipeline"),
+    ("checkpoint", "zero_stage"): ("model", "parallelism", "zero_stage"),
+    ("model", "tensor_parallelism"): ("model", "parallelism", "tensor"),
+    ("model", "pipeline_parallelism"): ("model", "parallelism", "pipeline"),
+    ("model", "data_parallelism"): ("model", "parallelism", "data"),
+    ("model", "zero_stage"): ("model", "parallelism", "zero_stage"),
+    ("checkpoint", "num_checkpoints"): ("checkpoint", "num_checkpoints_write"),
 }
 SECTION_ALIASES = {"data_reader": "reader"}  # DLIO reads either name
 WHOLE_BYTES = ("record_length_bytes", "record_length_bytes_stdev", "record_length_bytes_resize")
@@ -83,6 +97,11 @@ def translate(raw: dict) -> tuple[dict, list[str], list[str]]:
             set_path(tree, new, value)
         except ValueError as exc:
             problems.append(f"{key_path(*old)}: {exc}")
+    if "transformer" in tree:
+        # DLIO's llama_7b.yaml has a top-level transformer section; DLIO main reads model.transformer only.
+        warnings.append(f"transformer = {show(tree.pop('transformer'))} has no effect: DLIO reads model.transformer "
+                        "and ignores a top-level transformer section, and so does iogen")
+    _checkpoint_only(tree, warnings)
     dataset = tree.get("dataset")
     if isinstance(dataset, dict):
         for key in WHOLE_BYTES:
@@ -96,6 +115,52 @@ def translate(raw: dict) -> tuple[dict, list[str], list[str]]:
                     f"dataset.{key} = {value} is not a whole number of bytes; iogen uses {round(value)}"
                 )
     return tree, problems, warnings
+
+
+def _checkpoint_only(tree: dict, warnings: list[str]) -> None:
+    """Sort out DLIO's LLM checkpoint configs: what a checkpoint-only run does not read.
+
+    With workflow.train False (DLIO's checkpoint-only mode) the dataset and reader sections are
+    never used; DLIO's configs carry them anyway with a format iogen does not read
+    (mmap_indexed_binary), so they are set aside with a warning. DLIO's older llama configs train on mmap_indexed_binary data iogen
+    cannot read; they become checkpoint-only runs, said in a warning, with the checkpoints
+    `computation_time x steps_between_checkpoints` apart.
+    """
+    workflow, model = tree.get("workflow"), tree.get("model")
+    if not isinstance(workflow, dict) or workflow.get("checkpoint") is not True:
+        return
+    dataset = tree.get("dataset") if isinstance(tree.get("dataset"), dict) else {}
+    transformer = isinstance(model, dict) and model.get("type") == "transformer"
+    fmt = dataset.get("format")
+    if workflow.get("train", True) is not False:
+        if not (transformer and fmt in ("mmap_indexed_binary", "indexed_binary")):
+            return
+        train = tree.get("train") if isinstance(tree.get("train"), dict) else {}
+        ck = tree.setdefault("checkpoint", {})
+        if not isinstance(ck, dict):
+            return
+        compute = train.get("computation_time", 0)
+        every = ck.pop("steps_between_checkpoints", 1)
+        epochs = train.get("epochs", 1)
+        steps = train.get("total_training_steps", -1)
+        if isinstance(compute, (int, float)) and isinstance(every, int) and every > 0 and isinstance(epochs, int):
+            ck.setdefault("time_between_checkpoints", float(compute) * every)
+            count = epochs * max(1, steps // every) if isinstance(steps, int) and steps > 0 else epochs
+            ck.setdefault("num_checkpoints_write", count)
+        workflow["train"] = False
+        warnings.append(
+            f"dataset.format = {show(fmt)} is not implemented in iogen, so this LLM workload's training reads "
+            f"are not emulated: iogen runs its checkpoints only (workflow.train = False), "
+            f"checkpoint.num_checkpoints_write = {ck.get('num_checkpoints_write')}, "
+            f"checkpoint.time_between_checkpoints = {ck.get('time_between_checkpoints')} s of emulated compute apart")
+    if fmt is None or fmt in FORMATS:
+        return  # a dataset iogen could read: kept and validated as usual
+    unused = [name for name in ("dataset", "reader") if name in tree]
+    for name in unused:
+        tree.pop(name)
+    if unused:
+        warnings.append(f"{' and '.join(unused)}: not used by a checkpoint-only run (workflow.train = False); "
+                        "set aside, as DLIO does")
 
 
 @dataclass(frozen=True)
@@ -116,38 +181,15 @@ def _defaults(defaults: dict):
     return lambda value: isinstance(value, dict) and all(defaults.get(k, MISSING) == v for k, v in value.items())
 
 
-_LLM = "LLM checkpoint layouts"
-_CKPT_ONLY = "DLIO's checkpoint-only mode (used only with workflow.train False)"
 DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
-    ("model", "model_datatype"): DlioKey(_LLM, "checkpoint", _equals("fp16")),
-    ("model", "optimizer_datatype"): DlioKey(_LLM, "checkpoint", _equals("fp32")),
-    ("model", "optimization_groups"): DlioKey(_LLM, "checkpoint", _equals([])),
-    ("model", "num_layers"): DlioKey(_LLM, "checkpoint", _equals(-1)),
-    ("model", "layer_parameters"): DlioKey(_LLM, "checkpoint", _equals([])),
-    ("model", "parallelism"): DlioKey(
-        _LLM + " (model.parallelism, ZeRO stages)", "checkpoint",
-        _defaults({"tensor": 1, "pipeline": 1, "data": -1, "zero_stage": 0})),
-    ("model", "transformer"): DlioKey(_LLM + " (model.transformer)", "checkpoint"),
-    ("checkpoint", "optimization_groups"): DlioKey(_LLM, "checkpoint", _equals([])),
-    ("checkpoint", "num_layers"): DlioKey(_LLM, "checkpoint", _equals(-1)),
-    ("checkpoint", "layer_parameters"): DlioKey(_LLM, "checkpoint", _equals([])),
-    ("checkpoint", "tensor_parallelism"): DlioKey(_LLM, "checkpoint", _equals(1)),
-    ("checkpoint", "pipeline_parallelism"): DlioKey(_LLM, "checkpoint", _equals(1)),
-    ("checkpoint", "zero_stage"): DlioKey(_LLM, "checkpoint", _equals(0)),
-    ("checkpoint", "type"): DlioKey("checkpoints written by every rank (type all_ranks)", "checkpoint",
-                                    _equals("rank_zero")),
-    ("checkpoint", "mode"): DlioKey("subset checkpointing", "checkpoint", _equals("default")),
+    ("checkpoint", "type"): DlioKey(
+        "which ranks write (DLIO main decides it from model.parallelism.zero_stage and ignores this key)",
+        "checkpoint", _equals("rank_zero"), warn=True),
     ("checkpoint", "checkpoint_mechanism_classname"): DlioKey("custom checkpoint classes", "checkpoint"),
     ("checkpoint", "rank_sync"): DlioKey("rank-synchronised checkpoint timing", "checkpoint", _equals(False)),
-    ("checkpoint", "randomize_tensor"): DlioKey("constant (all-ones) checkpoint content", "checkpoint",
-                                                _equals(True)),
-    ("checkpoint", "ksm"): DlioKey("kernel samepage merging of checkpoint buffers", "checkpoint"),
-    ("checkpoint", "time_between_checkpoints"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
-    ("checkpoint", "num_checkpoints"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
-    ("checkpoint", "num_checkpoints_write"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
-    ("checkpoint", "num_checkpoints_read"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(-1), warn=True),
-    ("checkpoint", "recovery_after_steps"): DlioKey(_CKPT_ONLY, "checkpoint", warn=True),
-    ("checkpoint", "recovery_rank_shift"): DlioKey(_CKPT_ONLY, "checkpoint", _equals(False), warn=True),
+    ("checkpoint", "ksm"): DlioKey("kernel samepage merging of DLIO's in-memory checkpoint tensors (iogen never "
+                                   "builds them)", "checkpoint", warn=True),
+    ("checkpoint", "recovery_after_steps"): DlioKey("a key DLIO reads but never uses", "checkpoint", warn=True),
     ("dataset", "generation_buffer_size"): DlioKey("the size of DLIO's own generation buffer", warn=True),
     ("dataset", "record_element_bytes"): DlioKey("a value DLIO derives from record_element_type", warn=True),
     ("dataset", "hdf5"): DlioKey("HDF5 layout options (chunk_dims, num_dset_per_record, max_shape)", "hdf5",
@@ -169,10 +211,7 @@ DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("profiling", "iostat_devices"): DlioKey("iostat tracing", "profiling"),
 }
 DLIO_ONLY_SECTIONS = ("profiling",)
-SUPPORTED = {
-    _LLM: "one checkpoint of model.model_size_bytes per save, written by rank 0",
-    _CKPT_ONLY: "checkpoints during training",
-}
+SUPPORTED: dict[str, str] = {}
 
 
 def _feature_on(feature: str, tree: dict) -> bool:
@@ -196,8 +235,6 @@ def sort_dlio_key(section: str, key: str, value, tree: dict) -> tuple[str | None
         return None, None
     if spec.accept(value):
         return None, None
-    if spec.warn and spec.what == _CKPT_ONLY:
-        return None, f"{path} = {show(value)} has no effect: it belongs to {spec.what}, and DLIO ignores it too"
     if spec.warn:
         return None, f"{path} = {show(value)} has no effect in iogen: it sets {spec.what}"
     supported = SUPPORTED.get(spec.what.split(" (")[0], "")
@@ -234,6 +271,12 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
                 problems.append(unknown_key(name, key, fields, dlio_keys_of(name)))
         if name in SECTIONS:
             clean[name] = kept
+    workflow = clean.get("workflow", {})
+    if workflow.get("checkpoint") is True and workflow.get("train", True) is not False:
+        for key in ("time_between_checkpoints", "num_checkpoints_write", "num_checkpoints_read"):
+            if clean.get("checkpoint", {}).get(key, -1) != -1:
+                warnings.append(f"checkpoint.{key} = {show(clean['checkpoint'][key])} has no effect during training: "
+                                "it belongs to checkpoint-only runs (workflow.train False), and DLIO ignores it too")
     if "debug" in clean.get("workflow", {}):
         warnings.append(f"workflow.debug = {show(clean['workflow']['debug'])} has no effect: DLIO ignores it too")
     if "accelerators" in clean:

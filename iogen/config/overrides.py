@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import yaml
-
+from ..errors import ConfigError
 from .distributions import DIST_KEYS
 from .dlio import DLIO_KEYS, DLIO_ONLY_SECTIONS, SECTION_ALIASES, canonical_path, dlio_keys_of
 from .paths import set_path
 from .problems import did_you_mean, unknown_key
 from .schema import DIST_FIELDS, SECTIONS, TOP_LEVEL_KEYS, TrainPatch
+from .yamlread import load_bounded
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ def _parse_one(text: str) -> Override:
     if any(not p for p in parts):
         raise ValueError(f"{key!r} is not a key path")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        value = load_bounded(value_text, "the value") if value_text.strip() else None
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     return Override(text, canonical_path(parts, value), value)
 
 
@@ -113,6 +113,11 @@ def check_path(path: tuple[str, ...]) -> str | None:
     key, deeper = rest[0], rest[1:]
     fields = list(SECTIONS[head].model_fields)
     if key in fields:
+        sub = SECTIONS[head].model_fields[key].annotation
+        if deeper and isinstance(sub, type) and hasattr(sub, "model_fields"):  # a nested section
+            if deeper[0] in sub.model_fields:
+                return _check_below_field((head, key, deeper[0]), deeper[1:])
+            return unknown_key(f"{head}.{key}", deeper[0], list(sub.model_fields))
         return _check_below_field((head, key), deeper)
     if (head, key) in DLIO_KEYS:
         return None

@@ -87,12 +87,49 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+DATATYPES = ("int8", "uint8", "fp16", "bf16", "fp32", "fp64")
+Datatype = Annotated[Literal["int8", "uint8", "fp16", "bf16", "fp32", "fp64"], _choice("datatype", DATATYPES)]
+
+
+class Parallelism(Section):
+    """`model.parallelism`: how the checkpointed model is split (DLIO's keys and defaults)."""
+
+    tensor: PosInt = 1
+    pipeline: PosInt = 1
+    data: Annotated[int, Field(ge=-1)] = -1  # -1: world size / (tensor x pipeline)
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = 0
+
+    @model_validator(mode="after")
+    def _data(self):
+        if self.data == 0:
+            raise rule("model.parallelism.data = 0: give the data-parallel degree (>= 1), or -1 for "
+                       "world size / (tensor x pipeline)")
+        return self
+
+
+class Transformer(Section):
+    """`model.transformer`: the shape of a llama-style transformer (DLIO's keys and defaults)."""
+
+    vocab_size: PosInt = 32000
+    hidden_size: PosInt = 2048
+    ffn_hidden_size: PosInt = 8192
+    num_attention_heads: PosInt = 32
+    num_kv_heads: PosInt = 8  # head size is hidden_size // num_attention_heads, rounded down as DLIO does
+
+
 class Model(Section):
-    """`model`: an identifier, plus the checkpoint size."""
+    """`model`: an identifier, the checkpoint's size (model_size_bytes) or its transformer shape."""
 
     name: str = "default"
     type: Optional[str] = None
     model_size_bytes: NonNegInt = 10240
+    num_layers: Annotated[int, Field(ge=-1)] = -1  # -1: not a layered model
+    model_datatype: Datatype = "fp16"
+    optimizer_datatype: Datatype = "fp32"
+    parallelism: Parallelism = Parallelism()
+    transformer: Transformer = Transformer()
+    optimization_groups: list[NonNegInt] = []
+    layer_parameters: list[NonNegInt] = []
 
 
 class Workflow(Section):
@@ -104,6 +141,8 @@ class Workflow(Section):
     checkpoint: bool = False
     debug: bool = False  # accepted for DLIO's YAMLs; has no effect (DLIO ignores it too)
     profiling: bool = False
+    # iogen's own: copy the data to node-local storage before training, timed (iogen/staging.py)
+    stage_data: bool = False
 
     @model_validator(mode="after")
     def _phases(self):
@@ -112,11 +151,6 @@ class Workflow(Section):
             problems.append(
                 "workflow.profiling = True: DLIO's profiler hooks (iostat, darshan, tensorboard) are not "
                 "implemented in iogen yet; set workflow.profiling to False"
-            )
-        if self.checkpoint and not self.train:
-            problems.append(
-                "workflow.checkpoint = True with workflow.train = False is DLIO's checkpoint-only mode, "
-                "which iogen does not implement yet; supported: checkpoints during training"
             )
         if self.evaluation and not self.train:
             problems.append("workflow.evaluation = True needs workflow.train = True (evaluation runs between epochs)")
@@ -250,6 +284,41 @@ class Checkpoint(Section):
     epochs_between_checkpoints: PosInt = 1
     steps_between_checkpoints: CheckpointSteps = None  # DLIO's -1 (and 0) mean epoch-based only
     fsync: bool = False
+    # checkpoint-only runs (workflow.train False): DLIO's keys; -1 means none
+    time_between_checkpoints: Annotated[float, Field(ge=-1)] = -1.0
+    num_checkpoints_write: Annotated[int, Field(ge=-1)] = -1
+    num_checkpoints_read: Annotated[int, Field(ge=-1)] = -1
+    mode: Literal["default", "subset"] = "default"
+    recovery_rank_shift: bool = False
+    randomize_tensor: bool = True
+    # iogen: how the files are written and read
+    format: Literal["torch", "raw"] = "torch"
+    write_threads: PosInt = 4
+    read_threads: PosInt = 4
+    transfer_size: Annotated[int, Field(ge=4096, multiple_of=4096)] = 4 << 20
+    odirect: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_seconds(cls, data):
+        # YAML writes `time_between_checkpoints: 5`; strict mode would refuse an int for a float.
+        if isinstance(data, dict) and isinstance(data.get("time_between_checkpoints"), int) \
+                and not isinstance(data.get("time_between_checkpoints"), bool):
+            data = {**data, "time_between_checkpoints": float(data["time_between_checkpoints"])}
+        return data
+
+
+class Staging(Section):
+    """`staging` (iogen's own): where and how `workflow.stage_data` copies the data (iogen/staging.py)."""
+
+    folder: Optional[FolderPath] = None  # node-local; `{node}` is replaced by the node's name
+    scope: Literal["node", "full"] = "node"
+    threads: PosInt = 4
+    transfer_size: PosInt = 1 << 22
+    odirect_read: bool = False
+    odirect_write: bool = False
+    keep: bool = False
+    reuse: bool = False
 
 
 class Output(Section):
@@ -277,7 +346,7 @@ class Storage(Section):
 SECTIONS: dict[str, type[Section]] = {
     "model": Model, "workflow": Workflow, "dataset": Dataset, "reader": Reader, "train": Train,
     "evaluation": Evaluation, "checkpoint": Checkpoint, "output": Output, "metric": Metric,
-    "storage": Storage,
+    "storage": Storage, "staging": Staging,
 }
 TOP_LEVEL_KEYS = ("name", "framework", "accelerator", "accelerators")
 # Keys that hold a TimeDist, so a distribution key may follow them in a path.
@@ -300,6 +369,7 @@ class Workload(Section):
     output: Output = Output()
     metric: Metric = Metric()
     storage: Storage = Storage()
+    staging: Staging = Staging()
     # The accelerator whose table entry was applied over `train` (None: none chosen).
     accelerator: Optional[str] = None
     accelerators: dict[str, TrainPatch] = {}

@@ -11,7 +11,9 @@ from iogen.config import (
 )
 from iogen.errors import ConfigError
 
-BUNDLED = ["bert", "cosmoflow", "deepcam", "default", "resnet50", "unet3d"]
+BUNDLED = ["bert", "cosmoflow", "deepcam", "default", "llama3-1t", "llama3-405b", "llama3-70b", "llama3-8b",
+           "resnet50", "unet3d"]
+TRAINING = [name for name in BUNDLED if not name.startswith("llama3-")]  # the llama3 ones only checkpoint
 
 
 def test_list_workloads_names_every_bundled_file():
@@ -20,7 +22,7 @@ def test_list_workloads_names_every_bundled_file():
 
 def _accelerator_cases():
     cases = []
-    for name in BUNDLED:
+    for name in TRAINING:
         wl = load_workload(name)
         cases.append((name, None))
         cases += [(name, acc) for acc in wl.accelerators]
@@ -114,7 +116,7 @@ def test_unknown_workload_name_lists_bundled_names():
     assert all(name in text for name in BUNDLED)
 
 
-@pytest.mark.parametrize("name", BUNDLED)
+@pytest.mark.parametrize("name", TRAINING)
 def test_resolved_config_round_trips(name, write_yaml):
     wl = load_workload(name, ["reader.batch_size=1", "train.computation_time.stdev=0.001"])
     text = dump_yaml(wl)
@@ -159,3 +161,12 @@ def test_a_local_folder_does_not_shadow_a_bundled_name(tmp_path, monkeypatch):
     (tmp_path / "default").mkdir()
     monkeypatch.chdir(tmp_path)
     assert load_workload("default").name == "default"
+
+
+@pytest.mark.parametrize("name", [n for n in BUNDLED if n not in TRAINING])
+def test_llama_checkpoint_workloads_load_and_round_trip(name, write_yaml):
+    wl = load_workload(name)  # filterwarnings=error: no warnings allowed
+    assert wl.workflow.checkpoint and not wl.workflow.train and wl.checkpoint.fsync
+    assert (wl.checkpoint.num_checkpoints_write, wl.checkpoint.num_checkpoints_read) == (10, 10)
+    again = load_workload(write_yaml(dump_yaml(wl), f"{name}.yaml"))
+    assert resolved_dict(again) == resolved_dict(wl)

@@ -97,7 +97,6 @@ def test_rules_across_sections():
 
 def test_workflow_rules():
     problems = problems_of({"workflow": {"train": False, "evaluation": True, "checkpoint": True}})
-    assert any("checkpoint-only mode" in p for p in problems)
     assert any("workflow.evaluation = True needs workflow.train = True" in p for p in problems)
 
 

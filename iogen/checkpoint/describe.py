@@ -1,0 +1,48 @@
+"""What `iogen validate` says about a workload's checkpoints: bytes per rank and for the job."""
+from __future__ import annotations
+
+from .model import ModelSpec, job_sizes
+
+
+def checkpoint_plan(wl, world_size: int) -> dict | None:
+    """The checkpoint figures for `world_size` ranks, or None when the workload does not checkpoint.
+
+    Raises ConfigError when the ranks do not fit the model's parallelism.
+    """
+    if not wl.workflow.checkpoint:
+        return None
+    spec = ModelSpec.from_workload(wl)
+    subset = wl.checkpoint.mode == "subset"
+    if spec.transformer:
+        spec.check_world(world_size, subset)
+    sizes = job_sizes(spec, world_size)
+    doc = {"world_size": world_size, "mode": wl.checkpoint.mode, "format": wl.checkpoint.format,
+           "tensor": spec.tp, "pipeline": spec.pp, "data": spec.dp(world_size), "zero_stage": spec.zero_stage,
+           "num_parameters": spec.num_parameters(), **sizes.to_dict()}
+    if subset:
+        full = spec.mp * spec.dp(world_size)
+        doc["subset_fraction"] = world_size / full
+        doc["subset_of_ranks"] = full
+    return doc
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def checkpoint_lines(doc: dict) -> list[str]:
+    """The text form of `checkpoint_plan` (GiB = 2^30 bytes)."""
+    per_model, per_opt = doc["rank_model_bytes"], doc["rank_optimizer_bytes"]
+    lines = [
+        f"checkpoint: {doc['world_size']} rank(s), tensor x pipeline x data = {doc['tensor']} x {doc['pipeline']} x "
+        f"{doc['data']}, ZeRO stage {doc['zero_stage']}, {doc['num_parameters']:,} parameters, format {doc['format']}",
+        f"checkpoint: per rank: model {_gib(min(per_model))} .. {_gib(max(per_model))}, optimizer "
+        f"{_gib(min(per_opt))} .. {_gib(max(per_opt))}, total {_gib(doc['rank_bytes_min'])} .. "
+        f"{_gib(doc['rank_bytes_max'])} (min .. max)",
+        f"checkpoint: job: model {_gib(doc['model_bytes'])}, optimizer {_gib(doc['optimizer_bytes'])}, total "
+        f"{_gib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes) in {doc['files']} files per checkpoint",
+    ]
+    if doc["mode"] == "subset":
+        lines.append(f"checkpoint: subset: these {doc['world_size']} ranks write {doc['subset_fraction']:.2%} of the "
+                     f"{doc['subset_of_ranks']}-rank job's checkpoint")
+    return lines
