@@ -1,0 +1,134 @@
+"""What `iogen search` writes: search.json, search.txt (the table and the result) and search.png.
+
+The text table mirrors the JSON: one row per accelerator count probed, its probes pooled (AU mean
+and 95% interval over the measured runs, samples/s and MiB/s means, pass/fail, near the
+threshold or not). The plot shows AU (with its interval and the threshold) and samples/s against
+accelerators; matplotlib is imported only here, only when the plot is asked for.
+"""
+from __future__ import annotations
+
+import os
+
+from .report.rundir import write_atomic, write_json
+
+
+def _num(x, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def point_dict(point, search_dir: str) -> dict:
+    """JSON form of one accelerator count."""
+    return {
+        "accelerators": point.accelerators,
+        "runs": point.runs,
+        "au_mean_percentage": point.au.mean,
+        "au_ci95_low_percentage": None if point.au.ci95_low is None else max(0.0, point.au.ci95_low),
+        "au_ci95_high_percentage": None if point.au.ci95_high is None else min(100.0, point.au.ci95_high),
+        "au_values_percentage": list(point.au.values),
+        "throughput_mean_samples_s": point.throughput_samples_s,
+        "io_mean_mib_s": point.io_mib_s,
+        "passed": point.passed,
+        "near_threshold": point.near,
+        "probes": [{"index": p.index, "folder": os.path.relpath(p.folder, search_dir), "returncode": p.returncode,
+                    "duration_s": p.duration_s,
+                    "run_dirs": [os.path.relpath(r.path, search_dir) for r in p.runs]} for p in point.probes],
+    }
+
+
+def result_line(name: str, n: int, points: dict, threshold_pct: float, max_accelerators: int) -> str:
+    """The final line: N and the evidence (AU at N and at the first failing count), noise stated."""
+    def at(k):
+        pt = points[k]
+        ci = ("" if pt.au.ci95_low is None else
+              f" [{max(0.0, pt.au.ci95_low):.1f}, {min(100.0, pt.au.ci95_high):.1f}]")
+        near = ", near the threshold" if pt.near else ""
+        return f"AU {pt.au.mean:.2f}%{ci} at {k} ({pt.runs} run(s){near})"
+
+    failed = sorted(k for k, p in points.items() if not p.passed and k > n)
+    if n == 0:
+        text = (f"N = 0: not even 1 accelerator keeps AU >= {threshold_pct:g}% on {name}: {at(failed[0])}")
+    elif not failed:
+        text = (f"N >= {n}: {n} accelerator(s) (--max) keep AU >= {threshold_pct:g}% on {name}, the limit was not "
+                f"reached: {at(n)}")
+    else:
+        text = (f"N = {n}: {n} accelerator(s) keep AU >= {threshold_pct:g}% on {name}: {at(n)}; "
+                f"{at(failed[0])} is below")
+    near = [k for k in ([n] if n else []) + failed[:1] if points[k].near]
+    if near:
+        text += (f". Within the noise band at {', '.join(map(str, near))}: each was probed again and decided on "
+                 "the pooled runs; a rerun may move N by one")
+    return text
+
+
+def render_table(points: dict, threshold_pct: float) -> str:
+    """The probes' table, one row per accelerator count, in order."""
+    header = ["accelerators", "runs", "AU %", "AU 95% CI", "samples/s", "MiB/s", "result", "probes"]
+    rows = []
+    for k in sorted(points):
+        p = points[k]
+        ci = ("n/a" if p.au.ci95_low is None else
+              f"[{max(0.0, p.au.ci95_low):.2f}, {min(100.0, p.au.ci95_high):.2f}]")
+        rows.append([str(k), str(p.runs), _num(p.au.mean, ".2f"), ci, _num(p.throughput_samples_s, ",.1f"),
+                     _num(p.io_mib_s, ",.1f"), ("pass" if p.passed else "FAIL") + (" (near)" if p.near else ""),
+                     ", ".join(os.path.basename(pr.folder) for pr in p.probes)])
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    right = {1, 2, 4, 5}
+
+    def line(r):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows),
+                      f"pass: mean AU of the count's measured runs >= {threshold_pct:g}%"])
+
+
+def write_plot(path: str, points: dict, threshold_pct: float, title: str) -> None:
+    """AU (with its 95% interval, and the threshold) and samples/s against accelerators, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = sorted(points)
+    au = [points[k].au.mean for k in ks]
+    lo = [a - max(0.0, points[k].au.ci95_low) if points[k].au.ci95_low is not None else 0.0 for a, k in zip(au, ks)]
+    hi = [min(100.0, points[k].au.ci95_high) - a if points[k].au.ci95_high is not None else 0.0
+          for a, k in zip(au, ks)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.errorbar(ks, au, yerr=[lo, hi], marker="o", color="tab:blue", capsize=3, label="AU % (95% CI)")
+    ax.axhline(threshold_pct, color="tab:red", linestyle="--", label=f"threshold {threshold_pct:g}%")
+    for k in ks:
+        if not points[k].passed:
+            ax.plot([k], [points[k].au.mean], marker="x", color="tab:red", markersize=10)
+    ax.set_xlabel("accelerators (ranks)")
+    ax.set_ylabel("AU %", color="tab:blue")
+    ax.set_ylim(0, 105)
+    ax.set_xticks(ks)
+    ax2 = ax.twinx()
+    ax2.plot(ks, [points[k].throughput_samples_s or 0.0 for k in ks], marker="s", color="tab:green",
+             label="samples/s")
+    ax2.set_ylabel("samples/s (all ranks)", color="tab:green")
+    ax2.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    tmp = f"{path}.tmp.{os.getpid()}.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_outputs(search_dir: str, doc: dict, points: dict, threshold_pct: float, result: str | None,
+                  plot: bool) -> list[str]:
+    """search.json, search.txt and (when asked and there is something to plot) search.png."""
+    doc = dict(doc, points=[point_dict(points[k], search_dir) for k in sorted(points)], result=result)
+    written = [os.path.join(search_dir, "search.json"), os.path.join(search_dir, "search.txt")]
+    write_json(written[0], doc)
+    text = render_table(points, threshold_pct) if points else "no accelerator count was measured"
+    write_atomic(written[1], text + "\n" + (result or "search incomplete: " + str(doc.get("incomplete_reason")))
+                 + "\n")
+    if plot and points:
+        written.append(os.path.join(search_dir, "search.png"))
+        write_plot(written[-1], points, threshold_pct, f"iogen search: {doc['workload']}")
+    return written
