@@ -16,13 +16,14 @@ on one rank.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from . import manifest as mf
-from .dataset import SPLITS, DatasetLayout
+from .dataset import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
 from .formats.checksum import file_crc32c, format_crc
@@ -80,16 +81,80 @@ def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
     return out
 
 
+# iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
+_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
+# A dataset file's name as DLIO and iogen write it: <prefix>_<i>_of_<N>.<suffix>
+_DATA_NAME = re.compile(r"^.+_\d+_of_\d+\.(npz|hdf5|h5|tfrecord)$")
+
+
 def _leftovers(layout) -> list[str]:
-    """Temporary files of an interrupted generation in a split's folders."""
+    """Temporary files of an interrupted generation (iogen's temporary names only) in a split's folders."""
     found = []
     for folder in [layout.folder] + layout.subfolders:
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
             continue
-        found += [f"{folder}/{n}" for n in names if TMP_MARK in n and not n.startswith(".iogen-")]
+        found += [f"{folder}/{n}" for n in names if _TMP_NAME.match(n)]
     return found
+
+
+def _dataset_files(layout) -> list[str]:
+    """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
+    found = []
+    for folder in [layout.folder] + layout.subfolders:
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        rel = folder[len(layout.folder) + 1:]
+        found += [f"{rel}/{n}" if rel else n for n in names if _DATA_NAME.match(n)]
+    return sorted(found)
+
+
+def _shown(items, limit: int = 3) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_target(layout, fmt, overwrite: bool = False) -> None:
+    """Refuse to generate over data iogen did not write with these settings, unless overwrite.
+
+    A manifest or journal with other settings, or dataset-named files no manifest or journal
+    lists, is a DataError naming them (exit 2): a typo in one setting must not wipe a dataset.
+    With overwrite, the old manifest and journals are removed and files are rewritten where
+    this workload's files go; no other file is touched.
+    """
+    params = mf.dataset_params(layout, fmt)
+    old = mf.read_manifest(layout)
+    if old is not None and old.get("params") != params:
+        if not overwrite:
+            diffs = mf.params_differences(old.get("params", {}), params)
+            raise DataError(mf.manifest_path(layout), "the folder holds a dataset generated with other settings ("
+                            + "; ".join(diffs) + "); refusing to overwrite it: choose another "
+                            "dataset.data_folder, or pass --overwrite to replace it")
+        _unlink(mf.manifest_path(layout))
+    for path in mf.journal_paths(layout):
+        if not mf.journal_matches(path, params):
+            if not overwrite:
+                raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
+                                      "files: finish it with its own settings, choose another "
+                                      "dataset.data_folder, or pass --overwrite")
+            _unlink(path)
+    if overwrite:
+        return
+    known = mf.known_entries(layout, params)
+    foreign = [rel for rel in _dataset_files(layout) if rel not in known]
+    if foreign:
+        raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
+                                       f"({_shown(foreign)}); refusing to overwrite them: choose another "
+                                       "dataset.data_folder, or pass --overwrite to replace them")
+
+
+def ensure_split_folders(layout) -> None:
+    """Create the split's folders, and `valid/` beside `train/` (DLIO 2.0 fails without it)."""
+    for folder in [layout.folder] + layout.subfolders:
+        os.makedirs(folder, exist_ok=True)
+    os.makedirs(f"{layout.data_folder.rstrip('/')}/{SPLIT_FOLDERS['eval']}", exist_ok=True)
 
 
 def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
@@ -116,11 +181,14 @@ def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
 
 
 def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
-             world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None) -> GenerateResult:
+             world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None,
+             overwrite: bool = False, check: bool | None = None) -> GenerateResult:
     """Generate this rank's share of a workload's splits (or of one layout); see the module doc.
 
     progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
-    calling thread after each file; totals count only the files this call writes.
+    calling thread after each file; totals count only the files this call writes. check_target
+    runs first (default: in a world of one; with several ranks the caller runs it once, on one
+    rank, before any rank writes).
     """
     t0 = time.perf_counter()
     workers = workers or default_workers()
@@ -130,10 +198,14 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     tasks = []  # (layout, fmt, i, journal)
     journals = []
     splits = _splits(source, fmt)
+    if check is None:
+        check = world_size == 1
+    for layout, f in splits:
+        if check:
+            check_target(layout, f, overwrite)
     for layout, f in splits:
         params = mf.dataset_params(layout, f)
-        for folder in [layout.folder] + layout.subfolders:
-            os.makedirs(folder, exist_ok=True)
+        ensure_split_folders(layout)
         old = mf.read_manifest(layout)
         if old is not None and old.get("params") != params:
             _unlink(mf.manifest_path(layout))  # it describes other data now
@@ -141,7 +213,7 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
         mine = range(rank, layout.num_files, world_size)
         mine_set = set(layout.paths[i] for i in mine)
         for tmp in _leftovers(layout):
-            if tmp.split(TMP_MARK)[0] in mine_set:
+            if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
                 _unlink(tmp)
         journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
         journals.append(journal)

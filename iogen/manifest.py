@@ -149,6 +149,16 @@ def _journal_entries(path: str, params: dict) -> dict[str, dict]:
     return entries
 
 
+def journal_matches(path: str, params: dict) -> bool:
+    """Whether a journal was written with these settings (an empty or unreadable one does not count)."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+        return not first.strip() or json.loads(first).get("params") == params
+    except (OSError, ValueError, AttributeError):
+        return True  # nothing trustworthy in it: known_entries ignores it, so it protects nothing
+
+
 def known_entries(layout, params: dict) -> dict[str, dict]:
     """Entries of files generated with these settings: from the manifest and every journal."""
     entries = {}

@@ -35,18 +35,22 @@ def shuffle_seed(wl, world) -> int:
     return int(wl.train.seed)
 
 
-def generate_data(layouts, fmt, world, *, workers=None, progress=None) -> list:
+def generate_data(layouts, fmt, world, *, workers=None, progress=None, overwrite=False) -> list:
     """Generate the layouts' files, each rank its share; rank 0 writes the manifests at the end.
 
     Used by `iogen run --generate` and `iogen datagen`. Rank r writes files r, r+N, r+2N, ...
     (iogen.datagen); the manifests are written once every rank is done. A rank that fails
     tells the others (world.fail), so nobody waits at the barrier for it.
     """
-    from .datagen import finalize, generate
+    from .datagen import check_target, finalize, generate
 
     try:
+        if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
+            for layout in layouts:
+                check_target(layout, fmt, overwrite)
+        world.sync()
         results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size,
-                            progress=progress, finalize_manifest=False) for layout in layouts]
+                            progress=progress, finalize_manifest=False, check=False) for layout in layouts]
         world.sync()  # every rank's share is on disk
         if world.rank == 0:
             for layout, result in zip(layouts, results):

@@ -92,9 +92,14 @@ def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
     assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME)) and not journal_paths(layout)
 
 
-def test_changed_settings_regenerate_everything(tmp_path, workload):
+def test_changed_settings_regenerate_everything_only_with_overwrite(tmp_path, workload):
     generate(workload(data_folder=str(tmp_path / "d")))
-    res = generate(workload(seed=7, data_folder=str(tmp_path / "d")))
+    before = tree_bytes(tmp_path / "d")
+    with pytest.raises(DataError) as err:
+        generate(workload(seed=7, data_folder=str(tmp_path / "d")))
+    assert "seed: 42 in the manifest, 7 in the workload" in str(err.value) and "--overwrite" in str(err.value)
+    assert tree_bytes(tmp_path / "d") == before
+    res = generate(workload(seed=7, data_folder=str(tmp_path / "d")), overwrite=True)
     assert res.files_written == 4 and res.files_skipped == 0
     manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
     assert manifest["params"]["seed"] == 7

@@ -1,0 +1,90 @@
+"""datagen never destroys what it did not create; `--overwrite` replaces only dataset files."""
+import os
+
+import pytest
+
+from iogen.datagen import generate, verify
+from iogen.errors import DataError
+from iogen.manifest import MANIFEST_NAME
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def test_foreign_dataset_file_is_refused_and_named_then_replaced_with_overwrite(tmp_path, workload):
+    train = tmp_path / "d" / "train"
+    write(train / "img_1_of_8.npz", "someone else's data")
+    write(train / "README", "keep me")
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=8)
+    with pytest.raises(DataError) as err:
+        generate(wl)
+    assert "img_1_of_8.npz" in str(err.value) and "--overwrite" in str(err.value)
+    assert sorted(os.listdir(train)) == ["README", "img_1_of_8.npz"]  # nothing written
+    assert read(train / "img_1_of_8.npz") == "someone else's data"
+    res = generate(wl, overwrite=True)
+    assert res.files_written == 8 and read(train / "README") == "keep me"
+    assert verify(wl) == []
+
+
+def test_foreign_file_outside_the_workloads_names_is_refused_and_survives_overwrite(tmp_path, workload):
+    train = tmp_path / "d" / "train"
+    write(train / "img_3_of_16.npz", "other dataset")
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=4)
+    with pytest.raises(DataError) as err:
+        generate(wl)
+    assert "img_3_of_16.npz" in str(err.value)
+    generate(wl, overwrite=True)
+    assert read(train / "img_3_of_16.npz") == "other dataset"
+
+
+def test_users_tmp_files_are_never_touched(tmp_path, workload):
+    train = tmp_path / "d" / "train"
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=4)
+    write(train / "img_0_of_4.npz.tmp.backup", "user's file")
+    write(train / "notes.tmp.txt", "user's notes")
+    write(train / "img_1_of_4.npz.tmp.999999", "iogen's leftover")
+    generate(wl)
+    assert read(train / "img_0_of_4.npz.tmp.backup") == "user's file"
+    assert read(train / "notes.tmp.txt") == "user's notes"
+    assert not os.path.exists(train / "img_1_of_4.npz.tmp.999999")
+    assert verify(wl) == []  # the user's files are not reported as leftovers either
+
+
+def test_other_settings_are_refused_naming_them(tmp_path, workload):
+    generate(workload(data_folder=str(tmp_path / "d"), record_length_bytes=1000))
+    with pytest.raises(DataError) as err:
+        generate(workload(data_folder=str(tmp_path / "d"), record_length_bytes=2000))
+    assert "record_length_bytes: 1000 in the manifest, 2000 in the workload" in str(err.value)
+    assert err.value.path.endswith(MANIFEST_NAME)
+
+
+def test_rerun_with_same_settings_keeps_everything(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"))
+    generate(wl)
+    assert generate(wl).files_skipped == 4
+
+
+def test_valid_folder_exists_even_without_eval_files(tmp_path, workload):
+    generate(workload(data_folder=str(tmp_path / "d"), num_files_eval=0))
+    assert os.path.isdir(tmp_path / "d" / "valid") and os.listdir(tmp_path / "d" / "valid") == []
+
+
+def test_cli_exit_2_names_the_file_and_overwrite_proceeds(tmp_path, iogen_cmd):
+    data = tmp_path / "data"
+    write(data / "train" / "img_1_of_8.npz", "foreign")
+    write(data / "train" / "README", "keep")
+    over = [f"dataset.data_folder={data}", "dataset.num_files_train=8", "dataset.format=npz",
+            "dataset.record_length_bytes=4096", "dataset.num_files_eval=0"]
+    res = iogen_cmd("datagen", "default", *over, "-q")
+    assert res.returncode == 2 and "img_1_of_8.npz" in res.stderr and "Traceback" not in res.stderr
+    res = iogen_cmd("datagen", "default", *over, "-q", "--overwrite")
+    assert res.returncode == 0, res.stderr
+    assert read(data / "train" / "README") == "keep" and os.path.isdir(data / "valid")
