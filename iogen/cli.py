@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", choices=("throughput", "au", "io"), default="throughput",
                    help="gate metric: samples/s, AU %% or MiB/s (default throughput)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--force", action="store_true",
+                   help="compare runs of different configurations (format, loader, dataset, ranks, compute)")
     return parser
 
 

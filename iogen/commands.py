@@ -288,7 +288,7 @@ def cmd_compare(args) -> int:
         print("iogen: error: --threshold must be a percentage in [0, 100)", file=sys.stderr)
         return EXIT_USAGE
     result = compare(load_side(args.baseline), load_side(args.candidate), metric=args.metric,
-                     threshold_pct=args.threshold)
+                     threshold_pct=args.threshold, force=args.force)
     print(render_comparison(result))
     if args.json:
         from .report.rundir import write_json

@@ -14,6 +14,7 @@ iogen.campaign.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -155,6 +156,9 @@ class RunValues:
     num_accelerators: int | None = None
     start: str | None = None
     au_gate_applied: bool = True  # False: no compute configured, so no AU verdict is asked for
+    t_staging_s: float | None = None  # the run's data staging time (workflow.stage_data), if any
+    setup: dict | None = None  # summary.json iogen.setup: what was measured (format, loader, ...)
+    reads_source: str | None = None  # iogen.reads_from.source: storage, page cache, ...
 
     def value(self, metric: str) -> float | None:
         """The run's value of one of METRICS."""
@@ -185,7 +189,32 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
         num_accelerators=doc.get("num_accelerators"),
         start=doc.get("start"),
         au_gate_applied=bool(gate.get("applied", True)),
+        t_staging_s=(it.get("staging") or {}).get("t_staging_s"),
+        setup=it.get("setup"),
+        reads_source=(it.get("reads_from") or {}).get("source"),
     )
+
+
+# What makes two runs comparable: the keys of summary.json iogen.setup that must be equal.
+CONFIG_KEYS = ("workload", "format", "data_loader", "read_threads", "batch_size", "record_length_bytes",
+               "record_length_bytes_stdev", "num_files_train", "num_samples_per_file", "dataset_bytes",
+               "num_ranks", "computation_time", "odirect", "evict_page_cache")
+
+
+def config_differences(runs) -> list[str]:
+    """One line per configuration key on which the runs differ: "data_loader: native (run-1) vs pytorch (run-2)".
+
+    Runs without a recorded setup (older iogen) are compared on nothing but what they recorded.
+    """
+    out = []
+    for key in CONFIG_KEYS:
+        groups: dict[str, list[str]] = {}
+        for r in runs:
+            if r.setup is not None and key in r.setup:
+                groups.setdefault(str(r.setup[key]), []).append(r.label)
+        if len(groups) > 1:
+            out.append(f"{key}: " + " vs ".join(f"{v} ({', '.join(labels)})" for v, labels in groups.items()))
+    return out
 
 
 @dataclass(frozen=True)
@@ -202,6 +231,9 @@ class CampaignStats:
     valid: bool
     reasons: tuple  # why the campaign is not valid (empty when valid)
     notes: tuple = ()
+    staging: SeriesStats | None = None  # T_staging (s) over the measured runs that staged data
+    page_cache_runs: tuple = ()  # measured runs whose reads the page cache served: not a storage result
+    config_differences: tuple = ()  # configuration keys on which the runs differ
 
     def to_dict(self) -> dict:
         """JSON form (report.json `campaign`)."""
@@ -219,7 +251,19 @@ class CampaignStats:
             "valid": self.valid,
             "invalid_reasons": list(self.reasons),
             "notes": list(self.notes),
+            "t_staging_s": self.staging.to_dict() if self.staging is not None else None,
+            "page_cache_runs": list(self.page_cache_runs),
+            "storage_measured": not self.page_cache_runs,
+            "config_differences": list(self.config_differences),
         }
+
+
+def _clip_au_interval(s: SeriesStats) -> SeriesStats:
+    """AU is a share of time: its 95% interval is clipped to [0, 100] (the t-interval is not)."""
+    if s.ci95_low is None or (0.0 <= s.ci95_low and s.ci95_high <= 100.0):
+        return s
+    return dataclasses.replace(s, ci95_low=max(0.0, s.ci95_low), ci95_high=min(100.0, s.ci95_high),
+                               notes=s.notes + ("the AU interval is clipped to [0, 100]",))
 
 
 def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
@@ -247,6 +291,13 @@ def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
         seen = sorted({str(getattr(r, attr)) for r in usable if getattr(r, attr) is not None})
         if len(seen) > 1:
             reasons.append(f"runs of different {what}: {', '.join(seen)}")
+    differ = config_differences(runs)
+    if differ:
+        reasons.append("runs differ in configuration: " + "; ".join(differ))
+    cached = [r.label for r in usable if r.reads_source in ("page cache", "partly page cache")]
+    if cached:
+        notes.append(f"the page cache served the reads of {', '.join(cached)}: those figures measure memory, "
+                     "not storage")
     thresholds = sorted({r.au_threshold_percentage for r in usable if r.au_threshold_percentage is not None})
     if len(thresholds) > 1:
         notes.append(f"runs used different AU thresholds: {', '.join(f'{t:g}%' for t in thresholds)}")
@@ -254,6 +305,8 @@ def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
     stats, headline, flagged = {}, {}, {}
     for key, _, _ in METRICS:
         s = describe([r.value(key) for r in usable])
+        if key == "au_percentage":
+            s = _clip_au_interval(s)
         stats[key] = s
         headline[key] = reduce_values(s, reduction)[0]
         flags = []
@@ -279,6 +332,9 @@ def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
         valid=not reasons,
         reasons=tuple(reasons),
         notes=tuple(notes),
+        staging=describe([r.t_staging_s for r in usable]) if any(r.t_staging_s is not None for r in usable) else None,
+        page_cache_runs=tuple(cached),
+        config_differences=tuple(differ),
     )
 
 

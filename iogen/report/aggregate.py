@@ -71,8 +71,26 @@ def _start_key(run_dir):
         return ("", run_dir)
 
 
+def _runs_below(root) -> tuple[list[str], int]:
+    """Run folders at any depth below `root` (campaigns' runs in campaign order), and folders looked in."""
+    runs: list[str] = []
+    looked = 0
+    for here, dirs, _files in os.walk(root):
+        looked += 1
+        dirs.sort()
+        if _is_campaign(here):
+            runs.extend(_campaign_runs(here))
+            dirs[:] = []  # the campaign lists its runs, in the order they ran
+        elif here != root and _is_run(here):
+            runs.append(here)
+            dirs[:] = []  # a run folder's sub-folders (steps/, traces/) hold no runs
+    loose = sorted((r for r in runs if not _is_campaign(os.path.dirname(r))), key=_start_key)
+    ordered = [r for r in runs if _is_campaign(os.path.dirname(r))]
+    return loose + [r for r in ordered if r not in loose], looked
+
+
 def find_run_dirs(paths) -> list[str]:
-    """Expand run, campaign and results folders into run folders (absolute paths, no duplicates)."""
+    """Expand run, campaign and results folders (at any depth) into run folders (absolute, no duplicates)."""
     found: list[str] = []
     for p in paths:
         p = os.path.abspath(os.fspath(p))
@@ -80,16 +98,11 @@ def find_run_dirs(paths) -> list[str]:
             raise DataError(p, "not a folder (expected a run folder, a campaign folder or a results folder)")
         if _is_run(p):
             runs = [p]
-        elif _is_campaign(p):
-            runs = _campaign_runs(p)
         else:
-            subs = [os.path.join(p, d) for d in sorted(os.listdir(p))]
-            runs = sorted((d for d in subs if os.path.isdir(d) and _is_run(d)), key=_start_key)
-            for d in subs:
-                if os.path.isdir(d) and not _is_run(d) and _is_campaign(d):
-                    runs.extend(_campaign_runs(d))
-        if not runs:
-            raise DataError(p, "holds no iogen run (no summary.json here or in its sub-folders)")
+            runs, looked = _runs_below(p)
+            if not runs:
+                raise DataError(p, f"holds no iogen run: looked for summary.json (a run) and {CAMPAIGN_FILE} "
+                                   f"(a campaign) in it and in its {looked - 1} sub-folder(s) at any depth")
         found.extend(r for r in runs if r not in found)
     return found
 
@@ -127,6 +140,9 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
         "au_gate_applied": rv.au_gate_applied,
         "au_threshold_percentage": rv.au_threshold_percentage,
         "page_cache_warning": (doc.get("iogen") or {}).get("page_cache_warning"),
+        "setup": rv.setup,
+        "reads_from": (doc.get("iogen") or {}).get("reads_from"),
+        "device_read_bytes_per_epoch": (doc.get("iogen") or {}).get("device_read_bytes_per_epoch"),
         "dataset_size_rule": (doc.get("iogen") or {}).get("dataset_size_rule"),
         "per_epoch": {
             "epoch": per_epoch.get("epoch", []),
@@ -162,6 +178,7 @@ def _values(entry) -> _stats.RunValues:
         au_threshold_percentage=entry["au_threshold_percentage"], workload=entry["workload"],
         num_accelerators=entry["num_accelerators"], start=entry["start"],
         au_gate_applied=entry.get("au_gate_applied", True),
+        setup=entry.get("setup"), reads_source=(entry.get("reads_from") or {}).get("source"),
     )
 
 

@@ -17,6 +17,7 @@ Decision (docs/reports.md):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..metrics.campaign import METRICS, RunValues, run_values_from_summary
+from ..metrics.campaign import METRICS, RunValues, config_differences, run_values_from_summary
 from ..errors import DataError
 from .text import fmt_num, table
 
@@ -44,6 +45,7 @@ class Side:
     labels: list
     values: dict  # metric key -> list of floats, one per run
     left_out: list = field(default_factory=list)  # labels of warm-ups and incomplete runs
+    runs: list = field(default_factory=list)  # the RunValues of the runs used (their setups)
 
     def series(self, key) -> np.ndarray:
         """The finite values of one metric."""
@@ -54,7 +56,7 @@ def _side_from_runs(path, runs: list[RunValues]) -> Side:
     used = [r for r in runs if not r.warmup and r.complete]
     left = [r.label for r in runs if r.warmup or not r.complete]
     values = {key: [r.value(key) for r in used] for key, _, _ in METRICS}
-    return Side(path, [r.label for r in used], values, left)
+    return Side(path, [r.label for r in used], values, left, used)
 
 
 def load_side(path) -> Side:
@@ -68,7 +70,8 @@ def load_side(path) -> Side:
             raise DataError(path, f"not valid JSON: {exc}") from None
         if doc.get("format") == "iogen report":
             runs = [RunValues(r["label"], r["run_dir"], r["warmup"], r["complete"], r["au_percentage"],
-                              r["throughput_samples_s"], r["io_mib_s"], r["au_met"], r["au_threshold_percentage"])
+                              r["throughput_samples_s"], r["io_mib_s"], r["au_met"], r["au_threshold_percentage"],
+                              setup=r.get("setup"), reads_source=(r.get("reads_from") or {}).get("source"))
                     for r in doc.get("runs", [])]
         elif "metric" in doc and "iogen" in doc:  # a summary.json
             runs = [run_values_from_summary(doc, os.path.dirname(path))]
@@ -98,6 +101,7 @@ class Comparison:
     change_ci_pct: tuple | None  # 95% interval of the relative change of the means (welch only)
     regression: bool
     explanation: str
+    config_differences: list = field(default_factory=list)  # compared anyway (--force)
 
     @property
     def exit_code(self) -> int:
@@ -119,6 +123,7 @@ class Comparison:
             "regression": self.regression,
             "explanation": self.explanation,
             "exit_code": self.exit_code,
+            "config_differences": self.config_differences,
         }
 
 
@@ -141,9 +146,24 @@ def _welch_change_ci(b, c):
     return ((d - half) / b.mean() * 100.0, (d + half) / b.mean() * 100.0)
 
 
+def side_differences(baseline: Side, candidate: Side) -> list[str]:
+    """Configuration keys on which the two sides' runs differ (format, loader, dataset, ranks, compute, ...)."""
+    runs = [dataclasses.replace(r, label=f"{name} {r.label}")
+            for name, side in (("baseline", baseline), ("candidate", candidate)) for r in side.runs]
+    return config_differences(runs)
+
+
 def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", threshold_pct: float = 5.0,
-            alpha: float = ALPHA) -> Comparison:
-    """Decide whether the candidate is slower than the baseline beyond threshold_pct, with confidence."""
+            alpha: float = ALPHA, force: bool = False) -> Comparison:
+    """Decide whether the candidate is slower than the baseline beyond threshold_pct, with confidence.
+
+    Runs of different configurations measure different things: DataError (exit 2) naming the
+    differences, unless `force`, when the comparison is made and the differences are reported.
+    """
+    differ = side_differences(baseline, candidate)
+    if differ and not force:
+        raise DataError(candidate.path, "baseline and candidate differ in configuration: " + "; ".join(differ)
+                        + " (compare them anyway with --force)")
     if metric not in GATE_METRICS:
         raise ValueError(f"metric must be one of {', '.join(GATE_METRICS)}, got {metric!r}")
     if not 0.0 <= threshold_pct < 100.0:
@@ -202,7 +222,7 @@ def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", thre
         verdict = f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold -{thr})"
     return Comparison(metric=key, threshold_pct=threshold_pct, baseline=baseline, candidate=candidate,
                       rows=rows, method=method, p_value=p_value, change_ci_pct=ci, regression=regression,
-                      explanation=f"{verdict}\n{why}")
+                      explanation=f"{verdict}\n{why}", config_differences=differ)
 
 
 def render_comparison(cmp: Comparison) -> str:
@@ -212,6 +232,8 @@ def render_comparison(cmp: Comparison) -> str:
         f"baseline:  {cmp.baseline.path} ({len(cmp.baseline.labels)} run(s): {', '.join(cmp.baseline.labels)})",
         f"candidate: {cmp.candidate.path} ({len(cmp.candidate.labels)} run(s): {', '.join(cmp.candidate.labels)})",
     ]
+    for diff in cmp.config_differences:
+        lines.append(f"WARNING (--force): the runs differ in {diff}")
     for name, side in (("baseline", cmp.baseline), ("candidate", cmp.candidate)):
         if side.left_out:
             lines.append(f"left out of the {name}: {', '.join(side.left_out)} (warm-up or incomplete)")

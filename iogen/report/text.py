@@ -83,7 +83,59 @@ def reads_lines(it: dict) -> list[str]:
         lines.append("WARNING: " + it["page_cache_warning"])
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
+    if it.get("staging"):
+        lines.append(staging_line(it["staging"]))
     return lines
+
+
+def staging_line(st: dict) -> str:
+    """One line on data staging: what was copied, how fast, and T_staging / T_epoch."""
+    nodes = st.get("nodes") or []
+    ratio = st.get("t_staging_over_t_epoch")
+    spread = ""
+    if len(nodes) > 1:
+        spread = f", per node {fmt_num(st.get('t_staging_node_min_s'), 2)}-{fmt_num(st.get('t_staging_node_max_s'), 2)} s"
+    reused = f", reused {st['reused_files']} staged file(s)" if st.get("reused_files") else ""
+    rate = st.get("staging_gib_s")
+    return (f"staged ({st.get('scope')} scope): {st.get('staged_files', 0)} file(s), {fmt_bytes(st.get('staged_bytes'))} "
+            f"to {len(nodes)} node(s) in {fmt_num(st.get('t_staging_s'), 2)} s"
+            f" ({'n/a' if rate is None else fmt_num(rate, 2)} GiB/s{spread}){reused}; "
+            f"T_staging / T_epoch {'n/a' if ratio is None else fmt_num(ratio, 2)}")
+
+
+def measured_lines(runs) -> list[str]:
+    """What the runs measured: one line when they agree, else one per distinct setup with its runs."""
+    groups: dict[str, list[str]] = {}
+    for r in runs:
+        groups.setdefault(setup_line(r.get("setup")), []).append(r["label"])
+    if len(groups) == 1:
+        return ["measured: " + next(iter(groups))]
+    return ["CONFIGURATIONS DIFFER: these runs did not measure the same thing"] + [
+        f"  {', '.join(labels)}: {line}" for line, labels in groups.items()]
+
+
+def page_cache_lines(runs) -> list[str]:
+    """A loud line per run whose reads the page cache served (or may have: the run's own warning)."""
+    out = []
+    for r in runs:
+        source = (r.get("reads_from") or {}).get("source")
+        if source in ("page cache", "partly page cache"):
+            out.append(f"WARNING: {r['label']}: {r['reads_from']['explanation']}")
+        elif r.get("page_cache_warning") and source != "storage":
+            out.append(f"WARNING: {r['label']}: {r['page_cache_warning']}")
+    return out
+
+
+def device_per_epoch(run) -> str:
+    """Mean device bytes per epoch of a run (every rank), or n/a."""
+    dev = [d for d in (run.get("device_read_bytes_per_epoch") or []) if d is not None]
+    return fmt_bytes(sum(dev) / len(dev)) if dev else "n/a"
+
+
+def reads_source(run) -> str:
+    """storage, PAGE CACHE, PARTLY PAGE CACHE or unknown."""
+    source = (run.get("reads_from") or {}).get("source") or "unknown"
+    return source if source in ("storage", "unknown") else source.upper()
 
 
 def measured_storage(it: dict) -> bool:
@@ -124,6 +176,8 @@ def render_report(report: dict) -> str:
     lines = [
         f"iogen report: {len(runs)} run(s) ({warm} warm-up), workload {', '.join(workloads)}, "
         f"{', '.join(accels)} accelerator(s)",
+        *measured_lines(runs),
+        *page_cache_lines(runs),
         "",
     ]
     rows = []
@@ -132,10 +186,11 @@ def render_report(report: dict) -> str:
         rows.append([
             r["label"], "warm-up" if r["warmup"] else "measured",
             fmt_num(r["au_percentage"], 2), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
-            fmt_ns(wait.get("p50_ns")), fmt_ns(wait.get("p99_ns")), fmt_ns(wait.get("max_ns")), _gate(r),
+            fmt_ns(wait.get("p50_ns")), fmt_ns(wait.get("p99_ns")), fmt_ns(wait.get("max_ns")),
+            device_per_epoch(r), reads_source(r), _gate(r),
         ])
-    lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max", "AU gate"],
-                       rows, "llrrrrrrl"))
+    lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max",
+                        "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrll"))
     for r in runs:  # MLPerf Storage's dataset-size rule (iogen.sizing), when the run's summary has it
         if (r.get("dataset_size_rule") or {}).get("met") is False:
             lines.append(f"note: {r['label']}: {r['dataset_size_rule']['message']}")
@@ -172,7 +227,10 @@ def render_report(report: dict) -> str:
     lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
     lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
                  f"{fmt_num(h['io_mib_s'])} MiB/s")
-    if camp["valid"]:
+    if camp["valid"] and camp.get("page_cache_runs"):
+        lines.append("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
+                     + ", ".join(camp["page_cache_runs"]))
+    elif camp["valid"]:
         lines.append("campaign VALID: every measured run met its AU threshold")
     else:
         lines.append("campaign NOT VALID: " + "; ".join(camp["invalid_reasons"]))

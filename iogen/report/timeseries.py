@@ -4,10 +4,12 @@ Everything here reads `steps/rank-*.steps` after the run; nothing is added to th
 step loop. Definitions (docs/reports.md):
 
 - per-interval series, per rank, on one wall-clock axis (each log's header maps its monotonic
-  times to wall time): samples/s and MiB/s count each batch at the instant it was delivered
-  (t_ready); AU % and wait % are the shares of the interval spent in emulated compute
-  [t_ready, t_compute_end) and in waiting [t_request, t_ready), split exactly at interval
-  edges. The last interval is divided by its actual (possibly shorter) length.
+  times to wall time): samples/s and MiB/s are time-weighted, each step's samples and bytes
+  spread evenly over the step [t_request, t_step_end), so an interval holding 4.5 steps counts
+  4.5 steps' worth (not 4 or 5 whole batches); AU % and wait % are the shares of the interval
+  spent in emulated compute [t_ready, t_compute_end) and in waiting [t_request, t_ready).
+  Everything is split exactly at interval edges; the last interval is divided by its actual
+  (possibly shorter) length.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..steplog import PHASE_TRAIN, read_steplog, wall_offset_ns
 __all__ = [
     "auto_interval_s",
     "busy_ns_per_bin",
+    "spread_per_bin",
     "interval_series",
     "read_run_steps",
     "run_timeseries",
@@ -56,6 +59,29 @@ def busy_ns_per_bin(starts_ns, ends_ns, edges_ns) -> np.ndarray:
     return np.diff(f).astype(np.float64)
 
 
+def spread_per_bin(starts_ns, ends_ns, amounts, edges_ns) -> np.ndarray:
+    """Amounts spread evenly over disjoint intervals [start, end), summed per bin [edges[j], edges[j+1]).
+
+    The time-weighted count: with G(t) = sum_i amount_i x clip(t - start_i, 0, d_i) / d_i, bin j
+    holds G(edges[j+1]) - G(edges[j]). An interval of zero length puts its amount at its start.
+    """
+    a = np.asarray(starts_ns, dtype=np.int64)
+    b = np.asarray(ends_ns, dtype=np.int64)
+    w = np.asarray(amounts, dtype=np.float64)
+    edges = np.asarray(edges_ns, dtype=np.int64)
+    if len(a) == 0:
+        return np.zeros(max(len(edges) - 1, 0), dtype=np.float64)
+    order = np.argsort(a, kind="stable")
+    a, d, w = a[order], np.maximum(b[order] - a[order], 0), w[order]
+    before = np.concatenate(([0.0], np.cumsum(w)[:-1]))
+    j = np.searchsorted(a, edges, side="right") - 1
+    jj = np.maximum(j, 0)
+    into = (edges - a[jj]).astype(np.float64)
+    share = np.where(d[jj] > 0, np.clip(into / np.maximum(d[jj], 1), 0.0, 1.0), 1.0)
+    g = np.where(j >= 0, before[jj] + w[jj] * share, 0.0)
+    return np.diff(g)
+
+
 def interval_series(rows, *, interval_ns: int, origin_ns: int, end_ns: int | None = None) -> dict:
     """One rank's rows (times already on the common axis, ns) -> per-interval rates from origin_ns.
 
@@ -72,9 +98,8 @@ def interval_series(rows, *, interval_ns: int, origin_ns: int, end_ns: int | Non
         edges[-1] = max(end_ns, edges[-2] + 1)  # the last interval stops at the run's end
     length_s = np.diff(edges).astype(np.float64) / 1e9
     if len(rows) and nbins:
-        which = np.clip((rows["t_ready"] - origin_ns) // interval_ns, 0, nbins - 1)
-        samples = np.bincount(which, weights=rows["samples"].astype(np.float64), minlength=nbins)
-        nbytes = np.bincount(which, weights=rows["bytes"].astype(np.float64), minlength=nbins)
+        samples = spread_per_bin(rows["t_request"], rows["t_step_end"], rows["samples"], edges)
+        nbytes = spread_per_bin(rows["t_request"], rows["t_step_end"], rows["bytes"], edges)
         compute = busy_ns_per_bin(rows["t_ready"], rows["t_compute_end"], edges)
         wait = busy_ns_per_bin(rows["t_request"], rows["t_ready"], edges)
     else:

@@ -6,6 +6,7 @@ from iogen.report.timeseries import (
     auto_interval_s,
     busy_ns_per_bin,
     interval_series,
+    spread_per_bin,
     read_run_steps,
     run_timeseries,
 )
@@ -34,10 +35,26 @@ def test_busy_time_is_split_exactly_at_interval_edges():
     assert busy_ns_per_bin([0], [100], [10, 20, 30]).tolist() == [10.0, 10.0]
 
 
+def test_amounts_are_spread_over_their_steps():
+    # steps [0, 10) with 4 samples and [10, 30) with 8: bins [0, 5) [5, 15) [15, 30)
+    assert spread_per_bin([0, 10], [10, 30], [4, 8], [0, 5, 15, 30]).tolist() == [2.0, 4.0, 6.0]
+    assert spread_per_bin([10, 0], [30, 10], [8, 4], [0, 5, 15, 30]).tolist() == [2.0, 4.0, 6.0]
+    assert spread_per_bin([3], [3], [5], [0, 2, 4]).tolist() == [0.0, 5.0]  # zero length: at its start
+    assert spread_per_bin([], [], [], [0, 10]).tolist() == [0.0]
+
+
+def test_steady_steps_give_a_steady_throughput():
+    # 10 steps of 9 ns each, 1 sample: 20 ns intervals hold 2.22 steps; counting whole steps
+    # would give 2 or 3 samples per interval, the time-weighted count 20/9 every time
+    rows = rows_of([(1, i, 9 * i, 9 * i, 9 * i + 5, 9 * (i + 1), 1, 1) for i in range(10)])
+    s = interval_series(rows, interval_ns=20, origin_ns=0, end_ns=80)
+    assert s["samples_s"] == pytest.approx([1 / 9e-9] * 4)
+
+
 def test_interval_series_by_hand():
     # two steps in [0, 20) ns with 10 ns intervals:
-    # step 0: wait [0, 2), compute [2, 8), barrier [8, 10): 4 samples, 2 MiB delivered at t=2
-    # step 1: wait [10, 14), compute [14, 20):               4 samples, 1 MiB delivered at t=14
+    # step 0: wait [0, 2), compute [2, 8), barrier [8, 10): 4 samples, 2 MiB over [0, 10)
+    # step 1: wait [10, 14), compute [14, 20):               4 samples, 1 MiB over [10, 20)
     rows = rows_of([(1, 0, 0, 2, 8, 10, 4, 2 * 2**20), (1, 1, 10, 14, 20, 20, 4, 2**20)])
     s = interval_series(rows, interval_ns=10, origin_ns=0)
     assert s["t_s"] == [0.0, 1e-8]
