@@ -250,15 +250,26 @@ def _check_by_probing(layout, fmt, probe_files: int):
 
 
 def _shape_problems(layout, fmt, shape, path) -> list[str]:
+    return [_mismatch(key, ours, theirs, path) for key, ours, theirs in shape_mismatches(layout, fmt, shape)]
+
+
+def shape_mismatches(layout, fmt, shape) -> list[tuple[str, object, object]]:
+    """(config key, the workload's value, the file's value) of each way a probed file disagrees."""
     out = []
     if shape.compression != fmt.compression:
-        out.append(_mismatch("dataset.compression", fmt.compression, shape.compression, path))
+        out.append(("dataset.compression", fmt.compression, shape.compression))
     if shape.samples != layout.samples_per_file:
-        out.append(_mismatch("dataset.num_samples_per_file", layout.samples_per_file, shape.samples, path))
+        out.append(("dataset.num_samples_per_file", layout.samples_per_file, shape.samples))
     if shape.dtype is not None and shape.dtype != fmt.record_dtype.name:
-        out.append(_mismatch("dataset.record_element_type", fmt.record_dtype.name, shape.dtype, path))
+        out.append(("dataset.record_element_type", fmt.record_dtype.name, shape.dtype))
     if fmt.record_dims and shape.dims is not None and tuple(shape.dims) != tuple(fmt.record_dims):
-        out.append(_mismatch("dataset.record_dims", list(fmt.record_dims), list(shape.dims), path))
+        out.append(("dataset.record_dims", list(fmt.record_dims), list(shape.dims)))
     elif abs(shape.record_bytes - layout.record_length_bytes) > record_tolerance_bytes(layout, shape):
-        out.append(_mismatch("dataset.record_length_bytes", layout.record_length_bytes, shape.record_bytes, path))
+        out.append(("dataset.record_length_bytes", layout.record_length_bytes, shape.record_bytes))
     return out
+
+
+def is_iogen_layout(fmt, shape, record_bytes: int) -> bool:
+    """Whether a probed file is laid out as iogen writes it (so the format's full check applies)."""
+    return (shape.layout == "rows" and shape.record_bytes == int(record_bytes)
+            and (shape.dims is None or tuple(shape.dims) == tuple(fmt.record_shape(int(record_bytes)))))

@@ -199,3 +199,36 @@ def test_run_refuses_mismatch_before_writing_anything(tmp_path, iogen_cmd, tiny)
     subset = iogen_cmd("run", "default", *over, "dataset.num_files_train=4", "train.epochs=1", "-q")
     assert subset.returncode in (0, 1), subset.stderr  # 1: the AU gate, on a loaded machine
     assert len(os.listdir(tmp_path / "results")) == 1
+
+
+@pytest.mark.parametrize("fmt_name,writer", [("npz", write_dlio_npz), ("hdf5", write_dlio_hdf5)])
+def test_verify_on_dlio_data_says_plainly_what_it_cannot_check(tmp_path, fmt_name, writer):
+    from iogen.datagen import verify
+
+    writer(tmp_path / "data" / "train", 4, 2, 63)
+    over = {"dataset.num_files_train": 4, "dataset.num_samples_per_file": 2, "dataset.record_length_bytes": 4000}
+    problems = verify(wl_of(tmp_path, fmt_name, **over))
+    assert [p.kind for p in problems] == ["manifest"]
+    assert "file sizes and checksums cannot be verified" in problems[0].message
+    problems = verify(wl_of(tmp_path, fmt_name, **{**over, "dataset.num_samples_per_file": 3}))
+    structure = [p for p in problems if p.kind == "structure"]
+    assert len(structure) == 4
+    assert structure[0].message == "dataset.num_samples_per_file: the workload says 3, the file has 2"
+
+
+def test_verify_without_manifest_still_checks_iogen_files_fully(tmp_path):
+    from iogen.datagen import verify
+
+    wl = wl_of(tmp_path, "tfrecord")
+    generate(wl)
+    os.unlink(tmp_path / "data" / "train" / MANIFEST_NAME)
+    path = DatasetLayout.from_workload(wl, "train").paths[2]
+    with open(path, "r+b") as f:  # flip a payload byte: same size, bad data CRC
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 1]))
+    problems = verify(wl)
+    assert [(os.path.basename(p.file), p.kind) for p in problems] == [
+        (MANIFEST_NAME, "manifest"), ("img_2_of_8.tfrecord", "structure")]
+    assert "CRC mismatch" in problems[1].message
