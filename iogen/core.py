@@ -4,7 +4,7 @@ IOGEN_CORE=python selects the twin (iogen/_core/pure/), a slow reference used kn
 Otherwise the compiled core is required: if it is missing or broken, importing this module
 raises CoreMissingError with the fix, never a silent fallback that would skew measurements.
 
-Everyone else uses `from iogen.core import clock, reader, fill, tfrecord`.
+Everyone else uses `from iogen.core import clock, reader, fill, tfrecord, permute`.
 """
 import os
 
@@ -19,10 +19,10 @@ if _requested not in _CHOICES:
         f"the compiled core) and 'python' (the pure-Python reference twin)")
 
 if _requested == "python":
-    from iogen._core.pure import clock, fill, reader, tfrecord
+    from iogen._core.pure import ckpt, clock, copier, fill, permute, reader, tfrecord
 else:
     try:
-        from iogen._core import clock, fill, reader, tfrecord
+        from iogen._core import ckpt, clock, copier, fill, permute, reader, tfrecord
     except ImportError as exc:
         raise CoreMissingError(
             f"iogen's compiled core (iogen._core) could not be imported: {exc}. "
@@ -32,14 +32,14 @@ else:
 
 IMPLEMENTATION = _requested
 
-__all__ = ["IMPLEMENTATION", "clock", "core_description", "fill", "reader", "tfrecord"]
+__all__ = ["IMPLEMENTATION", "ckpt", "clock", "copier", "core_description", "fill", "permute", "reader", "tfrecord"]
 
 
 def core_description():
     """Describe the core in use, e.g. 'cython (hw crc32c)' or 'python (reference)'."""
     if IMPLEMENTATION == "python":
         return "python (reference)"
-    has_hw = getattr(tfrecord, "has_hw_crc32c", None)
-    if has_hw is None:
-        return "cython"
-    return f"cython ({'hw' if has_hw() else 'sw'} crc32c)"
+    facts = [f"{'hw' if tfrecord.has_hw_crc32c() else 'sw'} crc32c"]
+    if reader.DEBUG_BUILD:
+        facts.append("debug build")
+    return f"cython ({', '.join(facts)})"

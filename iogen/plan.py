@@ -2,15 +2,19 @@
 
 The plan is a pure function of plain integers (seed, epoch, rank, world size, dataset shape),
 so every loader executes the same plan and every rank can compute every other rank's share
-without talking to it. Samples are named by a global id:
+without talking to it. A rank computes only its own share: the shuffled order is a keyed
+permutation evaluated position by position (iogen/_core/permute.pyx), so a plan costs time and
+memory in the samples the rank reads, not in the size of the dataset (docs/scaling.md). Samples are named by a global id:
 ``gid = file_index * samples_per_file + sample_in_file``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import core
 from .errors import ConfigError
 
 SHUFFLE_MODES = ("off", "seed", "random")
@@ -18,6 +22,7 @@ SHUFFLE_MODES = ("off", "seed", "random")
 # Distinct streams of the seed so file order and sample order are independent draws.
 _STREAM_FILES = 1
 _STREAM_SAMPLES = 2
+_STREAM_TAIL = 3  # the partial last window of a windowed sample shuffle
 
 
 @dataclass(frozen=True)
@@ -50,21 +55,78 @@ class EpochPlan:
         return gids % self.samples_per_file
 
 
-def _rng(seed: int, epoch_key: int, stream: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch_key, stream])))
+# Feistel rounds of the index shuffle (iogen/_core/permute.pyx); 8 is comfortably past the
+# 4 that make a Feistel network with random round functions a pseudo-random permutation.
+ROUNDS = 8
 
 
-def _windowed_permutation(order: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
-    """Shuffle inside consecutive windows of `window` samples (a bounded shuffle buffer)."""
-    n = order.size
-    full = (n // window) * window
-    out = order.copy()
-    if full:
-        blocks = out[:full].reshape(-1, window)
-        out[:full] = rng.permuted(blocks, axis=1).ravel()
-    if full < n:
-        out[full:] = rng.permutation(out[full:])
-    return out
+@functools.lru_cache(maxsize=64)
+def shuffle_keys(seed: int, epoch_key: int, stream: int) -> np.ndarray:
+    """Round keys (uint64, read-only) of one stream of one epoch's shuffle, from numpy's SeedSequence."""
+    keys = np.random.SeedSequence([int(seed), int(epoch_key), int(stream)]).generate_state(ROUNDS, np.uint64)
+    keys.flags.writeable = False
+    return keys
+
+
+def _check_modes(file_shuffle: str, sample_shuffle: str) -> None:
+    for name, mode in (("file_shuffle", file_shuffle), ("sample_shuffle", sample_shuffle)):
+        if mode not in SHUFFLE_MODES:
+            raise ConfigError(f"reader.{name}: {mode!r} is not one of {', '.join(SHUFFLE_MODES)}")
+
+
+def order_at(
+    positions: np.ndarray,
+    *,
+    num_files: int,
+    samples_per_file: int,
+    epoch: int,
+    seed: int,
+    file_shuffle: str = "off",
+    sample_shuffle: str = "off",
+    shuffle_size: int = 0,
+    seed_change_epoch: bool = True,
+) -> np.ndarray:
+    """The global sample ids at `positions` of the epoch's order, computed for those positions only.
+
+    The order is defined index by index (docs/scaling.md): with S the sample shuffle (one
+    permutation of all positions, or one per window of `shuffle_size` positions) and F the file
+    shuffle (a permutation of file indices), position p holds
+        q = S(p);  gid = F(q // samples_per_file) * samples_per_file + q % samples_per_file
+    so file shuffle keeps a file's samples together and in order, and sample shuffle permutes the
+    file-shuffled order, as a shuffle buffer over a file-shuffled stream does. Cost: O(len(positions)).
+    Mode "random" must already have been resolved into a concrete `seed` by the caller (rank 0
+    draws it once and records it), so the plan itself is always reproducible.
+    """
+    _check_modes(file_shuffle, sample_shuffle)
+    epoch_key = epoch if seed_change_epoch else 0
+    n = int(num_files) * int(samples_per_file)
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    top = int(pos.max()) if pos.size else -1
+    if pos.size and (top >= n or int(pos.min()) < 0):
+        raise ValueError(f"positions must lie in [0, {n})")
+    q = pos
+    if sample_shuffle != "off" and n > 1:
+        window = n if shuffle_size <= 0 or shuffle_size >= n else int(shuffle_size)
+        full = (n // window) * window
+        q = np.empty_like(pos)
+        keys = shuffle_keys(seed, epoch_key, _STREAM_SAMPLES)
+        if full == n or top < full:
+            core.permute.permute(pos, q, window, keys)
+        else:
+            # the last, partial window is a permutation of its own size (its own keys)
+            head = pos < full
+            hq = np.empty(int(head.sum()), np.int64)
+            core.permute.permute(np.ascontiguousarray(pos[head]), hq, window, keys)
+            tail = np.ascontiguousarray(pos[~head] - full)
+            tq = np.empty_like(tail)
+            core.permute.permute(tail, tq, n - full, shuffle_keys(seed, epoch_key, _STREAM_TAIL))
+            q[head], q[~head] = hq, tq + full
+    if file_shuffle == "off" or num_files <= 1:
+        return q if q is not positions else q.copy()
+    files = q // samples_per_file
+    shuffled = np.empty_like(files)
+    core.permute.permute(files, shuffled, int(num_files), shuffle_keys(seed, epoch_key, _STREAM_FILES))
+    return shuffled * samples_per_file + q % samples_per_file
 
 
 def global_order(
@@ -78,28 +140,15 @@ def global_order(
     shuffle_size: int = 0,
     seed_change_epoch: bool = True,
 ) -> np.ndarray:
-    """The epoch's order of all global sample ids, before sharding across ranks.
+    """The epoch's order of all global sample ids, before sharding (O(total samples): tests, small N).
 
     `file_shuffle` permutes files (samples of a file stay together); `sample_shuffle` permutes
     samples, over the whole epoch when `shuffle_size` is 0, else inside windows of that size.
-    Mode "random" must already have been resolved into a concrete `seed` by the caller (rank 0
-    draws it once and records it), so the plan itself is always reproducible.
     """
-    for name, mode in (("file_shuffle", file_shuffle), ("sample_shuffle", sample_shuffle)):
-        if mode not in SHUFFLE_MODES:
-            raise ConfigError(f"reader.{name}: {mode!r} is not one of {', '.join(SHUFFLE_MODES)}")
-    epoch_key = epoch if seed_change_epoch else 0
-    files = np.arange(num_files, dtype=np.int64)
-    if file_shuffle != "off":
-        files = _rng(seed, epoch_key, _STREAM_FILES).permutation(files)
-    order = (files[:, None] * samples_per_file + np.arange(samples_per_file, dtype=np.int64)).ravel()
-    if sample_shuffle != "off":
-        rng = _rng(seed, epoch_key, _STREAM_SAMPLES)
-        if shuffle_size <= 0 or shuffle_size >= order.size:
-            order = rng.permutation(order)
-        else:
-            order = _windowed_permutation(order, shuffle_size, rng)
-    return order
+    n = num_files * samples_per_file
+    return order_at(np.arange(n, dtype=np.int64), num_files=num_files, samples_per_file=samples_per_file,
+                    epoch=epoch, seed=seed, file_shuffle=file_shuffle, sample_shuffle=sample_shuffle,
+                    shuffle_size=shuffle_size, seed_change_epoch=seed_change_epoch)
 
 
 def steps_per_epoch(total_samples: int, batch_size: int, world_size: int, max_steps: int | None = None) -> int:
@@ -143,7 +192,11 @@ def make_plan(
             f"of {batch_size} on each of {world_size} ranks; need at least {batch_size * world_size} samples"
         )
     steps = steps_per_epoch(total, batch_size, world_size, max_steps)
-    order = global_order(
+    _check_modes(file_shuffle, sample_shuffle)
+    share = full_steps * batch_size
+    # only this rank's positions of the epoch's order are evaluated: O(steps * batch_size)
+    mine = order_at(
+        np.arange(rank * share, rank * share + steps * batch_size, dtype=np.int64),
         num_files=num_files,
         samples_per_file=samples_per_file,
         epoch=epoch,
@@ -153,8 +206,6 @@ def make_plan(
         shuffle_size=shuffle_size,
         seed_change_epoch=seed_change_epoch,
     )
-    share = full_steps * batch_size
-    mine = order[rank * share : rank * share + steps * batch_size]
     return EpochPlan(
         epoch=epoch,
         rank=rank,

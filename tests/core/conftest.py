@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-MODULES = ("clock", "reader", "fill", "tfrecord")
+MODULES = ("clock", "reader", "fill", "tfrecord", "copier", "permute")
 PACKAGES = {"cython": "iogen._core", "python": "iogen._core.pure"}
 
 
