@@ -100,6 +100,23 @@ def wants_mpi(environ=None) -> bool:
     return found is not None and found[1] != 1
 
 
+def node_name(rank: int, environ=None) -> str:
+    """The node a rank runs on: its hostname, or what IOGEN_NODE says.
+
+    IOGEN_NODE simulates several nodes on one machine (tests, demos of node-local staging): one
+    name for every rank, or a comma-separated name per rank (`a,a,b,b` under `mpiexec -n 4`).
+    """
+    value = (os.environ if environ is None else environ).get("IOGEN_NODE", "").strip()
+    if not value:
+        return socket.gethostname()
+    names = [n.strip() for n in value.split(",")]
+    if len(names) == 1:
+        return names[0]
+    if rank >= len(names) or not all(names):
+        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes, rank {rank} has none")
+    return names[rank]
+
+
 class SingleWorld:
     """A world of one process: every collective is the identity."""
 
@@ -107,6 +124,11 @@ class SingleWorld:
     size = 1
     kind = "single"
     failed = False
+
+    @property
+    def node(self) -> str:
+        """This rank's node (iogen.comm.node_name)."""
+        return node_name(0)
 
     def barrier(self) -> None:
         """Nothing to wait for."""
@@ -142,8 +164,8 @@ class SingleWorld:
         raise SystemExit(code)
 
     def hostnames(self) -> list[str]:
-        """Host of every rank."""
-        return [socket.gethostname()]
+        """Host (node) of every rank."""
+        return [self.node]
 
 
 class MPIWorld:
@@ -158,7 +180,7 @@ class MPIWorld:
         base = comm if comm is not None else MPI.COMM_WORLD
         self.rank = base.Get_rank()
         self.size = base.Get_size()
-        self.host = socket.gethostname()
+        self.host = self.node = node_name(self.rank)
         # One communicator per role, so an operation abandoned by a failure never matches a
         # later one: results, per-step sync, failure notices, post-failure epilogue, exit.
         self.comm = base.Dup()

@@ -49,6 +49,12 @@ class LoaderUnavailable(ImportError, IogenError):
     exit_code = EXIT_USAGE
 
 
+class DependencyMissing(ImportError, IogenError):
+    """An optional package a command needs is not installed; the message has the pip command."""
+
+    exit_code = EXIT_USAGE
+
+
 class RankFailure(IogenError):
     """Another MPI rank failed; carries that rank's message."""
 

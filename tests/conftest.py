@@ -77,3 +77,53 @@ def workload():
     Format and datagen tests use it to reach layouts the config would reject on purpose.
     """
     return _workload_standin
+
+
+class FileOpens:
+    """Every open(2) of a file in the watched folders, counted by name (Linux inotify, IN_OPEN).
+
+    Real kernel events, read after the fact from inotify's queue: tests use it to check which
+    files a run opened (e.g. that a staged run never reads the shared copy).
+    """
+
+    IN_OPEN = 0x20
+
+    def __init__(self, folders):
+        import ctypes
+
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            pytest.skip("inotify is not available here")
+        self.names = {}
+        for folder in folders:
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(str(folder)), self.IN_OPEN)
+            assert wd >= 0, f"inotify_add_watch({folder}) failed"
+            self.names[wd] = str(folder)
+
+    def counts(self) -> dict:
+        """{path: opens so far}; drains the queue, so call it once, after the run."""
+        import struct
+
+        out = {}
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            pos = 0
+            while pos < len(data):
+                wd, _mask, _cookie, length = struct.unpack_from("iIII", data, pos)
+                name = data[pos + 16:pos + 16 + length].rstrip(b"\0").decode()
+                pos += 16 + length
+                if name:  # an open of the folder itself has no name
+                    path = os.path.join(self.names[wd], name)
+                    out[path] = out.get(path, 0) + 1
+        os.close(self.fd)
+        return out
+
+
+@pytest.fixture
+def file_opens():
+    """Factory: FileOpens(folders) starts counting opens in those folders."""
+    return FileOpens

@@ -89,3 +89,35 @@ def check_crc(crc):
     if not 0 <= _check_int("crc", crc) < 1 << 32:
         raise ValueError(f"crc must be in [0, 2**32), got {crc}")
     return int(crc)
+
+
+INT_MAX = 2**31 - 1  # file descriptors are C ints
+
+
+def check_copy_args(src_fd, dst_fd, nbytes, piece_bytes, write_align) -> None:
+    """Raise ValueError unless the descriptors, size, buffer and alignment make a valid copy."""
+    for name, fd in (("src_fd", src_fd), ("dst_fd", dst_fd)):
+        if not 0 <= fd <= INT_MAX:
+            raise ValueError(f"{name} must be a file descriptor, got {fd}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if nbytes > 0 and piece_bytes <= 0:
+        raise ValueError("the buffer is empty")
+    if write_align < 1:
+        raise ValueError(f"write_align must be >= 1, got {write_align}")
+    if write_align > 1 and piece_bytes % write_align:
+        raise ValueError(f"the buffer ({piece_bytes} bytes) must be a multiple of write_align {write_align}")
+
+
+# --- ckpt: checkpoint write and read ranges -------------------------------------------------------
+
+def check_ckpt_args(fd, buf_bytes, start, end, transfer) -> None:
+    """Raise ValueError unless fd, the range [start, end) and transfer fit a buffer of buf_bytes."""
+    if not 0 <= fd <= INT_MAX:
+        raise ValueError(f"fd must be a file descriptor, got {fd}")
+    if transfer <= 0 or transfer > MAX_CHUNK_BYTES:
+        raise ValueError(f"transfer must be in (0, {MAX_CHUNK_BYTES}], got {transfer}")
+    if buf_bytes < transfer:
+        raise ValueError(f"buffer of {buf_bytes} bytes is smaller than transfer {transfer}")
+    if start < 0 or start % transfer:
+        raise ValueError(f"start must be a multiple of transfer ({transfer}) and >= 0, got {start}")

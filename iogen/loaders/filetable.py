@@ -47,8 +47,13 @@ class FileTable:
         self.transient = n > _fd_budget()
 
     def learn_all(self) -> None:
-        """Open and index every file now (before the run), so no epoch pays it in its steps."""
-        for f in np.flatnonzero(~self.known):
+        """Open and index every file now (before the run), so no epoch pays it in its steps.
+
+        A node-local staged copy (iogen.staging, scope "node") holds only the files its node
+        reads: `layout.staged_files` lists them, and only those are learnt.
+        """
+        present = getattr(self.layout, "staged_files", None)
+        for f in np.flatnonzero(~self.known) if present is None else present[~self.known[present]]:
             self._learn(int(f))
         if not self.transient:
             closed = np.flatnonzero((self.fd < 0) & self.byte_addressable)

@@ -18,6 +18,7 @@ import yaml
 from .. import __version__
 from ..metrics import dlio_metric_block, iogen_metric_block, rank_epochs_array, run_metrics
 from ..metrics.device import reads_from
+from ..metrics.staging import with_epoch_ratio
 from ..sizing import run_check
 from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
@@ -150,6 +151,9 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         # batch wait (t_ready - t_request) over the metrics window, merged exactly over ranks
         doc["iogen"]["metrics"]["train"]["wait_latency"] = wait_run.summary()
         doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in wait_epochs]
+    if facts.get("staging"):  # T_staging per node and MLPerf HPC's T_staging / T_epoch
+        spans = run.train.epochs.span_ns if train.size else []
+        doc["iogen"]["staging"] = with_epoch_ratio(facts["staging"], spans)
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
     if train.size:
         rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(train, evals)))

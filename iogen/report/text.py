@@ -115,14 +115,18 @@ def measured_lines(runs) -> list[str]:
 
 
 def page_cache_lines(runs) -> list[str]:
-    """A loud line per run whose reads the page cache served (or may have: the run's own warning)."""
+    """Loud lines naming the runs whose reads the page cache served (or may have: the run's own warning)."""
+    cached = [r["label"] for r in runs if (r.get("reads_from") or {}).get("source") == "page cache"]
+    partly = [r["label"] for r in runs if (r.get("reads_from") or {}).get("source") == "partly page cache"]
+    maybe = [r for r in runs if r.get("page_cache_warning") and not (r.get("reads_from") or {}).get("source")]
     out = []
-    for r in runs:
-        source = (r.get("reads_from") or {}).get("source")
-        if source in ("page cache", "partly page cache"):
-            out.append(f"WARNING: {r['label']}: {r['reads_from']['explanation']}")
-        elif r.get("page_cache_warning") and source != "storage":
-            out.append(f"WARNING: {r['label']}: {r['page_cache_warning']}")
+    if cached:
+        out.append(f"WARNING: the page cache served the reads of {', '.join(cached)} (the device delivered under "
+                   "10% of the bytes read): those figures measure memory, not storage")
+    if partly:
+        out.append(f"WARNING: the page cache served part of the reads of {', '.join(partly)}: those figures "
+                   "overstate what storage delivers")
+    out.extend(f"WARNING: {r['label']}: {r['page_cache_warning']}" for r in maybe)
     return out
 
 

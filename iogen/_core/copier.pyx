@@ -1,0 +1,86 @@
+"""Copy one file's bytes to another through a caller-owned buffer, with the GIL released.
+
+The staging and drain mechanism: pread a piece into the buffer, pwrite it at the same offset.
+Policy stays in Python: which files, how many threads, O_DIRECT on either side (the caller
+opens the descriptors), temporary names and renames.
+"""
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t
+
+from iogen._core.reader cimport pread_full
+from iogen._core._common import check_copy_args, writable_byte_view
+from iogen.errors import CopyFailure
+
+cdef extern from "<unistd.h>" nogil:
+    ctypedef long ssize_t
+    ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
+
+# One pwrite asks for at most this much: Linux caps a single write at ~2 GiB anyway.
+cdef int64_t MAX_CHUNK_BYTES = 1 << 30
+
+
+cdef int pwrite_full(int fd, const unsigned char *src, int64_t length, int64_t offset) noexcept nogil:
+    cdef int64_t done = 0
+    cdef int64_t want
+    cdef ssize_t put
+    while done < length:
+        want = length - done
+        if want > MAX_CHUNK_BYTES:
+            want = MAX_CHUNK_BYTES
+        put = pwrite(fd, src + done, <size_t>want, offset + done)
+        if put > 0:
+            done += put
+        elif put < 0 and errno != EINTR:
+            return errno
+        elif put == 0:
+            return 28  # ENOSPC: a regular file that accepts nothing is full
+    return 0
+
+
+def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=1):
+    """Copy bytes [0, nbytes) of src_fd to dst_fd at the same offsets, len(buf) bytes a piece.
+
+    With write_align > 1 (O_DIRECT destination) every write is rounded up to a multiple of it,
+    the padding taken from the buffer; the caller truncates the file to its size afterwards.
+    Returns the bytes read (fewer than nbytes: the source ended early). Raises CopyFailure.
+    """
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    cdef int64_t piece = view.shape[0]
+    check_copy_args(src_fd, dst_fd, nbytes, piece, write_align)
+    cdef unsigned char *base = &view[0] if piece > 0 else NULL
+    cdef int64_t done = 0
+    cdef int64_t want, got, put_len
+    cdef int err = 0
+    cdef int side = 0  # 1 read, 2 write
+    with nogil:
+        while done < nbytes:
+            want = nbytes - done
+            if want > piece:
+                want = piece
+            if write_align > 1 and want % write_align:
+                # the O_DIRECT source side reads whole aligned blocks too; EOF stops it short
+                want = want + write_align - want % write_align
+                if want > piece:
+                    want = piece
+            got = pread_full(src_fd, base, want, done)
+            if got < 0:
+                err = <int>-got
+                side = 1
+                break
+            if got > nbytes - done:
+                got = nbytes - done
+            if got == 0:
+                break
+            put_len = got
+            if write_align > 1 and put_len % write_align:
+                put_len = put_len + write_align - put_len % write_align
+            err = pwrite_full(dst_fd, base, put_len, done)
+            if err:
+                side = 2
+                break
+            done += got
+            if got < want and done < nbytes:
+                break
+    if side:
+        raise CopyFailure("read" if side == 1 else "write", err, done)
+    return done

@@ -1,0 +1,396 @@
+"""Stage-in: copy the files a node's ranks will read to node-local storage, timed, before the run.
+
+MLPerf HPC lets a job copy its data from the shared file system to node-local storage before
+training and counts that copy in the time to train (T_staging, and T_staging / T_epoch to tell
+whether staging pays). `workflow.stage_data: true` does that:
+
+- ranks are grouped by node (`World.node`: the hostname, or IOGEN_NODE to simulate nodes);
+  the lowest rank of each node is its stager, the others wait at the end-of-staging barrier;
+- `staging.scope: node` copies the files the node's ranks read over the whole run (their plans,
+  every epoch, train and eval); `full` copies every file of the dataset to every node;
+- the stager copies with `staging.threads` threads, each through one reusable aligned buffer of
+  `staging.transfer_size` bytes (iogen.core.copier, GIL released), O_DIRECT on either side if
+  asked, into a temporary name that is renamed when the file is complete;
+- the run then reads `<staging.folder>/<train|valid>/...`, the same relative paths;
+- staged copies are removed at the end unless `staging.keep`; with `staging.reuse` a staged file
+  whose size matches its source (and a manifest equal to the source's) is not copied again.
+
+A failed copy removes every file and folder this invocation created and raises DataError
+naming the file that failed (the source for a read error, the staged copy for a write error).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ConfigError, CopyFailure, DataError
+
+# Staged files are written under this suffix and renamed once complete.
+TMP_SUFFIX = ".iogen-staging"
+# Alignment of the copy buffers and of O_DIRECT writes.
+ALIGN = 4096
+
+
+def staging_folder(template: str, node: str) -> str:
+    """The node-local folder: `staging.folder` with `{node}` replaced by the node's name."""
+    return template.replace("{node}", node)
+
+
+def run_files(wl, layout, world, seed: int, phase: str) -> np.ndarray:
+    """Sorted file indices this rank reads over the whole run in one phase, from its plans."""
+    from .plan import plan_for
+
+    from .engine import _eval_due
+
+    epochs = range(1, wl.train.epochs + 1)
+    if phase == "eval":
+        epochs = [e for e in epochs if _eval_due(wl, e)]
+    seen = np.zeros(layout.num_files, bool)
+    for epoch in epochs:
+        plan = plan_for(wl, layout, epoch=epoch, rank=world.rank, world_size=world.size, seed=seed, phase=phase)
+        seen[np.asarray(plan.batches).ravel() // layout.samples_per_file] = True
+        if seen.all():
+            break
+    return np.flatnonzero(seen)
+
+
+@dataclass
+class CopyJob:
+    """One file to stage: source, destination and the source's size."""
+
+    src: str
+    dst: str
+    nbytes: int
+
+
+@dataclass
+class StageReport:
+    """What one rank did for staging (the stager of a node copies; the others only wait)."""
+
+    node: str
+    stager: bool
+    folder: str
+    scope: str
+    t_start_ns: int = 0
+    t_copy_end_ns: int = 0
+    t_end_ns: int = 0
+    files: int = 0
+    bytes: int = 0
+    reused_files: int = 0
+    reused_bytes: int = 0
+    created: list = field(default_factory=list)  # files this invocation wrote (removed at the end)
+    created_dirs: list = field(default_factory=list)
+    layouts_files: list = field(default_factory=list)  # (source layout, file indices) staged
+
+    @property
+    def copy_s(self) -> float:
+        """Seconds the stager spent copying (0 on other ranks)."""
+        return (self.t_copy_end_ns - self.t_start_ns) / 1e9 if self.stager else 0.0
+
+    def as_dict(self) -> dict:
+        """The per-rank figures the summary reduces (plain values, units in the keys)."""
+        return {"node": self.node, "stager": self.stager, "folder": self.folder,
+                "t_start_ns": self.t_start_ns, "t_copy_end_ns": self.t_copy_end_ns,
+                "t_end_ns": self.t_end_ns, "files": self.files, "bytes": self.bytes,
+                "reused_files": self.reused_files, "reused_bytes": self.reused_bytes}
+
+
+def check_config(wl) -> None:
+    """Refuse staging settings that cannot work, before anything is written."""
+    st = wl.staging
+    if not wl.workflow.stage_data:
+        return
+    problems = []
+    if not st.folder:
+        problems.append("staging.folder: workflow.stage_data is on but no staging folder is set "
+                        "(a node-local path, e.g. /local/nvme/iogen; `{node}` is replaced by the node name)")
+    else:
+        data = os.path.realpath(wl.dataset.data_folder)
+        local = os.path.realpath(staging_folder(st.folder, "node"))
+        if local == data or local.startswith(data + os.sep) or data.startswith(local + os.sep):
+            problems.append(f"staging.folder = {st.folder!r}: must not be, contain or lie inside "
+                            f"dataset.data_folder ({wl.dataset.data_folder!r})")
+    if st.transfer_size % ALIGN:
+        problems.append(f"staging.transfer_size = {st.transfer_size}: must be a multiple of {ALIGN} bytes")
+    if problems:
+        raise ConfigError(problems)
+
+
+def plan_jobs(layouts_files, folder: str) -> list[CopyJob]:
+    """Copy jobs for (source layout, file indices) pairs into `folder`, same relative paths."""
+    jobs = []
+    for layout, files in layouts_files:
+        dst_split = f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}"
+        for f in files:
+            src = layout.paths[int(f)]
+            jobs.append(CopyJob(src, f"{dst_split}/{src[len(layout.folder) + 1:]}", 0))
+    return jobs
+
+
+def _stat_sources(jobs: list[CopyJob]) -> None:
+    for job in jobs:
+        try:
+            job.nbytes = os.stat(job.src).st_size
+        except FileNotFoundError:
+            raise DataError(job.src, "data file to stage is missing (generate it with `iogen datagen`)") from None
+        except OSError as exc:
+            raise DataError(job.src, f"cannot stage: {exc.strerror}") from None
+
+
+def _make_dirs(jobs: list[CopyJob], report: StageReport) -> None:
+    for d in sorted({os.path.dirname(j.dst) for j in jobs}):
+        missing = []
+        p = d
+        while p and not os.path.isdir(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise DataError(d, f"cannot create the staging folder: {exc.strerror}") from None
+        report.created_dirs.extend(reversed(missing))
+
+
+def _copy_one(core, job: CopyJob, buf, direct_read: bool, direct_write: bool) -> None:
+    tmp = job.dst + TMP_SUFFIX
+    rflags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if direct_read else 0)
+    wflags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct_write else 0)
+    try:
+        src = os.open(job.src, rflags)
+    except OSError as exc:
+        raise DataError(job.src, f"cannot open for staging: {exc.strerror}") from None
+    try:
+        try:
+            dst = os.open(tmp, wflags, 0o644)
+        except OSError as exc:
+            raise DataError(tmp, f"cannot create the staged copy: {exc.strerror}") from None
+        try:
+            got = core.copier.copy_range(src, dst, job.nbytes, buf, ALIGN if direct_write else 1)
+            if direct_write:
+                os.ftruncate(dst, job.nbytes)
+        except CopyFailure as exc:
+            if exc.side == "read":
+                raise DataError(job.src, f"reading it for staging failed: {exc.strerror}", exc.offset) from None
+            need = f" ({job.nbytes - exc.offset} more bytes were needed)" if exc.errno == errno.ENOSPC else ""
+            raise DataError(tmp, f"writing the staged copy failed: {exc.strerror}{need}", exc.offset) from None
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    if got != job.nbytes:
+        raise DataError(job.src, f"ended after {got} of {job.nbytes} bytes while staging (changed meanwhile?)", got)
+    os.replace(tmp, job.dst)
+
+
+def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_read: bool = False,
+               direct_write: bool = False, done=None) -> None:
+    """Copy every job with `threads` threads, each through one reusable aligned buffer.
+
+    `done(job)` is called (under a lock) after each file; the first error stops the others and
+    is raised. Temporary files of unfinished copies are removed.
+    """
+    from . import core
+
+    work: queue.SimpleQueue = queue.SimpleQueue()
+    for job in sorted(jobs, key=lambda j: -j.nbytes):  # big files first: the tail stays short
+        work.put(job)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker():
+        buf = core.reader.aligned_buffer(transfer_size, ALIGN)
+        while not errors:
+            try:
+                job = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                _copy_one(core, job, buf, direct_read, direct_write)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                with lock:
+                    errors.append(exc)
+                _remove(job.dst + TMP_SUFFIX)
+                return
+            if done is not None:
+                with lock:
+                    done(job)
+
+    pool = [threading.Thread(target=worker, name=f"iogen-stage-{i}", daemon=True)
+            for i in range(max(1, min(threads, len(jobs))))]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _manifest_pairs(layouts, folder: str):
+    from .manifest import MANIFEST_NAME
+
+    for layout in layouts:
+        src = f"{layout.folder}/{MANIFEST_NAME}"
+        yield src, f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}/{MANIFEST_NAME}"
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
+
+
+def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
+    """The stager's work: copy (or reuse) the node's files into report.folder."""
+    st = wl.staging
+    jobs = plan_jobs(layouts_files, report.folder)
+    _stat_sources(jobs)
+    manifests = [(s, d) for s, d in _manifest_pairs([lay for lay, _ in layouts_files], report.folder)
+                 if os.path.exists(s)]
+    todo = jobs
+    if st.reuse and all(_same_file(s, d) for s, d in manifests):
+        todo = []
+        for job in jobs:
+            try:
+                same = os.stat(job.dst).st_size == job.nbytes
+            except OSError:
+                same = False
+            if same:
+                report.reused_files += 1
+                report.reused_bytes += job.nbytes
+            else:
+                todo.append(job)
+    _make_dirs(jobs, report)
+    total = sum(j.nbytes for j in todo)
+    copied = [0, 0]
+    t0_ns = time.monotonic_ns()
+
+    def done(job):
+        report.created.append(job.dst)
+        copied[0] += 1
+        copied[1] += job.nbytes
+        if progress is not None:
+            progress(copied[0], len(todo), copied[1], total, (time.monotonic_ns() - t0_ns) / 1e9)
+
+    try:
+        copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
+                   direct_write=st.odirect_write, done=done)
+        for src, dst in manifests:
+            if not _same_file(src, dst):
+                with open(src, "rb") as f:
+                    data = f.read()
+                with open(dst + TMP_SUFFIX, "wb") as f:
+                    f.write(data)
+                os.replace(dst + TMP_SUFFIX, dst)
+                report.created.append(dst)
+    except BaseException:
+        remove_staged(report)
+        raise
+    report.files, report.bytes = copied
+
+
+def remove_staged(report: StageReport) -> None:
+    """Remove the files and folders this invocation staged (what it reused stays unless it is ours)."""
+    for path in report.created:
+        _remove(path)
+        _remove(path + TMP_SUFFIX)
+    report.created.clear()
+    for d in sorted(report.created_dirs, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass  # not empty (reused files, someone else's) or gone
+    report.created_dirs.clear()
+
+
+def remove_all_staged(wl, layouts_files, report: StageReport) -> None:
+    """End of run without staging.keep: remove every staged file of the node, reused ones too."""
+    for job in plan_jobs(layouts_files, report.folder):
+        report.created.append(job.dst)
+    report.created.extend(d for _, d in _manifest_pairs([lay for lay, _ in layouts_files], report.folder))
+    remove_staged(report)
+
+
+def staged_layout(layout, folder: str, files=None):
+    """The same layout rooted at the staging folder: same relative paths, sizes and ids.
+
+    `files` (sorted indices) when the copy holds only some files (scope "node"): loaders that
+    index files before the run look at those only (FileTable.learn_all).
+    """
+    import copy
+
+    staged = copy.copy(layout)
+    staged.staged_files = None if files is None else np.asarray(files, np.int64)
+    staged.data_folder = folder
+    staged.folder = f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}"
+    if isinstance(layout.__dict__.get("paths"), list):  # a layout that lists its paths up front
+        staged.paths = [staged.folder + p[len(layout.folder):] for p in layout.paths]
+    return staged
+
+
+def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageReport, list]:
+    """Stage the run's data on every node; return this rank's report and the staged layouts.
+
+    Every rank takes part (the collectives group ranks by node); the lowest rank of each node
+    copies. `layouts` are the run's source layouts (train, then eval if any), already checked.
+    """
+    from . import core
+
+    monotonic_ns = core.clock.now_ns
+    st = wl.staging
+    nodes = world.allgather_obj(world.node)
+    node = nodes[world.rank]
+    stager = nodes.index(node) == world.rank
+    folder = staging_folder(st.folder, node)
+    phases = ["train", "eval"][:len(layouts)]
+    if st.scope == "node":
+        mine = [run_files(wl, layout, world, seed, phase) for layout, phase in zip(layouts, phases)]
+        everyone = world.allgather_obj(mine)
+        files = [np.unique(np.concatenate([everyone[r][i] for r in range(world.size) if nodes[r] == node]))
+                 for i in range(len(layouts))]
+    else:
+        files = [np.arange(layout.num_files) for layout in layouts]
+    report = StageReport(node, stager, folder, st.scope)
+    world.sync()  # staging starts together: T_staging is measured from here
+    report.t_start_ns = monotonic_ns()
+    try:
+        if stager:
+            stage_node(wl, list(zip(layouts, files)), report, progress)
+        report.t_copy_end_ns = monotonic_ns()
+        world.sync()  # no rank reads before every node has its copy
+    except BaseException as exc:
+        world.fail(exc)
+        raise
+    report.t_end_ns = monotonic_ns()
+    report.layouts_files = list(zip(layouts, files))
+    partial = st.scope == "node"
+    return report, [staged_layout(layout, folder, f if partial else None) for layout, f in zip(layouts, files)]
+
+
+def finish_staging(wl, report: StageReport | None) -> None:
+    """End of run: the stager removes the node's staged copies unless staging.keep."""
+    if report is None or not report.stager or wl.staging.keep:
+        return
+    remove_all_staged(wl, report.layouts_files, report)
+
+
+def log_staging(steplog, report: StageReport) -> None:
+    """The staging phase as one step-log row (PHASE_STAGE): its window, files and bytes copied."""
+    from .steplog import PHASE_STAGE
+
+    steplog.append(0, 0, PHASE_STAGE, report.t_start_ns, report.t_copy_end_ns, report.t_copy_end_ns,
+                   report.t_end_ns, 0, report.files, report.bytes)
