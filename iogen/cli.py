@@ -133,13 +133,18 @@ def main(argv=None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown or late)}")
     if late:
         args.overrides = list(args.overrides) + late
+    from .errors import IogenError
+
     if args.version:
-        print(_version())
+        try:
+            print(_version())
+        except IogenError as exc:  # IOGEN_CORE names no implementation
+            _print_error(exc)
+            return exc.exit_code
         return EXIT_OK
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
-    from .errors import IogenError
 
     warnings.showwarning = _show_warning
     try:
@@ -152,6 +157,14 @@ def main(argv=None) -> int:
     except IogenError as exc:
         _print_error(exc)
         return exc.exit_code
+    except ModuleNotFoundError as exc:  # an optional package the up-front checks did not foresee
+        from .deps import missing_module_message
+
+        message = missing_module_message(exc)
+        if message is None:
+            raise
+        print(f"iogen: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         print(f"iogen: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

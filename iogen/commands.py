@@ -25,6 +25,18 @@ def _check_host(wl, world_size=None, *, generate=None, workers=None) -> None:
                     generate=generate, workers=workers)
 
 
+def _require_for(wl, command: str, loader: bool = True) -> None:
+    """Before any work: the optional packages this command will import for this workload (iogen.deps)."""
+    from .deps import check_core, require, workload_needs
+
+    needs = workload_needs(wl)
+    if not loader:
+        needs.pop("tensorflow", None)
+        needs.pop("torch", None)
+    require(needs, command)
+    check_core()
+
+
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -110,6 +122,7 @@ def cmd_datagen(args) -> int:
     from .runner import generate_data
 
     wl = _load(args)
+    _require_for(wl, "datagen", loader=False)
     _check_host(wl, generate=True, workers=args.workers)
     world = get_world()
     fmt = get_format(wl.dataset)
@@ -221,6 +234,7 @@ def cmd_verify(args) -> int:
     from .formats import get_format
 
     wl = _load(args)
+    _require_for(wl, "verify", loader=False)
     _check_host(wl)
     fmt = get_format(wl.dataset)
     bad = 0
@@ -245,6 +259,7 @@ def cmd_run(args) -> int:
     if args.generate:
         extra["workflow.generate_data"] = "True"
     wl = _load(args, **extra)
+    _require_for(wl, "run")
     _check_host(wl)
     world = get_world()
     if args.runs != 1 or args.warmup:
@@ -265,8 +280,10 @@ def cmd_run(args) -> int:
 
 def cmd_report(args) -> int:
     """Aggregate run folders (campaign statistics and an HTML report); exit 1 when the campaign is not valid."""
+    from .deps import report_needs, require
     from .report.aggregate import write_report
 
+    require(report_needs(html=not args.no_html), "report")
     if args.interval is not None and args.interval <= 0:
         print("iogen: error: --interval must be > 0 seconds", file=sys.stderr)
         return EXIT_USAGE
@@ -282,8 +299,10 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     """Regression gate between two runs or campaigns: exit 1 on a slowdown beyond --threshold with confidence."""
+    from .deps import require
     from .report.compare import compare, load_side, render_comparison
 
+    require({"scipy": "Welch's t-test"}, "compare")
     if not 0 <= args.threshold < 100:
         print("iogen: error: --threshold must be a percentage in [0, 100)", file=sys.stderr)
         return EXIT_USAGE

@@ -1,0 +1,115 @@
+"""Missing optional packages are found when a command starts: exit 2 with the pip command, no traceback.
+
+The packages are really absent for the child process: a sitecustomize on its PYTHONPATH puts
+a finder first on sys.meta_path that refuses to import the modules named in IOGEN_TEST_BLOCK
+(as on a plain `pip install iogen`); iogen's own code runs unchanged.
+"""
+import os
+
+import pytest
+
+from iogen.metrics.campaign import _t_quantile, t_cdf
+
+BLOCKER = '''
+import os, sys
+from importlib.abc import MetaPathFinder
+
+_BLOCKED = set(filter(None, os.environ.get("IOGEN_TEST_BLOCK", "").split(",")))
+
+
+class _Block(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Block())
+'''
+
+
+@pytest.fixture
+def without(tmp_path, iogen_cmd):
+    """Run iogen with the given modules made unimportable: without(("h5py",), *args)."""
+    site = tmp_path / "blocker"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER)
+
+    def run(blocked, *args, env=None):
+        full = {"PYTHONPATH": str(site), "IOGEN_TEST_BLOCK": ",".join(blocked)}
+        full.update(env or {})
+        return iogen_cmd(*args, env=full)
+
+    return run
+
+
+def one_error_line(res, pip):
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert f"install with: pip install '{pip}'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_the_blocker_really_blocks(without):
+    res = without(("h5py",), "run", "default", "dataset.format=hdf5", "--generate", "-q")
+    assert "h5py (dataset.format=hdf5)" in res.stderr
+
+
+def test_hdf5_without_h5py_refuses_before_any_work(tmp_path, without, tiny):
+    over = tiny(**{"dataset.format": "hdf5"})
+    one_error_line(without(("h5py",), "run", "default", *over, "--generate", "-q"), "iogen[hdf5]")
+    one_error_line(without(("h5py",), "datagen", "default", *over, "-q"), "iogen[hdf5]")
+    one_error_line(without(("h5py",), "verify", "default", *over), "iogen[hdf5]")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results").exists()
+
+
+def test_framework_loaders_without_their_framework(tmp_path, without, tiny):
+    res = without(("tensorflow",), "run", "default", *tiny(**{"reader.data_loader": "tensorflow"}), "--generate")
+    one_error_line(res, "iogen[tensorflow]")
+    res = without(("torch",), "run", "default", *tiny(**{"reader.data_loader": "pytorch"}), "--generate")
+    one_error_line(res, "iogen[torch]")
+    assert not (tmp_path / "data").exists()
+
+
+def test_mpi_without_mpi4py(without, tiny):
+    res = without(("mpi4py",), "run", "default", *tiny(), env={"IOGEN_MPI": "on"})
+    one_error_line(res, "iogen[mpi]")
+
+
+def test_campaign_completes_without_scipy_matplotlib_jinja2(tmp_path, without, tiny):
+    res = without(("scipy", "matplotlib", "jinja2"), "run", "default", *tiny(**{"train.epochs": 1}),
+                  "--generate", "--runs", "2", "-q")
+    assert res.returncode in (0, 1), res.stderr  # 1: the AU gate on a loaded machine
+    assert "Traceback" not in res.stderr + res.stdout
+    assert "no report.html" in res.stdout and "iogen[report]" in res.stdout
+    campaigns = os.listdir(tmp_path / "results")
+    assert len(campaigns) == 1
+    assert os.path.exists(tmp_path / "results" / campaigns[0] / "report.json")
+    assert "95%" in res.stdout or "ci95" in res.stdout.lower() or "interval" in res.stdout.lower()
+
+
+def test_report_and_compare_name_what_they_need(tmp_path, without, tiny, iogen_cmd):
+    assert iogen_cmd("run", "default", *tiny(**{"train.epochs": 1}), "--generate", "-q").returncode in (0, 1)
+    run_dir = tmp_path / "results" / os.listdir(tmp_path / "results")[0]
+    one_error_line(without(("matplotlib",), "report", str(run_dir), "-o", str(tmp_path / "rep")), "iogen[report]")
+    res = without(("matplotlib", "jinja2", "scipy"), "report", str(run_dir), "-o", str(tmp_path / "rep"), "--no-html")
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
+    one_error_line(without(("scipy",), "compare", str(run_dir), str(run_dir)), "iogen[report]")
+
+
+def test_bad_core_choice_is_one_line(iogen_cmd):
+    res = iogen_cmd("--version", env={"IOGEN_CORE": "bogus"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().startswith("iogen: error: IOGEN_CORE='bogus'")
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = iogen_cmd("run", "default", env={"IOGEN_CORE": "bogus"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 10, 29, 30, 100, 501])
+def test_t_quantile_without_scipy_matches_scipy(df):
+    stats = pytest.importorskip("scipy.stats")
+    for p in (0.6, 0.9, 0.975, 0.995):
+        assert _t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=1e-11)
+    for t in (-4.0, -0.3, 0.0, 1.0, 2.2, 30.0):
+        assert t_cdf(t, df) == pytest.approx(float(stats.t.cdf(t, df)), abs=1e-13)
