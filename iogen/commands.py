@@ -270,6 +270,12 @@ def cmd_run(args) -> int:
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
     if world.rank != 0:
         return EXIT_OK
+    if outcome.summary.get("kind") == "checkpoint":
+        from .checkpoint.phases import headline as checkpoint_headline
+
+        print(checkpoint_headline(outcome.summary))
+        print(f"results: {outcome.run_dir}")
+        return EXIT_OK
     from .report.summary import headline
 
     text, met = headline(outcome.summary)

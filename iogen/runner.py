@@ -127,6 +127,10 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     If any rank fails, every rank raises (the failing rank its own error, the others
     RankFailure naming it), after an incomplete summary is written if the run folder exists.
     """
+    if wl.workflow.checkpoint and not wl.workflow.train:
+        from .checkpoint.phases import run_checkpoints  # DLIO's checkpoint-only mode
+
+        return run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream)
     if not (wl.workflow.train or wl.workflow.evaluation):
         raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
     from .staging import check_config, finish_staging

@@ -1,0 +1,52 @@
+"""Pure-Python twin of iogen._core.ckpt: same API and results, built on os.pwrite/os.preadv."""
+import os
+
+from iogen._core._common import check_ckpt_args, writable_byte_view
+
+
+def write_range(fd, buf, start, end, transfer, stamp=0):
+    """Write file bytes [start, end) as blocks of buf[:transfer] (stamped, see the core); return bytes written."""
+    view = memoryview(writable_byte_view(buf))
+    start, end, transfer, stamp = int(start), int(end), int(transfer), int(stamp)
+    check_ckpt_args(fd, len(view), start, end, transfer)
+    written, off = 0, start
+    while off < end:
+        n = min(transfer, end - off)
+        if stamp and n >= 8:
+            view[:8] = ((stamp ^ off) & ((1 << 64) - 1)).to_bytes(8, "little")
+        done = 0
+        while done < n:
+            try:
+                put = os.pwrite(fd, view[done:n], off + done)
+            except InterruptedError:
+                continue
+            if put == 0:
+                raise OSError(28, os.strerror(28))
+            done += put
+        written += n
+        off += n
+    return written
+
+
+def read_range(fd, buf, start, end, transfer):
+    """Read file bytes [start, end) into buf[:transfer], one pread a block; return bytes read (short at EOF)."""
+    view = memoryview(writable_byte_view(buf))
+    start, end, transfer = int(start), int(end), int(transfer)
+    check_ckpt_args(fd, len(view), start, end, transfer)
+    total, off = 0, start
+    while off < end:
+        n = min(transfer, end - off)
+        got = 0
+        while got < n:
+            try:
+                k = os.preadv(fd, [view[got:n]], off + got)
+            except InterruptedError:
+                continue
+            if k == 0:
+                break
+            got += k
+        total += got
+        if got < n:
+            break
+        off += n
+    return total

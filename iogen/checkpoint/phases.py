@@ -1,0 +1,252 @@
+"""A checkpoint-only run (workflow.checkpoint True, workflow.train False): DLIO's checkpoint mode.
+
+Write `checkpoint.num_checkpoints_write` checkpoints, `time_between_checkpoints` seconds of
+emulated compute apart, then read `num_checkpoints_read` back, each the same way (DLIO's
+main.py `_checkpoint_write` / `_checkpoint_read`: checkpoint i lives in global_epoch1_step{i}).
+A read-only invocation (no writes) first checks that every file it will read exists with its
+size, and fails with exit 2 naming the first missing or truncated file, before anything is
+written. Between the phases the written files are dropped from the page cache (outside every
+timed window) and the read phase's device bytes say whether storage served the reads.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+import numpy as np
+
+from .. import core
+from ..errors import ConfigError, DataError
+from .io import CheckpointIO, evict
+from .model import ModelSpec, job_sizes
+from .torchzip import file_layout
+
+EXT = {"torch": ".pt", "raw": ".bin"}
+
+
+def checkpoint_id(step: int, epoch: int = 1) -> str:
+    """The folder of one checkpoint, as DLIO names it."""
+    return f"global_epoch{epoch}_step{step}"
+
+
+class RankFiles:
+    """One rank's files of one checkpoint: names, layouts, sizes (the same for every checkpoint)."""
+
+    def __init__(self, spec: ModelSpec, rank: int, world_size: int, fmt: str):
+        self.rank = rank
+        self.specs = spec.rank_files(rank, world_size)
+        self.layouts = [file_layout(fmt, f.tensors) for f in self.specs]
+        self.names = [f.name + EXT[fmt] for f in self.specs]
+        self.payload_bytes = sum(f.nbytes for f in self.specs)
+        self.file_bytes = sum(lay.size_bytes for lay in self.layouts)
+
+    def paths(self, folder: str, step: int) -> list[str]:
+        """The files' paths in checkpoint `step`."""
+        return [os.path.join(folder, checkpoint_id(step), name) for name in self.names]
+
+
+def read_rank(world, shift: bool) -> tuple[int, str | None]:
+    """The rank whose files this rank reads: itself, or with recovery_rank_shift the next node's."""
+    if not shift:
+        return world.rank, None
+    hosts = world.hostnames()
+    per_node = hosts.count(hosts[world.rank])
+    if world.size // max(1, per_node) < 2:
+        return world.rank, ("checkpoint.recovery_rank_shift = True has no effect on a single client: every rank "
+                            "reads its own files (DLIO says the same)")
+    return (world.rank + per_node) % world.size, None
+
+
+def check_present(files: RankFiles, folder: str, steps) -> None:
+    """DataError naming the first file of checkpoints `steps` that is missing or has the wrong size."""
+    for step in steps:
+        for path, layout in zip(files.paths(folder, step), files.layouts):
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                raise DataError(path, f"checkpoint file is missing (checkpoint {checkpoint_id(step)} of "
+                                      f"{folder}; write it first with checkpoint.num_checkpoints_write)") from None
+            if size != layout.size_bytes:
+                what = "truncated" if size < layout.size_bytes else "longer than expected"
+                raise DataError(path, f"checkpoint file is {what}: {size} bytes, expected {layout.size_bytes} "
+                                      "(written with other model settings, or cut short)")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (getrusage ru_maxrss, KiB on Linux)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=None):
+    """Run the checkpoint phases on this rank; rank 0 writes the run folder. Returns a RunOutcome."""
+    from ..runner import RunOutcome
+
+    ck = wl.checkpoint
+    spec = ModelSpec.from_workload(wl)
+    subset = ck.mode == "subset"
+    if spec.transformer:
+        spec.check_world(world.size, subset)
+    elif subset:
+        raise ConfigError("checkpoint.mode = 'subset' applies to transformer models (model.type: transformer)")
+    n_write, n_read = max(0, ck.num_checkpoints_write), max(0, ck.num_checkpoints_read)
+    if n_write == 0 and n_read == 0:
+        raise ConfigError("checkpoint.num_checkpoints_write and num_checkpoints_read are both 0 (or -1): a "
+                          "checkpoint-only run (workflow.train False) has nothing to do; set at least one")
+    folder = os.path.abspath(ck.checkpoint_folder)
+    mine = RankFiles(spec, world.rank, world.size, ck.format)
+    source, shift_note = read_rank(world, ck.recovery_rank_shift)
+    theirs = mine if source == world.rank else RankFiles(spec, source, world.size, ck.format)
+    try:
+        if n_read > n_write:
+            check_present(theirs, folder, range(n_write + 1, n_read + 1))
+    except BaseException as exc:
+        world.fail(exc)
+        raise
+    world.sync()
+    return RunOutcome(*_run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,
+                            label=label, quiet=quiet, stream=stream or sys.stderr))
+
+
+def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream):
+    from ..config import resolved_dict
+    from ..metrics.device import device_read_bytes
+    from ..report import rundir, summary
+
+    ck = wl.checkpoint
+    run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label) if world.rank == 0 else None
+    run_dir = world.bcast(run_dir)
+    facts = summary.run_facts(wl, world, seed=int(wl.train.seed), label=label, core_impl=core.core_description())
+    if world.rank == 0:
+        summary.write_config(run_dir, resolved_dict(wl), facts)
+    say = (lambda text: print(f"iogen: {text}", file=stream, flush=True)) if world.rank == 0 and not quiet else (
+        lambda text: None)
+    if shift_note and world.rank == 0:
+        say(shift_note)
+    io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                      fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor)
+    compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
+    spin = core.clock.calibrate_spin_ns() if compute_ns else 0
+    written = np.zeros((n_write, 2), np.int64)  # bytes, duration ns
+    read = np.zeros((n_read, 2), np.int64)
+    evicted = True
+    device_bytes = None
+    try:
+        io.prepare_write()  # the content, generated once, outside the timed window
+        for i in range(n_write):
+            if compute_ns:
+                core.clock.sleep_ns(compute_ns, spin)
+            world.barrier()
+            t0 = core.clock.now_ns()
+            paths = mine.paths(folder, i + 1)
+            os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(folder, checkpoint_id(i + 1)),
+                        exist_ok=True)
+            nbytes = io.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
+            written[i] = (nbytes, core.clock.now_ns() - t0)
+            say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
+        if n_read:
+            world.barrier()  # every rank's files are complete before any rank reads or evicts
+            # Outside every timed window: drop what will be read from the page cache.
+            evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(folder, s)])
+            check_present(theirs, folder, range(1, n_read + 1))
+            world.barrier()
+            io.buffers = []  # the write content is not needed any more; reads fill their own buffers
+            before = device_read_bytes()
+            for i in range(n_read):
+                if compute_ns:
+                    core.clock.sleep_ns(compute_ns, spin)
+                world.barrier()
+                t0 = core.clock.now_ns()
+                sizes = [lay.size_bytes for lay in theirs.layouts]
+                nbytes = io.read_files(list(zip(theirs.paths(folder, i + 1), sizes)))
+                read[i] = (nbytes, core.clock.now_ns() - t0)
+                say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
+            after = device_read_bytes()
+            device_bytes = None if before is None or after is None else after - before
+    except BaseException as exc:
+        world.fail(exc)
+        raise
+    finally:
+        io.close()
+    facts_rank = np.array([peak_rss_bytes(), -1 if device_bytes is None else device_bytes, int(evicted)], np.int64)
+    all_written = world.gather_array(written)
+    all_read = world.gather_array(read)
+    all_facts = world.gather_array(facts_rank)
+    doc = None
+    if world.rank == 0:
+        doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
+        rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
+    return run_dir, doc, True
+
+
+def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
+    from ..metrics.checkpoint import checkpoint_phase, dlio_checkpoint_block
+    from .describe import checkpoint_plan
+
+    # gathered arrays are [ranks, checkpoints, 2]; the metrics take [checkpoints, ranks]
+    w = checkpoint_phase(written[:, :, 0].T, written[:, :, 1].T) if written.shape[1] else {"checkpoints": 0}
+    r = checkpoint_phase(read[:, :, 0].T, read[:, :, 1].T) if read.shape[1] else {"checkpoints": 0}
+    plan = checkpoint_plan(wl, world.size)
+    device = rank_facts[:, 1]
+    read_bytes = int(read[:, :, 0].sum()) if read.shape[1] else 0
+    page_cache = None
+    if read.shape[1]:
+        known = bool((device >= 0).all())
+        dev_total = int(device.sum()) if known else None
+        from_storage = known and dev_total >= 0.9 * read_bytes
+        page_cache = {
+            "evicted_before_reads": bool(rank_facts[:, 2].all()),
+            "odirect": wl.checkpoint.odirect,
+            "read_bytes": read_bytes,
+            "device_read_bytes": dev_total,
+            "reads_could_be_from_memory": not from_storage,
+            "note": ("the device delivered the bytes read: the reads reached storage" if from_storage else
+                     "the device delivered fewer bytes than were read (or the kernel does not say): part or all "
+                     "of the reads may have been served from memory (page cache, or a memory-backed file system)"),
+        }
+    return {
+        "schema_version": 1,
+        "kind": "checkpoint",
+        "workload": wl.name,
+        "num_accelerators": world.size,
+        "metric": dlio_checkpoint_block(w, r),
+        "iogen": {
+            "complete": True,
+            **facts,
+            "checkpoint": {
+                "folder": os.path.abspath(wl.checkpoint.checkpoint_folder),
+                "plan": {k: v for k, v in plan.items() if not k.startswith("rank_")},
+                "rank_bytes": plan["rank_bytes"],
+                "write": w,
+                "read": r,
+                "page_cache": page_cache,
+                "peak_rss_bytes": [int(x) for x in rank_facts[:, 0]],
+                "write_threads": wl.checkpoint.write_threads,
+                "transfer_size_bytes": wl.checkpoint.transfer_size,
+            },
+        },
+    }
+
+
+def headline(doc) -> str:
+    """The final lines of a checkpoint-only `iogen run`."""
+    ck = doc["iogen"]["checkpoint"]
+    lines = []
+    plan = ck["plan"]
+    if plan.get("mode") == "subset":
+        lines.append(f"subset: {plan['world_size']} of {plan['subset_of_ranks']} ranks, "
+                     f"{plan['subset_fraction']:.2%} of the job's checkpoint")
+    for name, phase in (("write", ck["write"]), ("read", ck["read"])):
+        if phase.get("checkpoints"):
+            lines.append(f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
+                         f"mean {phase['duration_mean_seconds']:.3f} s, {phase['io_mean_GB_per_second']:.3f} GB/s "
+                         f"({phase['io_mean_GiB_per_second']:.3f} GiB/s)")
+    pc = ck.get("page_cache")
+    if pc:
+        lines.append(f"checkpoint read source: {pc['note']}")
+    lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
+    return "\n".join(lines)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.2f} MiB"

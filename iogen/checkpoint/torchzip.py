@@ -1,0 +1,150 @@
+"""The PyTorch checkpoint file layout (`torch.save`'s zip), streamed: framing bytes, never tensors.
+
+A torch.save file is an uncompressed ("stored") zip archive: `archive/data.pkl` (a pickle whose
+tensors refer to storages by key), `archive/byteorder`, one record `archive/data/<key>` per
+storage, and `archive/version`; each record's data starts on a 64-byte boundary (torch pads
+the local header's extra field, as here). This module computes the whole layout of a file from
+its tensor list: the small framing pieces (headers, the pickle, the central directory) with
+their offsets, and the offsets of the tensor payloads, which the writer fills from its reused
+buffer. Records always carry ZIP64 sizes so a shard may exceed 4 GiB. The records' CRC-32
+fields are 0: computing them would mean reading every byte back; torch.load does not check them
+(as with torch.serialization.set_crc32_options(False)), other zip tools may warn.
+
+The pickle is written opcode by opcode (protocol 2), so torch need not be importable; it
+names only what `torch.load(..., weights_only=True)` allows: torch._utils._rebuild_tensor_v2,
+torch.*Storage and collections.OrderedDict.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+ALIGN = 64  # torch's record alignment (caffe2 serialize kFieldAlignment)
+ARCHIVE = "archive"
+STORAGE_TYPES = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStorage",
+                 "fp64": "DoubleStorage", "int8": "CharStorage", "uint8": "ByteStorage"}
+_FF32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """A file's bytes: `framing` [(offset, bytes)], `payloads` [(offset, nbytes)], `size_bytes`."""
+
+    framing: tuple[tuple[int, bytes], ...]
+    payloads: tuple[tuple[int, int], ...]
+    size_bytes: int
+
+
+def raw_layout(tensors) -> FileLayout:
+    """checkpoint.format raw: the tensors' bytes back to back, nothing else."""
+    payloads, off = [], 0
+    for t in tensors:
+        payloads.append((off, t.nbytes))
+        off += t.nbytes
+    return FileLayout((), tuple(payloads), off)
+
+
+# --- the pickle -------------------------------------------------------------------------------
+
+def _str(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def _int(n: int) -> bytes:
+    if 0 <= n < 256:
+        return b"K" + bytes([n])
+    if 0 <= n < 65536:
+        return b"M" + struct.pack("<H", n)
+    if -(2**31) <= n < 2**31:
+        return b"J" + struct.pack("<i", n)
+    raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _tensor(storage_key: str, dtype: str, numel: int) -> bytes:
+    # torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks)
+    storage = (b"(" + _str("storage") + _global("torch", STORAGE_TYPES[dtype]) + _str(storage_key)
+               + _str("cpu") + _int(numel) + b"tQ")
+    hooks = _global("collections", "OrderedDict") + b")R"
+    return (_global("torch._utils", "_rebuild_tensor_v2") + b"(" + storage + _int(0) + _int(numel) + b"\x85"
+            + _int(1) + b"\x85" + b"\x89" + hooks + b"tR")
+
+
+def _dict(tree: dict) -> bytes:
+    out = b"}"
+    if tree:
+        out += b"("
+        for key, value in tree.items():
+            out += _str(key) + (_dict(value) if isinstance(value, dict) else value)
+        out += b"u"
+    return out
+
+
+def pickle_bytes(tensors) -> bytes:
+    """data.pkl of a (nested) dict of tensors keyed by each tensor's key path; storages '0', '1', ..."""
+    root: dict = {}
+    for i, t in enumerate(tensors):
+        node = root
+        for part in t.key[:-1]:
+            node = node.setdefault(part, {})
+        node[t.key[-1]] = _tensor(str(i), t.dtype, t.numel)
+    return b"\x80\x02" + _dict(root) + b"."
+
+
+# --- the zip ------------------------------------------------------------------------------------
+
+def _local_header(name: bytes, size: int, offset: int) -> bytes:
+    """Local header for a stored record of `size` bytes at `offset`, padded so its data is aligned."""
+    zip64 = struct.pack("<HHQQ", 0x0001, 16, size, size)
+    fixed = 30 + len(name) + len(zip64)
+    pad = (-(offset + fixed + 4)) % ALIGN  # 4: the padding field's own header
+    extra = zip64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # "FB" padding, as torch writes it
+    return struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0x21, 0, _FF32, _FF32, len(name),
+                       len(extra)) + name + extra
+
+
+def _central_header(name: bytes, size: int, header_offset: int) -> bytes:
+    extra = struct.pack("<HHQQQ", 0x0001, 24, size, size, header_offset)
+    return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 0, 0, 0x21, 0, _FF32, _FF32, len(name),
+                       len(extra), 0, 0, 0, 0, _FF32) + name + extra
+
+
+def torch_layout(tensors) -> FileLayout:
+    """The torch.save zip layout of a dict of tensors: framing pieces and payload offsets."""
+    records: list[tuple[bytes, bytes | int]] = [
+        (f"{ARCHIVE}/data.pkl".encode(), pickle_bytes(tensors)),
+        (f"{ARCHIVE}/byteorder".encode(), b"little"),
+    ]
+    records += [(f"{ARCHIVE}/data/{i}".encode(), t.nbytes) for i, t in enumerate(tensors)]
+    records.append((f"{ARCHIVE}/version".encode(), b"3\n"))
+    framing: list[tuple[int, bytes]] = []
+    payloads: list[tuple[int, int]] = []
+    central = b""
+    off = 0
+    for name, data in records:
+        size = len(data) if isinstance(data, bytes) else data
+        header = _local_header(name, size, off)
+        central += _central_header(name, size, off)
+        if isinstance(data, bytes):
+            framing.append((off, header + data))
+        else:
+            framing.append((off, header))
+            payloads.append((off + len(header), size))
+        off += len(header) + size
+    cd_offset, count = off, len(records)
+    tail = central
+    tail += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, len(central), cd_offset)
+    tail += struct.pack("<IIQI", 0x07064B50, 0, cd_offset + len(central), 1)
+    tail += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, _FF32, _FF32, 0)
+    framing.append((cd_offset, tail))
+    return FileLayout(tuple(framing), tuple(payloads), cd_offset + len(tail))
+
+
+def file_layout(fmt: str, tensors) -> FileLayout:
+    """The layout of one checkpoint file in checkpoint.format `fmt` (torch or raw)."""
+    return torch_layout(tensors) if fmt == "torch" else raw_layout(tensors)
