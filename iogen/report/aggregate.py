@@ -84,9 +84,8 @@ def _runs_below(root) -> tuple[list[str], int]:
         elif here != root and _is_run(here):
             runs.append(here)
             dirs[:] = []  # a run folder's sub-folders (steps/, traces/) hold no runs
-    loose = sorted((r for r in runs if not _is_campaign(os.path.dirname(r))), key=_start_key)
-    ordered = [r for r in runs if _is_campaign(os.path.dirname(r))]
-    return loose + [r for r in ordered if r not in loose], looked
+    # by start time: a campaign's runs ran in its order, and separate invocations one after another
+    return sorted(dict.fromkeys(runs), key=_start_key), looked
 
 
 def find_run_dirs(paths) -> list[str]:

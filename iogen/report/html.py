@@ -15,7 +15,8 @@ import os
 import numpy as np
 
 from ..histogram import LatencyHistogram, bucket_bounds
-from .text import flag_lines, fmt_ns, fmt_num
+from .text import (device_per_epoch, flag_lines, fmt_bytes, fmt_ns, fmt_num, measured_lines, page_cache_lines,
+                   reads_source)
 
 __all__ = ["TIMELINE_MAX_STEPS", "render_html", "write_html"]
 
@@ -64,6 +65,7 @@ def plot_epochs(runs) -> str:
         ax2.axhline(t, color="k", lw=0.8, ls=":", label=f"threshold {t:g}%")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)  # from zero: the height of a point is its value
         ax.xaxis.get_major_locator().set_params(integer=True)
     if len(runs) <= 12:
         ax2.legend(fontsize=7, loc="best")
@@ -87,14 +89,19 @@ def plot_runs(runs, campaign) -> str:
         if s["ci95_low"] is not None:
             ax.axhspan(s["ci95_low"], s["ci95_high"], color="k", alpha=0.1, label="95% CI of the mean")
         finite = [v for v in vals if math.isfinite(v)]
-        if finite:
-            lo, hi = min(finite), max(finite)
-            pad = max((hi - lo) * 0.5, abs(hi) * 0.02, 1e-9)
-            ax.set_ylim(max(0.0, lo - pad), hi + pad)
+        top = max(finite + [s["ci95_high"] or 0.0, s["mean"] or 0.0]) if finite else 1.0
+        # Bars start at zero, so a bar's height is its value: a 2% difference looks like 2%.
+        # (headroom above the bars for the legend)
+        if key == "au_percentage":
+            ax.set_ylim(0.0, 130.0)
+            ax.set_yticks(range(0, 101, 20))
+        else:
+            ax.set_ylim(0.0, max(top * 1.35, 1e-9))
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        ax.set(title=f"{unit} per run (grey: warm-up)", ylabel=unit)
+        grey = " (grey: warm-up)" if any(r["warmup"] for r in runs) else ""
+        ax.set(title=f"{unit} per run{grey}", ylabel=unit)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
     return _png(fig)
 
@@ -231,7 +238,46 @@ def _env():
     env.filters["num"] = fmt_num
     env.filters["ns"] = fmt_ns
     env.filters["basename"] = os.path.basename
+    env.filters["device"] = device_per_epoch
+    env.filters["reads"] = reads_source
     return env
+
+
+# The rows of the "What was measured" table: (label, how to show a run's setup).
+_SETUP_ROWS = (
+    ("workload", lambda s: s["workload"]),
+    ("format", lambda s: s["format"]),
+    ("loader", lambda s: s["data_loader"] + (" (O_DIRECT)" if s.get("odirect") else "")),
+    ("read threads", lambda s: str(s["read_threads"])),
+    ("batch size", lambda s: str(s["batch_size"])),
+    ("record size", lambda s: fmt_bytes(s["record_length_bytes"])
+     + (f" (stdev {fmt_bytes(s['record_length_bytes_stdev'])})" if s.get("record_length_bytes_stdev") else "")),
+    ("dataset", lambda s: f"{fmt_bytes(s['dataset_bytes'])} in {s['num_files_train']} files"),
+    ("node memory", lambda s: fmt_bytes(s.get("node_memory_min_bytes"))),
+    ("page cache", lambda s: "evicted before every epoch" if s.get("evict_page_cache") else
+     ("bypassed (O_DIRECT)" if s.get("odirect") else "left as it is")),
+    ("compute per step", lambda s: s["computation_time"]),
+    ("ranks / hosts", lambda s: f"{s['num_ranks']} rank(s) on {len(s.get('hosts') or [])} host(s)"),
+    ("core", lambda s: s["core_implementation"]),
+    ("iogen", lambda s: s["iogen_version"]),
+)
+
+
+def setup_table(runs) -> dict:
+    """The configuration table: one column per distinct setup (with its runs), rows that differ marked."""
+    columns: list[dict] = []
+    for r in runs:
+        setup = r.get("setup")
+        cells = [show(setup) if setup else "not recorded" for _, show in _SETUP_ROWS]
+        for col in columns:
+            if col["cells"] == cells:
+                col["runs"].append(r["label"])
+                break
+        else:
+            columns.append({"runs": [r["label"]], "cells": cells})
+    rows = [{"name": name, "cells": [c["cells"][i] for c in columns],
+             "differs": len({c["cells"][i] for c in columns}) > 1} for i, (name, _) in enumerate(_SETUP_ROWS)]
+    return {"columns": columns, "rows": rows}
 
 
 def render_html(report: dict, text: str) -> str:
@@ -241,6 +287,8 @@ def render_html(report: dict, text: str) -> str:
     return _env().get_template("report.html.j2").render(
         report=report, runs=report["runs"], campaign=report["campaign"], figures=build_figures(report),
         text=text, version=__version__, flag_lines=flag_lines(report["campaign"]),
+        setup=setup_table(report["runs"]), warnings=page_cache_lines(report["runs"]),
+        differ=len(measured_lines(report["runs"])) > 1,
         metrics=(("au_percentage", "AU", "%", 2), ("throughput_samples_s", "Throughput", "samples/s", 1),
                  ("io_mib_s", "I/O", "MiB/s", 1)),
     )
