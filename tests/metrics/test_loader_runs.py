@@ -82,3 +82,14 @@ def test_epoch_lines_equal_the_summary_and_device_bytes_count_every_reader(datas
     assert device[1] == pytest.approx(DATASET_BYTES, rel=0.10), device
     assert doc["iogen"]["reads_from"]["source"] == "storage"
     assert "reads from: storage" in done.stdout
+
+
+def test_pure_io_run_exits_0_and_says_the_au_gate_was_not_applied(dataset):
+    done = run_iogen("run", "default", *dataset, "train.computation_time=0", "train.epochs=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "AU gate not applied: no compute configured (train.computation_time is 0)" in done.stdout
+    run_dir = re.search(r"^results: (.+)$", done.stdout, re.M).group(1)
+    doc = load_summary(run_dir)
+    assert doc["iogen"]["metrics"]["au_gate"]["applied"] is False
+    assert doc["metric"]["train_au_mean_percentage"] == 0.0  # AU stays reported
+    assert "measured: default: npz read by the native loader" in done.stdout

@@ -37,8 +37,20 @@ def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples
     return log
 
 
+def setup_doc(**over):
+    """summary.json iogen.setup of a run (what it measured), as iogen.report.summary writes it."""
+    base = {"workload": "default", "format": "npz", "data_loader": "native", "read_threads": 2, "batch_size": 4,
+            "record_length_bytes": 1048576, "record_length_bytes_stdev": 0, "num_files_train": 64,
+            "num_samples_per_file": 1, "dataset_bytes": 64 * 2**20, "node_memory_min_bytes": 16 * 2**30,
+            "computation_time": "0.01 s", "computation_time_mean_s": 0.01, "odirect": False,
+            "evict_page_cache": True, "num_ranks": 1, "hosts": ["testhost"],
+            "core_implementation": "cython", "iogen_version": "0"}
+    base.update(over)
+    return base
+
+
 def summary_doc(label, *, au, tp, io, warmup=False, met=True, complete=True, workload="default",
-                ranks=1, start="2026-01-01T00:00:00+00:00", per_epoch=None):
+                ranks=1, start="2026-01-01T00:00:00+00:00", per_epoch=None, setup=None, reads_from=None):
     """A summary.json with the keys iogen report reads (same layout as iogen.report.summary)."""
     per_epoch = per_epoch or {"epoch": [1.0, 2.0], "au_percentage": [au, au],
                               "throughput_samples_s": [tp, tp], "io_mib_s": [io, io]}
@@ -53,6 +65,9 @@ def summary_doc(label, *, au, tp, io, warmup=False, met=True, complete=True, wor
         "iogen": {
             "complete": complete, "incomplete_reason": None if complete else "interrupted",
             "label": label, "warmup": warmup, "facts": {"hosts": ["testhost"]},
+            **({"setup": setup} if setup is not None else {}),
+            **({"reads_from": {"source": reads_from, "device_share": 0.0 if reads_from == "page cache" else 1.0,
+                               "explanation": f"reads from {reads_from}"}} if reads_from else {}),
             "metrics": {"au_threshold_percentage": 90.0, "num_ranks": ranks,
                         "train": {"au_mean_percentage": au, "throughput_mean_samples_s": tp, "io_mean_mib_s": io,
                                   "per_epoch": per_epoch}},
@@ -62,13 +77,13 @@ def summary_doc(label, *, au, tp, io, warmup=False, met=True, complete=True, wor
 
 def make_run(parent, name, label="run", *, au=95.0, tp=100.0, io=10.0, warmup=False, met=True,
              complete=True, ranks=1, steps=20, wait_ns=1 * MS, compute_ns=10 * MS, workload="default",
-             start="2026-01-01T00:00:00+00:00", exclude_start_steps=1):
+             start="2026-01-01T00:00:00+00:00", exclude_start_steps=1, setup=None, reads_from=None):
     """Create a run folder under `parent` with summary.json, config.yaml and `ranks` step logs."""
     run_dir = os.path.join(parent, name)
     os.makedirs(os.path.join(run_dir, "steps"))
     with open(os.path.join(run_dir, "summary.json"), "w") as fh:
         json.dump(summary_doc(label, au=au, tp=tp, io=io, warmup=warmup, met=met, complete=complete,
-                              workload=workload, ranks=ranks, start=start), fh)
+                              workload=workload, ranks=ranks, start=start, setup=setup, reads_from=reads_from), fh)
     with open(os.path.join(run_dir, "config.yaml"), "w") as fh:
         yaml.safe_dump({"workload": {"name": workload, "metric": {"exclude_start_steps": exclude_start_steps,
                                                                    "exclude_end_steps": 0}}}, fh)
