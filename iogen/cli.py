@@ -168,6 +168,12 @@ def main(argv=None) -> int:
     except OSError as exc:
         print(f"iogen: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError:
+        # iogen.config.limits refuses what cannot fit before anything is written; this is the
+        # net under that estimate (it is a lower bound), so the user still gets one line.
+        print("iogen: error: out of memory: the workload needs more memory than this host has for "
+              "it (see docs/configuration.md, 'Limits')", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

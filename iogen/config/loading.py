@@ -11,7 +11,6 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 
-import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError
@@ -19,6 +18,7 @@ from .dlio import screen, translate
 from .overrides import apply_overrides, parse_overrides
 from .problems import ConfigWarning, did_you_mean, pydantic_lines, show
 from .schema import Workload
+from .yamlread import MAX_FILE_BYTES, load_bounded
 
 PACKAGE = "iogen.workloads"
 SUFFIXES = (".yaml", ".yml")
@@ -72,11 +72,7 @@ def read_workload_yaml(name_or_path: str) -> tuple[str, dict]:
     is_path = text.endswith(SUFFIXES) or os.sep in text or (not bundled.is_file() and os.path.isfile(text))
     if is_path:
         name = os.path.splitext(os.path.basename(text))[0]
-        try:
-            with open(text, encoding="utf-8") as fh:
-                source = fh.read()
-        except OSError as exc:
-            raise ConfigError(f"workload file {text}: {exc.strerror}") from None
+        source = _read_text(text)
     else:
         name, entry = text, bundled
         if not entry.is_file():
@@ -91,15 +87,29 @@ def read_workload_yaml(name_or_path: str) -> tuple[str, dict]:
 
 def parse_yaml(source: str, where: str = "<string>") -> dict:
     """Parse workload YAML; duplicate keys and a non-mapping document are errors."""
-    try:
-        data = yaml.load(source, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+    data = load_bounded(source, where)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a workload must be a mapping of sections, got {show(data)}")
     return data
+
+
+def _read_text(path: str) -> str:
+    """A workload file's text: at most MAX_FILE_BYTES, UTF-8; ConfigError naming the file otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"workload file {path}: {exc.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"workload file {path}: larger than {MAX_FILE_BYTES:,} bytes; a workload is a "
+                          "few KiB of YAML")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"workload file {path} at byte offset {exc.start}: not UTF-8 text "
+                          f"(byte 0x{data[exc.start]:02x})") from None
 
 
 def _apply_accelerator(tree: dict, accelerator: str | None) -> list[str]:
@@ -136,23 +146,3 @@ def _unique(items: list[str]) -> list[str]:
             seen.add(item)
             out.append(item)
     return out
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
-
-
-def _mapping_without_duplicates(loader, node, deep=False):
-    loader.flatten_mapping(node)
-    seen = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-            )
-        seen[key] = True
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)

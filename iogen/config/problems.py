@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable, Sequence
 
 from pydantic_core import PydanticCustomError
@@ -40,9 +41,17 @@ def unknown_key(path: str, key: str, allowed: Sequence[str], also_known: Sequenc
     return f"{where}: unknown key{did_you_mean(key, list(allowed) + list(also_known))}; allowed here: {listed}"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxtuple, _SHORT.maxset = 2, 4, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 78, 40, 78
+
+
 def show(value) -> str:
-    """A value as the user wrote it, short enough for one line."""
-    text = repr(value)
+    """A value as the user wrote it, short enough for one line.
+
+    reprlib stops at a few levels and items, so a huge value is never rendered whole.
+    """
+    text = _SHORT.repr(value) if isinstance(value, (dict, list, tuple, set, str, int)) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
