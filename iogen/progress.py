@@ -64,9 +64,10 @@ class RunProgress:
 
 
 class GenerateProgress:
-    """Files, GiB, GiB/s and ETA while generating a dataset."""
+    """Files, GiB, GiB/s and ETA while generating (or staging: verb "staged") a dataset."""
 
-    def __init__(self, stream=None, quiet: bool = False, rank: int = 0):
+    def __init__(self, stream=None, quiet: bool = False, rank: int = 0, verb: str = "generated"):
+        self.verb = verb
         self.stream = stream or sys.stderr
         self.live = (not quiet) and rank == 0 and self.stream.isatty()
         self.quiet = quiet or rank != 0
@@ -82,7 +83,7 @@ class GenerateProgress:
         gib = bytes_done / 2**30
         rate = gib / elapsed_s if elapsed_s > 0 else 0.0
         eta = (bytes_total - bytes_done) / 2**30 / rate if rate > 0 else float("nan")
-        line = (f"  generated {files_done}/{files_total} files, {gib:.2f}/{bytes_total / 2**30:.2f} GiB, "
+        line = (f"  {self.verb} {files_done}/{files_total} files, {gib:.2f}/{bytes_total / 2**30:.2f} GiB, "
                 f"{rate:.2f} GiB/s, ETA {eta:.0f} s")
         if self.live:
             self._next = now + 0.5

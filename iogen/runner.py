@@ -114,6 +114,7 @@ class _RunState:
     facts: dict | None = None
     result: object = None
     staging: object = None  # this rank's iogen.staging.StageReport when the data was staged
+    log: object = None  # rank 0's iogen.runlog.RunLog (output.log_file in the run folder)
 
     def close(self) -> None:
         for thing in (self.steplog, self.train_loader, self.eval_loader):
@@ -153,6 +154,9 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
             doc, error = _finish(wl, world, st, error)
     finally:
         finish_staging(wl, st.staging)
+        if st.log is not None:
+            st.log.write("run complete" if error is None else f"run incomplete: {error}")
+            st.log.close()
     if error is not None:
         raise error
     return RunOutcome(st.run_dir, doc, True)
@@ -175,7 +179,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
 
         layouts = [layout for layout in (st.train_layout, eval_layout) if layout is not None]
         st.staging, staged = stage_in(wl, world, layouts, seed,
-                                      progress=GenerateProgress(stream, quiet, world.rank))
+                                      progress=GenerateProgress(stream, quiet, world.rank, verb="staged"))
         st.train_layout, eval_layout = staged[0], (staged[1] if eval_layout is not None else None)
     # Loaders are built (and frameworks imported) before the run folder exists: a missing
     # framework is a usage error, not an empty run.
@@ -198,6 +202,13 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         summary.write_config(st.run_dir, resolved_dict(wl), st.facts)
 
     progress = RunProgress(stream, quiet, world.rank)
+    if world.rank == 0:
+        from .runlog import RunLog, log_path
+
+        progress = st.log = RunLog(progress, log_path(st.run_dir, wl.output.log_file))
+        st.log.write(f"run {wl.name} started in {st.run_dir}: {wl.dataset.format} read by the "
+                     f"{wl.reader.data_loader} loader from {st.train_layout.folder}, {world.size} rank(s), "
+                     f"core {core.core_description()}")
     st.steplog = StepLog(rundir.steplog_path(st.run_dir, world.rank), world.rank)
     if st.staging is not None:
         from .staging import log_staging
