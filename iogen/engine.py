@@ -1,4 +1,4 @@
-"""The engine: the training step loop, timed one row per step (DESIGN.md section 5.1).
+"""The engine: the training step loop, timed one row per step (docs/metrics.md section 1).
 
     t_request  -> next(batch) -> t_ready -> calibrated compute -> t_compute_end
                -> barrier (stands for the gradient allreduce) -> [checkpoint] -> t_step_end

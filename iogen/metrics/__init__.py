@@ -1,6 +1,6 @@
 """Every number iogen reports, defined once: step rows -> epoch -> ranks -> run (numpy only).
 
-Definitions follow DESIGN.md section 5 and are written out for users in docs/metrics.md.
+Definitions are written out for users in docs/metrics.md (and docs/campaigns.md for campaigns).
 Where a formula reproduces DLIO (argonne-lcf/dlio_benchmark, `utils/statscounter.py`) the
 docstring says so; where iogen deliberately differs (DLIO counts N-2 steps over an N-1-step
 window, labels MiB as MB, reports a nominal rather than a measured bandwidth) iogen's honest
@@ -15,7 +15,7 @@ The stages, one module each:
   summary  dlio_metric_block(run), iogen_metric_block(run) -> the dicts summary.json carries
 
   campaign campaign_stats(runs)       the measured runs of a campaign -> statistics and a
-                                       headline with its rule (across invocations, DESIGN.md 5.4)
+                                       headline with its rule (across invocations, docs/campaigns.md)
   latency  wait_histograms(logs)        batch-wait histograms over the same window as AU,
                                        merged exactly across ranks and runs (iogen.histogram)
 """

@@ -1,4 +1,4 @@
-"""Across invocations (DESIGN.md 5.4): statistics of a campaign's measured runs.
+"""Across invocations (docs/campaigns.md): statistics of a campaign's measured runs.
 
 A campaign is W warm-up runs then N measured runs of one workload on one dataset. Warm-up runs
 are labelled as such by the run itself (`iogen.label` = "warmup-1" ..., `iogen.warmup` = true in

@@ -1,6 +1,6 @@
 """Step rows of one rank -> per-epoch metrics and the float64 vector ranks exchange.
 
-Definitions: DESIGN.md 5.1-5.2 and docs/metrics.md. Formulas that reproduce DLIO
+Definitions: docs/metrics.md sections 1-2. Formulas that reproduce DLIO
 (argonne-lcf/dlio_benchmark, `utils/statscounter.py`) say so in their docstrings.
 """
 import dataclasses
@@ -25,7 +25,7 @@ def _ratio(num, den):
 
 @dataclass(frozen=True)
 class EpochMetrics:
-    """One rank's numbers for one epoch of one phase (DESIGN.md 5.2). Times in ns, rates per s.
+    """One rank's numbers for one epoch of one phase (docs/metrics.md section 2). Times in ns, rates per s.
 
     Window quantities (`steps` .. `sleep_error_ns_max_abs`) cover the steps in the metrics
     window; `*_all`, `first_request_ns`, `last_end_ns` and the checkpoint figures cover every
@@ -126,7 +126,7 @@ def window_bounds(n, exclude_start_steps, exclude_end_steps):
 
 
 def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset_ns=0):
-    """One rank, one epoch, one phase of STEP_DTYPE rows -> EpochMetrics (DESIGN.md 5.2).
+    """One rank, one epoch, one phase of STEP_DTYPE rows -> EpochMetrics (docs/metrics.md section 2).
 
     Window = steps [exclude_start_steps, n - exclude_end_steps) after sorting by step; an empty
     window falls back to all steps and sets `window_fallback`. A row with checkpoint_ns > 0 ends a

@@ -1,4 +1,4 @@
-"""Batch-wait latency (DESIGN.md 5.1 `wait`): percentiles from mergeable histograms.
+"""Batch-wait latency (docs/metrics.md section 1, `wait`): percentiles from mergeable histograms.
 
 Latency percentiles cannot be reduced like means: each rank records its batch waits
 (t_ready - t_request) into iogen.histogram.LatencyHistogram, per epoch, over the same metrics

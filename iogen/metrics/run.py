@@ -1,4 +1,4 @@
-"""Across ranks and epochs of one invocation (DESIGN.md 5.3): CombinedEpochs, RunMetrics."""
+"""Across ranks and epochs of one invocation (docs/metrics.md section 3): CombinedEpochs, RunMetrics."""
 import math
 from dataclasses import dataclass
 
@@ -9,7 +9,7 @@ from .epoch import EPOCH_FIELDS, FIELD, MIB, _ratio
 
 @dataclass(frozen=True)
 class CombinedEpochs:
-    """Per-epoch values across ranks (DESIGN.md 5.3); each attribute is a float64 [epochs] array.
+    """Per-epoch values across ranks (docs/metrics.md section 3); each attribute is a float64 [epochs] array.
 
     AU is the mean over ranks (DLIO: allreduce / comm.size); throughput and bytes/s are the sum
     over ranks (DLIO: allreduce); `_min`/`_max` are the lowest and highest single rank.
@@ -190,7 +190,7 @@ def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
 
 
 def run_metrics(train, eval=None, *, au_threshold, record_length_bytes):
-    """Gathered [ranks, epochs, EPOCH_FIELDS] arrays of train (and eval) -> RunMetrics (DESIGN.md 5.3).
+    """Gathered [ranks, epochs, EPOCH_FIELDS] arrays of train (and eval) -> RunMetrics (docs/metrics.md section 3).
 
     Mean and population stdev over epochs of: AU x 100 (mean over ranks), samples/s and MiB/s
     (sums over ranks), as DLIO's end_run. au_meet_expectation: "success" when the mean AU % is

@@ -1,4 +1,4 @@
-"""Campaign statistics (DESIGN.md 5.4) on hand-computed inputs, including n = 1 and n = 2."""
+"""Campaign statistics (docs/campaigns.md) on hand-computed inputs, including n = 1 and n = 2."""
 import math
 
 import pytest

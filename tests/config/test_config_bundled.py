@@ -1,4 +1,4 @@
-"""Bundled workloads: all load (with every accelerator) without warnings, with DESIGN.md's numbers."""
+"""Bundled workloads: all load (with every accelerator) without warnings, with docs/configuration.md's numbers."""
 import pytest
 import yaml
 

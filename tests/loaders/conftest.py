@@ -1,6 +1,6 @@
 """Loader tests: small generated datasets, the native reference, and the parity check.
 
-Parity (DESIGN.md section 2: every loader executes the same plan): for each epoch, a framework
+Parity (docs/architecture.md: every loader executes the same plan): for each epoch, a framework
 loader must deliver the plan's set of samples (and the plan's order where it is deterministic),
 each sample's content must be that sample's bytes (so the ids it reports are the ids it read),
 and it must count the bytes the native loader counts.
@@ -205,7 +205,7 @@ def damage_tfrecord(path, how: str) -> None:
 
     len60 / len63: record 0's length field says 2**60 / 2**63 with a valid length CRC;
     cut: the file ends after half its records (at a record boundary); droplast: its last record
-    is gone; empty: zero bytes.
+    is gone; empty: zero bytes; garbage / trailing: record 0's Example is not one (valid CRCs).
     """
     from iogen.core import tfrecord
 
@@ -222,6 +222,9 @@ def damage_tfrecord(path, how: str) -> None:
         "cut": lambda: data[:first * (records // 2)],
         "droplast": lambda: data[:first * (records - 1)],
         "empty": lambda: b"",
+        # record 0's data replaced (same length) or followed by bytes that do not parse, its CRCs valid
+        "garbage": lambda: tfrecord.frame(b"\xff" * (first - 16)) + data[first:],
+        "trailing": lambda: tfrecord.frame(data[12:first - 4] + b"\x0f") + data[first:],
     }[how]()
     if gz:
         out = gzip.compress(out, mtime=0)
