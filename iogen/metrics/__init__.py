@@ -2,8 +2,8 @@
 
 Definitions are written out for users in docs/metrics.md (and docs/campaigns.md for campaigns).
 Where a formula reproduces DLIO (argonne-lcf/dlio_benchmark, `utils/statscounter.py`) the
-docstring says so; where iogen deliberately differs (DLIO counts N-2 steps over an N-1-step
-window, labels MiB as MB, reports a nominal rather than a measured bandwidth) iogen's honest
+docstring says so; where iogen deliberately differs (DLIO 2.0.0 computes throughput over a
+window that includes step 1 and AU over one that does not, labels MiB as MB, reports a nominal rather than a measured bandwidth) iogen's honest
 figure is reported beside DLIO's.
 
 The stages, one module each:

@@ -135,8 +135,8 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
     as DLIO's batch_processed records it), au_achieved_b = sum(achieved compute)/T_b,
     throughput_b = sum(samples)/T_b, io_b = sum(bytes)/T_b, and the epoch
     value is the step-weighted mean sum(x_b*steps_b)/sum(steps_b) (DLIO's rule, statscounter
-    end_train). The same N window steps count in numerator and denominator (DLIO counts N-2 over
-    N-1 steps). clock_offset_ns is added to first_request_ns/last_end_ns (e.g. to wall clock).
+    end_train). The same N window steps count in numerator and denominator (DLIO 2.0.0's
+    throughput counts all N steps of a block over its whole time, step 1 included). clock_offset_ns is added to first_request_ns/last_end_ns (e.g. to wall clock).
     """
     rows = np.asarray(rows)
     if len(rows) == 0:
