@@ -52,7 +52,7 @@ def cmd_workloads(args) -> int:
         ("files", lambda s: f"{s['num_files_train']:,}"),
         ("samples/file", lambda s: f"{s['num_samples_per_file']:,}"),
         ("record bytes (stdev)", lambda s: f"{s['record_length_bytes']:,} ({s['record_length_bytes_stdev']:,.0f})"),
-        ("dataset", lambda s: _gib(s["dataset_bytes"])),
+        ("dataset (nominal)", lambda s: _gib(s["dataset_bytes"])),
         ("batch", lambda s: s["batch_size"]),
         ("threads", lambda s: s["read_threads"]),
         ("compute s/step", lambda s: ", ".join(f"{k} {v.removesuffix(' s')}" for k, v in
@@ -68,6 +68,8 @@ def cmd_workloads(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print("dataset (nominal): files x samples/file x record bytes; `iogen validate WORKLOAD` gives the size "
+          "as generated, with record sizes drawn using the stdev")
     return EXIT_OK
 
 
@@ -100,8 +102,12 @@ def cmd_validate(args) -> int:
         batch = wl.reader.batch_size if split == "train" else wl.reader.batch_size_eval
         cap = wl.train.total_training_steps if split == "train" else None
         steps = steps_per_epoch(layout.total_samples, batch, world, cap)
+        nominal = layout.total_samples * wl.dataset.record_length_bytes
+        size = f"{_gib(layout.total_bytes)} as generated" + (
+            f" (record sizes drawn with the stdev; nominal files x samples x record_length_bytes: {_gib(nominal)}, "
+            "what `iogen workloads` lists)" if abs(layout.total_bytes - nominal) >= 2**20 else "")
         print(f"{split}: {layout.num_files} files x {layout.samples_per_file} samples = {layout.total_samples} samples, "
-              f"{_gib(layout.total_bytes)}; {steps} steps per epoch per rank on {world} rank(s)"
+              f"{size}; {steps} steps per epoch per rank on {world} rank(s)"
               + ("" if steps else "  <-- too few samples for one batch per rank"))
         if split == "train":
             mean_s = wl.train.computation_time.mean_s
