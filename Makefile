@@ -9,21 +9,32 @@ PIP = $(BIN)/python -m pip --disable-pip-version-check -q
 CONSTRAINTS = -c constraints/dev.txt
 SOURCES = pyproject.toml setup.py $(shell find iogen workloads -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.yaml' -o -name '*.j2')
 
-.PHONY: demo test test-debug-core bench venv clean
+.PHONY: demo dev test test-debug-core bench fuzz venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 
+# A development venv made by `make dev` holds an editable install (sources are live there): the
+# targets below then only rebuild the compiled core in place instead of replacing it with a
+# copy. A fresh clone (CI, users) has no such venv and gets a real install.
+INSTALL = if [ -f $(VENV)/.iogen-editable ]; then $(BIN)/python setup.py -q build_ext --inplace; \
+	else $(PIP) install $(CONSTRAINTS) $(1); fi
+
 # Core install: numpy, PyYAML, pydantic and the compiled core. Rebuilt when sources change.
 $(VENV)/.iogen-core: $(BIN)/python $(SOURCES)
-	$(PIP) install $(CONSTRAINTS) .
+	$(call INSTALL,.)
 	touch $@
 
 # Everything the tests need: TensorFlow, PyTorch (CPU), h5py, mpi4py + mpich, pytest.
 $(VENV)/.iogen-test: $(BIN)/python $(SOURCES) constraints/dev.txt
-	$(PIP) install $(CONSTRAINTS) '.[test]'
+	$(call INSTALL,'.[test]')
 	touch $@ $(VENV)/.iogen-core
+
+# Development: everything the tests need, with iogen installed editable (DEVELOPERS.md).
+dev: $(VENV)/.iogen-test
+	$(PIP) install --no-deps --no-build-isolation -e .
+	touch $(VENV)/.iogen-editable
 
 venv: $(VENV)/.iogen-test
 
@@ -46,7 +57,13 @@ test-debug-core: $(VENV)/.iogen-test
 	cd $(DEBUG_DIR) && IOGEN_DEBUG_BUILD=1 $(abspath $(BIN))/python setup.py -q build_ext --inplace
 	PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/python -c "import sys, iogen._core.clock as c; \
 	  sys.exit(0 if c.__file__.startswith('$(abspath $(DEBUG_DIR))') else 'not the debug core: ' + c.__file__)"
-	PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/pytest -q -p no:cacheprovider tests/core
+	IOGEN_EXPECT_DEBUG_CORE=1 PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/pytest -q -p no:cacheprovider tests/core
+
+# The fuzz harness (tests/fuzz) with a long budget: IOGEN_FUZZ_ITERATIONS mutations per case
+# (the normal suite runs 25), IOGEN_FUZZ_SEED to pick or replay a sequence.
+IOGEN_FUZZ_ITERATIONS ?= 5000
+fuzz: $(VENV)/.iogen-test
+	IOGEN_FUZZ_ITERATIONS=$(IOGEN_FUZZ_ITERATIONS) $(BIN)/pytest -q -p no:cacheprovider --timeout=0 tests/fuzz
 
 bench: $(VENV)/.iogen-test
 	$(BIN)/pytest bench/ --benchmark-only
