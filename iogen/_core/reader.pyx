@@ -27,6 +27,9 @@ cdef extern from "<string.h>" nogil:
 # One pread asks for at most this much (the pure twin uses the same cap).
 cdef int64_t MAX_CHUNK_BYTES = _MAX_CHUNK_BYTES
 
+# True in a debug build (IOGEN_DEBUG_BUILD=1, setup.py): bounds checks everywhere, line tracing.
+DEBUG_BUILD = IOGEN_DEBUG_BUILD
+
 
 cdef int64_t pread_full(int fd, unsigned char *dst, int64_t length, int64_t offset) noexcept nogil:
     cdef int64_t done = 0
@@ -68,8 +71,8 @@ cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64
     return 0
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
                const int64_t[:] required, buf, const int64_t[:] buf_offsets):
     """Read lengths[i] bytes of fds[i] at offsets[i] into buf[buf_offsets[i]:]; return bytes read."""
@@ -102,6 +105,13 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
             raise ReadFailure(failed, -got, offsets[failed], 0)
         raise ReadFailure(failed, 0, offsets[failed], got)
     return total
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def _bounds_probe(const int64_t[:] values, Py_ssize_t i):
+    """values[i] under the audited functions' switch; tests prove that the debug build checks it."""
+    return values[i]
 
 
 def open_file(path, bint direct=False):
@@ -148,8 +158,8 @@ def evict_file(int fd):
         raise _os_error(rc, None)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 def pread_loop_baseline(path, int64_t block_bytes, buf):
     """Read the whole file sequentially in block_bytes preads into buf; return bytes read."""
     cdef unsigned char[::1] out = writable_byte_view(buf)

@@ -228,8 +228,8 @@ cdef _raise_scan_error(int rc, int64_t where, int64_t detail, int64_t file_size)
                f"{file_size - where} bytes left in the file (frame overhead 16)")
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 def check_data_crcs(const unsigned char[::1] buf, const int64_t[:] data_offsets,
                     const int64_t[:] lengths, const int64_t[:] expected_crc_offsets):
     """Check each record's masked data CRC stored at buf[expected_crc_offsets[i]]; -1 or first bad index."""
@@ -258,8 +258,8 @@ def check_data_crcs(const unsigned char[::1] buf, const int64_t[:] data_offsets,
     return bad
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 def pread_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, buf,
                  const int64_t[:] buf_offsets):
     """pread whole frames into buf, checking each data CRC right after its read: (bytes, first bad or -1).

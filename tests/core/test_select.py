@@ -23,7 +23,8 @@ def test_default_is_compiled_core():
     assert {m.__name__ for m in (core.reader, core.fill, core.tfrecord)} == {
         "iogen._core.reader", "iogen._core.fill", "iogen._core.tfrecord"}
     expected = "hw" if core.tfrecord.has_hw_crc32c() else "sw"
-    assert core.core_description() == f"cython ({expected} crc32c)"
+    debug = ", debug build" if core.reader.DEBUG_BUILD else ""
+    assert core.core_description() == f"cython ({expected} crc32c{debug})"
 
 
 def test_env_selects_pure_twin():
