@@ -384,12 +384,6 @@ def _mpi_library() -> str:
         return "unknown MPI"
 
 
-def _reset_for_tests() -> None:
-    """Forget the process's world (tests only)."""
-    global _world
-    _world = None
-
-
 __all__ = [
     "LAUNCHER_VARS",
     "MPIWorld",

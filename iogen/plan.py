@@ -46,14 +46,6 @@ class EpochPlan:
         """Samples per batch."""
         return int(self.batches.shape[1])
 
-    def files_of(self, gids: np.ndarray) -> np.ndarray:
-        """File index of each global sample id."""
-        return gids // self.samples_per_file
-
-    def samples_of(self, gids: np.ndarray) -> np.ndarray:
-        """Index of each global sample id inside its file."""
-        return gids % self.samples_per_file
-
 
 # Feistel rounds of the index shuffle (iogen/_core/permute.pyx); 8 is comfortably past the
 # 4 that make a Feistel network with random round functions a pseudo-random permutation.
