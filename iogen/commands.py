@@ -137,8 +137,11 @@ def cmd_datagen(args) -> int:
     results = generate_data(layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
                             progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
     if world.rank == 0:
-        for split, result in zip(splits, results):
-            print(f"{split}: {result}")
+        share = f" by rank 0 of {world.size}" if world.size > 1 else ""
+        for split, layout, r in zip(splits, layouts, results):
+            print(f"{split}: {layout.num_files} files in {layout.folder}: {r.files_written} written{share}, "
+                  f"{r.files_skipped} already there; {_gib(r.bytes_written)} in {r.elapsed_s:.1f} s "
+                  f"({r.write_gib_s:.2f} GiB/s)" + (f"; manifest {r.manifests[-1]}" if r.manifests else ""))
     return EXIT_OK
 
 

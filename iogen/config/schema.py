@@ -5,9 +5,11 @@ iogen differs. Section-internal rules live on the section; rules across sections
 """
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from .distributions import TimeDist
 from .names import FolderPath, PathComponent
@@ -217,6 +219,12 @@ class Dataset(Section):
                 f"dataset.compression = {self.compression!r} does not apply to format {self.format!r}; "
                 f"{self.format} supports: {', '.join(FORMAT_COMPRESSIONS[self.format])}"
             )
+        if not self.keep_files:
+            problems.append(
+                "dataset.keep_files = False: DLIO deletes the generated dataset after the run; iogen never "
+                "deletes a dataset (generating it is the expensive part, and runs reuse it): set "
+                "dataset.keep_files to True and delete the data folder yourself when done"
+            )
         if problems:
             raise rule(*problems)
         return self
@@ -244,6 +252,8 @@ class Reader(Section):
     evict_page_cache: bool = False
     # iogen: check record checksums (TFRecord CRC32C) of what is read, as TensorFlow does.
     verify_checksums: bool = True
+    # iogen: open and close the file for every sample read (map-style datasets), not once per run.
+    reopen_files: bool = False
 
 
 class Train(Section):
@@ -325,13 +335,22 @@ class Output(Section):
     """`output`: where run folders go."""
 
     folder: FolderPath = "results"
-    log_file: NonEmptyStr = "iogen.log"
+    log_file: PathComponent = "iogen.log"  # written into each run folder (iogen/runlog.py)
+
+
+def _au_fraction(value: float) -> float:
+    """metric.au is a fraction: 0.9 means 90%; a percentage given by mistake is named as such."""
+    if not 0.0 <= value <= 1.0:
+        hint = f"; did you mean {value / 100:g}?" if 1.0 < value <= 100.0 else ""
+        raise PydanticCustomError("au_fraction", f"must be a fraction from 0 to 1 (0.9 means an AU threshold of "
+                                                 f"90%), got {value:g}{hint}")
+    return value
 
 
 class Metric(Section):
     """`metric`: the AU threshold and the steps left out of every epoch's window."""
 
-    au: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
+    au: Annotated[float, AfterValidator(_au_fraction)] = 0.9
     exclude_start_steps: NonNegInt = 1
     exclude_end_steps: NonNegInt = 0
 
@@ -349,6 +368,12 @@ SECTIONS: dict[str, type[Section]] = {
     "storage": Storage, "staging": Staging,
 }
 TOP_LEVEL_KEYS = ("name", "framework", "accelerator", "accelerators")
+# Keys accepted for DLIO's YAMLs that have no effect in iogen because DLIO ignores them too;
+# loading a workload that sets one warns (iogen/config/dlio.py). Every other key does what it
+# says or is rejected (tests/config/test_schema_walk.py; docs/configuration.md).
+IGNORED_KEYS = {
+    "workflow.debug": "DLIO ignores it too",
+}
 # Keys that hold a TimeDist, so a distribution key may follow them in a path.
 DIST_FIELDS = (("train", "computation_time"), ("evaluation", "eval_time"), ("reader", "preprocess_time"))
 
@@ -384,6 +409,27 @@ class Workload(Section):
             data = {**data, "accelerators": table, "default_accelerator": table.pop("default")}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _under_storage_root(cls, data):
+        # DLIO resolves relative data and checkpoint folders under storage.storage_root (its
+        # storage's get_uri joins them); made absolute, so a resolved config reloads the same.
+        storage = data.get("storage") if isinstance(data, dict) else None
+        root = storage.get("storage_root") if isinstance(storage, dict) else None
+        if not isinstance(root, str) or not root or os.path.normpath(root) == ".":
+            return data
+        data = dict(data)
+        for section, key, default in (("dataset", "data_folder", Dataset.model_fields["data_folder"].default),
+                                      ("checkpoint", "checkpoint_folder",
+                                       Checkpoint.model_fields["checkpoint_folder"].default)):
+            sec = data.get(section) or {}
+            if not isinstance(sec, dict):
+                continue
+            value = sec.get(key, default)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                data[section] = {**sec, key: os.path.abspath(os.path.join(root, value))}
+        return data
+
     @model_validator(mode="after")
     def _across_sections(self):
         problems = []
@@ -402,6 +448,18 @@ class Workload(Section):
             problems.append(
                 f"reader.batch_size = {rd.batch_size} is larger than the training set "
                 f"({ds.num_files_train * ds.num_samples_per_file} samples): an epoch would have no steps"
+            )
+        if not rd.verify_checksums and rd.data_loader == "tensorflow" and ds.format == "tfrecord":
+            problems.append(
+                "reader.verify_checksums = False with reader.data_loader = 'tensorflow' and dataset.format = "
+                "'tfrecord': tf.data's TFRecordDataset checks every record's CRC and cannot be told not to; "
+                "set reader.verify_checksums to True, or use reader.data_loader native or pytorch"
+            )
+        if rd.odirect and ds.compression != "none":
+            problems.append(
+                f"reader.odirect = True with dataset.compression = {ds.compression!r}: compressed samples are "
+                "decoded through buffered reads, so O_DIRECT would not apply; set reader.odirect to False "
+                "(reader.evict_page_cache=True reads from the device) or use uncompressed data"
             )
         if self.workflow.evaluation and 0 < ds.num_files_eval * ds.num_samples_per_file < rd.batch_size_eval:
             problems.append(

@@ -31,7 +31,8 @@ def test_all_problems_in_one_error_with_path_value_and_allowed():
         "reader.file_shuffle = 'sometimes': must be 'off', 'seed' or 'random'",
         "train.epochs = 1.5: must be a valid integer",
         "train.computation_time = -0.1: must be >= 0",
-        "metric.au = 1.5: must be less than or equal to 1",
+        "metric.au = 1.5: must be a fraction from 0 to 1 (0.9 means an AU threshold of 90%), got 1.5; did you "
+        "mean 0.015?",
         "output.folder = '': String should have at least 1 character",
     ]
     for line in expected:
@@ -142,3 +143,9 @@ def test_the_workload_is_frozen():
     wl = load_workload("default")
     with pytest.raises(Exception, match="frozen"):
         wl.reader.batch_size = 3
+
+
+def test_au_given_as_a_percentage_is_named_a_fraction():
+    (line,) = problems_of({"metric": {"au": 90}})
+    assert line == ("metric.au = 90: must be a fraction from 0 to 1 (0.9 means an AU threshold of 90%), got 90; "
+                    "did you mean 0.9?")

@@ -50,6 +50,9 @@ def dataset(tmp_path_factory):
     ]
     done = run_iogen("datagen", "default", *overrides)
     assert done.returncode == 0, done.stderr
+    # the closing line says what was done, in words (not a raw GenerateResult repr)
+    assert "train: 32 files in " in done.stdout and "32 written, 0 already there" in done.stdout, done.stdout
+    assert "GenerateResult" not in done.stdout
     return overrides
 
 
