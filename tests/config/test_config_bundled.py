@@ -11,8 +11,8 @@ from iogen.config import (
 )
 from iogen.errors import ConfigError
 
-BUNDLED = ["bert", "cosmoflow", "deepcam", "default", "llama3-1t", "llama3-405b", "llama3-70b", "llama3-8b",
-           "resnet50", "unet3d"]
+BUNDLED = ["bert", "cosmoflow", "cosmoflow_staged", "deepcam", "deepcam_staged", "default", "llama3-1t",
+           "llama3-405b", "llama3-70b", "llama3-8b", "resnet50", "unet3d"]
 TRAINING = [name for name in BUNDLED if not name.startswith("llama3-")]  # the llama3 ones only checkpoint
 
 
@@ -170,3 +170,13 @@ def test_llama_checkpoint_workloads_load_and_round_trip(name, write_yaml):
     assert (wl.checkpoint.num_checkpoints_write, wl.checkpoint.num_checkpoints_read) == (10, 10)
     again = load_workload(write_yaml(dump_yaml(wl), f"{name}.yaml"))
     assert resolved_dict(again) == resolved_dict(wl)
+
+
+@pytest.mark.parametrize("name", ["cosmoflow", "deepcam"])
+def test_staged_variants_are_their_workload_plus_stage_in(name):
+    base, staged = load_workload(name), load_workload(f"{name}_staged")
+    assert staged.workflow.stage_data and not base.workflow.stage_data
+    assert staged.staging.folder.endswith("{node}") and staged.staging.scope == "node"
+    for section in ("dataset", "reader", "train", "metric", "accelerators"):
+        assert getattr(staged, section) == getattr(base, section), section
+
