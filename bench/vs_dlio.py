@@ -1,0 +1,190 @@
+"""iogen against DLIO, side by side on the same files, in the same run.
+
+iogen generates one NPZ dataset; then, alternating in each repetition with the page cache warmed
+before every contender, DLIO (`dlio_benchmark`, run from its own Python: --dlio-python or
+$IOGEN_DLIO_PYTHON) and iogen read it with the same loader, read threads, batch size, compute
+time and epochs. Every figure is what each tool reports in its own summary.json, under DLIO's
+keys: AU %, samples/s, and DLIO's "MB/s" (which DLIO 2.0 computes as samples/s x record length
+/ 2^20: MiB/s). No DLIO figure is typed in: when dlio_benchmark cannot be imported by the given
+Python, the script says DLIO was not measured and prints iogen's figures alone.
+
+The two tools do not define their figures identically (docs/metrics.md): DLIO 2.0 includes each
+epoch's first step (worker start-up) in its throughput and AU, iogen leaves it out by default
+(metric.exclude_start_steps=1); DLIO sleeps with time.sleep, iogen with its calibrated sleep.
+The table shows both as published.
+
+    .venv/bin/python bench/vs_dlio.py --dlio-python /tmp/dliovenv/bin/python --reps 3
+
+DLIO 2.0.0 in its own venv: python3 -m venv /tmp/dliovenv && /tmp/dliovenv/bin/pip install
+--no-deps dlio-benchmark==2.0.0, then torch, tensorflow-cpu, hydra-core, omegaconf, pandas,
+psutil, pydftracer==1.0.2, h5py, Pillow, mpi4py, mpich. DLIO 2.0 also needs a valid/ folder in
+the data folder (iogen datagen makes one).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+WORKLOAD_YAML = """\
+model: iogen_vs_dlio
+framework: pytorch
+workflow:
+  generate_data: False
+  train: True
+  evaluation: False
+  checkpoint: False
+dataset:
+  data_folder: {data}
+  format: npz
+  num_files_train: {files}
+  num_samples_per_file: 1
+  record_length: {record}
+reader:
+  data_loader: {loader}
+  batch_size: {batch}
+  read_threads: {threads}
+train:
+  epochs: {epochs}
+  computation_time: {compute}
+metric:
+  au: 0.90
+"""
+
+
+def dlio_available(python: str | None) -> str | None:
+    """None when `python` can import dlio_benchmark; else why DLIO cannot be measured."""
+    if not python:
+        return "no DLIO Python given (--dlio-python or $IOGEN_DLIO_PYTHON)"
+    if not os.path.exists(python):
+        return f"{python} does not exist"
+    res = subprocess.run([python, "-c", "import dlio_benchmark"], capture_output=True, text=True)
+    if res.returncode != 0:
+        return f"{python} cannot import dlio_benchmark: {res.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+def warm(paths, buf, core) -> None:
+    """Read every file once so every contender starts from a warm page cache."""
+    for p in paths:
+        core.reader.pread_loop_baseline(p, 1 << 20, buf)
+
+
+def run_dlio(python: str, work: str, rep: int) -> dict:
+    """One DLIO run; DLIO's own summary.json metric block."""
+    out = os.path.join(work, f"dlio-out-{rep}")
+    script = os.path.join(os.path.dirname(python), "dlio_benchmark")
+    cmd = [script, "--config-dir", os.path.join(work, "cfg"), "workload=iogen_vs_dlio",
+           f"++workload.output.folder={out}", f"hydra.run.dir={out}/hydra"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=1800)
+    path = os.path.join(out, "summary.json")
+    if res.returncode != 0 or not os.path.exists(path):
+        raise SystemExit(f"DLIO failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["metric"]
+
+
+def run_iogen(base: list, loader: str) -> dict:
+    """One iogen run in this process; its summary's DLIO-key metric block."""
+    from iogen.comm import SingleWorld
+    from iogen.config import load_workload
+    from iogen.runner import run
+
+    out = run(load_workload("default", base + [f"reader.data_loader={loader}"]), SingleWorld(), quiet=True)
+    return out.summary["metric"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dlio-python", default=os.environ.get("IOGEN_DLIO_PYTHON"),
+                    help="the Python of a venv with dlio_benchmark 2.0 (default: $IOGEN_DLIO_PYTHON)")
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--record-bytes", type=int, default=1 << 20)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2, help="read_threads for both tools")
+    ap.add_argument("--compute", type=float, default=0.01, help="computation_time per step, seconds (both tools)")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--loader", default="pytorch", choices=["pytorch", "tensorflow"],
+                    help="DLIO's data_loader; iogen uses the same loader (and its native one beside it)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="work folder (default: a temporary folder)")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
+
+    from iogen import core
+
+    before = machine_line()
+    work = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="iogen-vs-dlio-"))
+    data = os.path.join(work, "data")
+    base = [f"dataset.data_folder={data}", f"output.folder={work}/iogen-results", "dataset.format=npz",
+            f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
+            f"dataset.record_length_bytes={args.record_bytes}", "dataset.record_length_bytes_stdev=0",
+            f"reader.batch_size={args.batch}", f"reader.read_threads={args.threads}",
+            f"train.computation_time={args.compute}", f"train.epochs={args.epochs}", "metric.au=0.9",
+            "workflow.evaluation=False", "workflow.checkpoint=False"]
+    run_iogen(base + ["workflow.generate_data=True", "train.epochs=1"], "native")  # generate once
+    base.append("workflow.generate_data=False")
+    os.makedirs(os.path.join(data, "valid"), exist_ok=True)  # DLIO 2.0 lists valid/ even without eval files
+    paths = sorted(glob.glob(os.path.join(data, "train", "**", "*.npz"), recursive=True))
+    os.makedirs(os.path.join(work, "cfg", "workload"), exist_ok=True)
+    with open(os.path.join(work, "cfg", "workload", "iogen_vs_dlio.yaml"), "w", encoding="utf-8") as fh:
+        fh.write(WORKLOAD_YAML.format(data=data, files=args.files, record=args.record_bytes, loader=args.loader,
+                                      batch=args.batch, threads=args.threads, epochs=args.epochs,
+                                      compute=args.compute))
+    why_not = dlio_available(args.dlio_python)
+    buf = core.reader.aligned_buffer(8 << 20)
+    contenders = ([] if why_not else ["DLIO 2.0"]) + [f"iogen {args.loader}", "iogen native"]
+    results = {c: [] for c in contenders}
+    for rep in range(args.reps):
+        for c in contenders:
+            warm(paths, buf, core)
+            if c == "DLIO 2.0":
+                results[c].append(run_dlio(args.dlio_python, work, rep))
+            else:
+                results[c].append(run_iogen(base, c.split()[1]))
+        print(f"repetition {rep + 1} done", file=sys.stderr, flush=True)
+
+    keys = (("train_au_mean_percentage", "AU %", ".2f"),
+            ("train_throughput_mean_samples_per_second", "samples/s", ",.1f"),
+            ("train_io_mean_MB_per_second", "MiB/s (DLIO's MB key)", ",.1f"))
+    print(f"iogen vs DLIO: {args.files} NPZ files x {args.record_bytes:,} B, batch {args.batch}, read_threads "
+          f"{args.threads} for both, compute {args.compute * 1e3:g} ms/step, {args.epochs} epochs, page cache warm, "
+          f"{args.reps} repetitions alternating (medians, min-max); iogen core {core.core_description()}")
+    print()
+    print("| contender | " + " | ".join(name for _, name, _ in keys) + " | samples/s vs DLIO |")
+    print("|---|" + "---:|" * (len(keys) + 1))
+    for c in contenders:
+        cells = []
+        for key, _, spec in keys:
+            vals = [r[key] for r in results[c]]
+            cells.append(f"{format(statistics.median(vals), spec)} ({format(min(vals), spec)}-{format(max(vals), spec)})")
+        if why_not:
+            ratio = "DLIO not measured"
+        else:
+            rs = [a["train_throughput_mean_samples_per_second"] / b["train_throughput_mean_samples_per_second"]
+                  for a, b in zip(results[c], results["DLIO 2.0"])]
+            ratio = f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+        print(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
+    print()
+    if why_not:
+        print(f"DLIO was not measured: {why_not}.")
+    print("DLIO 2.0 counts each epoch's first step (loader start-up) in its AU and throughput; iogen leaves it out "
+          "(metric.exclude_start_steps=1).")
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
+    if not args.dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
