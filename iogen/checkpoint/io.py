@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import core
+from ..atomic import full_disk_error, is_full_disk
 from ..errors import ConfigError, DataError
 
 DIRECT_ALIGN = 4096
@@ -67,9 +68,11 @@ class CheckpointIO:
             self.buffers = [core.reader.aligned_buffer(self.transfer) for _ in range(self.threads)]
             self.filled = False
         if fill and not self.filled:
-            for i, buf in enumerate(self.buffers):
+            # Every thread's buffer holds the same bytes, so a file's content depends on offsets
+            # only, not on which thread wrote which block.
+            for buf in self.buffers:
                 if self.randomize:
-                    core.fill.fill_random(buf, self.seed, 1000 + i, 0)
+                    core.fill.fill_random(buf, self.seed, 1000, 0)
                 else:
                     buf[:] = 1  # DLIO's randomize_tensor False: constant content (compressible)
             self.filled = True
@@ -124,6 +127,8 @@ class CheckpointIO:
         if errors:
             self._abort(files)
             f = errors[0]
+            if is_full_disk(f.error):  # name the file and what it needed, not just "[Errno 28]"
+                raise full_disk_error(f.error, f.path, f.layout.size_bytes, "the checkpoint") from None
             raise DataError(f.path, f"write failed: {getattr(f.error, 'strerror', None) or f.error}") from None
         return sum(f.layout.size_bytes for f in files)
 

@@ -6,9 +6,10 @@ storage, and `archive/version`; each record's data starts on a 64-byte boundary 
 the local header's extra field, as here). This module computes the whole layout of a file from
 its tensor list: the small framing pieces (headers, the pickle, the central directory) with
 their offsets, and the offsets of the tensor payloads, which the writer fills from its reused
-buffer. Records always carry ZIP64 sizes so a shard may exceed 4 GiB. The records' CRC-32
-fields are 0: computing them would mean reading every byte back; torch.load does not check them
-(as with torch.serialization.set_crc32_options(False)), other zip tools may warn.
+buffer. Records always carry ZIP64 sizes so a shard may exceed 4 GiB. The tensor records'
+CRC-32 fields are 0 (the small records carry theirs): computing them would mean a CPU pass over
+every byte written; torch.load does not check them (as after
+torch.serialization.set_crc32_options(False)), a zip tool that extracts a tensor record may warn.
 
 The pickle is written opcode by opcode (protocol 2), so torch need not be importable; it
 names only what `torch.load(..., weights_only=True)` allows: torch._utils._rebuild_tensor_v2,
@@ -17,6 +18,7 @@ torch.*Storage and collections.OrderedDict.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 
 ALIGN = 64  # torch's record alignment (caffe2 serialize kFieldAlignment)
@@ -98,19 +100,19 @@ def pickle_bytes(tensors) -> bytes:
 
 # --- the zip ------------------------------------------------------------------------------------
 
-def _local_header(name: bytes, size: int, offset: int) -> bytes:
+def _local_header(name: bytes, size: int, offset: int, crc: int) -> bytes:
     """Local header for a stored record of `size` bytes at `offset`, padded so its data is aligned."""
     zip64 = struct.pack("<HHQQ", 0x0001, 16, size, size)
     fixed = 30 + len(name) + len(zip64)
     pad = (-(offset + fixed + 4)) % ALIGN  # 4: the padding field's own header
     extra = zip64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # "FB" padding, as torch writes it
-    return struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0x21, 0, _FF32, _FF32, len(name),
+    return struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0x21, crc, _FF32, _FF32, len(name),
                        len(extra)) + name + extra
 
 
-def _central_header(name: bytes, size: int, header_offset: int) -> bytes:
+def _central_header(name: bytes, size: int, header_offset: int, crc: int) -> bytes:
     extra = struct.pack("<HHQQQ", 0x0001, 24, size, size, header_offset)
-    return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 0, 0, 0x21, 0, _FF32, _FF32, len(name),
+    return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 0, 0, 0x21, crc, _FF32, _FF32, len(name),
                        len(extra), 0, 0, 0, 0, _FF32) + name + extra
 
 
@@ -128,8 +130,9 @@ def torch_layout(tensors) -> FileLayout:
     off = 0
     for name, data in records:
         size = len(data) if isinstance(data, bytes) else data
-        header = _local_header(name, size, off)
-        central += _central_header(name, size, off)
+        crc = zlib.crc32(data) if isinstance(data, bytes) else 0  # payloads: see the module's note
+        header = _local_header(name, size, off, crc)
+        central += _central_header(name, size, off, crc)
         if isinstance(data, bytes):
             framing.append((off, header + data))
         else:

@@ -64,7 +64,7 @@ def test_tiny_layout_names_and_shards():
 
 
 @pytest.mark.parametrize("stem", ["llama_7b", "llama_7b_zero3", "llama_8b_zero3", "llama_70b", "llama_70b_zero3",
-                                  "llama_405b", "llama_1t"])
+                                  "llama_405b", "llama_1t", "mlperf_llama3_1t"])
 def test_dlio_llama_configs_validate_unchanged(stem):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)
@@ -91,3 +91,8 @@ def test_validate_json_prints_checkpoint_bytes(iogen_cmd):
     doc = json.loads(proc.stdout)
     assert doc["checkpoint"]["total_bytes"] == sum(doc["checkpoint"]["rank_bytes"])
     assert len(doc["checkpoint"]["rank_bytes"]) == 8
+
+
+def test_mlperf_config_and_bundled_workload_agree():
+    mlperf = load_workload(str(DLIO_DIR / "mlperf_llama3_1t.yaml"))
+    assert checkpoint_plan(mlperf, 1024)["total_bytes"] == checkpoint_plan(load_workload("llama3-1t"), 1024)["total_bytes"]

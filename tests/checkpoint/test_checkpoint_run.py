@@ -1,0 +1,91 @@
+"""Checkpoint-only runs in one process: write, evict, read back; read-only runs; bad input exits 2."""
+import os
+
+import pytest
+
+from iogen.checkpoint.model import ModelSpec
+from iogen.checkpoint.phases import RankFiles
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.errors import DataError
+from iogen.runner import run
+
+TINY = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
+        "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+        "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+        "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 2}
+
+
+def _overrides(tmp_path, **extra):
+    values = dict(TINY, **{"checkpoint.checkpoint_folder": str(tmp_path / "ckpt"),
+                           "output.folder": str(tmp_path / "results")})
+    values.update(extra)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def _wl(tmp_path, **extra):
+    return load_workload("llama3-8b", _overrides(tmp_path, **extra))
+
+
+def test_write_then_read_in_one_run(tmp_path):
+    wl = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 2})
+    out = run(wl, SingleWorld(), quiet=True)
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    for step in (1, 2):
+        for path, layout in zip(files.paths(str(tmp_path / "ckpt"), step), files.layouts):
+            assert os.path.getsize(path) == layout.size_bytes
+    assert sorted(os.listdir(tmp_path / "ckpt" / "global_epoch1_step1")) == [
+        "zero_pp_rank_0_mp_rank_0_model_states.pt", "zero_pp_rank_0_mp_rank_0_optim_states.pt"]
+    doc = out.summary
+    m = doc["metric"]
+    for key in ("save_checkpoint_duration_mean_seconds", "save_checkpoint_io_mean_GB_per_second",
+                "save_checkpoint_io_mean_GiB_per_second", "load_checkpoint_io_mean_GB_per_second"):
+        assert m[key] > 0
+    ck = doc["iogen"]["checkpoint"]
+    assert ck["write"]["checkpoints"] == 2 and ck["read"]["checkpoints"] == 2
+    assert ck["write"]["bytes_per_checkpoint"] == files.file_bytes
+    assert ck["page_cache"]["evicted_before_reads"] in (True, False)
+    assert isinstance(ck["page_cache"]["reads_could_be_from_memory"], bool)
+    assert ck["peak_rss_bytes"][0] > 0
+    assert os.path.exists(os.path.join(out.run_dir, "summary.json"))
+
+
+def test_read_only_run_restores_what_an_earlier_run_wrote(tmp_path):
+    run(_wl(tmp_path, **{"checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 0}),
+        SingleWorld(), quiet=True)
+    out = run(_wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 2}),
+              SingleWorld(), quiet=True)
+    ck = out.summary["iogen"]["checkpoint"]
+    assert ck["write"]["checkpoints"] == 0 and ck["read"]["checkpoints"] == 2
+    assert "save_checkpoint_duration_mean_seconds" not in out.summary["metric"]
+
+
+def test_read_only_run_names_a_missing_or_truncated_file(tmp_path):
+    run(_wl(tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0}),
+        SingleWorld(), quiet=True)
+    reader = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 2})
+    with pytest.raises(DataError, match="global_epoch1_step2/zero_pp_rank_0_mp_rank_0_model_states.pt.*missing"):
+        run(reader, SingleWorld(), quiet=True)
+    victim = tmp_path / "ckpt" / "global_epoch1_step1" / "zero_pp_rank_0_mp_rank_0_optim_states.pt"
+    os.truncate(victim, 1000)
+    one = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 1})
+    with pytest.raises(DataError, match="optim_states.pt: checkpoint file is truncated: 1000 bytes"):
+        run(one, SingleWorld(), quiet=True)
+    assert not os.path.exists(tmp_path / "results") or len(os.listdir(tmp_path / "results")) == 1
+
+
+def test_cli_exit_codes(tmp_path, iogen_cmd):
+    proc = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 0,
+                                                                   "checkpoint.num_checkpoints_read": 1}))
+    assert proc.returncode == 2
+    assert "global_epoch1_step1/zero_pp_rank_0_mp_rank_0_" in proc.stderr and "missing" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 0,
+                                                                   "checkpoint.num_checkpoints_read": 0}))
+    assert proc.returncode == 2 and "nothing to do" in proc.stderr
+    proc = iogen_cmd("run", "llama3-70b", *_overrides(tmp_path))
+    assert proc.returncode == 2 and "not a multiple of tensor x pipeline = 8" in proc.stderr
+    proc = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 1,
+                                                                   "checkpoint.num_checkpoints_read": 1}))
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint write: 1 x" in proc.stdout and "GB/s" in proc.stdout and "GiB/s" in proc.stdout
