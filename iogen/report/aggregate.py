@@ -84,8 +84,9 @@ def _runs_below(root) -> tuple[list[str], int]:
         elif here != root and _is_run(here):
             runs.append(here)
             dirs[:] = []  # a run folder's sub-folders (steps/, traces/) hold no runs
-    # by start time: a campaign's runs ran in its order, and separate invocations one after another
-    return sorted(dict.fromkeys(runs), key=_start_key), looked
+    # by start time (a stable sort: runs started within the same second keep the order found,
+    # which for a campaign is the order its runs ran)
+    return sorted(dict.fromkeys(runs), key=lambda r: _start_key(r)[0]), looked
 
 
 def find_run_dirs(paths) -> list[str]:

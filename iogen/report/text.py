@@ -85,7 +85,23 @@ def reads_lines(it: dict) -> list[str]:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     if it.get("staging"):
         lines.append(staging_line(it["staging"]))
+    if it.get("checkpoint_drain"):
+        lines.append(drain_line(it["checkpoint_drain"]))
     return lines
+
+
+def drain_line(dr: dict) -> str:
+    """One line on checkpoint drains: blocking vs drain time, and AU with and without a drain running."""
+    during, without = dr.get("steps_during_drain") or {}, dr.get("steps_without_drain") or {}
+    line = (f"checkpoint drain ({dr.get('mode')}): {len(dr.get('checkpoints') or [])} checkpoint(s), "
+            f"{fmt_bytes(dr.get('drain_bytes'))} to {dr.get('shared_folder')}; blocking "
+            f"{fmt_num(dr.get('blocking_s_mean'), 3)} s, drain {fmt_num(dr.get('drain_s_mean'), 3)} s (means); "
+            f"AU {fmt_num(during.get('au_percentage'), 1)}% over {during.get('steps', 0)} step(s) during a drain, "
+            f"{fmt_num(without.get('au_percentage'), 1)}% over {without.get('steps', 0)} without; "
+            f"{dr.get('waits_for_previous_drain', 0)} wait(s) for a previous drain")
+    if dr.get("error"):
+        line += f"; DRAIN FAILED: {dr['error']}"
+    return line
 
 
 def staging_line(st: dict) -> str:
@@ -195,9 +211,12 @@ def render_report(report: dict) -> str:
         ])
     lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max",
                         "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrll"))
-    for r in runs:  # MLPerf Storage's dataset-size rule (iogen.sizing), when the run's summary has it
+    below: dict[str, list[str]] = {}  # MLPerf Storage's dataset-size rule (iogen.sizing), one line per message
+    for r in runs:
         if (r.get("dataset_size_rule") or {}).get("met") is False:
-            lines.append(f"note: {r['label']}: {r['dataset_size_rule']['message']}")
+            below.setdefault(r["dataset_size_rule"]["message"], []).append(r["label"])
+    for message, labels in below.items():
+        lines.append(f"note: {', '.join(labels)}: {message}")
     lines.append("")
     n = len(camp["measured_runs"])
     lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"
