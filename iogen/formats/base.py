@@ -11,7 +11,9 @@ identical across reruns, incompressible, and no two files share content.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +56,15 @@ def sample_bytes(seed: int, stream: int, sample: int, record_bytes: int) -> np.n
     out = np.empty(record_bytes, np.uint8)
     fill_random(out, seed, stream, sample * record_bytes)
     return out
+
+
+class RecordError(ValueError):
+    """Entry `index` of a batch is not a well-formed record of its format (the loader names the file)."""
+
+    def __init__(self, index: int, reason: str):
+        self.index = int(index)
+        self.reason = reason
+        super().__init__(f"entry {self.index}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,31 @@ class Format:
         """
         raise NotImplementedError
 
+    # -- a sample's payload: what a model gets of a record ----------------------------------
+
+    # Element type and shape of a payload as a model gets it (TFRecord: the image's raw bytes).
+    @property
+    def payload_dtype(self) -> np.dtype:
+        """Element type of a payload."""
+        return self.record_dtype
+
+    @property
+    def payload_dims(self) -> tuple[int, ...] | None:
+        """Shape of a payload (None: 1-D)."""
+        return self.record_dims
+
+    def payload_spans(self, buf, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
+        """Where each sample's payload lies in buf, given the index_file ranges read to buf[starts].
+
+        Returns int64 (payload starts, payload lengths); a record whose structure does not parse
+        raises RecordError with its entry. Raw ranges are their own payload.
+        """
+        return np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+
+    def payload_of(self, sample) -> np.ndarray:
+        """The payload of one read_samples result, as a flat uint8 array (RecordError when it does not parse)."""
+        return np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
+
     def record_shape(self, record_bytes: int) -> tuple[int, ...]:
         """Shape of one record's array: record_dims, else (record_bytes // element size,)."""
         if self.record_dims:
@@ -175,11 +211,34 @@ class Format:
 
 
 def file_size_or_error(path) -> int:
-    """Size of a data file; a missing one is a DataError naming it."""
+    """Size of a data file; a missing one, or a directory or device in its place, is a DataError naming it."""
     try:
-        return os.stat(path).st_size
+        st = os.stat(path)
     except FileNotFoundError:
         raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
+    except OSError as exc:
+        raise DataError(path, f"cannot stat the data file: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise DataError(path, f"is {kind}, not a data file")
+    return st.st_size
+
+
+@contextlib.contextmanager
+def parsing(path, what: str, offset=None):
+    """Exceptions a third-party parser raises on corrupt bytes become one DataError naming the file.
+
+    zipfile, numpy's .npy header reader (ast.literal_eval of the file's text) and h5py each raise
+    their own kinds on bad input (KeyError, BadZipFile, zlib.error, NotImplementedError,
+    tokenize.TokenError, AttributeError, ...): to a user they all mean "this file is corrupt".
+    """
+    try:
+        yield
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see above: any failure to parse untrusted bytes
+        text = " ".join(str(exc).split()) or "no detail"
+        raise DataError(path, f"{what} ({type(exc).__name__}: {text[:200]})", offset) from None
 
 
 def check_sample_ids(path, sample_ids, num_samples: int) -> np.ndarray:
@@ -193,7 +252,12 @@ def check_sample_ids(path, sample_ids, num_samples: int) -> np.ndarray:
 
 def pread_exact(fd: int, path, offset: int, length: int) -> bytes:
     """Read exactly length bytes at offset; a short read is a DataError with the offset."""
-    data = os.pread(fd, length, offset)
+    if offset < 0 or length < 0:  # from a corrupt header: os.pread would say only "Invalid argument"
+        raise DataError(path, f"a header points at {length} bytes at byte offset {offset}: corrupt", max(offset, 0))
+    try:
+        data = os.pread(fd, length, offset)
+    except OSError as exc:
+        raise DataError(path, f"read failed: {exc.strerror}", offset) from None
     if len(data) != length:
         raise DataError(path, f"file ends after {offset + len(data)} bytes, "
                               f"{length} bytes needed here (truncated?)", offset + len(data))

@@ -170,9 +170,50 @@ def decode_example(data) -> dict:
             name, feature = None, None
             for kf, kw, kv in _fields(buf, *entry):
                 if kf == 1 and kw == _WIRE_LEN:
-                    name = bytes(buf[kv[0]:kv[1]]).decode()
+                    name = _feature_name(buf, kv)
                 elif kf == 2 and kw == _WIRE_LEN:
                     feature = _decode_feature(buf, *kv)
             if name is not None:
                 out[name] = feature if feature is not None else []
     return out
+
+
+def _feature_name(buf, span) -> str:
+    """A feature name (protobuf strings are UTF-8; anything else is a malformed Example)."""
+    raw = bytes(buf[span[0]:span[1]])
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise ExampleDecodeError(f"feature name {raw[:32]!r} is not UTF-8") from None
+
+
+def image_span(data, name: bytes = b"image") -> tuple[int, int]:
+    """(start, stop) of the first value of bytes feature `name` in a serialized tf.train.Example.
+
+    The whole message is walked, as tf.io.parse_single_example does: bytes after the image
+    that do not parse make the record malformed too.
+    """
+    buf = memoryview(data).cast("B")
+    found = None
+    for field, _, value in _fields(buf, 0, len(buf)):
+        if field != 1 or not isinstance(value, tuple):  # Example.features
+            continue
+        for f, _, entry in _fields(buf, *value):  # Features.feature map entries
+            if f != 1 or not isinstance(entry, tuple):
+                continue
+            key, feature = None, None
+            for kf, _, kv in _fields(buf, *entry):
+                if kf == 1 and isinstance(kv, tuple):
+                    key = bytes(buf[kv[0]:kv[1]])
+                elif kf == 2 and isinstance(kv, tuple):
+                    feature = kv
+            if key != name or feature is None or found is not None:
+                continue
+            for kind, _, lst in _fields(buf, *feature):  # Feature: 1 = bytes_list
+                if kind == 1 and isinstance(lst, tuple):
+                    for vf, _, v in _fields(buf, *lst):
+                        if vf == 1 and isinstance(v, tuple) and found is None:
+                            found = v
+    if found is None:
+        raise ExampleDecodeError(f"no {name.decode()!r} bytes feature")
+    return found

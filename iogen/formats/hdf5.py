@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
-                   file_size_or_error, fill_random, payload_chunks)
+                   file_size_or_error, fill_random, parsing, payload_chunks)
 from .checksum import crc32c, file_crc32c
 
 RECORDS = "records"
@@ -193,9 +193,9 @@ class HDF5Format(Format):
         with H5_LOCK:
             try:
                 f = _h5py().File(path, "r")
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001 - h5py raises OSError, KeyError, ... on corrupt files
                 raise DataError(path, f"HDF5 cannot open it ({exc}); truncated or corrupt?", offset=size) from None
-            with f:
+            with f, parsing(path, "HDF5 metadata is corrupt"):
                 try:
                     ds = f[RECORDS]
                 except KeyError:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
-                   file_size_or_error, payload_chunks, pread_exact)
+                   file_size_or_error, parsing, payload_chunks, pread_exact)
 from .checksum import crc32c, file_crc32c
 
 ALIGN_BYTES = 4096
@@ -127,6 +127,11 @@ class NpzFormat(Format):
     # -- finding the array ------------------------------------------------------------------
 
     def _member(self, fobj, path, size: int, name: str = "x.npy") -> _Member:
+        """The member's place and array header; whatever the zip and .npy parsers raise names the file."""
+        with parsing(path, f"zip or .npy header of {name!r} is corrupt"):
+            return self._find_member(fobj, path, size, name)
+
+    def _find_member(self, fobj, path, size: int, name: str) -> _Member:
         try:
             zf = zipfile.ZipFile(fobj)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
@@ -216,7 +221,8 @@ class NpzFormat(Format):
                 count = 1
             ids = check_sample_ids(path, sample_ids, count)
             if m.compressed:
-                return self._read_compressed(path, m, ids, rows)
+                with parsing(path, "cannot decompress member 'x.npy'", m.member_offset):
+                    return self._read_compressed(path, m, ids, rows)
             arr = np.memmap(fobj, dtype=m.dtype, mode="r", offset=m.data_offset, shape=tuple(m.shape),
                             order="F" if m.fortran else "C")
             if rows is not None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import core
 from ..errors import DataError, ReadFailure
+from ..formats.base import RecordError
 from .base import Batch, Loader
 from .filetable import FileTable
 
@@ -111,7 +112,7 @@ class NativeLoader(Loader):
         self.piece_bytes = int(reader.transfer_size or DEFAULT_PIECE_BYTES)
         if self.direct:
             self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
-        self.table = FileTable(layout, fmt, direct=self.direct)
+        self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files))
         if layout.num_files <= PREINDEX_MAX_FILES:
             # Index parsing is iogen's own CPU work, not storage work: do it before the
             # measured steps so the first epoch measures what the later ones do.
@@ -229,9 +230,10 @@ class NativeLoader(Loader):
                 if bad >= 0:
                     path = self.layout.paths[int(job.files[first + bad])]
                     raise DataError(path, "record checksum mismatch", offset=int(job.offsets[first + bad]))
+                self._check_payloads(job, buf, first, first + read_len.size)
             else:
                 nbytes = core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
-                if self._check is not None and owner is None:
+                if owner is None:
                     # whole records of this slice: check them now, while they are still in
                     # this core's cache, in parallel with the other slices
                     self._check_entries(job, buf, first, first + read_len.size)
@@ -260,7 +262,14 @@ class NativeLoader(Loader):
                 self._pool.submit(job, self._decode, path, ids)
 
     def _decode(self, path, ids) -> int:
-        return int(sum(_nbytes(s) for s in self.fmt.read_samples(path, ids)))
+        nbytes = 0
+        for i, sample in zip(ids.tolist(), self.fmt.read_samples(path, ids)):
+            try:
+                self.fmt.payload_of(sample)  # it must parse, as a framework's parser needs it to
+            except RecordError as exc:
+                raise DataError(path, f"record {i}: {exc.reason}") from None
+            nbytes += _nbytes(sample)
+        return nbytes
 
     def _finish(self, job: _Job) -> Batch:
         """Wait for a batch's reads; check it if the format checks reads (TFRecord CRCs)."""
@@ -270,16 +279,26 @@ class NativeLoader(Loader):
             for fd in job.transient:
                 core.reader.close_file(fd)
         buf = self._buffers[job.slot]
-        if self._check is not None and job.split:
+        if job.split:
             self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads
         return Batch(job.n_samples, nbytes, buf)
 
     def _check_entries(self, job, buf, lo: int, hi: int) -> None:
-        """Check the records lo..hi of a batch (TFRecord CRC32C, in the core, without the GIL)."""
-        bad = self._check(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi])
-        if bad >= 0:
-            path = self.layout.paths[int(job.files[lo + bad])]
-            raise DataError(path, "record checksum mismatch", offset=int(job.offsets[lo + bad]))
+        """Check the records lo..hi of a batch: checksums (TFRecord CRC32C, in the core, without the GIL), structure."""
+        if self._check is not None:
+            bad = self._check(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi])
+            if bad >= 0:
+                path = self.layout.paths[int(job.files[lo + bad])]
+                raise DataError(path, "record checksum mismatch", offset=int(job.offsets[lo + bad]))
+        self._check_payloads(job, buf, lo, hi)
+
+    def _check_payloads(self, job, buf, lo: int, hi: int) -> None:
+        """Each record's payload must parse, as a framework's parser needs it to (TFRecord: the Example)."""
+        try:
+            self.fmt.payload_spans(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi])
+        except RecordError as exc:
+            path = self.layout.paths[int(job.files[lo + exc.index])]
+            raise DataError(path, f"record is {exc.reason}", offset=int(job.offsets[lo + exc.index])) from None
 
     # -- the epoch ---------------------------------------------------------------------
 

@@ -33,12 +33,10 @@ import numpy as np
 
 from .. import core
 from ..errors import DataError, ReadFailure
-from ..formats.example_proto import ExampleDecodeError, _fields
+from ..formats.base import RecordError
 from .filetable import FileTable
 
 ALIGN = 4096
-_TFRECORD_HEADER = 12
-_TFRECORD_FOOTER = 4
 
 
 class Payload(NamedTuple):
@@ -99,15 +97,14 @@ class _LayoutView:
 class SampleReader:
     """Reads samples of one split by global id, in this process; safe to call from many threads."""
 
-    def __init__(self, layout, fmt, *, direct: bool = False, verify: bool = True):
+    def __init__(self, layout, fmt, *, direct: bool = False, verify: bool = True, reopen: bool = False):
         self.layout = _LayoutView(layout)
         self.fmt = fmt
         self.direct = bool(direct)
+        self.reopen = bool(reopen)  # reader.reopen_files: one open and close per sample read
         self.samples_per_file = layout.samples_per_file
-        self.framed = fmt.name == "tfrecord"
         self._check = getattr(fmt, "check_read", None) if verify else None
         self._read_checked = getattr(fmt, "pread_checked", None) if verify else None
-        self._spans = _ImageSpans() if self.framed else None
         self._table = None
         self._pid = None
         self._lock = threading.Lock()
@@ -125,7 +122,7 @@ class SampleReader:
         pid = os.getpid()
         if self._table is None or self._pid != pid:
             # A forked child opens its own descriptors; the parent's stay the parent's to close.
-            self._table = FileTable(self.layout, self.fmt, direct=self.direct)
+            self._table = FileTable(self.layout, self.fmt, direct=self.direct, reopen=self.reopen)
             self._pid = pid
         return self._table
 
@@ -180,20 +177,11 @@ class SampleReader:
             bad = self._check(buf, entry, lengths)
             if bad >= 0:
                 raise DataError(self.path(files[bad]), "record checksum mismatch", offset=int(offsets[bad]))
-        if not self.framed:
-            return BatchRead(buf, entry, lengths.copy(), nbytes)
-        starts = np.empty(gids.size, np.int64)
-        lens = np.empty(gids.size, np.int64)
-        for i in range(gids.size):
-            data_start = int(entry[i]) + _TFRECORD_HEADER
-            data_end = int(entry[i] + lengths[i]) - _TFRECORD_FOOTER
-            try:
-                s, e = self._spans.find(buf, data_start, data_end)
-            except ExampleDecodeError as exc:
-                raise DataError(self.path(files[i]), f"record {int(samples[i])} is not a tf.train.Example "
-                                                     f"with an 'image' bytes feature: {exc}",
-                                offset=int(offsets[i])) from None
-            starts[i], lens[i] = s, e - s
+        try:
+            starts, lens = self.fmt.payload_spans(buf, entry, lengths)
+        except RecordError as exc:
+            raise DataError(self.path(files[exc.index]), f"record {int(samples[exc.index])}: {exc.reason}",
+                            offset=int(offsets[exc.index])) from None
         return BatchRead(buf, starts, lens, nbytes)
 
     def _decode(self, files, samples, alloc) -> BatchRead:
@@ -205,16 +193,10 @@ class SampleReader:
             path = self.path(f)
             for i, sample in zip(where, self.fmt.read_samples(path, samples[where])):
                 nbytes += _nbytes(sample)
-                if self.framed:
-                    data = np.frombuffer(sample, np.uint8)
-                    try:
-                        s, e = self._spans.find(data, 0, data.size)
-                    except ExampleDecodeError as exc:
-                        raise DataError(path, f"record {int(samples[i])} is not a tf.train.Example "
-                                              f"with an 'image' bytes feature: {exc}") from None
-                    payloads[i] = data[s:e]
-                else:
-                    payloads[i] = np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
+                try:
+                    payloads[i] = self.fmt.payload_of(sample)
+                except RecordError as exc:
+                    raise DataError(path, f"record {int(samples[i])}: {exc.reason}") from None
         lengths = np.array([p.size for p in payloads], np.int64)
         starts = np.zeros(files.size, np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
@@ -224,62 +206,13 @@ class SampleReader:
         return BatchRead(buf, starts, lengths, nbytes)
 
 
-class _ImageSpans:
-    """Finds the `image` bytes feature inside a serialized tf.train.Example.
-
-    Records of one file usually share everything before the image bytes (iogen's and DLIO's
-    writers put the same features in the same order, with the same sizes), so once a record is
-    parsed, a later record whose leading bytes equal that prefix has its image at the same place.
-    """
-
-    def __init__(self):
-        self._prefix = None  # (bytes before the image, image length, data length)
-
-    def find(self, buf, start: int, end: int) -> tuple[int, int]:
-        """(start, stop) of the image payload within buf[start:end]."""
-        known = self._prefix
-        if known is not None:
-            prefix, image_len, data_len = known
-            k = len(prefix)
-            if end - start == data_len and bytes(buf[start:start + k]) == prefix:
-                return start + k, start + k + image_len
-        s, e = image_span(memoryview(buf)[start:end])
-        self._prefix = (bytes(buf[start:start + s]), e - s, end - start)
-        return start + s, start + e
-
-
-def image_span(data) -> tuple[int, int]:
-    """(start, stop) of the first value of bytes feature `image` in a serialized tf.train.Example."""
-    buf = memoryview(data).cast("B")
-    for field, wire, value in _fields(buf, 0, len(buf)):
-        if field != 1 or not isinstance(value, tuple):  # Example.features
-            continue
-        for f, _, entry in _fields(buf, *value):  # Features.feature map entries
-            if f != 1 or not isinstance(entry, tuple):
-                continue
-            name, feature = None, None
-            for kf, _, kv in _fields(buf, *entry):
-                if kf == 1 and isinstance(kv, tuple):
-                    name = bytes(buf[kv[0]:kv[1]])
-                elif kf == 2 and isinstance(kv, tuple):
-                    feature = kv
-            if name != b"image" or feature is None:
-                continue
-            for kind, _, lst in _fields(buf, *feature):  # Feature: 1 = bytes_list
-                if kind == 1 and isinstance(lst, tuple):
-                    for vf, _, v in _fields(buf, *lst):
-                        if vf == 1 and isinstance(v, tuple):
-                            return v
-    raise ExampleDecodeError("no 'image' bytes feature")
-
-
 class SampleShaper:
     """Turns payload bytes into the arrays a model would get (dtype, shape; or DLIO's resize)."""
 
     def __init__(self, fmt, resize_bytes: int | None = None):
         self.resize_dim = math.isqrt(int(resize_bytes)) if resize_bytes else None
-        self.dtype = np.dtype(np.uint8) if (fmt.name == "tfrecord" or self.resize_dim) else fmt.record_dtype
-        self.dims = None if (fmt.name == "tfrecord" or self.resize_dim) else fmt.record_dims
+        self.dtype = np.dtype(np.uint8) if self.resize_dim else fmt.payload_dtype
+        self.dims = None if self.resize_dim else fmt.payload_dims
 
     def shape_of(self, nbytes: int) -> tuple[int, ...] | None:
         """Shape of a payload of nbytes in this dtype; None when it does not divide (kept as bytes)."""

@@ -232,10 +232,53 @@ def damage_tfrecord(path, how: str) -> None:
         f.write(out)
 
 
+class OpenCounter:
+    """Counts the kernel's open events on the files of some folders (Linux inotify, IN_OPEN).
+
+    Real opens by any thread of any process (DataLoader workers too), as the storage sees them.
+    """
+
+    IN_OPEN, IN_NONBLOCK = 0x20, 0o4000
+
+    def __init__(self, folders):
+        import ctypes
+        import ctypes.util
+
+        self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        self.fd = self._libc.inotify_init1(self.IN_NONBLOCK)
+        assert self.fd >= 0, "inotify_init1 failed"
+        for folder in folders:
+            assert self._libc.inotify_add_watch(self.fd, str(folder).encode(), self.IN_OPEN) >= 0
+
+    def take(self) -> dict:
+        """Opens per file name since the last call."""
+        import os
+        import struct
+
+        counts = {}
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return counts
+            pos = 0
+            while pos < len(data):
+                _, mask, _, size = struct.unpack_from("iIII", data, pos)
+                name = data[pos + 16:pos + 16 + size].rstrip(b"\0").decode()
+                pos += 16 + size
+                if mask & self.IN_OPEN and name:
+                    counts[name] = counts.get(name, 0) + 1
+
+    def close(self):
+        import os
+
+        os.close(self.fd)
+
+
 @pytest.fixture
 def lt():
     """The helpers above, for test modules (conftest is not importable under importlib mode)."""
     return SimpleNamespace(parts=Datasets.parts, expected_sample=expected_sample, to_numpy_rows=to_numpy_rows,
                            collect=collect, plans=plans, native_bytes=native_bytes, check_parity=check_parity,
                            summary_of=summary_of, rank_plans=rank_plans, step_rows=step_rows,
-                           damage_tfrecord=damage_tfrecord)
+                           damage_tfrecord=damage_tfrecord, OpenCounter=OpenCounter)

@@ -1,4 +1,7 @@
-"""Every loader fails, naming the file, when a file holds fewer records than the plan reads (issue 11.2).
+"""Every loader fails, naming the file, on a TFRecord it must not trust (issue 11.1, 11.2, 11.10).
+
+Fewer records than the plan reads, framing that lies, or an Example that does not parse under
+a valid CRC: a DataError naming the file, never silent acceptance.
 
 The tf.data loader's cases sit with its other tests (tests/loaders/test_tensorflow_loader.py).
 """
@@ -36,3 +39,25 @@ def test_short_or_damaged_tfrecord_is_a_data_error(datasets, lt, tmp_path, loade
                 for _ in reader.epoch(plan):
                     pass
     assert info.value.path == victim
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("how", ["garbage", "trailing"])
+def test_an_example_that_does_not_parse_is_a_data_error_despite_its_crc(datasets, lt, tmp_path, loader,
+                                                                        compression, how):
+    if loader == "pytorch":
+        pytest.importorskip("torch")
+    wl = _own_copy(datasets, tmp_path, loader, compression)
+    layout, fmt = lt.parts(wl)
+    victim = layout.paths[1]
+    lt.damage_tfrecord(victim, how)
+    assert fmt.count_records(victim) == layout.samples_per_file  # the framing is sound
+    with pytest.raises(DataError, match="tf.train.Example") as info:
+        with get_loader(wl, layout, fmt, SingleWorld()) as reader:
+            for plan in lt.plans(wl, layout):
+                for _ in reader.epoch(plan):
+                    pass
+    assert info.value.path == victim
+    if compression == "none":
+        assert info.value.offset == 0

@@ -10,9 +10,9 @@ import pytest
 from iogen.dataset import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import make_format
-from iogen.formats.example_proto import encode_example
+from iogen.formats.example_proto import encode_example, image_span
 from iogen.loaders.filetable import FileTable
-from iogen.loaders.sampling import SampleReader, SampleShaper, fill_resized, image_span, plan_runs
+from iogen.loaders.sampling import SampleReader, SampleShaper, fill_resized, plan_runs
 
 FORMATS = ["npz", "hdf5", "tfrecord"]
 COMPRESSED = {"npz": "zip", "hdf5": "gzip", "tfrecord": "gzip"}
