@@ -147,12 +147,15 @@ def main(argv=None) -> int:
         return EXIT_USAGE
 
     warnings.showwarning = _show_warning
+    from .signals import describe_interrupt, install
+
+    install()  # SIGTERM and SIGHUP end a command as Ctrl-C does (exit 130, summary kept)
     try:
         from . import commands
 
         return getattr(commands, f"cmd_{args.command}")(args)
-    except KeyboardInterrupt:
-        print("iogen: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"iogen: {describe_interrupt(exc)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except IogenError as exc:
         _print_error(exc)

@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 
 from .errors import ConfigError, DataError, Interrupted
+from .signals import describe_interrupt
 
 
 @dataclass
@@ -142,7 +143,7 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     try:
         _run_body(wl, world, st, label, quiet, stream)
     except BaseException as exc:  # kept: the summary says why the run is incomplete
-        error = Interrupted("interrupted") if isinstance(exc, KeyboardInterrupt) else exc
+        error = Interrupted(describe_interrupt(exc)) if isinstance(exc, KeyboardInterrupt) else exc
         world.fail(error)  # under MPI: tell the other ranks, so none waits for this one
     finally:
         st.close()
@@ -157,6 +158,9 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
         if st.log is not None:
             st.log.write("run complete" if error is None else f"run incomplete: {error}")
             st.log.close()
+    if error is None and st.result is not None and (st.result.drain or {}).get("error"):
+        # the summary records the failed drain; the run still ends as bad storage does: exit 2
+        error = DataError(wl.checkpoint.checkpoint_folder, f"checkpoint drain failed: {st.result.drain['error']}")
     if error is not None:
         raise error
     return RunOutcome(st.run_dir, doc, True)

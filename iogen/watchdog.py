@@ -140,7 +140,9 @@ def describe(exc: BaseException) -> str:
     """One line naming an exception: its message, or its type when the message is empty."""
     msg = str(exc).strip()
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
+        from .signals import describe_interrupt
+
+        return describe_interrupt(exc)
     if not msg:
         return type(exc).__name__
     from .errors import IogenError

@@ -1,4 +1,7 @@
-"""An interrupted run keeps what it measured: exit 130, step log rows, a summary marked incomplete."""
+"""An interrupted run keeps what it measured: exit 130, step log rows, a summary marked incomplete.
+
+SIGTERM (what Slurm sends first) and SIGHUP behave as SIGINT (issue 11.4), for `run` and `datagen`.
+"""
 import glob
 import json
 import os
@@ -7,32 +10,79 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from iogen.steplog import read_steplog
 
+from ..conftest import run_iogen
 
-def test_sigint_keeps_steps_and_writes_an_incomplete_summary(tiny, tmp_path):
-    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
-    args = [iogen, "run", "default", "--generate", "--quiet",
+IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")
+
+
+def _wait_for(predicate, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signal_keeps_steps_and_writes_an_incomplete_summary(tiny, tmp_path, sig):
+    args = [IOGEN, "run", "default", "--generate", "--quiet",
             *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # wait until the run has measured a whole epoch (its first rows reach the log after ~1 s)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def measured():
             logs = glob.glob(str(tmp_path / "results" / "*" / "steps" / "*.steps"))
-            if logs and os.path.getsize(logs[0]) > 4096:
-                break
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+            return bool(logs) and os.path.getsize(logs[0]) > 4096
+        _wait_for(measured)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
+    assert "Traceback" not in err
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
     with open(os.path.join(run_dir, "summary.json")) as fh:
         doc = json.load(fh)
     assert doc["iogen"]["complete"] is False
     assert "interrupt" in doc["iogen"]["incomplete_reason"]
+    if sig != signal.SIGINT:
+        assert signal.Signals(sig).name in doc["iogen"]["incomplete_reason"]
     header, rows = read_steplog(os.path.join(run_dir, "steps", "rank-00000.steps"))
     assert len(rows) >= 4  # at least the first epoch's rows survived
     assert doc["metric"]["train_au_mean_percentage"] is not None  # measured epochs are reported
+    assert not glob.glob(os.path.join(run_dir, "**", "*.tmp.*"), recursive=True)
+    # the folder is a result `iogen report` reads (an incomplete run is reported, the campaign not valid)
+    rep = run_iogen("report", run_dir, "--no-html", "-o", str(tmp_path / "report"))
+    assert rep.returncode in (0, 1), rep.stderr
+    assert os.path.exists(tmp_path / "report" / "report.json")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_during_datagen_leaves_a_resumable_dataset(tmp_path, sig):
+    over = [f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=400",
+            "dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0",
+            "dataset.format=npz"]
+    proc = subprocess.Popen([IOGEN, "datagen", "default", "-j", "2", "--quiet", *over],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        train = tmp_path / "data" / "train"
+        _wait_for(lambda: len(glob.glob(str(train / "*.npz"))) >= 3)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and signal.Signals(sig).name in err
+    assert not glob.glob(str(train / "*.tmp.*")), "temporary files left behind"
+    assert glob.glob(str(train / ".iogen-journal.*"))  # what was finished is journalled
+    assert not os.path.exists(train / ".iogen-manifest.json")
+    done = len(glob.glob(str(train / "*.npz")))
+    assert 0 < done < 400
+    again = run_iogen("datagen", "default", "--quiet", *over)
+    assert again.returncode == 0, again.stderr
+    assert run_iogen("verify", "default", *over).returncode == 0
