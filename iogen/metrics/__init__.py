@@ -12,6 +12,8 @@ The stages, one module each:
                                        (the buffer ranks exchange with MPI Gather)
   run      combine_ranks(per_rank)     [ranks, epochs, fields] -> CombinedEpochs (per epoch)
            run_metrics(train, eval)    -> RunMetrics (one invocation)
+  ranks    reduce_ranks(world, ...)    every rank's rows -> the gathered [ranks, epochs, fields]
+                                       arrays, device bytes and wait histograms summed over ranks
   summary  dlio_metric_block(run), iogen_metric_block(run) -> the dicts summary.json carries
 
   campaign campaign_stats(runs)       the measured runs of a campaign -> statistics and a

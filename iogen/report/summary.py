@@ -1,7 +1,7 @@
 """A run's shared outputs: config.yaml at the start, summary.json and epochs.json at the end.
 
-Every rank turns its own step log into a float64 [epochs, fields] array; rank 0 gathers them
-(numpy buffers, never pickled objects), reduces them with iogen.metrics and writes the files.
+Every rank reads its own step log; iogen.metrics.ranks reduces them across ranks (numpy
+buffers, never pickled objects) and rank 0 turns the result into the files written here.
 An interrupted or failed run still writes its summary, marked `"complete": false` with the
 reason, from the rows that were measured.
 """
@@ -16,11 +16,14 @@ import numpy as np
 import yaml
 
 from .. import __version__
-from ..metrics import dlio_metric_block, iogen_metric_block, rank_epochs_array, run_metrics
+from ..errors import DataError
+from ..metrics import dlio_metric_block, iogen_metric_block, run_metrics
 from ..metrics.device import reads_from
+from ..metrics.ranks import reduce_ranks
+from ..metrics.drain import drain_block
 from ..metrics.staging import with_epoch_ratio
 from ..sizing import run_check
-from ..steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, read_steplog, wall_offset_ns
+from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
 
 SCHEMA_VERSION = 1
@@ -67,43 +70,43 @@ def write_config(run_dir: str, resolved: dict, facts: dict) -> None:
     rundir.write_atomic(os.path.join(run_dir, "config.yaml"), yaml.safe_dump(doc, sort_keys=False))
 
 
-def _phase_arrays(rows, phase, epochs, wl, offset_ns):
-    if epochs.size == 0:
-        return np.zeros((0, 0))
-    return rank_epochs_array(
-        rows, phase, epochs, exclude_start_steps=wl.metric.exclude_start_steps,
-        exclude_end_steps=wl.metric.exclude_end_steps, clock_offset_ns=offset_ns,
-    )
-
-
-def _epochs_to_report(world, rows, phase):
-    """Epochs of `phase` that every rank reached (all of them in a complete run), the same on every rank."""
-    sel = np.unique(rows["epoch"][rows["phase"] == phase]).astype(np.int64)
-    last = int(sel.max()) if sel.size else 0
-    # an interrupted run reports the epochs every rank measured
-    last = int(world.allreduce_array(np.array([last], np.int64), "min")[0])
-    return sel[sel <= last]
-
-
 def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     """Reduce every rank's step log and write summary.json and epochs.json (rank 0 writes)."""
-    path = rundir.steplog_path(run_dir, world.rank) if run_dir is not None else None
-    if path is not None and os.path.exists(path):
-        header, rows = read_steplog(path)
-        # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
-        offset_ns = wall_offset_ns(header)
-    else:  # under MPI a failure stopped this rank before its step log: it still takes part
-        header, rows, offset_ns = None, np.zeros(0, STEP_DTYPE), 0
-    train_epochs = _epochs_to_report(world, rows, PHASE_TRAIN)
-    eval_epochs = _epochs_to_report(world, rows, PHASE_EVAL)
-    train = world.gather_array(_phase_arrays(rows, PHASE_TRAIN, train_epochs, wl, offset_ns))
-    evals = world.gather_array(_phase_arrays(rows, PHASE_EVAL, eval_epochs, wl, offset_ns)) if eval_epochs.size else None
-    device_bytes = _device_read_bytes(world, result, train_epochs.size)
-    wait_epochs, wait_run = _wait_latency(world, header, rows, train_epochs, wl)
-    complete = error is None
-    reason = None if complete else (str(error) or type(error).__name__)
+    header, rows, offset_ns = _own_steplog(run_dir, world.rank, error)
+    red = reduce_ranks(world, header, rows, exclude_start_steps=wl.metric.exclude_start_steps,
+                       exclude_end_steps=wl.metric.exclude_end_steps, clock_offset_ns=offset_ns,
+                       device_read_bytes=result.device_read_bytes if result is not None else ())
     if world.rank != 0 or run_dir is None or facts is None:
         return None
+    doc = _summary_doc(run_dir, wl, world, facts, result, error, layout, red)
+    if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
+        doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows)
+    rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
+    if red.train.size:
+        rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(red.train, red.evals)))
+    return doc
+
+
+def _own_steplog(run_dir, rank, error):
+    """This rank's (header, rows, clock offset); no rows when the run stopped before its log."""
+    path = rundir.steplog_path(run_dir, rank) if run_dir is not None else None
+    header, rows, offset_ns = None, np.zeros(0, STEP_DTYPE), 0
+    if path is not None and os.path.exists(path):
+        try:
+            header, rows = read_steplog(path)
+            # Place monotonic times of all ranks on one (wall-clock) axis for cross-rank spans.
+            offset_ns = wall_offset_ns(header)
+        except DataError:
+            # A failure (a full disk) cut the log short before its header: report the run's
+            # own error, not this consequence of it; this rank then has no rows.
+            if error is None:
+                raise
+    # else: under MPI a failure stopped this rank before its step log: it still takes part
+    return header, rows, offset_ns
+
+
+def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
+    """summary.json: DLIO's keys at the top, everything else in the `iogen` block."""
     end_s = time.time()
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -115,8 +118,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
         "metric": {},
         "iogen": {
             "schema_version": SCHEMA_VERSION,
-            "complete": complete,
-            "incomplete_reason": reason,
+            "complete": error is None,
+            "incomplete_reason": None if error is None else (str(error) or type(error).__name__),
             "label": facts["label"],
             "warmup": facts["warmup"],
             "duration_s": end_s - facts["start_time_s"],
@@ -138,56 +141,25 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
             # Summed over ranks: bytes the kernel really fetched from storage in each train epoch
             # (each rank's process and loader workers, iogen.metrics.device); far below the bytes
             # read means the page cache served the reads (`reads_from`).
-            "device_read_bytes_per_epoch": device_bytes,
+            "device_read_bytes_per_epoch": red.device_read_bytes,
             "checkpoints": list(result.checkpoints) if result is not None else [],
             "sleep_spin_ns": result.spin_ns if result is not None else None,
         },
     }
-    if train.size:
-        run = run_metrics(train, evals, au_threshold=wl.metric.au, record_length_bytes=wl.dataset.record_length_bytes)
+    spans = []
+    if red.train.size:
+        run = run_metrics(red.train, red.evals, au_threshold=wl.metric.au,
+                          record_length_bytes=wl.dataset.record_length_bytes)
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
-        doc["iogen"]["reads_from"] = reads_from(device_bytes, list(run.train.epochs.bytes_all))
+        doc["iogen"]["reads_from"] = reads_from(red.device_read_bytes, list(run.train.epochs.bytes_all))
         # batch wait (t_ready - t_request) over the metrics window, merged exactly over ranks
-        doc["iogen"]["metrics"]["train"]["wait_latency"] = wait_run.summary()
-        doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in wait_epochs]
+        doc["iogen"]["metrics"]["train"]["wait_latency"] = red.wait_run.summary()
+        doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in red.wait_epochs]
+        spans = run.train.epochs.span_ns
     if facts.get("staging"):  # T_staging per node and MLPerf HPC's T_staging / T_epoch
-        spans = run.train.epochs.span_ns if train.size else []
         doc["iogen"]["staging"] = with_epoch_ratio(facts["staging"], spans)
-    rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
-    if train.size:
-        rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(train, evals)))
     return doc
-
-
-def _device_read_bytes(world, result, epochs: int) -> list:
-    """Per train epoch, the storage bytes all ranks fetched (None where any rank could not tell)."""
-    mine = np.full(epochs, np.nan)
-    values = list(result.device_read_bytes) if result is not None else []
-    for i, v in enumerate(values[:epochs]):
-        mine[i] = np.nan if v is None else float(v)
-    total = world.allreduce_array(mine, "sum")
-    return [None if not math.isfinite(v) else int(v) for v in total]
-
-
-def _wait_latency(world, header, rows, epochs, wl):
-    """Per-epoch and whole-run wait histograms of the train window, summed over ranks (numpy buffers)."""
-    from ..histogram import NUM_BUCKETS, LatencyHistogram
-    from ..metrics.latency import wait_histograms
-
-    per_epoch, _ = wait_histograms([(header, rows)], PHASE_TRAIN, wl.metric.exclude_start_steps,
-                                   wl.metric.exclude_end_steps)
-    empty = LatencyHistogram()
-    mine = [per_epoch.get(int(e), empty) for e in epochs]
-    big = np.iinfo(np.int64).max
-    counts = world.allreduce_array(np.stack([h.counts for h in mine]) if mine else
-                                   np.zeros((0, NUM_BUCKETS), np.int64), "sum")
-    sums = world.allreduce_array(np.array([h.sum_ns for h in mine], np.int64), "sum")
-    maxs = world.allreduce_array(np.array([h.max_ns for h in mine], np.int64), "max")
-    mins = world.allreduce_array(np.array([big if h.min_ns < 0 else h.min_ns for h in mine], np.int64), "min")
-    merged = [LatencyHistogram(c, max_ns=mx, min_ns=-1 if mn == big else mn, sum_ns=sm)
-              for c, mx, mn, sm in zip(counts, maxs, mins, sums)]
-    return merged, LatencyHistogram.merged(merged)
 
 
 def _per_rank_epochs(train, evals):

@@ -1,0 +1,86 @@
+"""Across ranks: each rank's step rows -> what rank 0 reports for the whole world.
+
+Every rank calls `reduce_ranks` with its own rows (the collectives need all of them); only
+rank 0 gets the gathered arrays back. Everything crosses ranks as numpy buffers through the
+world's collectives (iogen.comm), never as pickled objects. An interrupted run reports the
+epochs every rank reached.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..histogram import NUM_BUCKETS, LatencyHistogram
+from ..steplog import PHASE_EVAL, PHASE_TRAIN
+from .epoch import rank_epochs_array
+from .latency import wait_histograms
+
+
+@dataclass(frozen=True)
+class RankReduction:
+    """The world's figures: gathered per-rank epoch arrays (rank 0) and sums over ranks (every rank)."""
+
+    train: np.ndarray | None  # [ranks, epochs, EPOCH_FIELDS] on rank 0, None elsewhere
+    evals: np.ndarray | None  # the same for eval epochs; None when there were none
+    train_epochs: np.ndarray  # the train epochs reported (reached by every rank)
+    device_read_bytes: list  # per train epoch, summed over ranks; None where a rank could not tell
+    wait_epochs: list  # per train epoch, LatencyHistogram of the batch wait, merged over ranks
+    wait_run: LatencyHistogram  # the same over the whole run
+
+
+def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_steps: int,
+                 clock_offset_ns: int = 0, device_read_bytes=()) -> RankReduction:
+    """Reduce this rank's rows with every other rank's (a collective: every rank calls it)."""
+    window = dict(exclude_start_steps=exclude_start_steps, exclude_end_steps=exclude_end_steps)
+    train_epochs = epochs_reached(world, rows, PHASE_TRAIN)
+    eval_epochs = epochs_reached(world, rows, PHASE_EVAL)
+    train = world.gather_array(_phase_array(rows, PHASE_TRAIN, train_epochs, clock_offset_ns, window))
+    evals = None
+    if eval_epochs.size:
+        evals = world.gather_array(_phase_array(rows, PHASE_EVAL, eval_epochs, clock_offset_ns, window))
+    wait_epochs, wait_run = wait_latency(world, header, rows, train_epochs, **window)
+    return RankReduction(train=train, evals=evals, train_epochs=train_epochs,
+                         device_read_bytes=summed_device_bytes(world, device_read_bytes, train_epochs.size),
+                         wait_epochs=wait_epochs, wait_run=wait_run)
+
+
+def epochs_reached(world, rows, phase) -> np.ndarray:
+    """Epochs of `phase` that every rank reached (all of them in a complete run), the same on every rank."""
+    sel = np.unique(rows["epoch"][rows["phase"] == phase]).astype(np.int64)
+    last = int(sel.max()) if sel.size else 0
+    # an interrupted run reports the epochs every rank measured
+    last = int(world.allreduce_array(np.array([last], np.int64), "min")[0])
+    return sel[sel <= last]
+
+
+def _phase_array(rows, phase, epochs, clock_offset_ns, window):
+    if epochs.size == 0:
+        return np.zeros((0, 0))
+    return rank_epochs_array(rows, phase, epochs, clock_offset_ns=clock_offset_ns, **window)
+
+
+def summed_device_bytes(world, per_epoch, epochs: int) -> list:
+    """Per train epoch, the storage bytes all ranks fetched (None where any rank could not tell)."""
+    mine = np.full(epochs, np.nan)
+    for i, v in enumerate(list(per_epoch)[:epochs]):
+        mine[i] = np.nan if v is None else float(v)
+    total = world.allreduce_array(mine, "sum")
+    return [None if not math.isfinite(v) else int(v) for v in total]
+
+
+def wait_latency(world, header, rows, epochs, *, exclude_start_steps: int, exclude_end_steps: int):
+    """Per-epoch and whole-run wait histograms of the train window, summed over ranks (numpy buffers)."""
+    per_epoch, _ = wait_histograms([(header, rows)], PHASE_TRAIN, exclude_start_steps, exclude_end_steps)
+    empty = LatencyHistogram()
+    mine = [per_epoch.get(int(e), empty) for e in epochs]
+    big = np.iinfo(np.int64).max
+    counts = world.allreduce_array(np.stack([h.counts for h in mine]) if mine else
+                                   np.zeros((0, NUM_BUCKETS), np.int64), "sum")
+    sums = world.allreduce_array(np.array([h.sum_ns for h in mine], np.int64), "sum")
+    maxs = world.allreduce_array(np.array([h.max_ns for h in mine], np.int64), "max")
+    mins = world.allreduce_array(np.array([big if h.min_ns < 0 else h.min_ns for h in mine], np.int64), "min")
+    merged = [LatencyHistogram(c, max_ns=mx, min_ns=-1 if mn == big else mn, sum_ns=sm)
+              for c, mx, mn, sm in zip(counts, maxs, mins, sums)]
+    return merged, LatencyHistogram.merged(merged)
