@@ -21,7 +21,7 @@ from typing import Callable
 
 from .paths import MISSING, get_path, pop_path, set_path
 from .problems import key_path, show, unknown_key
-from .schema import FORMATS, SECTIONS, TOP_LEVEL_KEYS, TrainPatch
+from .schema import FORMATS, IGNORED_KEYS, SECTIONS, TOP_LEVEL_KEYS, TrainPatch
 
 # Old key path -> current-main key path. A `*_stdev` key folds into its distribution mapping.
 RENAMES: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -277,8 +277,14 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
             if clean.get("checkpoint", {}).get(key, -1) != -1:
                 warnings.append(f"checkpoint.{key} = {show(clean['checkpoint'][key])} has no effect during training: "
                                 "it belongs to checkpoint-only runs (workflow.train False), and DLIO ignores it too")
-    if "debug" in clean.get("workflow", {}):
-        warnings.append(f"workflow.debug = {show(clean['workflow']['debug'])} has no effect: DLIO ignores it too")
+    loader = clean.get("reader", {}).get("data_loader", "native")
+    if (clean.get("framework"), loader) in (("tensorflow", "pytorch"), ("pytorch", "tensorflow")):
+        warnings.append(f"framework = {clean['framework']} with reader.data_loader = {loader}: DLIO refuses this pair; "
+                        "iogen runs it (the framework key only labels the workload: iogen emulates its compute)")
+    for dotted, why in IGNORED_KEYS.items():
+        section, key = dotted.split(".")
+        if key in clean.get(section, {}):
+            warnings.append(f"{dotted} = {show(clean[section][key])} has no effect: {why}")
     if "accelerators" in clean:
         problems += _screen_accelerators(clean["accelerators"])
     return clean, problems, warnings

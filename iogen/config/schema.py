@@ -307,6 +307,10 @@ class Checkpoint(Section):
     read_threads: PosInt = 4
     transfer_size: Annotated[int, Field(ge=4096, multiple_of=4096)] = 4 << 20
     odirect: bool = False
+    # iogen: two tiers (iogen/checkpoint/drain.py): write to local_folder, drain to checkpoint_folder
+    local_folder: Optional[FolderPath] = None
+    drain: Literal["async", "sync", "off"] = "async"
+    drain_threads: PosInt = 2
 
     @model_validator(mode="before")
     @classmethod
@@ -416,7 +420,7 @@ class Workload(Section):
         # storage's get_uri joins them); made absolute, so a resolved config reloads the same.
         storage = data.get("storage") if isinstance(data, dict) else None
         root = storage.get("storage_root") if isinstance(storage, dict) else None
-        if not isinstance(root, str) or not root or os.path.normpath(root) == ".":
+        if not isinstance(root, str) or not root or "\0" in root or os.path.normpath(root) == ".":
             return data
         data = dict(data)
         for section, key, default in (("dataset", "data_folder", Dataset.model_fields["data_folder"].default),

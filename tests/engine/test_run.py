@@ -20,7 +20,7 @@ def _run(overrides, **kw):
 def test_run_writes_a_complete_run_folder(tiny):
     wl, out = _run(tiny())
     files = sorted(os.listdir(out.run_dir))
-    assert files == ["config.yaml", "epochs.json", "steps", "summary.json"]
+    assert files == ["config.yaml", "epochs.json", "iogen.log", "steps", "summary.json"]
     with open(os.path.join(out.run_dir, "summary.json")) as fh:
         doc = json.load(fh)
     m = doc["metric"]

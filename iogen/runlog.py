@@ -1,0 +1,53 @@
+"""The run's log file, `<run folder>/<output.log_file>` (DLIO writes dlio.log the same way).
+
+Rank 0 writes one timestamped line per event: the start (workload, run folder, core), every
+epoch's line as the terminal shows it (also with --quiet), and the end (complete, or the error
+that stopped the run). Lines are flushed as written, so a crash keeps what came before.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+class RunLog:
+    """Progress that also writes its epoch lines and messages to the run's log file."""
+
+    def __init__(self, progress, path: str):
+        self.progress = progress
+        self.path = path
+        self._f = open(path, "a", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        """One timestamped line (UTC)."""
+        if self._f.closed:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._f.write(f"{stamp} {text}\n")
+        self._f.flush()
+
+    # the engine's progress interface: live refreshes are not logged, epoch lines and messages are
+    def due(self, now_ns: int) -> bool:
+        return self.progress.due(now_ns)
+
+    def step(self, *args, **kwargs) -> None:
+        self.progress.step(*args, **kwargs)
+
+    def phase_done(self, epoch: int, phase: int, steps: int, au: float, samples_s: float, window_s: float) -> None:
+        self.progress.phase_done(epoch, phase, steps, au, samples_s, window_s)
+        what = "train" if phase == 0 else "eval"
+        self.write(f"epoch {epoch} {what}: {steps} steps, {samples_s:,.1f} samples/s, AU {au * 100:.2f}% "
+                   f"({window_s:.1f} s measured)")
+
+    def message(self, text: str) -> None:
+        self.progress.message(text)
+        self.write(text.strip())
+
+    def close(self) -> None:
+        """Close the file (the log stays)."""
+        self._f.close()
+
+
+def log_path(run_dir: str, log_file: str) -> str:
+    """Where output.log_file goes: inside the run folder (it is a plain file name)."""
+    return os.path.join(run_dir, log_file)
