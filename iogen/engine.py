@@ -31,6 +31,7 @@ class EngineResult:
     epochs_done: int = 0
     steps_done: int = 0
     checkpoints: list = field(default_factory=list)
+    drain: dict | None = None  # checkpoint drains to the shared tier (iogen.checkpoint.drain)
     spin_ns: int = 0
     # per train epoch: bytes this rank's process and its loader workers made the kernel fetch
     # from storage (iogen.metrics.device), i.e. not served by the page cache; None where the
@@ -94,6 +95,8 @@ class Engine:
                     self.world.barrier()
                 self._phase(plan, self.eval_loader, PHASE_EVAL, wl.evaluation.eval_time, res)
             res.epochs_done = epoch
+        if self.checkpointer is not None:
+            res.drain = self.checkpointer.finish()  # the last background drain ends before the summary
         return res
 
     def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
@@ -136,7 +139,7 @@ class Engine:
                 t_compute_end = now()
                 if step >= window_from:
                     samples_done += batch.samples
-                    compute_done += t_compute_end - t_ready
+                    compute_done += requested[step]  # MLPerf's AU: requested compute
                 if allreduce_buf is not None:
                     self.world.allreduce_bytes(allreduce_buf)
                 barrier()

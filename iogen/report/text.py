@@ -253,6 +253,9 @@ def render_report(report: dict) -> str:
     if camp["valid"] and camp.get("page_cache_runs"):
         lines.append("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
                      + ", ".join(camp["page_cache_runs"]))
+    elif camp["valid"] and any(not r.get("au_gate_applied", True) for r in runs if not r["warmup"]):
+        lines.append("campaign VALID: every measured run met its AU threshold or had no AU gate "
+                     "(no compute configured)")
     elif camp["valid"]:
         lines.append("campaign VALID: every measured run met its AU threshold")
     else:
