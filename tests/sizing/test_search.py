@@ -8,7 +8,11 @@ from iogen.metrics.campaign import RunValues
 from iogen.search import Probe, search
 from iogen.search_output import result_line
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
 
 
 def _probe_from(au_by_n, calls):
@@ -107,14 +111,14 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "N >= 4" in res.stdout
     search_dir = res.stdout.split("results: ", 1)[1].split()[0]
-    doc = json.load(open(os.path.join(search_dir, "search.json"), encoding="utf-8"))
+    doc = json.loads(_read(os.path.join(search_dir, "search.json")))
     assert doc["complete"] and doc["accelerators"] == 4
     assert [p["accelerators"] for p in doc["points"]] == [1, 2, 4]
     for point in doc["points"]:
         assert point["runs"] == 1 and point["passed"] and point["au_mean_percentage"] is not None
         (probe,) = point["probes"]
         (run_dir,) = probe["run_dirs"]
-        summary = json.load(open(os.path.join(search_dir, run_dir, "summary.json"), encoding="utf-8"))
+        summary = json.loads(_read(os.path.join(search_dir, run_dir, "summary.json")))
         assert summary["num_accelerators"] == point["accelerators"]  # really launched on n ranks
     assert os.path.getsize(os.path.join(search_dir, "search.png")) > 0
-    assert "N >= 4" in open(os.path.join(search_dir, "search.txt"), encoding="utf-8").read()
+    assert "N >= 4" in _read(os.path.join(search_dir, "search.txt"))
