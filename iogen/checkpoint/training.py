@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from .. import core
+from ..atomic import full_disk_error, is_full_disk
 
 CHUNK_BYTES = 16 << 20
 
@@ -40,6 +41,14 @@ class Checkpointer:
         self.previous = None
         self.stale = []  # checkpoints superseded by a newer one, deleted by cleanup()
         self.count = 0
+        # Two tiers (checkpoint.local_folder): write locally, drain to checkpoint_folder (drain.py).
+        self.drainer = None
+        if ck.local_folder:
+            self.folder = os.path.abspath(ck.local_folder)
+            if ck.drain != "off" and world.rank == 0:
+                from .drain import Drainer
+
+                self.drainer = Drainer(ck.checkpoint_folder, ck.drain_threads, ck.transfer_size, ck.drain)
         # The content, generated once: incompressible, reused for every chunk of every checkpoint.
         self.buf = core.reader.aligned_buffer(min(CHUNK_BYTES, max(self.size_bytes, 1)))
         core.fill.fill_random(self.buf, self.seed, 0, 0)
@@ -59,12 +68,22 @@ class Checkpointer:
         """Write one checkpoint (rank 0), wait for it on every rank, return the event (I/O time only)."""
         t0 = core.clock.now_ns()
         path = None
+        event = {"epoch": epoch, "step": step, "path": None, "bytes": self.size_bytes}
         if self.world.rank == 0:
-            path = self._write_file(epoch, step)
+            if self.drainer is not None:
+                # the previous drain must end before this checkpoint replaces it: the step loop
+                # blocks for it, and the summary counts such waits
+                event["drain_wait_ns"] = waited = self.drainer.wait_idle()
+                self.drainer.waits += bool(waited)
+            t_write = core.clock.now_ns()
+            path = event["path"] = self._write_file(epoch, step)
+            event["local_write_ns"] = core.clock.now_ns() - t_write
+            if self.drainer is not None:
+                self.drainer.start([path], event)  # async: returns at once; sync: after the copy
         self.world.barrier()
-        elapsed_ns = core.clock.now_ns() - t0
+        event["elapsed_ns"] = core.clock.now_ns() - t0
         self.count += 1
-        return {"epoch": epoch, "step": step, "path": path, "bytes": self.size_bytes, "elapsed_ns": elapsed_ns}
+        return event
 
     def _write_file(self, epoch: int, step: int) -> str:
         os.makedirs(self.folder, exist_ok=True)
@@ -82,9 +101,11 @@ class Checkpointer:
                 done += n
             if self.fsync:
                 os.fsync(fd)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
             os.unlink(tmp)
+            if is_full_disk(exc):  # name the file and what it needed, not just "[Errno 28]"
+                raise full_disk_error(exc, final, self.size_bytes, "the checkpoint") from None
             raise
         os.close(fd)
         os.replace(tmp, final)
@@ -94,9 +115,16 @@ class Checkpointer:
         return final
 
     def cleanup(self) -> None:
-        """Delete superseded checkpoints; called outside the timed windows."""
+        """Delete superseded checkpoints (and their drained copies); called outside the timed windows."""
         while self.stale:
+            stale = self.stale.pop()
             try:
-                os.unlink(self.stale.pop())
+                os.unlink(stale)
             except FileNotFoundError:
                 pass
+            if self.drainer is not None:
+                self.drainer.remove_shared(stale)
+
+    def finish(self) -> dict | None:
+        """End of run: wait for the last drain; what the drains did (None without a drain)."""
+        return self.drainer.finish() if self.drainer is not None else None

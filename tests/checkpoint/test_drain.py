@@ -1,0 +1,76 @@
+"""Two-tier checkpoints: written to checkpoint.local_folder, drained to checkpoint_folder."""
+import filecmp
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from iogen.metrics.drain import drain_block
+from iogen.steplog import PHASE_TRAIN, STEP_DTYPE
+
+from ..conftest import load_summary
+
+SIZE = 4 << 20
+
+
+def _over(tiny, tmp_path, **extra):
+    return tiny(**{"workflow.generate_data": True, "workflow.checkpoint": True, "metric.au": 0.0,
+                   "checkpoint.checkpoint_folder": str(tmp_path / "shared"),
+                   "checkpoint.local_folder": str(tmp_path / "local"),
+                   "model.model_size_bytes": SIZE, "checkpoint.steps_between_checkpoints": 2, **extra})
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_drained_copies_are_byte_identical_and_measured(tiny, tmp_path, iogen_cmd, mode):
+    res = iogen_cmd("run", "default", *_over(tiny, tmp_path, **{"checkpoint.drain": mode}))
+    assert res.returncode == 0, res.stderr
+    local = sorted(os.listdir(tmp_path / "local"))
+    assert local and local == sorted(os.listdir(tmp_path / "shared"))  # the same set on both tiers
+    for name in local:
+        assert filecmp.cmp(tmp_path / "local" / name, tmp_path / "shared" / name, shallow=False)
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    dr = load_summary(run_dir)["iogen"]["checkpoint_drain"]
+    assert dr["mode"] == mode and dr["error"] is None
+    # 8 files / batch 2 = 4 steps per epoch, 2 epochs, a checkpoint every 2 steps
+    assert len(dr["checkpoints"]) == 4 and dr["drain_bytes"] == 4 * SIZE
+    for ev in dr["checkpoints"]:
+        assert ev["drain_bytes"] == SIZE and ev["drain_s"] > 0 and ev["local_write_s"] > 0
+        assert ev["blocking_s"] >= ev["local_write_s"] + ev["waited_for_previous_drain_s"]
+    if mode == "sync":  # each drain ends inside its own checkpoint: nothing left to wait for
+        assert dr["waits_for_previous_drain"] == 0
+    steps = dr["steps_during_drain"]["steps"] + dr["steps_without_drain"]["steps"]
+    assert steps == 8 - 4  # every train step but the four that wrote a checkpoint
+    assert "checkpoint drain (" + mode in res.stdout
+
+
+def test_unwritable_shared_folder_is_exit_2_after_the_summary(tiny, tmp_path, iogen_cmd):
+    (tmp_path / "afile").write_text("not a folder")
+    over = _over(tiny, tmp_path, **{"checkpoint.checkpoint_folder": str(tmp_path / "afile" / "shared")})
+    res = iogen_cmd("run", "default", *over)
+    assert res.returncode == 2, res.stderr
+    assert str(tmp_path / "afile" / "shared") in res.stderr and "Traceback" not in res.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    dr = load_summary(run_dir)["iogen"]["checkpoint_drain"]
+    assert dr["error"] and "cannot create the shared checkpoint folder" in dr["error"]
+    assert (tmp_path / "afile").read_text() == "not a folder"
+
+
+def _rows(spans):
+    rows = np.zeros(len(spans), STEP_DTYPE)
+    for i, (start, end, ckpt) in enumerate(spans):
+        rows[i] = (1, i, 0, PHASE_TRAIN, b"", start, start + 10, end - 5, end, (end - start) // 2, 1, 1, ckpt)
+    return rows
+
+
+def test_drain_block_splits_steps_by_overlap_by_hand():
+    # steps [0,100) [100,200) [200,300) [300,400); a drain runs over [150, 250)
+    rows = _rows([(0, 100, 0), (100, 200, 0), (200, 300, 0), (300, 400, 0)])
+    drain = {"mode": "async", "shared_folder": "/s", "waits": 0, "error": None,
+             "events": [{"epoch": 1, "step": 1, "elapsed_ns": 40, "local_write_ns": 30, "drain_wait_ns": 0,
+                         "drain_start_ns": 150, "drain_end_ns": 250, "drain_bytes": 2**30}]}
+    block = drain_block(drain, rows)
+    assert block["steps_during_drain"] == {"steps": 2, "au_percentage": 50.0, "wait_ms_mean": 10 / 1e6}
+    assert block["steps_without_drain"]["steps"] == 2
+    (ev,) = block["checkpoints"]
+    assert ev["drain_s"] == 100 / 1e9 and ev["drain_gib_s"] == pytest.approx(1e7)
