@@ -73,6 +73,11 @@ def plot_epochs(runs) -> str:
     return _png(fig)
 
 
+def runs_plot_title(runs, unit: str) -> str:
+    """'samples/s per run', with '(grey: warm-up)' only when a warm-up is among the bars."""
+    return f"{unit} per run" + (" (grey: warm-up)" if any(r["warmup"] for r in runs) else "")
+
+
 def plot_runs(runs, campaign) -> str:
     """Throughput and AU per run, with the campaign mean and its 95% interval (warm-ups grey)."""
     plt = _pyplot()
@@ -98,8 +103,7 @@ def plot_runs(runs, campaign) -> str:
         else:
             ax.set_ylim(0.0, max(top * 1.35, 1e-9))
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        grey = " (grey: warm-up)" if any(r["warmup"] for r in runs) else ""
-        ax.set(title=f"{unit} per run{grey}", ylabel=unit)
+        ax.set(title=runs_plot_title(runs, unit), ylabel=unit)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()

@@ -87,3 +87,11 @@ def test_html_shows_what_was_measured_and_the_warnings(tmp_path):
     assert "What was measured" in html and "<b>Page cache:</b>" in html
     assert "The runs differ in configuration" in html and 'class="differs"' in html
     assert json.loads((tmp_path / "out" / "report.json").read_text())["runs"][0]["setup"]["data_loader"] == "native"
+
+
+def test_grey_warm_up_is_named_only_when_there_is_one():
+    pytest.importorskip("matplotlib")
+    from iogen.report.html import runs_plot_title
+
+    assert runs_plot_title([{"warmup": False}], "AU %") == "AU % per run"
+    assert runs_plot_title([{"warmup": True}, {"warmup": False}], "AU %") == "AU % per run (grey: warm-up)"
