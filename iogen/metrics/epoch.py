@@ -141,44 +141,13 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
     rows = np.asarray(rows)
     if len(rows) == 0:
         return _empty_epoch()
-    for key in ("epoch", "rank", "phase"):
-        if rows[key].min() != rows[key].max():
-            raise ValueError(f"epoch_metrics needs one {key}; rows hold {np.unique(rows[key]).tolist()}")
-    rows = rows[np.argsort(rows["step"], kind="stable")]
+    rows = _one_epoch_by_step(rows)
     n = len(rows)
     start, stop, fallback = window_bounds(n, exclude_start_steps, exclude_end_steps)
     w = rows[start:stop]
-
-    t_request = w["t_request"]
-    t_ready = w["t_ready"]
-    t_compute_end = w["t_compute_end"]
-    t_step_end = w["t_step_end"]
-    ckpt = w["checkpoint_ns"]
-    wait = t_ready - t_request
-    compute = t_compute_end - t_ready
-    # The checkpoint is inside t_step_end but is its own event, not barrier time.
-    comm = t_step_end - ckpt - t_compute_end
-    sleep_error = compute - w["requested_compute_ns"]
-
-    # Blocks: a checkpoint row closes its block; the window's last row closes the last one.
-    ends = np.flatnonzero(ckpt > 0)
-    if len(ends) == 0 or ends[-1] != len(w) - 1:
-        ends = np.append(ends, len(w) - 1)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    steps_b = (ends - starts + 1).astype(np.float64)
-    t_b = ((t_step_end[ends] - ckpt[ends]) - t_request[starts]).astype(np.float64)
-    compute_b = np.add.reduceat(compute, starts).astype(np.float64)
-    requested_b = np.add.reduceat(w["requested_compute_ns"], starts).astype(np.float64)
-    samples_b = np.add.reduceat(w["samples"], starts).astype(np.float64)
-    bytes_b = np.add.reduceat(w["bytes"], starts).astype(np.float64)
-    # A block of zero duration has no rate: NaN, never inf or a division warning.
-    t_safe = np.where(t_b > 0, t_b, np.nan)
-
-    def weighted(x_b):
-        return float(np.sum(x_b * steps_b) / np.sum(steps_b))
-
-    all_ckpt = rows["checkpoint_ns"]
+    starts, ends, t_b = _blocks(w)
     t_ns = int(np.sum(t_b))
+    all_ckpt = rows["checkpoint_ns"]
     return EpochMetrics(
         epoch=int(rows["epoch"][0]),
         rank=int(rows["rank"][0]),
@@ -188,17 +157,8 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
         bytes=int(w["bytes"].sum()),
         T_ns=t_ns,
         blocks=len(ends),
-        au=weighted(requested_b / t_safe),
-        au_achieved=weighted(compute_b / t_safe),
-        throughput_samples_s=weighted(samples_b / t_safe * 1e9),
-        io_bytes_s=weighted(bytes_b / t_safe * 1e9),
-        wait_ns_total=int(wait.sum()),
-        compute_ns_total=int(compute.sum()),
-        comm_ns_total=int(comm.sum()),
-        gap_ns_total=int(t_ns - wait.sum() - compute.sum() - comm.sum()),
-        requested_compute_ns_total=int(w["requested_compute_ns"].sum()),
-        sleep_error_ns_mean=float(sleep_error.mean()),
-        sleep_error_ns_max_abs=float(np.abs(sleep_error).max()),
+        **_block_rates(w, starts, ends, t_b),
+        **_step_time_totals(w, t_ns),
         checkpoint_ns_total=int(all_ckpt.sum()),
         checkpoints=int(np.count_nonzero(all_ckpt > 0)),
         steps_all=n,
@@ -208,6 +168,64 @@ def epoch_metrics(rows, exclude_start_steps=1, exclude_end_steps=0, clock_offset
         last_end_ns=float(rows["t_step_end"][-1] + clock_offset_ns),
         window_fallback=fallback,
     )
+
+
+def _one_epoch_by_step(rows):
+    """The rows sorted by step, or ValueError unless they hold one epoch of one rank and phase."""
+    for key in ("epoch", "rank", "phase"):
+        if rows[key].min() != rows[key].max():
+            raise ValueError(f"epoch_metrics needs one {key}; rows hold {np.unique(rows[key]).tolist()}")
+    return rows[np.argsort(rows["step"], kind="stable")]
+
+
+def _blocks(w):
+    """The window's blocks: (first row, last row, T_b in ns as float64) of each.
+
+    A checkpoint row closes its block; the window's last row closes the last one.
+    """
+    ckpt = w["checkpoint_ns"]
+    ends = np.flatnonzero(ckpt > 0)
+    if len(ends) == 0 or ends[-1] != len(w) - 1:
+        ends = np.append(ends, len(w) - 1)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    t_b = ((w["t_step_end"][ends] - ckpt[ends]) - w["t_request"][starts]).astype(np.float64)
+    return starts, ends, t_b
+
+
+def _block_rates(w, starts, ends, t_b) -> dict:
+    """AU, achieved AU, samples/s and bytes/s: per block sum(x)/T_b, then the step-weighted mean."""
+    steps_b = (ends - starts + 1).astype(np.float64)
+    # A block of zero duration has no rate: NaN, never inf or a division warning.
+    t_safe = np.where(t_b > 0, t_b, np.nan)
+
+    def weighted(column, scale=1.0):
+        x_b = np.add.reduceat(column, starts).astype(np.float64) / t_safe * scale
+        return float(np.sum(x_b * steps_b) / np.sum(steps_b))
+
+    return {
+        "au": weighted(w["requested_compute_ns"]),
+        "au_achieved": weighted(w["t_compute_end"] - w["t_ready"]),
+        "throughput_samples_s": weighted(w["samples"], 1e9),
+        "io_bytes_s": weighted(w["bytes"], 1e9),
+    }
+
+
+def _step_time_totals(w, t_ns: int) -> dict:
+    """Where the window's time went: wait, compute, comm, the loop's own gap, and sleep error."""
+    wait = w["t_ready"] - w["t_request"]
+    compute = w["t_compute_end"] - w["t_ready"]
+    # The checkpoint is inside t_step_end but is its own event, not barrier time.
+    comm = w["t_step_end"] - w["checkpoint_ns"] - w["t_compute_end"]
+    sleep_error = compute - w["requested_compute_ns"]
+    return {
+        "wait_ns_total": int(wait.sum()),
+        "compute_ns_total": int(compute.sum()),
+        "comm_ns_total": int(comm.sum()),
+        "gap_ns_total": int(t_ns - wait.sum() - compute.sum() - comm.sum()),
+        "requested_compute_ns_total": int(w["requested_compute_ns"].sum()),
+        "sleep_error_ns_mean": float(sleep_error.mean()),
+        "sleep_error_ns_max_abs": float(np.abs(sleep_error).max()),
+    }
 
 
 def rank_epochs_array(
