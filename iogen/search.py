@@ -102,12 +102,14 @@ def check_range(wl, max_accelerators: int) -> None:
         raise ConfigError("train.computation_time is 0: without emulated compute there is no AU threshold to "
                           "search against; set train.computation_time (or --accelerator)")
     layout = DatasetLayout.from_workload(wl, "train")
-    need = max_accelerators * wl.reader.batch_size
+    steps = wl.metric.exclude_start_steps + wl.metric.exclude_end_steps + 1  # one measured step per rank
+    need = max_accelerators * wl.reader.batch_size * steps
     if layout.total_samples < need:
         raise ConfigError(
             f"dataset.num_files_train: the dataset has {layout.total_samples:,} samples, fewer than --max "
-            f"{max_accelerators} accelerators x batch {wl.reader.batch_size} = {need:,} (one step each); generate "
-            f"a larger dataset (see `iogen datasize {wl.name} --accelerators {max_accelerators}`)")
+            f"{max_accelerators} accelerators x batch {wl.reader.batch_size} x {steps} steps = {need:,} (one measured "
+            f"step per rank an epoch, after the {steps - 1} the metrics leave out); generate a larger dataset "
+            f"(see `iogen datasize {wl.name} --accelerators {max_accelerators}`)")
     if not wl.workflow.generate_data:
         check_dataset(layout, get_format(wl.dataset))  # the run's own data check, once, before any probe
 

@@ -82,10 +82,10 @@ def test_bad_launcher_is_refused_before_any_run(iogen_cmd, tiny, tmp_path, launc
 
 
 def test_dataset_too_small_for_max_is_refused(iogen_cmd, tiny, tmp_path):
-    # 8 samples, batch 2: at most 4 accelerators can take a step
-    res = iogen_cmd("search", "default", *tiny(), "--launcher", "env {n}", "--max", "5")
+    # 8 samples, batch 2, the first step of each epoch left out: at most 2 accelerators get a measured step
+    res = iogen_cmd("search", "default", *tiny(), "--launcher", "env {n}", "--max", "3")
     assert res.returncode == 2
-    assert "fewer than --max 5 accelerators x batch 2 = 10" in res.stderr
+    assert "fewer than --max 3 accelerators x batch 2 x 2 steps = 12" in res.stderr
     assert not (tmp_path / "results").exists()
 
 
@@ -103,10 +103,11 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if not os.path.exists(mpiexec):
         pytest.skip("no mpiexec beside the interpreter (pip install mpich)")
-    gen = iogen_cmd("datagen", "default", *tiny(), "-q")
+    files = {"dataset.num_files_train": 16}
+    gen = iogen_cmd("datagen", "default", *tiny(**files), "-q")
     assert gen.returncode == 0, gen.stderr
     # metric.au=0: every count passes, so the path is deterministic: 1, 2, 4 and N >= 4
-    res = iogen_cmd("search", "default", *tiny(**{"metric.au": 0}), "--launcher", f"{mpiexec} -n {{n}}",
+    res = iogen_cmd("search", "default", *tiny(**files, **{"metric.au": 0}), "--launcher", f"{mpiexec} -n {{n}}",
                     "--max", "4", timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "N >= 4" in res.stdout
