@@ -169,6 +169,17 @@ def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", thre
     if not 0.0 <= threshold_pct < 100.0:
         raise ValueError(f"threshold must be a percentage in [0, 100), got {threshold_pct}")
     key = GATE_METRICS[metric]
+    b, c = _gate_series(baseline, candidate, key)
+    method, regression, p_value, ci, why = _decide(b, c, threshold_pct, alpha)
+    verdict = _verdict(key, (c.mean() - b.mean()) / b.mean() * 100.0, threshold_pct, alpha, method, regression)
+    return Comparison(metric=key, threshold_pct=threshold_pct, baseline=baseline, candidate=candidate,
+                      rows=_metric_rows(baseline, candidate, key), method=method, p_value=p_value,
+                      change_ci_pct=ci, regression=regression, explanation=f"{verdict}\n{why}",
+                      config_differences=differ)
+
+
+def _metric_rows(baseline: Side, candidate: Side, key: str) -> list[dict]:
+    """One row per reported metric: both sides' means and stdevs and the change; `gate` marks key."""
     rows = []
     for k, _, _ in METRICS:
         b, c = baseline.series(k), candidate.series(k)
@@ -178,6 +189,11 @@ def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", thre
         rows.append({"key": k, "gate": k == key, "baseline_n": len(b), "candidate_n": len(c),
                      "baseline_mean": bm, "candidate_mean": cm, "baseline_stdev": _stdev(b),
                      "candidate_stdev": _stdev(c), "change_percentage": change})
+    return rows
+
+
+def _gate_series(baseline: Side, candidate: Side, key: str):
+    """Both sides' values of the gate metric; DataError when one is empty or the baseline mean is not > 0."""
     b, c = baseline.series(key), candidate.series(key)
     if len(b) == 0 or len(c) == 0:
         side = baseline if len(b) == 0 else candidate
@@ -185,44 +201,47 @@ def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", thre
     bm = float(b.mean())
     if bm <= 0:
         raise DataError(baseline.path, f"baseline {_NAMES[key]} mean is {bm}: nothing to compare against")
-    floor = (1.0 - threshold_pct / 100.0) * bm
-    change = (c.mean() - bm) / bm * 100.0
-    thr = f"{threshold_pct:g}%"
-    p_value = ci = None
-    if len(b) >= 2 and len(c) >= 2:
-        ci = _welch_change_ci(b, c)
-        if np.ptp(b) == 0 and np.ptp(c) == 0:
-            method = "exact"
-            regression = bool(c.mean() < floor)
-            why = ("neither side varies, so the means are compared exactly: candidate "
-                   f"{'below' if regression else 'not below'} (1 - {thr}) x baseline")
-        else:
-            from scipy import stats
+    return b, c
 
-            method = "welch"
-            p_value = float(stats.ttest_ind(c, b * (1.0 - threshold_pct / 100.0), equal_var=False,
-                                            alternative="less").pvalue)
-            regression = p_value < alpha
-            why = (f"Welch t-test, H1: candidate mean < (1 - {thr}) x baseline mean: p = {p_value:.4g} "
-                   f"{'<' if regression else '>='} {alpha:g}")
-    else:
-        method = "threshold"
+
+def _decide(b, c, threshold_pct: float, alpha: float):
+    """(method, regression, p_value, change interval, why): is mean(c) below (1 - threshold) x mean(b)?"""
+    floor = (1.0 - threshold_pct / 100.0) * float(b.mean())
+    thr = f"{threshold_pct:g}%"
+    if len(b) < 2 or len(c) < 2:
         regression = bool(c.mean() < floor)
-        why = (f"single run on {'both sides' if len(b) == len(c) == 1 else 'one side'}: no variance to test, "
-               f"plain threshold on the values (candidate {'below' if regression else 'not below'} "
-               f"(1 - {thr}) x baseline); no statistical confidence")
+        return "threshold", regression, None, None, (
+            f"single run on {'both sides' if len(b) == len(c) == 1 else 'one side'}: no variance to test, "
+            f"plain threshold on the values (candidate {'below' if regression else 'not below'} "
+            f"(1 - {thr}) x baseline); no statistical confidence")
+    ci = _welch_change_ci(b, c)
+    if np.ptp(b) == 0 and np.ptp(c) == 0:
+        regression = bool(c.mean() < floor)
+        return "exact", regression, None, ci, (
+            "neither side varies, so the means are compared exactly: candidate "
+            f"{'below' if regression else 'not below'} (1 - {thr}) x baseline")
+    from scipy import stats
+
+    p_value = float(stats.ttest_ind(c, b * (1.0 - threshold_pct / 100.0), equal_var=False,
+                                    alternative="less").pvalue)
+    regression = p_value < alpha
+    return "welch", regression, p_value, ci, (
+        f"Welch t-test, H1: candidate mean < (1 - {thr}) x baseline mean: p = {p_value:.4g} "
+        f"{'<' if regression else '>='} {alpha:g}")
+
+
+def _verdict(key: str, change: float, threshold_pct: float, alpha: float, method: str, regression: bool) -> str:
+    """The decision's first line."""
+    thr = f"{threshold_pct:g}%"
     if regression:
         verdict = f"REGRESSION: candidate {_NAMES[key]} is {fmt_num(-change, 2)}% below the baseline, beyond {thr}"
         if method == "welch":
             verdict += f" with {100 * (1 - alpha):g}% confidence"
-    elif change < -threshold_pct:
-        verdict = (f"no regression established: candidate is {fmt_num(-change, 2)}% slower, but not beyond {thr} "
-                   f"with {100 * (1 - alpha):g}% confidence")
-    else:
-        verdict = f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold -{thr})"
-    return Comparison(metric=key, threshold_pct=threshold_pct, baseline=baseline, candidate=candidate,
-                      rows=rows, method=method, p_value=p_value, change_ci_pct=ci, regression=regression,
-                      explanation=f"{verdict}\n{why}", config_differences=differ)
+        return verdict
+    if change < -threshold_pct:
+        return (f"no regression established: candidate is {fmt_num(-change, 2)}% slower, but not beyond {thr} "
+                f"with {100 * (1 - alpha):g}% confidence")
+    return f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold -{thr})"
 
 
 def render_comparison(cmp: Comparison) -> str:
