@@ -23,13 +23,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from . import manifest as mf
+from .atomic import TMP_MARK, full_disk_error, is_full_disk, stale_temps, temp_path, unlink_quietly
 from .dataset import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
 from .formats.base import error_text
 from .formats.checksum import file_crc32c, format_crc
-
-TMP_MARK = ".tmp."
 
 
 @dataclass
@@ -161,7 +160,7 @@ def ensure_split_folders(layout) -> None:
 def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
     """Write file i under a temporary name, then rename it into place; return (size, crc)."""
     path = layout.paths[i]
-    tmp = f"{path}{TMP_MARK}{os.getpid()}"
+    tmp = temp_path(path)
     try:
         size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
                                        layout.seed, layout.stream_of(i))
@@ -172,11 +171,11 @@ def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
             finally:
                 os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        unlink_quietly(tmp)
+        if is_full_disk(exc):  # name the file and what it needed, not just "[Errno 28]"
+            needed = layout.samples_per_file * int(layout.record_bytes[i])
+            raise full_disk_error(exc, path, needed, f"data file {i} (about)") from None
         raise
     return size, format_crc(crc)
 
@@ -192,40 +191,64 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     rank, before any rank writes).
     """
     t0 = time.perf_counter()
-    workers = workers or default_workers()
     if finalize_manifest is None:
         finalize_manifest = world_size == 1
-    result = GenerateResult()
-    tasks = []  # (layout, fmt, i, journal)
-    journals = []
-    splits = _splits(source, fmt)
     if check is None:
         check = world_size == 1
-    for layout, f in splits:
-        if check:
+    splits = _splits(source, fmt)
+    if check:
+        for layout, f in splits:
             check_target(layout, f, overwrite)
-    for layout, f in splits:
-        params = mf.dataset_params(layout, f)
-        ensure_split_folders(layout)
-        old = mf.read_manifest(layout)
-        if old is not None and old.get("params") != params:
-            _unlink(mf.manifest_path(layout))  # it describes other data now
-        known = mf.known_entries(layout, params)
-        mine = range(rank, layout.num_files, world_size)
-        mine_set = set(layout.paths[i] for i in mine)
-        for tmp in _leftovers(layout):
-            if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
-                _unlink(tmp)
-        journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
-        journals.append(journal)
-        for i in mine:
-            result.files_total += 1
-            entry = known.get(layout.rel_path(i))
-            if entry is not None and _still_valid(layout, i, entry):
-                journal.append(entry)
-                result.files_skipped += 1
-            else:
-                tasks.append((layout, f, i, journal))
+    result = GenerateResult()
+    tasks, journals = [], []
+    try:
+        for layout, f in splits:
+            tasks += _files_to_write(layout, f, rank, world_size, journals, result)
+        _write_files(tasks, workers or default_workers(), fsync, progress, result, t0)
+    finally:
+        for journal in journals:
+            journal.close()
+    if finalize_manifest:
+        for layout, f in splits:
+            result.manifests.append(finalize(layout, f))
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _files_to_write(layout, f, rank: int, world_size: int, journals: list, result) -> list[tuple]:
+    """This rank's files of one split that must be written, as (layout, fmt, i, journal) tasks.
+
+    Files the manifest lists with their sizes intact are journaled as they are and skipped;
+    this rank's leftover temporary files are removed; a manifest of other parameters is dropped.
+    The split's journal is appended to `journals` (the caller closes them).
+    """
+    params = mf.dataset_params(layout, f)
+    ensure_split_folders(layout)
+    old = mf.read_manifest(layout)
+    if old is not None and old.get("params") != params:
+        _unlink(mf.manifest_path(layout))  # it describes other data now
+    known = mf.known_entries(layout, params)
+    mine = range(rank, layout.num_files, world_size)
+    mine_set = set(layout.paths[i] for i in mine)
+    for tmp in _leftovers(layout):
+        if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
+            _unlink(tmp)
+    journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
+    journals.append(journal)
+    tasks = []
+    for i in mine:
+        result.files_total += 1
+        entry = known.get(layout.rel_path(i))
+        if entry is not None and _still_valid(layout, i, entry):
+            journal.append(entry)
+            result.files_skipped += 1
+        else:
+            tasks.append((layout, f, i, journal))
+    return tasks
+
+
+def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
+    """Write and journal every task's file on `workers` threads, counting into result."""
     bytes_total = sum(int(l.record_bytes[i]) * l.samples_per_file for l, _, i, _ in tasks)
     files_done = bytes_done = 0
     lock = threading.Lock()
@@ -240,35 +263,26 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
             journal.append(entry)
         return size, int(layout.record_bytes[i]) * layout.samples_per_file
 
+    if workers == 1 or len(tasks) <= 1:
+        done_iter = (run(t) for t in tasks)
+        pool = None
+    else:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="iogen-gen")
+        futures = [pool.submit(run, t) for t in tasks]
+        done_iter = (fut.result() for fut in as_completed(futures))
     try:
-        if workers == 1 or len(tasks) <= 1:
-            done_iter = (run(t) for t in tasks)
-            pool = None
-        else:
-            pool = ThreadPoolExecutor(workers, thread_name_prefix="iogen-gen")
-            futures = [pool.submit(run, t) for t in tasks]
-            done_iter = (fut.result() for fut in as_completed(futures))
-        try:
-            for size, payload in done_iter:
-                files_done += 1
-                bytes_done += payload
-                result.files_written += 1
-                result.bytes_written += size
-                result.payload_bytes_written += payload
-                if progress is not None:
-                    progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
-        finally:
-            if pool is not None:
-                # An error or Ctrl-C: let running files finish or fail, start no new ones.
-                pool.shutdown(wait=True, cancel_futures=True)
+        for size, payload in done_iter:
+            files_done += 1
+            bytes_done += payload
+            result.files_written += 1
+            result.bytes_written += size
+            result.payload_bytes_written += payload
+            if progress is not None:
+                progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
     finally:
-        for journal in journals:
-            journal.close()
-    if finalize_manifest:
-        for layout, f in splits:
-            result.manifests.append(finalize(layout, f))
-    result.elapsed_s = time.perf_counter() - t0
-    return result
+        if pool is not None:
+            # An error or Ctrl-C: let running files finish or fail, start no new ones.
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _still_valid(layout, i: int, entry: dict) -> bool:
@@ -329,6 +343,9 @@ def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
                 entries = {e["file"]: e for e in manifest["files"]}
         problems += [Problem(p, "leftover", "temporary file of an interrupted generation")
                      for p in _leftovers(layout)]
+        problems += [Problem(p, "leftover", "temporary manifest of a generation whose process is gone "
+                                            "(the next `iogen datagen` removes it)")
+                     for p in stale_temps(layout.folder, [mf.MANIFEST_NAME])]
         for i in range(layout.num_files):
             jobs.append((layout, f, i, entries.get(layout.rel_path(i)), manifest is None))
     total_bytes = sum(int(job[0].record_bytes[job[2]]) * job[0].samples_per_file for job in jobs)
