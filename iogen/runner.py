@@ -73,34 +73,32 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     layouts = [layout for layout in (train, evaluation) if layout is not None]
-    if wl.workflow.generate_data:
-        from .progress import GenerateProgress
-
-        # Data already there that matches (a larger dataset included) is read as it is.
-        if not world.bcast(_data_matches(layouts, fmt) if world.rank == 0 else None):
-            generate_data(layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
     # The data check (iogen.datacheck) runs on rank 0, before anything is written; every rank
     # then reads the same files (the first files of a larger dataset when the run takes a subset).
     on_disk = None
-    if world.rank == 0:
-        from .datacheck import check_dataset
+    if wl.workflow.generate_data:
+        from .progress import GenerateProgress
 
-        on_disk = [check_dataset(layout, fmt).files_on_disk for layout in layouts]
-    on_disk = world.bcast(on_disk)
+        # Data already there that passes the check (a larger dataset included) is read as it is.
+        on_disk = world.bcast(_files_on_disk(layouts, fmt, or_none=True) if world.rank == 0 else None)
+        if on_disk is None:
+            generate_data(layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+    if on_disk is None:
+        on_disk = world.bcast(_files_on_disk(layouts, fmt) if world.rank == 0 else None)
     layouts = [layout if n == layout.num_files else layout.subset_of(n) for layout, n in zip(layouts, on_disk)]
     return fmt, layouts[0], (layouts[1] if evaluation is not None else None)
 
 
-def _data_matches(layouts, fmt) -> bool:
-    """Whether every layout's data is on disk and matches the workload (the run's data check passes)."""
+def _files_on_disk(layouts, fmt, or_none: bool = False) -> list[int] | None:
+    """Files each layout's dataset holds, once the data check passes; with or_none, None when it fails."""
     from .datacheck import check_dataset
 
     try:
-        for layout in layouts:
-            check_dataset(layout, fmt)
+        return [check_dataset(layout, fmt).files_on_disk for layout in layouts]
     except (ConfigError, DataError):
-        return False
-    return True
+        if or_none:
+            return None
+        raise
 
 
 @dataclass
@@ -156,8 +154,7 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     finally:
         finish_staging(wl, st.staging)
         if st.log is not None:
-            st.log.write("run complete" if error is None else f"run incomplete: {error}")
-            st.log.close()
+            _close_log(st.log, error)
     if error is None and st.result is not None and (st.result.drain or {}).get("error"):
         # the summary records the failed drain; the run still ends as bad storage does: exit 2
         error = DataError(wl.checkpoint.checkpoint_folder, f"checkpoint drain failed: {st.result.drain['error']}")
@@ -224,7 +221,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
 
 def _finish(wl, world, st: _RunState, error):
     """summary.finish on every rank; returns (summary or None, the error to raise or None)."""
-    from .errors import RankFailure
+    from .errors import OutputError, RankFailure
     from .report import summary
 
     try:
@@ -234,6 +231,23 @@ def _finish(wl, world, st: _RunState, error):
             raise
         # Another rank failed while this one was reducing: reduce again, as that rank does.
         return summary.finish(st.run_dir, wl, world, st.facts, st.result, exc, st.train_layout), exc
+    except OutputError as exc:
+        world.fail(exc)
+        if error is not None:
+            # The summary could not be written (a full disk, most often the run's own failure):
+            # the error that stopped the run is the one to report, not this consequence of it.
+            return None, error
+        raise
     except BaseException as exc:
         world.fail(exc)
         raise
+
+
+def _close_log(log, error) -> None:
+    """Write the log's last line and close it; a failure here never hides the run's own error."""
+    try:
+        log.write("run complete" if error is None else f"run incomplete: {error}")
+        log.close()
+    except OSError:
+        if error is None:
+            raise

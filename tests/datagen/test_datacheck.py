@@ -199,6 +199,11 @@ def test_run_refuses_mismatch_before_writing_anything(tmp_path, iogen_cmd, tiny)
     subset = iogen_cmd("run", "default", *over, "dataset.num_files_train=4", "train.epochs=1", "-q")
     assert subset.returncode in (0, 1), subset.stderr  # 1: the AU gate, on a loaded machine
     assert len(os.listdir(tmp_path / "results")) == 1
+    # with --generate, data that passes the check (here a larger dataset) is read, not regenerated
+    before = sorted(os.listdir(tmp_path / "data" / "train"))
+    again = iogen_cmd("run", "default", *over, "dataset.num_files_train=4", "train.epochs=1", "-q", "--generate")
+    assert again.returncode in (0, 1), again.stderr
+    assert sorted(os.listdir(tmp_path / "data" / "train")) == before
 
 
 @pytest.mark.parametrize("fmt_name,writer", [("npz", write_dlio_npz), ("hdf5", write_dlio_hdf5)])
