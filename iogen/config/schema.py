@@ -309,7 +309,8 @@ class Checkpoint(Section):
     odirect: bool = False
     # iogen: two tiers (iogen/checkpoint/drain.py): write to local_folder, drain to checkpoint_folder
     local_folder: Optional[FolderPath] = None
-    drain: Literal["async", "sync", "off"] = "async"
+    # YAML 1.1 reads a bare `off` as False
+    drain: Annotated[Literal["async", "sync", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = "async"
     drain_threads: PosInt = 2
 
     @model_validator(mode="before")
