@@ -471,6 +471,16 @@ class Workload(Section):
                 f"reader.batch_size_eval = {rd.batch_size_eval} is larger than the evaluation set "
                 f"({ds.num_files_eval * ds.num_samples_per_file} samples): evaluation would have no steps"
             )
+        if self.checkpoint.local_folder and not (self.workflow.checkpoint and self.workflow.train):
+            problems.append(
+                f"checkpoint.local_folder = {self.checkpoint.local_folder!r}: the local tier and its drain apply to "
+                "checkpoints written during training (workflow.checkpoint and workflow.train on); unset it"
+            )
+        if self.staging.folder and not self.workflow.stage_data:
+            problems.append(
+                f"staging.folder = {self.staging.folder!r} but workflow.stage_data is off: nothing would be "
+                "staged; set workflow.stage_data=True or unset staging.folder"
+            )
         if problems:
             raise rule(*problems)
         return self

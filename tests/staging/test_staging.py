@@ -152,3 +152,14 @@ def test_copy_files_with_threads_is_byte_exact(tmp_path):
     for job in jobs:
         with open(job.src, "rb") as a, open(job.dst, "rb") as b:
             assert a.read() == b.read()
+
+
+@pytest.mark.parametrize("name, overrides, key", [
+    ("default", ["staging.folder=/tmp/x"], "staging.folder"),
+    ("llama3-8b", ["checkpoint.local_folder=/tmp/x"], "checkpoint.local_folder"),
+])
+def test_keys_that_would_do_nothing_are_refused(name, overrides, key):
+    from iogen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=key):
+        load_workload(name, overrides)
