@@ -20,11 +20,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import manifest as mf
+from .dataset import dlio_path
 from .errors import ConfigError, DataError
 
 # Files probed when there is no manifest: the first, the last and evenly spaced ones between.
@@ -59,13 +61,27 @@ def _yaml(value) -> str:
     return str(value)
 
 
+def check_folder_readable(folder: str) -> None:
+    """DataError saying what is wrong with a data folder: missing, not a folder, or not readable."""
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        raise DataError(folder, "data folder does not exist (generate the data with `iogen datagen`, "
+                                "or run with --generate)") from None
+    except PermissionError:  # a folder above it may not be entered: it may well exist
+        raise DataError(folder, "data folder cannot be reached: permission denied on a folder of its path "
+                                "for this user") from None
+    except OSError as exc:
+        raise DataError(folder, f"data folder cannot be reached: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DataError(folder, "is a file, not the data folder")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise DataError(folder, "data folder is not readable by this user (permission denied)")
+
+
 def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES):
     """The layout the run reads (possibly the first files of a larger dataset); see the module doc."""
-    if not os.path.isdir(layout.folder):
-        raise DataError(layout.folder, "data folder does not exist (generate the data with `iogen datagen`, "
-                                       "or run with --generate)")
-    if not os.access(layout.folder, os.R_OK | os.X_OK):
-        raise DataError(layout.folder, "data folder is not readable")
+    check_folder_readable(layout.folder)
     manifest = mf.read_manifest(layout)
     if manifest is not None:
         return _check_with_manifest(layout, fmt, manifest)
@@ -108,28 +124,40 @@ def _check_with_manifest(layout, fmt, manifest: dict):
         raise ConfigError(problems)
     reading = layout if on_disk == layout.num_files else layout.subset_of(on_disk)
     entries = {e.get("file"): e for e in manifest.get("files", []) if isinstance(e, dict)}
-    listed_sizes = []
-    for i in range(reading.num_files):
-        entry = entries.get(reading.rel_path(i))
+    paths = all_paths(reading)
+    cut = len(reading.folder) + 1
+    n = reading.num_files
+    listed = np.empty((3, n), np.int64)  # size, record bytes, samples of each file read
+    for i, path in enumerate(paths):
+        entry = entries.get(path[cut:])
         if entry is None:
-            raise DataError(reading.paths[i], f"is not listed in {where}; regenerate with `iogen datagen`")
-        if entry.get("record_bytes") != int(reading.record_bytes[i]) or entry.get("samples") != reading.samples_per_file:
-            raise ConfigError(
-                f"train.seed: file {reading.rel_path(i)} holds records of {entry.get('record_bytes')} bytes, "
-                f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
-                f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
-                f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
-        listed_sizes.append(int(entry.get("size_bytes", -1)))
-    sizes = stat_sizes(reading.paths)
-    listed = np.array(listed_sizes, np.int64)
-    bad = np.flatnonzero(sizes != listed)
+            raise DataError(path, f"is not listed in {where}; regenerate with `iogen datagen`")
+        listed[0, i] = entry.get("size_bytes", -1)
+        listed[1, i] = entry.get("record_bytes", -1)
+        listed[2, i] = entry.get("samples", -1)
+    bad = np.flatnonzero((listed[1] != reading.record_bytes) | (listed[2] != reading.samples_per_file))
     if bad.size:
         i = int(bad[0])
-        what = "is missing" if sizes[i] < 0 else f"has {int(sizes[i])} bytes, {where} lists {int(listed[i])}"
-        more = f" ({bad.size} of the {reading.num_files} files read differ)" if bad.size > 1 else ""
-        raise DataError(reading.paths[i], f"{what}{more}: the data changed since it was generated; "
-                                          "check it with `iogen verify`, regenerate with `iogen datagen`")
+        raise ConfigError(
+            f"train.seed: file {paths[i][cut:]} holds records of {int(listed[1, i])} bytes, "
+            f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
+            f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
+            f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
+    sizes = stat_sizes(paths)
+    bad = np.flatnonzero(sizes != listed[0])
+    if bad.size:
+        i = int(bad[0])
+        what = "is missing" if sizes[i] < 0 else f"has {int(sizes[i])} bytes, {where} lists {int(listed[0, i])}"
+        more = f" ({bad.size} of the {n} files read differ)" if bad.size > 1 else ""
+        raise DataError(paths[i], f"{what}{more}: the data changed since it was generated; "
+                                  "check it with `iogen verify`, regenerate with `iogen datagen`")
     return reading
+
+
+def all_paths(layout) -> list[str]:
+    """Every path of a layout as one list (formatted in one pass: layouts format paths on demand)."""
+    return [dlio_path(layout.folder, layout.file_prefix, i, layout.files_on_disk, layout.suffix,
+                      layout.num_subfolders) for i in range(layout.num_files)]
 
 
 def _too_many(layout, on_disk: int, where: str) -> str:
@@ -229,12 +257,13 @@ def _check_by_probing(layout, fmt, probe_files: int):
     counts = dataset_file_counts(layout)
     on_disk = _files_on_disk(layout, fmt, counts)
     reading = layout if on_disk == layout.num_files else layout.subset_of(on_disk)
-    sizes = stat_sizes(reading.paths)
+    paths = all_paths(reading)
+    sizes = stat_sizes(paths)
     missing = np.flatnonzero(sizes < 0)
     if missing.size:
-        shown = ", ".join(reading.paths[i] for i in missing[:3]) + (
+        shown = ", ".join(paths[i] for i in missing[:3]) + (
             f" and {missing.size - 3} more" if missing.size > 3 else "")
-        raise DataError(reading.paths[int(missing[0])],
+        raise DataError(paths[int(missing[0])],
                         f"{missing.size} of {reading.num_files} data files are missing ({shown}); "
                         "generate them with `iogen datagen` or run with --generate")
     problems = []

@@ -33,6 +33,7 @@ class DataError(IogenError):
     def __init__(self, path, message, offset=None):
         self.path = str(path)
         self.offset = offset
+        self.message = str(message)  # without the path: for lists grouped by file, and to rebuild it
         where = self.path if offset is None else f"{self.path} at byte offset {offset}"
         super().__init__(f"{where}: {message}")
 
@@ -53,6 +54,20 @@ class DependencyMissing(ImportError, IogenError):
     """An optional package a command needs is not installed; the message has the pip command."""
 
     exit_code = EXIT_USAGE
+
+
+class OutputError(IogenError, OSError):
+    """iogen could not write where it was told to (full disk, not a folder, no permission).
+
+    Names the path and, for a full disk, how much was needed and how much was free. An OSError
+    too, so code that handles a failed write handles this one.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, path, message):
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
 
 
 class RankFailure(IogenError):

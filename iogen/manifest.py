@@ -16,6 +16,7 @@ import os
 import time
 
 from ._version import __version__
+from .atomic import full_disk_error, is_full_disk, remove_stale_temps, write_atomic
 
 MANIFEST_NAME = ".iogen-manifest.json"
 JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
@@ -89,13 +90,10 @@ def write_manifest(layout, fmt, entries: list[dict], extra: dict | None = None) 
         **(extra or {}),
         "files": entries,
     }
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # A killed writer's temporary manifest would hold space (and, on a full disk, fail every
+    # rerun): remove those of dead processes, then write; a failure leaves no temporary file.
+    remove_stale_temps(layout.folder, [MANIFEST_NAME])
+    write_atomic(path, json.dumps(data, indent=1) + "\n", what="the dataset manifest")
     return path
 
 
@@ -105,11 +103,21 @@ class Journal:
     def __init__(self, path: str, params: dict):
         self.path = path
         self._f = open(path, "w")
-        self._write({"params": params})
+        try:
+            self._write({"params": params})
+        except BaseException:
+            self._f.close()
+            raise
 
     def _write(self, obj) -> None:
-        self._f.write(json.dumps(obj) + "\n")
-        self._f.flush()
+        line = json.dumps(obj) + "\n"
+        try:
+            self._f.write(line)
+            self._f.flush()
+        except OSError as exc:
+            if is_full_disk(exc):
+                raise full_disk_error(exc, self.path, len(line), "the generation journal") from None
+            raise
 
     def append(self, entry: dict) -> None:
         """Record one finished file."""
@@ -117,7 +125,12 @@ class Journal:
 
     def close(self) -> None:
         """Close the journal (it stays on disk until the manifest replaces it)."""
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError as exc:  # the last buffered line met a full disk
+            if is_full_disk(exc):
+                raise full_disk_error(exc, self.path, None, "the generation journal") from None
+            raise
 
 
 def journal_paths(layout) -> list[str]:

@@ -23,8 +23,16 @@ class RunLog:
         if self._f.closed:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self._f.write(f"{stamp} {text}\n")
-        self._f.flush()
+        line = f"{stamp} {text}\n"
+        try:
+            self._f.write(line)
+            self._f.flush()
+        except OSError as exc:
+            from .atomic import full_disk_error, is_full_disk
+
+            if is_full_disk(exc):  # name the log and what it needed, not just "[Errno 28]"
+                raise full_disk_error(exc, self.path, len(line), "the run log") from None
+            raise
 
     # the engine's progress interface: live refreshes are not logged, epoch lines and messages are
     def due(self, now_ns: int) -> bool:
@@ -44,8 +52,15 @@ class RunLog:
         self.write(text.strip())
 
     def close(self) -> None:
-        """Close the file (the log stays)."""
-        self._f.close()
+        """Close the file (the log stays); a line still buffered may meet a full disk here."""
+        try:
+            self._f.close()
+        except OSError as exc:
+            from .atomic import full_disk_error, is_full_disk
+
+            if is_full_disk(exc):
+                raise full_disk_error(exc, self.path, None, "the run log") from None
+            raise
 
 
 def log_path(run_dir: str, log_file: str) -> str:

@@ -198,7 +198,14 @@ class StepLog:
     def _write_all(self, view):
         """os.write until every byte is out (a regular file may take a short write)."""
         while len(view):
-            done = os.write(self._fd, view)
+            try:
+                done = os.write(self._fd, view)
+            except OSError as exc:
+                from .atomic import full_disk_error, is_full_disk
+
+                if is_full_disk(exc):  # name the log and what it needed, not just "[Errno 28]"
+                    raise full_disk_error(exc, self.path, len(view), "the step log") from None
+                raise
             view = view[done:]
 
     def close(self):

@@ -7,6 +7,10 @@ import os
 import platform
 import socket
 
+from ..atomic import full_disk_error, is_full_disk
+from ..atomic import write_atomic as _write_atomic
+from ..errors import OutputError
+
 RUN_FILES = ("config.yaml", "summary.json", "epochs.json", "steps/")
 # A campaign folder (`iogen run --runs N --warmup W`) holds its run folders and this file.
 CAMPAIGN_FILE = "campaign.json"
@@ -23,7 +27,10 @@ def create_run_dir(output_folder: str, workload_name: str, label: str = "") -> s
         if problem:
             raise ConfigError(f"{what} = {value!r}: {problem}")
     path = _create_exclusive(output_folder, f"{workload_name}-{_utc_stamp()}" + (f"-{label}" if label else ""))
-    os.mkdir(os.path.join(path, "steps"))
+    try:
+        os.mkdir(os.path.join(path, "steps"))
+    except OSError as exc:
+        raise _output_error(exc, os.path.join(path, "steps")) from None
     return path
 
 
@@ -34,8 +41,9 @@ def create_campaign_dir(output_folder, workload_name: str) -> str:
 
 def _create_exclusive(output_folder, name: str) -> str:
     """Create `<output>/<name>[-N]`, the first N that is free, and return its absolute path."""
-    os.makedirs(output_folder, exist_ok=True)
-    base = os.path.join(os.fspath(output_folder), name)
+    output_folder = os.fspath(output_folder)
+    check_output_folder(output_folder)
+    base = os.path.join(output_folder, name)
     path, n = base, 1
     while True:
         try:
@@ -44,6 +52,28 @@ def _create_exclusive(output_folder, name: str) -> str:
         except FileExistsError:
             n += 1
             path = f"{base}-{n}"
+        except OSError as exc:
+            raise _output_error(exc, path) from None
+
+
+def check_output_folder(output_folder: str) -> None:
+    """Create the output folder if needed; OutputError naming it when it cannot hold run folders."""
+    if os.path.exists(output_folder) and not os.path.isdir(output_folder):
+        raise OutputError(output_folder, "output.folder is a file, not a folder; choose another output.folder")
+    try:
+        os.makedirs(output_folder, exist_ok=True)
+    except OSError as exc:
+        raise _output_error(exc, output_folder) from None
+    if not os.access(output_folder, os.W_OK | os.X_OK):
+        raise OutputError(output_folder, "output.folder is not writable by this user")
+
+
+def _output_error(exc: OSError, path: str) -> OutputError:
+    if is_full_disk(exc):
+        return full_disk_error(exc, path, None, "a folder")
+    if isinstance(exc, NotADirectoryError):
+        return OutputError(path, "a part of the path is a file, not a folder")
+    return OutputError(path, f"cannot create the folder: {exc.strerror}")
 
 
 def _utc_stamp() -> str:
@@ -67,13 +97,9 @@ def steplog_path(run_dir: str, rank: int) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write text under a temporary name, fsync, then rename: readers never see half a file."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write text under a temporary name, fsync, then rename (iogen.atomic): never half a file,
+    no temporary file left after a failure, a full disk named with the bytes needed."""
+    _write_atomic(path, text)
 
 
 def write_json(path: str, obj) -> None:

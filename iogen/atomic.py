@@ -1,0 +1,139 @@
+"""Files under their final name only when complete: iogen's temporary names, atomic writes, full disks.
+
+Every file iogen writes whole (data files, manifests, config.yaml, summary.json, checkpoints)
+is written as `<final name>.tmp.<pid>` and renamed into place once complete, so a reader never
+sees half a file. This module is the one place that knows that pattern:
+
+- `temp_path(final)` names the temporary file of this process;
+- `write_atomic(path, data)` writes, fsyncs and renames, and removes the temporary file on
+  any failure; a full disk (ENOSPC, EDQUOT) becomes an OutputError naming the path, the
+  bytes needed and the bytes free;
+- `parse_temp(name)` and `stale_temps(folder)` recognise temporary files left by a process
+  that was killed (SIGKILL, power loss): iogen's pattern with the pid of no live process on
+  this host. Writers remove the stale ones of the file they are about to write; `verify`
+  names the rest.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from .errors import OutputError
+
+TMP_MARK = ".tmp."
+_TEMP_RE = re.compile(r"^(?P<final>.+)\.tmp\.(?P<pid>[0-9]+)$")
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def temp_path(final: str) -> str:
+    """The temporary name this process writes `final` under."""
+    return f"{final}{TMP_MARK}{os.getpid()}"
+
+
+def parse_temp(name: str) -> tuple[str, int] | None:
+    """(final name, pid) when `name` is one of iogen's temporary names, else None."""
+    m = _TEMP_RE.match(name)
+    return (m["final"], int(m["pid"])) if m else None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def stale_temps(folder: str, final_names=None) -> list[str]:
+    """Paths of iogen temporary files in `folder` whose writer is gone (optionally only for `final_names`)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    wanted = None if final_names is None else set(final_names)
+    out = []
+    for name in sorted(names):
+        parsed = parse_temp(name)
+        if parsed is None or (wanted is not None and parsed[0] not in wanted):
+            continue
+        if parsed[1] != os.getpid() and not pid_alive(parsed[1]):
+            out.append(os.path.join(folder, name))
+    return out
+
+
+def remove_stale_temps(folder: str, final_names=None) -> list[str]:
+    """Remove what stale_temps finds; return the paths removed."""
+    removed = []
+    for path in stale_temps(folder, final_names):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove a file if it is there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system holding `path` (None if unknown)."""
+    folder = path
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        st = os.statvfs(folder or ".")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def full_disk_error(exc: OSError, path: str, needed_bytes: int | None, what: str = "") -> OutputError:
+    """The OutputError for a write of `needed_bytes` to `path` that hit ENOSPC/EDQUOT."""
+    free = free_bytes(path)
+    need = f"{needed_bytes:,} bytes needed" if needed_bytes is not None else "more space needed"
+    have = f", {free:,} bytes free" if free is not None else ""
+    cause = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
+    return OutputError(path, f"{cause} writing {what or 'it'} ({need}{have})")
+
+
+def is_full_disk(exc: BaseException) -> bool:
+    """True for the OSErrors of a full disk or an exceeded quota."""
+    return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
+
+
+def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str = "") -> None:
+    """Write `data` under a temporary name, fsync, rename: readers never see half a file.
+
+    On any failure the temporary file is removed and the final name is untouched; a full disk
+    raises OutputError naming `path` and the bytes needed.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = temp_path(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        unlink_quietly(tmp)
+        if is_full_disk(exc):
+            raise full_disk_error(exc, path, len(raw), what or os.path.basename(path)) from None
+        raise

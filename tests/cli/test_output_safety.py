@@ -1,0 +1,142 @@
+"""Writes that fail say where and why, and leave nothing half-written (issue 11.7 output side, 11.8).
+
+A real 2 MiB tmpfs stands for a full disk (needs root to mount; skipped otherwise), and a real
+unprivileged user (nobody, through setpriv) for a folder that cannot be read.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from iogen.dataset import DatasetLayout
+from iogen.datagen import finalize, generate, verify
+from iogen.errors import OutputError
+from iogen.formats import make_format
+
+from ..conftest import run_iogen
+
+IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")
+MIB = 1 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs mounted at tmp_path/disk, unmounted afterwards."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(folder, leave_bytes=0):
+    """Fill the file system of `folder` up to `leave_bytes` free; returns the filler's path."""
+    path = os.path.join(folder, "filler")
+    st = os.statvfs(folder)
+    with open(path, "wb") as fh:
+        try:
+            fh.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_bytes))
+            fh.flush()
+        except OSError:
+            pass
+    return path
+
+
+def temporaries(root):
+    return [p for p in glob.glob(os.path.join(str(root), "**", "*.tmp.*"), recursive=True)]
+
+
+def assert_one_clear_line(res, *needles):
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    assert "[Errno 28]" not in res.stderr, res.stderr
+    assert "bad magic" not in res.stderr, res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+
+
+def test_datagen_on_a_full_disk_names_the_file_and_leaves_no_temporaries(small_disk):
+    over = [f"dataset.data_folder={small_disk / 'data'}", "dataset.num_files_train=4", "dataset.format=npz",
+            "dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0", "dataset.num_samples_per_file=1"]
+    for attempt in range(2):  # a rerun fails the same way: nothing accumulates
+        res = run_iogen("datagen", "default", "-j", "1", "--quiet", *over)
+        assert_one_clear_line(res, str(small_disk / "data" / "train"), "no space left on the device",
+                              "1,048,576 bytes needed", "bytes free")
+        assert temporaries(small_disk) == [], attempt
+
+
+def test_manifest_write_on_a_full_disk_leaves_no_temporary_and_a_stale_one_is_named_and_cleaned(small_disk):
+    fmt = make_format("npz")
+    layout = DatasetLayout(str(small_disk / "data"), "train", 2, 1, 1000, 0, 1, "npz")
+    generate(layout, fmt, workers=1, finalize_manifest=False)
+    filler = fill(small_disk)
+    with pytest.raises(OutputError, match=r"\.iogen-manifest\.json: no space left on the device writing the "
+                                          r"dataset manifest \([0-9,]+ bytes needed, 0 bytes free\)"):
+        finalize(layout, fmt)
+    assert temporaries(small_disk) == []
+    os.unlink(filler)
+    # a writer killed mid-write (SIGKILL) leaves its temporary under a pid that is gone
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = small_disk / "data" / "train" / f".iogen-manifest.json.tmp.{int(dead.stdout)}"
+    stale.write_text("{")
+    finalize(layout, fmt)  # the manifest is written after all
+    assert not stale.exists()
+    stale.write_text("{")
+    problems = [p for p in verify(layout, fmt) if p.kind == "leftover"]
+    assert [p.file for p in problems] == [str(stale)]
+
+
+@pytest.mark.parametrize("leave_bytes", [0, 4096, 8192, 12288])
+def test_run_output_on_a_full_disk_names_the_file_and_leaves_no_temporaries(tmp_path, small_disk, tiny, leave_bytes):
+    """Whichever file meets the full disk (config.yaml, the log, the step log, summary.json), the
+    error names it; a step log cut before its header is never reported as 'bad magic'."""
+    gen = run_iogen("datagen", "default", "--quiet", *tiny())
+    assert gen.returncode == 0, gen.stderr
+    fill(small_disk, leave_bytes)
+    res = run_iogen("run", "default", "--quiet", *tiny(**{"output.folder": small_disk / "results"}))
+    assert_one_clear_line(res, str(small_disk / "results"), "no space left on the device", "bytes needed")
+    assert temporaries(small_disk) == []
+
+
+def test_checkpoint_on_a_full_disk_names_the_file_and_the_bytes_needed(tmp_path, small_disk, tiny):
+    res = run_iogen("run", "default", "--generate", "--quiet",
+                    *tiny(**{"workflow.checkpoint": True, "model.model_size_bytes": 4 * MIB,
+                             "checkpoint.checkpoint_folder": small_disk / "ckpt"}))
+    assert_one_clear_line(res, str(small_disk / "ckpt"), ".ckpt: no space left on the device writing the checkpoint",
+                          "4,194,304 bytes needed")
+    assert temporaries(small_disk) == []
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        doc = json.load(fh)
+    assert doc["iogen"]["complete"] is False and "checkpoint" in doc["iogen"]["incomplete_reason"]
+
+
+def test_output_folder_that_is_a_file(tmp_path, tiny):
+    (tmp_path / "results").write_text("not a folder")
+    res = run_iogen("run", "default", "--generate", "--quiet", *tiny())
+    assert_one_clear_line(res, str(tmp_path / "results"), "is a file, not a folder")
+    assert (tmp_path / "results").read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_unreadable_data_folder_is_not_reported_missing(tmp_path, tiny):
+    gen = run_iogen("datagen", "default", "--quiet", *tiny())
+    assert gen.returncode == 0, gen.stderr
+    os.chmod(tmp_path, 0o755)
+    os.chmod(tmp_path / "data", 0o700)  # root's: nobody may not enter it
+    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", IOGEN, "run", "default",
+                          "--quiet", *tiny(**{"output.folder": "/tmp/iogen-nobody-unused",
+                                               "workflow.generate_data": False})],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    assert_one_clear_line(res, str(tmp_path / "data" / "train"), "permission denied")
+    assert "does not exist" not in res.stderr
