@@ -67,6 +67,19 @@ def aligned_buffer(nbytes, alignment=4096):
     return raw[skip:skip + nbytes]
 
 
+# --- tfrecord: the frame layout (tensorflow/core/lib/io/record_writer.cc) ---------------------
+
+# uint64 length (LE) | uint32 masked CRC-32C of the length bytes | data | uint32 masked CRC-32C of data
+FRAME_HEADER_BYTES = 12
+FRAME_FOOTER_BYTES = 4
+FRAME_OVERHEAD_BYTES = FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES
+# index_records reads this much at a time, so small records need one pread per window.
+INDEX_WINDOW_BYTES = 16384
+CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+# TFRecord's CRC mask: ((crc >> 15) | (crc << 17)) + MASK_DELTA mod 2**32
+MASK_DELTA = 0xA282EAD8
+
+
 # --- integer arguments --------------------------------------------------------------------------
 
 def _check_int(name, value):

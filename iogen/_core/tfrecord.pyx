@@ -14,6 +14,7 @@ import struct
 
 import numpy as np
 
+from iogen._core import _common
 from iogen._core._common import check_crc, writable_byte_view
 from iogen.errors import FramingError, ReadFailure
 
@@ -27,14 +28,13 @@ iogen_crc32c_init()
 # Below this many bytes, releasing and retaking the GIL costs more than the CRC itself.
 cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
 
-# Frame layout (same numbers as the pure twin's HEADER_BYTES, FOOTER_BYTES, INDEX_WINDOW_BYTES).
 # pread_frames reads and checks frames in pieces of this size (fits in L2 with room to spare)
 cdef int64_t FRAME_PIECE_BYTES = 256 * 1024
 
-cdef enum:
-    HEADER_BYTES_C = 12
-    FOOTER_BYTES_C = 4
-    INDEX_WINDOW_BYTES_C = 16384
+# The frame layout, defined once (iogen/_core/_common.py), as C values for the nogil loops.
+cdef int64_t HEADER_BYTES_C = _common.FRAME_HEADER_BYTES
+cdef int64_t FOOTER_BYTES_C = _common.FRAME_FOOTER_BYTES
+cdef int64_t INDEX_WINDOW_BYTES_C = _common.INDEX_WINDOW_BYTES
 
 # index_records outcome codes (the error is raised after the GIL is back).
 cdef enum:
@@ -65,8 +65,9 @@ cdef const unsigned char[::1] byte_view(data):
     return memoryview(data).cast("B")
 
 
-def crc32c(data, crc=0):
-    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
+cdef object _crc32c(data, crc, bint software):
+    # One body for both entry points: the table path when asked, else the crc32 instruction
+    # when the CPU has it; the GIL is released for inputs long enough to pay for it.
     cdef const unsigned char[::1] view = byte_view(data)
     cdef uint32_t c = check_crc(crc)
     cdef Py_ssize_t n = view.shape[0]
@@ -74,23 +75,20 @@ def crc32c(data, crc=0):
         return c
     cdef const unsigned char *p = &view[0]
     if n < NOGIL_MIN_BYTES:
-        return iogen_crc32c(c, p, <size_t>n)
+        return iogen_crc32c_sw(c, p, <size_t>n) if software else iogen_crc32c(c, p, <size_t>n)
     with nogil:
-        c = iogen_crc32c(c, p, <size_t>n)
+        c = iogen_crc32c_sw(c, p, <size_t>n) if software else iogen_crc32c(c, p, <size_t>n)
     return c
+
+
+def crc32c(data, crc=0):
+    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
+    return _crc32c(data, crc, False)
 
 
 def crc32c_software(data, crc=0):
     """CRC-32C by the table path only, whatever the CPU (for tests and benchmarks)."""
-    cdef const unsigned char[::1] view = byte_view(data)
-    cdef uint32_t c = check_crc(crc)
-    cdef Py_ssize_t n = view.shape[0]
-    if n == 0:
-        return c
-    cdef const unsigned char *p = &view[0]
-    with nogil:
-        c = iogen_crc32c_sw(c, p, <size_t>n)
-    return c
+    return _crc32c(data, crc, True)
 
 
 def masked_crc32c(data):

@@ -111,6 +111,12 @@ class Format:
 
     name = "?"
     suffix = "?"
+    # tf.data reads these files with its own reader (TFRecordDataset), as a TensorFlow job does;
+    # other formats reach tf.data through iogen's reader. Bytes of framing around each record's
+    # data, and the tf.train.Example feature holding the payload, for such formats.
+    tfdata_native = False
+    frame_overhead_bytes = 0
+    payload_feature = None
 
     def __init__(self, compression: str = "none", compression_level: int | None = None,
                  record_dtype="uint8", record_dims=None, samples_per_file: int | None = None):
@@ -266,6 +272,4 @@ def pread_exact(fd: int, path, offset: int, length: int) -> bytes:
 
 def error_text(exc: DataError) -> str:
     """A DataError's message without its path (for lists already grouped by file)."""
-    where = exc.path if exc.offset is None else f"{exc.path} at byte offset {exc.offset}"
-    text = str(exc)[len(where) + 2:]
-    return text if exc.offset is None else f"at byte offset {exc.offset}: {text}"
+    return exc.message if exc.offset is None else f"at byte offset {exc.offset}: {exc.message}"

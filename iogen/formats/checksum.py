@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 
-CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+from .._core._common import CRC32C_POLY  # the reflected Castagnoli polynomial, defined once
+
+__all__ = ["CRC32C_POLY", "CRC32_POLY", "crc32c", "crc_combine", "crc32c_range", "file_crc32c", "format_crc"]
+
 CRC32_POLY = 0xEDB88320  # reflected IEEE polynomial (zlib.crc32), for completeness and tests
 _READ_BYTES = 4 << 20
 

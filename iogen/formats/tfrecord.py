@@ -23,16 +23,17 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .._core._common import FRAME_FOOTER_BYTES, FRAME_HEADER_BYTES, FRAME_OVERHEAD_BYTES, MASK_DELTA
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text,
                    fill_random, file_size_or_error, payload_chunks)
 from .checksum import crc32c
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix, image_span
 
-HEADER_BYTES = 12
-FOOTER_BYTES = 4
-FRAME_OVERHEAD = HEADER_BYTES + FOOTER_BYTES
-_MASK_DELTA = 0xA282EAD8
+# The frame layout is defined once, beside the core that scans it.
+HEADER_BYTES = FRAME_HEADER_BYTES
+FOOTER_BYTES = FRAME_FOOTER_BYTES
+FRAME_OVERHEAD = FRAME_OVERHEAD_BYTES
 # Index arrays kept for read_samples, in records (16 bytes each): bounds the cache at ~64 MiB.
 _INDEX_CACHE_RECORDS = 4 << 20
 # gzip files up to this size are inflated in one call (zlib releases the GIL), else streamed.
@@ -57,7 +58,7 @@ def _framing_error():
 def _mask(crcs: np.ndarray) -> np.ndarray:
     """TFRecord's CRC mask, vectorised: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
     c = crcs.astype(np.uint64)
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _MASK_DELTA & 0xFFFFFFFF).astype("<u4")
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + MASK_DELTA & 0xFFFFFFFF).astype("<u4")
 
 
 class _Sink:
@@ -158,6 +159,9 @@ class TFRecordFormat(Format):
 
     name = "tfrecord"
     suffix = "tfrecord"
+    tfdata_native = True
+    frame_overhead_bytes = FRAME_OVERHEAD
+    payload_feature = "image"
 
     def __init__(self, **kw):
         super().__init__(**kw)

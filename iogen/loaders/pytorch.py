@@ -30,7 +30,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import DataError, IogenError
 from .base import Batch, Loader
-from .sampling import Payload, Preprocess, SampleReader, SampleShaper, default_alloc, sleep_ns
+from .preprocess import Preprocess, sleep_ns
+from .sampling import SampleReader, default_alloc
+from .shaping import Payload, SampleShaper
 
 # Seconds the main process waits for one batch from a worker before giving up (a backstop:
 # a worker that dies is noticed at once; this catches one that hangs). Generous, because one
@@ -64,8 +66,7 @@ class _WorkerFailure:
         self.trace = "".join(traceback.format_exception(exc))
         self.data_error = None
         if isinstance(exc, DataError):
-            where = exc.path if exc.offset is None else f"{exc.path} at byte offset {exc.offset}"
-            self.data_error = (exc.path, str(exc)[len(where) + 2:], exc.offset)
+            self.data_error = (exc.path, exc.message, exc.offset)
 
     def exception(self) -> Exception:
         """The iogen error to raise in the main process."""
@@ -204,7 +205,8 @@ class PyTorchLoader(Loader):
         self.sampler = PlanSampler()
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
-        reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums))
+        reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
+                              reopen=bool(r.reopen_files))
         dataset = PlanDataset(reader, SampleShaper(fmt, resize),
                               layout.total_samples, ring_depth=prefetch_factor + 1)
         kwargs = {}

@@ -1,4 +1,4 @@
-"""Reading samples for the framework loaders: one function for every format, shared by both.
+"""The framework loaders' sample reader: read global sample ids for every format, shared by both.
 
 Both framework loaders (tf.data and PyTorch) ask the same question: "read these global sample
 ids, give me each sample's payload and the bytes read". `SampleReader.read` answers it for
@@ -12,10 +12,10 @@ every format through the format's own contract, so a new format needs no loader 
 - everything else (compressed variants): `Format.read_samples` decodes; bytes counted: the
   decoded sizes, as the native loader counts them.
 
-A sample's payload is the record itself: the row of an NPZ/HDF5 array, or the `image` feature of
-a TFRecord's tf.train.Example. `SampleShaper` turns payloads into arrays: `record_dims` of
-`record_element_type` when the dataset declares dims, 1-D otherwise, or DLIO's resized square
-(`record_length_bytes_resize`) filled from the payload's bytes.
+A sample's payload is what the format says it is (`Format.payload_spans` for ranges read,
+`Format.payload_of` for decoded samples): the row of an NPZ/HDF5 array, or the `image` feature
+of a TFRecord's tf.train.Example, its Example parsed. `iogen.loaders.shaping` turns payloads
+into arrays.
 
 File handles are per process and opened lazily (`FileTable`, the native loader's index, created
 on first use in each process); a reader pickled into a worker process carries the dataset's
@@ -24,7 +24,6 @@ parameters, never its open files, its indexes or its list of paths.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import threading
 from typing import NamedTuple
@@ -39,13 +38,6 @@ from .filetable import FileTable
 ALIGN = 4096
 
 
-class Payload(NamedTuple):
-    """`Batch.data` of the framework loaders: the ids read, in the order read, and the samples."""
-
-    ids: object  # int64 tensor of global sample ids
-    x: object  # (batch, *sample) tensor; ragged or a list when sample sizes differ
-
-
 class BatchRead(NamedTuple):
     """Samples read into one buffer: sample i's payload is buf[starts[i]:starts[i] + lengths[i]]."""
 
@@ -56,11 +48,8 @@ class BatchRead(NamedTuple):
 
 
 def default_alloc(nbytes: int) -> np.ndarray:
-    """A page-aligned uint8 buffer (usable for O_DIRECT), not zeroed: reads fill it."""
-    nbytes = max(int(nbytes), 1)
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    skip = (-raw.ctypes.data) % ALIGN
-    return raw[skip:skip + nbytes]  # the view keeps `raw` alive
+    """A page-aligned uint8 buffer (usable for O_DIRECT): the core's aligned_buffer, at least 1 byte."""
+    return core.reader.aligned_buffer(max(int(nbytes), 1), ALIGN)
 
 
 def _round_up(x, to=ALIGN):
@@ -206,160 +195,6 @@ class SampleReader:
         return BatchRead(buf, starts, lengths, nbytes)
 
 
-class SampleShaper:
-    """Turns payload bytes into the arrays a model would get (dtype, shape; or DLIO's resize)."""
-
-    def __init__(self, fmt, resize_bytes: int | None = None):
-        self.resize_dim = math.isqrt(int(resize_bytes)) if resize_bytes else None
-        self.dtype = np.dtype(np.uint8) if self.resize_dim else fmt.payload_dtype
-        self.dims = None if self.resize_dim else fmt.payload_dims
-
-    def shape_of(self, nbytes: int) -> tuple[int, ...] | None:
-        """Shape of a payload of nbytes in this dtype; None when it does not divide (kept as bytes)."""
-        if self.resize_dim:
-            return (self.resize_dim, self.resize_dim)
-        if self.dims and math.prod(self.dims) * self.dtype.itemsize == nbytes:
-            return tuple(self.dims)
-        if nbytes % self.dtype.itemsize == 0:
-            return (nbytes // self.dtype.itemsize,)
-        return None
-
-    def sample(self, read: BatchRead, i: int) -> np.ndarray:
-        """Sample i of a read as an array (a view of the read's buffer unless resized)."""
-        s, n = int(read.starts[i]), int(read.lengths[i])
-        raw = read.buf[s:s + n]
-        if self.resize_dim:
-            out = np.empty((self.resize_dim, self.resize_dim), np.uint8)
-            fill_resized(out.reshape(-1), raw)
-            return out
-        shape = self.shape_of(n)
-        if shape is None:
-            return raw
-        return raw.view(self.dtype).reshape(shape)
-
-    def batch(self, read: BatchRead, alloc=np.empty):
-        """The read as one (batch, *sample) array when every sample has the same shape, else a list.
-
-        Equal samples lying at equal spacing in the buffer (every uncompressed read) are a strided
-        view of the buffer, not a copy; resized samples are written into one `alloc` buffer.
-        """
-        n = read.starts.size
-        if self.resize_dim:
-            d = self.resize_dim
-            out = alloc(n * d * d).reshape(n, d, d)
-            for i in range(n):
-                s, ln = int(read.starts[i]), int(read.lengths[i])
-                fill_resized(out[i].reshape(-1), read.buf[s:s + ln])
-            return out
-        lengths = read.lengths
-        if n == 0 or not np.all(lengths == lengths[0]):
-            return [self.sample(read, i) for i in range(n)]
-        shape = self.shape_of(int(lengths[0]))
-        steps = np.diff(read.starts)
-        itemsize = self.dtype.itemsize if shape is not None else 1
-        stride = int(steps[0]) if steps.size else int(lengths[0])
-        uniform = steps.size == 0 or np.all(steps == stride)
-        if not uniform or stride % itemsize or int(read.starts[0]) % itemsize:
-            return np.stack([self.sample(read, i) for i in range(n)])
-        first = read.buf[int(read.starts[0]):int(read.starts[0]) + stride * (n - 1) + int(lengths[0])]
-        if shape is None:
-            return np.lib.stride_tricks.as_strided(first, (n, int(lengths[0])), (stride, 1), writeable=False)
-        typed = first.view(self.dtype) if first.size % itemsize == 0 else None
-        if typed is None:
-            return np.stack([self.sample(read, i) for i in range(n)])
-        inner = np.empty(shape, self.dtype).strides if shape else ()
-        return np.lib.stride_tricks.as_strided(typed, (n,) + shape, (stride,) + inner, writeable=False)
-
-
-def fill_resized(dst: np.ndarray, src: np.ndarray) -> None:
-    """Fill 1-D uint8 dst with src's bytes, repeated as often as needed (or cut short)."""
-    n = dst.size
-    if src.size == 0:
-        dst[:] = 0
-        return
-    k = min(n, src.size)
-    dst[:k] = src[:k]
-    while k < n:  # doubling copies: log2(n / len(src)) calls
-        m = min(k, n - k)
-        dst[k:k + m] = dst[:m]
-        k += m
-
-
-class Preprocess:
-    """DLIO's per-sample preprocessing time (`reader.preprocess_time`), drawn per epoch, seeded.
-
-    Spent by whoever read the sample, after reading it (a DataLoader worker, a tf.data map
-    thread), as the native loader's reading threads do, so it overlaps the engine's compute.
-    """
-
-    def __init__(self, wl, layout, world):
-        dist = wl.reader.preprocess_time
-        self.dist = None if dist.is_zero else dist
-        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
-            [int(wl.train.seed), int(world.rank), 0 if layout.split == "train" else 1, 0x9F])))
-
-    def draws(self, n: int):
-        """n per-sample times in ns (int64), or None when preprocessing is off."""
-        return None if self.dist is None else self.dist.sample_ns(self.rng, int(n)).astype(np.int64)
-
-
-def sleep_ns(ns: int) -> None:
-    """Spend ns nanoseconds as preprocessing (the core's calibrated sleep, GIL released)."""
-    if ns > 0:
-        core.clock.sleep_ns(int(ns))
-
-
-def interleave_order(counts, cycle: int) -> np.ndarray:
-    """Positions, in output order, of `Dataset.interleave(cycle_length=cycle, block_length=1)` over runs.
-
-    Run r yields positions pos0[r] .. pos0[r] + counts[r] - 1 (pos0: runs laid end to end). This
-    follows TensorFlow's InterleaveDataset (and its deterministic parallel form): a slot whose
-    run is exhausted is found so when the cycle next visits it, emptied, and the cycle moves on;
-    an empty slot visited while runs remain opens the next run and yields from it at once.
-    """
-    counts = [int(c) for c in counts]
-    pos0 = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if counts else np.zeros(0, np.int64)
-    if cycle <= 1:
-        return np.arange(sum(counts), dtype=np.int64)
-    slots = [None] * cycle
-    out = []
-    nxt = idx = open_ = 0
-    while nxt < len(counts) or open_ > 0:
-        s = slots[idx]
-        if s is not None:
-            r, k = s
-            if k < counts[r]:
-                out.append(pos0[r] + k)
-                s[1] += 1
-            else:
-                slots[idx] = None
-                open_ -= 1
-            idx = (idx + 1) % cycle
-        elif nxt < len(counts):
-            slots[idx] = [nxt, 0]
-            nxt += 1
-            open_ += 1
-        else:
-            idx = (idx + 1) % cycle
-    return np.asarray(out, np.int64)
-
-
 def _nbytes(sample) -> int:
     nbytes = getattr(sample, "nbytes", None)
     return int(nbytes) if nbytes is not None else len(sample)
-
-
-def plan_runs(gids: np.ndarray, samples_per_file: int):
-    """Cut a sequence of global ids into runs of consecutive samples of one file.
-
-    Returns int64 arrays (file, first sample, count, first position in gids), one entry per run.
-    """
-    gids = np.asarray(gids, np.int64).reshape(-1)
-    if gids.size == 0:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty, empty
-    files = gids // samples_per_file
-    breaks = np.flatnonzero((np.diff(gids) != 1) | (np.diff(files) != 0)) + 1
-    pos = np.concatenate(([0], breaks)).astype(np.int64)
-    count = np.diff(np.concatenate((pos, [gids.size]))).astype(np.int64)
-    return files[pos], gids[pos] % samples_per_file, count, pos

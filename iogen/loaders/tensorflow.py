@@ -13,7 +13,7 @@ Which samples, in which order (docs/loaders.md has the full statement):
   plan order, are read `read_threads` at a time, one record from each in turn (TFRecordDataset's
   `num_parallel_reads`; a run that starts or stops inside a file is `skip(first).take(count)`).
   Same set as the plan; the plan's order when read_threads <= 1; otherwise a fixed,
-  computable order (`sampling.interleave_order`).
+  computable order (`runs.interleave_order`).
 - TFRecord, "shuffle-buffer" mode, when samples are shuffled within files: tf.data cannot seek
   to a record, so each file the plan touches is streamed once over the span of its planned
   records (files in the plan's order of first use), records outside the plan are dropped, and a
@@ -38,10 +38,10 @@ import tensorflow as tf  # noqa: E402
 from ..errors import ConfigError, DataError  # noqa: E402
 from .base import Batch, Loader  # noqa: E402
 from .native import PREINDEX_MAX_FILES  # noqa: E402
-from .sampling import (Payload, Preprocess, SampleReader, SampleShaper, interleave_order,  # noqa: E402
-                       plan_runs, sleep_ns)
-
-FRAME_OVERHEAD = 16  # TFRecord framing per record: length, its CRC, data CRC
+from .preprocess import Preprocess, sleep_ns  # noqa: E402
+from .runs import interleave_order, plan_runs  # noqa: E402
+from .sampling import SampleReader  # noqa: E402
+from .shaping import Payload, SampleShaper  # noqa: E402
 
 
 class TensorFlowLoader(Loader):
@@ -58,17 +58,20 @@ class TensorFlowLoader(Loader):
         self.buffer_bytes = int(r.transfer_size) if r.transfer_size else None
         self.shuffle_size = int(r.shuffle_size or 1024)
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
-        self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums))
+        self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
+                                   reopen=bool(r.reopen_files))
         self.shaper = SampleShaper(fmt, resize)
         self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))
-        self.stream = fmt.name == "tfrecord"
+        # reader.reopen_files: TFRecord too is read one sample at a time through SampleReader,
+        # its file opened for that sample (a TFRecordDataset keeps a file open for its records)
+        self.stream = fmt.tfdata_native and not r.reopen_files
         if self.stream and r.odirect:
             raise ConfigError("reader.odirect = True: tf.data's TFRecordDataset reads through the page cache and "
                               "cannot open files with O_DIRECT; use reader.data_loader native or pytorch for "
                               "O_DIRECT reads, or reader.evict_page_cache to read from the device")
-        self.compression = "GZIP" if (self.stream and fmt.compression == "gzip") else ""
-        self.overhead = 0 if self.compression else FRAME_OVERHEAD
+        self.compression = fmt.compression.upper() if (self.stream and fmt.compression != "none") else ""
+        self.overhead = 0 if self.compression else fmt.frame_overhead_bytes
         self.mode = None  # the last epoch's mode: "map", "stream" or "shuffle-buffer"
         self._order = None  # ids in the order the pipeline delivers them, when known up front
         self._errors = []
@@ -177,7 +180,8 @@ class TensorFlowLoader(Loader):
         if pre is not None:  # in delivery order; slept by the parse threads after their parse
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.from_tensor_slices(pre)))
             ds = ds.map(lambda el, ns: (*el, ns) if shuffled else (el, ns))
-        features = {"image": tf.io.FixedLenFeature([], tf.string)}
+        feature = self.fmt.payload_feature
+        features = {feature: tf.io.FixedLenFeature([], tf.string)}
         d = self.shaper.resize_dim
 
         def parse(*el):
@@ -186,7 +190,7 @@ class TensorFlowLoader(Loader):
             else:  # (record[, ns])
                 record = el[0]
                 nbytes = tf.cast(tf.strings.length(record), tf.int64) + overhead
-            image = tf.io.decode_raw(tf.io.parse_single_example(record, features)["image"], tf.uint8)
+            image = tf.io.decode_raw(tf.io.parse_single_example(record, features)[feature], tf.uint8)
             if d:
                 reps = tf.cast(tf.math.ceil(d * d / tf.maximum(tf.size(image), 1)), tf.int32)
                 image = tf.reshape(tf.tile(image, [reps])[:d * d], (d, d))

@@ -12,7 +12,9 @@ from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.example_proto import encode_example, image_span
 from iogen.loaders.filetable import FileTable
-from iogen.loaders.sampling import SampleReader, SampleShaper, fill_resized, plan_runs
+from iogen.loaders.runs import plan_runs
+from iogen.loaders.sampling import SampleReader
+from iogen.loaders.shaping import SampleShaper, fill_resized
 
 FORMATS = ["npz", "hdf5", "tfrecord"]
 COMPRESSED = {"npz": "zip", "hdf5": "gzip", "tfrecord": "gzip"}

@@ -187,7 +187,7 @@ def _example_overhead(image_bytes):
 @pytest.mark.parametrize("cycle", [2, 3, 4])
 def test_interleave_order_matches_tensorflow(cycle):
     """The order iogen reports for parallel TFRecord reads is the order tf.data really delivers."""
-    from iogen.loaders.sampling import interleave_order
+    from iogen.loaders.runs import interleave_order
 
     rng = np.random.default_rng(cycle)
     for _ in range(5):
@@ -281,3 +281,14 @@ def test_a_2_60_length_under_tensorflow_is_exit_2_not_a_crash(datasets, lt, tmp_
     assert layout.paths[0] in proc.stderr and "byte offset 0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+@pytest.mark.parametrize("reopen", [True, False])
+def test_subfolders_and_reopen_files_read_the_plan(datasets, lt, fmt, reopen):
+    # DLIO's subfolders; reopen_files reads TFRecord one sample at a time (its file opened for it),
+    # in plan order (opens are counted in test_reopen_subfolders.py)
+    wl = datasets.workload(fmt, "tensorflow", dataset__num_subfolders_train=3, reader__reopen_files=reopen)
+    layout, _ = lt.parts(wl)
+    assert "/train/2/" in layout.paths[2]
+    lt.check_parity(wl, order=reopen or fmt != "tfrecord" or None)

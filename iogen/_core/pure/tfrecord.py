@@ -9,15 +9,10 @@ import struct
 
 import numpy as np
 
-from iogen._core._common import check_crc
+from iogen._core._common import CRC32C_POLY, INDEX_WINDOW_BYTES, MASK_DELTA, check_crc
+from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
+from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
-
-HEADER_BYTES = 12
-FOOTER_BYTES = 4
-# index_records reads this much at a time, so small records need one pread per window.
-INDEX_WINDOW_BYTES = 16384
-CRC32C_POLY = 0x82F63B78
-MASK_DELTA = 0xA282EAD8
 
 
 def _make_table():

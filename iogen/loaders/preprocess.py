@@ -1,0 +1,30 @@
+"""DLIO's per-sample preprocessing time, spent by whoever read the sample (framework loaders)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import core
+
+
+class Preprocess:
+    """DLIO's per-sample preprocessing time (`reader.preprocess_time`), drawn per epoch, seeded.
+
+    Spent by whoever read the sample, after reading it (a DataLoader worker, a tf.data map
+    thread), as the native loader's reading threads do, so it overlaps the engine's compute.
+    """
+
+    def __init__(self, wl, layout, world):
+        dist = wl.reader.preprocess_time
+        self.dist = None if dist.is_zero else dist
+        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+            [int(wl.train.seed), int(world.rank), 0 if layout.split == "train" else 1, 0x9F])))
+
+    def draws(self, n: int):
+        """n per-sample times in ns (int64), or None when preprocessing is off."""
+        return None if self.dist is None else self.dist.sample_ns(self.rng, int(n)).astype(np.int64)
+
+
+def sleep_ns(ns: int) -> None:
+    """Spend ns nanoseconds as preprocessing (the core's calibrated sleep, GIL released)."""
+    if ns > 0:
+        core.clock.sleep_ns(int(ns))
