@@ -241,16 +241,19 @@ def probe_indices(num_files: int, probe_files: int) -> list[int]:
     return sorted(set(int(round(x)) for x in np.linspace(0, num_files - 1, probe_files)))
 
 
-def record_tolerance_bytes(layout, shape) -> int:
-    """How far a probed record size may be from record_length_bytes without a manifest.
+def record_size_matches(layout, shape) -> bool:
+    """Whether a probed record size is what the workload's record_length_bytes (and stdev) give.
 
-    DLIO writes records of d1 x d2 bytes with d = int(sqrt(record_length)) (less than 2d + 1
-    bytes short); with a stdev, sizes vary per file: 4 stdevs are allowed.
+    Exact, or DLIO's rounding: DLIO writes d x d records with d = int(sqrt(record_length)), so
+    a record of exactly isqrt(L)^2 bytes matches L (any format: DLIO's TFRecord images too).
+    With a stdev, sizes vary per file: within 4 stdevs, plus that rounding (< 2d + 1 bytes).
     """
-    tol = 4 * layout.record_length_bytes_stdev
-    if shape.layout == "dlio" or (shape.dims is not None and len(shape.dims) == 2 and shape.dims[0] == shape.dims[1]):
-        tol += 2 * math.isqrt(layout.record_length_bytes) + 1
-    return int(tol)
+    want, got = layout.record_length_bytes, shape.record_bytes
+    d = math.isqrt(want)
+    if got in (want, d * d):
+        return True
+    stdev = layout.record_length_bytes_stdev
+    return stdev > 0 and abs(got - want) <= 4 * stdev + 2 * d + 1
 
 
 def _check_by_probing(layout, fmt, probe_files: int):
@@ -293,7 +296,7 @@ def shape_mismatches(layout, fmt, shape) -> list[tuple[str, object, object]]:
         out.append(("dataset.record_element_type", fmt.record_dtype.name, shape.dtype))
     if fmt.record_dims and shape.dims is not None and tuple(shape.dims) != tuple(fmt.record_dims):
         out.append(("dataset.record_dims", list(fmt.record_dims), list(shape.dims)))
-    elif abs(shape.record_bytes - layout.record_length_bytes) > record_tolerance_bytes(layout, shape):
+    elif not record_size_matches(layout, shape):
         out.append(("dataset.record_length_bytes", layout.record_length_bytes, shape.record_bytes))
     return out
 

@@ -237,3 +237,16 @@ def test_verify_without_manifest_still_checks_iogen_files_fully(tmp_path):
     assert [(os.path.basename(p.file), p.kind) for p in problems] == [
         (MANIFEST_NAME, "manifest"), ("img_2_of_8.tfrecord", "structure")]
     assert "CRC mismatch" in problems[1].message
+
+
+def test_record_size_rule_allows_dlios_square_rounding_only():
+    from iogen.datacheck import record_size_matches
+    from iogen.formats.base import FileShape
+
+    layout = DatasetLayout("/x", "train", 1, 1, 4000, 0, 1, "npz")
+    assert record_size_matches(layout, FileShape(1, 4000))
+    assert record_size_matches(layout, FileShape(1, 63 * 63))  # DLIO: int(sqrt(4000)) = 63
+    assert not record_size_matches(layout, FileShape(1, 4096))  # 64^2: DLIO never rounds up
+    assert not record_size_matches(layout, FileShape(1, 3970))
+    varied = DatasetLayout("/x", "train", 1, 1, 4000, 100, 1, "npz")
+    assert record_size_matches(varied, FileShape(1, 4300)) and not record_size_matches(varied, FileShape(1, 4600))
