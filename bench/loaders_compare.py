@@ -23,7 +23,6 @@ import argparse
 import glob
 import os
 import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -93,6 +92,10 @@ def main(argv=None) -> int:
 
     from iogen import core
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
+
+    before = machine_line()
     workdir = args.dir or tempfile.mkdtemp(prefix="iogen-loaders-")
     buf = core.reader.aligned_buffer(8 << 20)
     rows = []
@@ -122,7 +125,9 @@ def main(argv=None) -> int:
     for name, fmt, shape, ld, sps, mib, ratio, (lo, hi) in rows:
         print(f"| {name} | {fmt} | {shape} | {ld} | {sps:,.0f} | {mib:,.0f} | {ratio:.2f}x | {lo:,.0f}-{hi:,.0f} |")
     print()
-    print("command: .venv/bin/python bench/loaders_compare.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
     return 0
 
 

@@ -30,6 +30,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from iogen.steplog import read_steplog
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
+
+    before = machine_line()
+
     py = [sys.executable]
     os.environ["PYTHONSAFEPATH"] = "1"  # measure the installed package, not a checkout beside cwd
     bare = [wall(py + ["-c", "pass"]) for _ in range(args.reps)]
@@ -55,6 +60,10 @@ def main(argv=None) -> int:
     print(f"| `python -c pass` | {med(bare):.3f} |")
     print(f"| `iogen --help` | {med(helps):.3f} |")
     print(f"| `iogen run default` to its first step (native loader, data present) | {med(firsts):.3f} |")
+    print()
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
     return 0
 
 
