@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     print("|---|---|---|")
     print(f"| pread loop (C, {args.threads} thread(s), 4 MiB reads) | {b_med:,.0f} | {b_med / args.record_mib:,.0f} |")
     print(f"| pread loop, {args.threads} thread(s), into {max(slots, args.threads)} rotating buffers "
-          f"(whole files, {args.batch} at a time) | {bb_med:,.0f} | "
+          f"(whole files, {max(1, args.batch // args.samples_per_file)} at a time) | {bb_med:,.0f} | "
           f"{bb_med / args.record_mib:,.0f} |")
     print(f"| iogen native (whole run: plan, loader, engine, step log, metrics) | {i_med:,.0f} | {s_med:,.0f} |")
     print()
