@@ -256,7 +256,11 @@ def cmd_verify(args) -> int:
         bad += len(problems)
         if not problems:
             print(f"{split}: {layout.num_files} files OK")
-    return EXIT_GATE if bad else EXIT_OK
+    if bad:
+        # Bad data is exit 2, as for `iogen run` (README, exit codes); the problems are listed above.
+        print(f"iogen: error: verify found {bad} problem(s) in {wl.dataset.data_folder}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def cmd_run(args) -> int:

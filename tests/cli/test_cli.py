@@ -116,5 +116,6 @@ def test_datagen_then_verify(iogen_cmd, tiny, tmp_path):
     with open(victim, "r+b") as fh:
         fh.truncate(100)
     bad = iogen_cmd("verify", "default", *tiny())
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # bad data: exit 2, as the README's exit codes say (issue 11.10)
     assert victim.name in bad.stdout
+    assert bad.stderr.startswith("iogen: error: verify found ") and "problem(s) in " in bad.stderr
