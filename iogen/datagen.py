@@ -131,14 +131,14 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
             diffs = mf.params_differences(old.get("params", {}), params)
             raise DataError(mf.manifest_path(layout), "the folder holds a dataset generated with other settings ("
                             + "; ".join(diffs) + "); refusing to overwrite it: choose another "
-                            "dataset.data_folder, or pass --overwrite to replace it")
+                            "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
         _unlink(mf.manifest_path(layout))
     for path in mf.journal_paths(layout):
         if not mf.journal_matches(path, params):
             if not overwrite:
                 raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
                                       "files: finish it with its own settings, choose another "
-                                      "dataset.data_folder, or pass --overwrite")
+                                      "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
             _unlink(path)
     if overwrite:
         return
@@ -147,7 +147,7 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
     if foreign:
         raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
                                        f"({_shown(foreign)}); refusing to overwrite them: choose another "
-                                       "dataset.data_folder, or pass --overwrite to replace them")
+                                       "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
 
 
 def ensure_split_folders(layout) -> None:

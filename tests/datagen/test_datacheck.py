@@ -250,3 +250,19 @@ def test_record_size_rule_allows_dlios_square_rounding_only():
     assert not record_size_matches(layout, FileShape(1, 3970))
     varied = DatasetLayout("/x", "train", 1, 1, 4000, 100, 1, "npz")
     assert record_size_matches(varied, FileShape(1, 4300)) and not record_size_matches(varied, FileShape(1, 4600))
+
+
+@pytest.mark.parametrize("fmt_name,manifest,override,key", [
+    ("hdf5", False, "dataset.record_length_bytes=32768", "dataset.record_length_bytes"),
+    ("tfrecord", True, "dataset.num_samples_per_file=1", "dataset.num_samples_per_file"),
+    ("tfrecord", False, "dataset.format=npz", "dataset.format"),
+])
+def test_run_cli_exit_2_for_each_format(tmp_path, iogen_cmd, tiny, fmt_name, manifest, override, key):
+    over = tiny(**{"dataset.format": fmt_name, "dataset.num_samples_per_file": 2, "workflow.generate_data": False})
+    assert iogen_cmd("datagen", "default", *over, "-q").returncode == 0
+    if not manifest:
+        os.unlink(tmp_path / "data" / "train" / MANIFEST_NAME)
+    res = iogen_cmd("run", "default", *over, override, "-q")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"iogen: error: {key}: the workload ")
+    assert not (tmp_path / "results").exists()
