@@ -10,8 +10,8 @@ native is the median of the per-repetition ratios.
 Cases (sizes from the bundled workloads):
   large-<fmt>   1 sample per file of 2,828,486 bytes (cosmoflow's records), npz, hdf5, tfrecord
   small-tfrecord  256 samples per file of 114,660 bytes (resnet50's records), files in order
-  dlio-npz      the configuration DLIO 2.0 was measured in on these machines: PyTorch loader,
-                4 read threads, 5 MiB NPZ records (DLIO: 127-195 samples/s, median ~150)
+  dlio-npz      5 MiB NPZ records, native and PyTorch loaders only (DLIO itself is measured
+                beside iogen by bench/vs_dlio.py, never typed in here)
 
     .venv/bin/python bench/loaders_compare.py --reps 5
 
