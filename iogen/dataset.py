@@ -17,7 +17,10 @@ sizes of the first ones). Sizes are rounded to whole elements and clipped to at 
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,6 +41,19 @@ def file_name(prefix: str, index: int, num_files: int, suffix: str) -> str:
     return f"{prefix}_{str(index).rjust(digits, '0')}_of_{num_files}.{suffix}"
 
 
+def dlio_path(folder: str, prefix: str, index: int, files_on_disk: int, suffix: str, num_subfolders: int) -> str:
+    """DLIO's path of file `index`: <folder>/[<index % num_subfolders>/]<file_name> (see the module doc)."""
+    name = file_name(prefix, index, files_on_disk, suffix)
+    if num_subfolders > 1:
+        return f"{folder}/{str(index % num_subfolders).rjust(len(str(num_subfolders)), '0')}/{name}"
+    return f"{folder}/{name}"
+
+
+def _to_record_bytes(draws: np.ndarray, element_bytes: int) -> np.ndarray:
+    elements = np.maximum(np.rint(draws / element_bytes), 1).astype(np.int64)
+    return elements * np.int64(element_bytes)
+
+
 def draw_record_bytes(num_files: int, mean_bytes: float, stdev_bytes: float, seed: int,
                       split: str, element_bytes: int = 1) -> np.ndarray:
     """One record size per file (int64 bytes), seeded from (seed, split); see the module doc."""
@@ -46,8 +62,71 @@ def draw_record_bytes(num_files: int, mean_bytes: float, stdev_bytes: float, see
         draws = rng.normal(float(mean_bytes), float(stdev_bytes), size=num_files)
     else:
         draws = np.full(num_files, float(mean_bytes))
-    elements = np.maximum(np.rint(draws / element_bytes), 1).astype(np.int64)
-    return elements * np.int64(element_bytes)
+    return _to_record_bytes(draws, element_bytes)
+
+
+def record_bytes_chunks(num_files: int, mean_bytes: float, stdev_bytes: float, seed: int, split: str,
+                        element_bytes: int = 1, chunk: int = 1 << 20):
+    """draw_record_bytes in pieces of at most `chunk` files (the same values: the draws are sequential)."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, SPLIT_IDS[split]]) if stdev_bytes > 0 else None
+    for lo in range(0, num_files, chunk):
+        n = min(chunk, num_files - lo)
+        draws = rng.normal(float(mean_bytes), float(stdev_bytes), size=n) if rng else np.full(n, float(mean_bytes))
+        yield _to_record_bytes(draws, element_bytes)
+
+
+class FilePaths(Sequence):
+    """The paths of a split's files, formatted from the index on demand (DLIO's names).
+
+    A sequence (`paths[i]`, `len(paths)`, iteration, slices) that holds a few fields, not one
+    string per file: a layout of 10^8 files costs nothing until a path is asked for, and pickles
+    small into loader worker processes.
+    """
+
+    def __init__(self, folder: str, file_prefix: str, num_files: int, suffix: str, num_subfolders: int = 0,
+                 files_on_disk: int | None = None):
+        self.folder = folder
+        self.file_prefix = file_prefix
+        self.num_files = int(num_files)
+        self.suffix = suffix
+        self.num_subfolders = int(num_subfolders or 0)
+        # the N of "_of_N": the dataset's file count, more than num_files when a run reads a subset
+        self.files_on_disk = self.num_files if files_on_disk is None else int(files_on_disk)
+
+    def _key(self):
+        return (self.folder, self.file_prefix, self.num_files, self.suffix,
+                self.num_subfolders if self.num_subfolders > 1 else 0, self.files_on_disk)
+
+    def __len__(self) -> int:
+        return self.num_files
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.num_files))]
+        i = operator.index(i)
+        if i < 0:
+            i += self.num_files
+        if not 0 <= i < self.num_files:
+            raise IndexError(f"file index {i} is outside [0, {self.num_files})")
+        return dlio_path(self.folder, self.file_prefix, i, self.files_on_disk, self.suffix, self.num_subfolders)
+
+    def __iter__(self):
+        return (self[i] for i in range(self.num_files))
+
+    def __eq__(self, other):
+        if isinstance(other, FilePaths):
+            return self._key() == other._key()
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == self.num_files and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"FilePaths({self.folder!r}, {self.num_files} files)"
+
+
+_AUTO = object()
 
 
 class DatasetLayout:
@@ -78,10 +157,55 @@ class DatasetLayout:
         self.files_on_disk = int(files_on_disk) if files_on_disk is not None else self.num_files
         if self.files_on_disk < self.num_files:
             raise ValueError("files_on_disk must be >= num_files")
-        self.record_bytes = draw_record_bytes(self.num_files, self.record_length_bytes,
-                                              self.record_length_bytes_stdev, self.seed, split,
-                                              self.element_bytes)
-        self.paths = [self._path(i) for i in range(self.num_files)]
+
+    @property
+    def paths(self):
+        """The split's file paths (FilePaths), formatted on demand from the layout's current fields:
+        no string per file (docs/scaling.md). A copy re-rooted elsewhere (iogen.staging) follows
+        its own `folder`; assigning `paths` sets an explicit sequence instead."""
+        explicit = self.__dict__.get("_paths_set", _AUTO)
+        if explicit is not _AUTO:
+            return explicit
+        cached = self.__dict__.get("_paths_auto")
+        key = (self.folder, self.file_prefix, self.num_files, self.suffix,
+               self.num_subfolders if self.num_subfolders > 1 else 0, self.files_on_disk)
+        if cached is None or cached._key() != key:
+            cached = FilePaths(self.folder, self.file_prefix, self.num_files, self.suffix, self.num_subfolders,
+                               self.files_on_disk)
+            self.__dict__["_paths_auto"] = cached
+        return cached
+
+    @paths.setter
+    def paths(self, value) -> None:
+        self.__dict__["_paths_set"] = value
+
+    @functools.cached_property
+    def record_bytes(self) -> np.ndarray:
+        """One record size per file (int64, read-only). Equal sizes are one value broadcast (no
+        memory per file); varying sizes are drawn on first use (8 bytes per file)."""
+        if self.record_length_bytes_stdev <= 0:
+            one = _to_record_bytes(np.array([float(self.record_length_bytes)]), self.element_bytes)
+            return np.broadcast_to(one, (self.num_files,))
+        sizes = draw_record_bytes(self.num_files, self.record_length_bytes, self.record_length_bytes_stdev,
+                                  self.seed, self.split, self.element_bytes)
+        sizes.flags.writeable = False
+        return sizes
+
+    def _chunks(self):
+        if "record_bytes" in self.__dict__ or self.record_length_bytes_stdev <= 0:
+            yield self.record_bytes
+            return
+        yield from record_bytes_chunks(self.num_files, self.record_length_bytes, self.record_length_bytes_stdev,
+                                       self.seed, self.split, self.element_bytes)
+
+    @functools.cached_property
+    def max_record_bytes(self) -> int:
+        """The largest record size of the split (0 without files), without keeping every size."""
+        if self.num_files == 0:
+            return 0
+        if self.record_length_bytes_stdev <= 0:
+            return int(self.record_bytes[0])
+        return max(int(c.max()) for c in self._chunks())
 
     @classmethod
     def from_workload(cls, wl, split: str) -> "DatasetLayout":
@@ -113,11 +237,13 @@ class DatasetLayout:
                    element_bytes=fmt.element_bytes)
 
     def _path(self, i: int) -> str:
-        name = file_name(self.file_prefix, i, self.files_on_disk, self.suffix)
-        if self.num_subfolders > 1:
-            sub = str(i % self.num_subfolders).rjust(len(str(self.num_subfolders)), "0")
-            return f"{self.folder}/{sub}/{name}"
-        return f"{self.folder}/{name}"
+        # from the layout's own fields (loaders pickle a copy whose `paths` is dropped)
+        return dlio_path(self.folder, self.file_prefix, int(i), self.files_on_disk, self.suffix,
+                         self.num_subfolders)
+
+    def path(self, i: int) -> str:
+        """Path of file i, formatted on demand."""
+        return self.paths[i]
 
     def subset_of(self, files_on_disk: int) -> "DatasetLayout":
         """This layout's files taken from a dataset of files_on_disk files (its first num_files).
@@ -143,10 +269,17 @@ class DatasetLayout:
         """Samples in the split."""
         return self.num_files * self.samples_per_file
 
-    @property
+    @functools.cached_property
     def total_bytes(self) -> int:
-        """Record (payload) bytes in the split: sum over files of samples x record bytes; no framing."""
-        return int(self.record_bytes.sum()) * self.samples_per_file
+        """Record (payload) bytes in the split: sum over files of samples x record bytes; no framing.
+
+        Arithmetic when sizes are equal; otherwise summed over the draws in pieces, so a split of
+        10^8 files never holds all its sizes just to say how big it is."""
+        if self.num_files == 0:
+            return 0
+        if self.record_length_bytes_stdev <= 0:
+            return int(self.record_bytes[0]) * self.num_files * self.samples_per_file
+        return sum(int(c.sum()) for c in self._chunks()) * self.samples_per_file
 
     def stream_of(self, i: int) -> int:
         """Content stream of file i: distinct per split and file, so no two files share bytes."""
@@ -163,6 +296,13 @@ class DatasetLayout:
     def rel_path(self, i: int) -> str:
         """Path of file i relative to the split folder (what the manifest stores)."""
         return self.paths[i][len(self.folder) + 1:]
+
+    def __getstate__(self):
+        # pickles as its parameters: sizes are drawn again where they are needed
+        state = dict(self.__dict__)
+        for lazy in ("record_bytes", "max_record_bytes", "total_bytes"):
+            state.pop(lazy, None)
+        return state
 
     def __repr__(self):
         return (f"DatasetLayout({self.folder!r}, files={self.num_files}, "

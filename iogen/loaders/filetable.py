@@ -4,9 +4,19 @@ A file is opened and indexed (by its format) the first time a batch touches it, 
 whose samples are evenly spaced (every iogen-written file) are kept as (base, stride, length)
 so a batch's ranges are computed with a few vectorised numpy operations; other files keep
 their per-sample arrays.
+
+The table holds only the files this process touched: up to DENSE_MAX_FILES files it is indexed
+by file directly; above, files get slots on first touch (a dict from file to slot, arrays that
+grow by doubling), so a rank of a job over 10^8 files holds what it reads, not 34 bytes for each
+of the 10^8 (docs/scaling.md).
+
+`reopen=True` (reader.reopen_files) opens and closes the file for every sample read, as a
+map-style PyTorch dataset that opens its file in __getitem__ does: the storage sees one open and
+one close per sample, and no descriptor stays open between batches.
 """
 from __future__ import annotations
 
+import itertools
 import resource
 
 import numpy as np
@@ -28,23 +38,64 @@ def _fd_budget() -> int:
     return max(16, soft - 256)
 
 
-class FileTable:
-    """Per-file descriptor and sample byte ranges of one split of the dataset."""
+# Tables of up to this many files are indexed by file directly (34 bytes a file).
+DENSE_MAX_FILES = 1 << 16
 
-    def __init__(self, layout, fmt, direct: bool = False):
+
+class FileTable:
+    """Per-file descriptor and sample byte ranges of the files of one split this process touched."""
+
+    def __init__(self, layout, fmt, direct: bool = False, reopen: bool = False,
+                 dense_max_files: int = DENSE_MAX_FILES):
         n = layout.num_files
         self.layout = layout
         self.fmt = fmt
         self.direct = direct
-        self.fd = np.full(n, -1, np.int64)
-        self.known = np.zeros(n, bool)
-        self.byte_addressable = np.zeros(n, bool)
-        self.base = np.zeros(n, np.int64)
-        self.stride = np.zeros(n, np.int64)
-        self.length = np.zeros(n, np.int64)
-        self.irregular: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.open_fds: list[int] = []
-        self.transient = n > _fd_budget()
+        self.reopen = bool(reopen)
+        self._slot_of = None if n <= dense_max_files else {}  # file -> slot; None: slot == file
+        self._alloc(n if self._slot_of is None else 0)
+        self.irregular: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by file
+        self.open_fds: list[int] = []  # slots with an open descriptor
+        self.transient = self.reopen or n > _fd_budget()
+
+    def _alloc(self, cap: int) -> None:
+        self.fd = np.full(cap, -1, np.int64)
+        self.known = np.zeros(cap, bool)
+        self.byte_addressable = np.zeros(cap, bool)
+        self.base = np.zeros(cap, np.int64)
+        self.stride = np.zeros(cap, np.int64)
+        self.length = np.zeros(cap, np.int64)
+
+    @property
+    def files_held(self) -> int:
+        """Files this table holds an entry for (all files when indexed directly)."""
+        return self.fd.size if self._slot_of is None else len(self._slot_of)
+
+    def _grow(self, need: int) -> None:
+        old = (self.fd, self.known, self.byte_addressable, self.base, self.stride, self.length)
+        self._alloc(max(need, 2 * old[0].size, 1024))
+        for new, arr in zip((self.fd, self.known, self.byte_addressable, self.base, self.stride, self.length), old):
+            new[:arr.size] = arr
+
+    def slots(self, files: np.ndarray) -> np.ndarray:
+        """The table's slot of each file, giving new files a slot."""
+        slot_of = self._slot_of
+        if slot_of is None:
+            return files
+        keys = files.tolist()
+        out = np.fromiter(map(slot_of.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        new = np.flatnonzero(out < 0)
+        if new.size:
+            for i in new.tolist():
+                f = keys[i]
+                s = slot_of.get(f)
+                if s is None:
+                    s = len(slot_of)
+                    if s >= self.fd.size:
+                        self._grow(s + 1)
+                    slot_of[f] = s
+                out[i] = s
+        return out
 
     def learn_all(self) -> None:
         """Open and index every file now (before the run), so no epoch pays it in its steps.
@@ -53,21 +104,23 @@ class FileTable:
         reads: `layout.staged_files` lists them, and only those are learnt.
         """
         present = getattr(self.layout, "staged_files", None)
-        for f in np.flatnonzero(~self.known) if present is None else present[~self.known[present]]:
-            self._learn(int(f))
+        files = np.arange(self.layout.num_files, dtype=np.int64) if present is None else np.asarray(present, np.int64)
+        slots = self.slots(files)
+        for f, s in zip(files[~self.known[slots]].tolist(), slots[~self.known[slots]].tolist()):
+            self._learn(f, s)
         if not self.transient:
-            closed = np.flatnonzero((self.fd < 0) & self.byte_addressable)
-            for f in closed:
-                self.fd[f] = self._open_path(int(f))
-                self.open_fds.append(int(f))
+            for f, s in zip(files.tolist(), slots.tolist()):
+                if self.fd[s] < 0 and self.byte_addressable[s]:
+                    self.fd[s] = self._open_path(f)
+                    self.open_fds.append(s)
 
-    def _learn(self, f: int) -> None:
+    def _learn(self, f: int, s: int) -> None:
         path = self.layout.paths[f]
         try:
             index = self.fmt.index_file(path)
         except FileNotFoundError:
             raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
-        self.known[f] = True
+        self.known[s] = True
         if index is None:
             return
         offsets = np.asarray(index.offsets, np.int64)
@@ -75,10 +128,10 @@ class FileTable:
         need = self.layout.samples_per_file
         if offsets.size < need:
             raise DataError(path, f"holds {offsets.size} samples, the workload expects {need}")
-        self.byte_addressable[f] = True
+        self.byte_addressable[s] = True
         stride = int(offsets[1] - offsets[0]) if offsets.size > 1 else 0
         if np.all(lengths == lengths[0]) and (offsets.size == 1 or np.all(np.diff(offsets) == stride)):
-            self.base[f], self.stride[f], self.length[f] = offsets[0], stride, lengths[0]
+            self.base[s], self.stride[s], self.length[s] = offsets[0], stride, lengths[0]
         else:
             self.irregular[f] = (offsets, lengths)
 
@@ -89,13 +142,27 @@ class FileTable:
         except FileNotFoundError:
             raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
 
+    def _open_each(self, files: list) -> list:
+        """Open each file in turn; if one fails, close those already opened."""
+        opened = []
+        try:
+            for f in files:
+                opened.append(self._open_path(f))
+        except BaseException:
+            for fd in opened:
+                core.reader.close_file(fd)
+            raise
+        return opened
+
     def decode_only(self, files: np.ndarray) -> bool:
         """Index any new files of a batch; True when the batch's files have no byte index."""
-        known = self.known[files]
+        slots = self.slots(files)
+        known = self.known[slots]
         if not known.all():
-            for f in np.unique(files[~known]):
-                self._learn(int(f))
-        addressable = self.byte_addressable[files]
+            for i in np.flatnonzero(~known).tolist():
+                if not self.known[slots[i]]:
+                    self._learn(int(files[i]), int(slots[i]))
+        addressable = self.byte_addressable[slots]
         if addressable.all():
             return False
         if not addressable.any():
@@ -109,23 +176,29 @@ class FileTable:
         When the dataset has more files than may stay open (cosmoflow: 524,288), files are opened
         for one batch and `transient_fds` lists what the caller closes once the batch is read,
         as a loader that opens a file per sample does; otherwise files stay open for the run.
+        With `reopen`, every sample gets its own open of its file (closed by the caller).
         """
+        slots = self.slots(files)
         transient = []
-        if self.transient:
+        if self.reopen:
+            transient = self._open_each(files.tolist())
+            fds = np.asarray(transient, np.int64)
+        elif self.transient:
             uniq, inverse = np.unique(files, return_inverse=True)
-            opened = np.array([self._open_path(int(f)) for f in uniq], np.int64)
-            transient = opened.tolist()
-            fds = opened[inverse]
+            transient = self._open_each(uniq.tolist())
+            fds = np.asarray(transient, np.int64)[inverse]
         else:
-            fds = self.fd[files]
+            fds = self.fd[slots]
             closed = fds < 0
             if closed.any():
-                for f in np.unique(files[closed]):
-                    self.fd[f] = self._open_path(int(f))
-                    self.open_fds.append(int(f))
-                fds = self.fd[files]
-        offsets = self.base[files] + samples * self.stride[files]
-        lengths = self.length[files].copy()
+                for i in np.flatnonzero(closed).tolist():
+                    s = int(slots[i])
+                    if self.fd[s] < 0:
+                        self.fd[s] = self._open_path(int(files[i]))
+                        self.open_fds.append(s)
+                fds = self.fd[slots]
+        offsets = self.base[slots] + samples * self.stride[slots]
+        lengths = self.length[slots].copy()
         if self.irregular:
             for i in np.flatnonzero(np.isin(files, np.fromiter(self.irregular, np.int64))):
                 offs, lens = self.irregular[int(files[i])]
@@ -135,9 +208,9 @@ class FileTable:
 
     def close_all(self) -> None:
         """Close every open data file."""
-        for f in self.open_fds:
-            core.reader.close_file(int(self.fd[f]))
-            self.fd[f] = -1
+        for s in self.open_fds:
+            core.reader.close_file(int(self.fd[s]))
+            self.fd[s] = -1
         self.open_fds.clear()
 
     close = close_all

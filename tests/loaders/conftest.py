@@ -40,7 +40,7 @@ BASE = {
 # keys that change the files on disk: datasets are generated once per distinct value of these
 DATA_KEYS = ("dataset.format", "dataset.compression", "dataset.num_files_train", "dataset.num_samples_per_file",
              "dataset.record_length_bytes", "dataset.record_length_bytes_stdev", "dataset.record_dims",
-             "dataset.record_element_type")
+             "dataset.record_element_type", "dataset.num_subfolders_train")
 
 
 class Datasets:

@@ -291,4 +291,4 @@ def test_subfolders_and_reopen_files_read_the_plan(datasets, lt, fmt, reopen):
     wl = datasets.workload(fmt, "tensorflow", dataset__num_subfolders_train=3, reader__reopen_files=reopen)
     layout, _ = lt.parts(wl)
     assert "/train/2/" in layout.paths[2]
-    lt.check_parity(wl, order=reopen or fmt != "tfrecord" or None)
+    lt.check_parity(wl, order=reopen or fmt != "tfrecord")
