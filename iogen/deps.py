@@ -42,7 +42,10 @@ def require(needs: dict[str, str], command: str) -> None:
     missing = [m for m in needs if not is_installed(m)]
     if not missing:
         return
-    what = "; ".join(f"{m} ({needs[m]})" for m in missing)
+    grouped: dict[str, list[str]] = {}
+    for m in missing:
+        grouped.setdefault(needs[m], []).append(m)
+    what = "; ".join(f"{' and '.join(mods)} ({why})" for why, mods in grouped.items())
     raise DependencyMissing(f"`iogen {command}` needs {what}, not installed; install with: {pip_command(missing)}")
 
 
@@ -68,7 +71,8 @@ def report_needs(html: bool = True) -> dict[str, str]:
     """Modules `iogen report` imports: matplotlib and Jinja2 for report.html."""
     if not html:
         return {}
-    return {"matplotlib": "report.html plots (or pass --no-html)", "jinja2": "report.html (or pass --no-html)"}
+    why = "for report.html; --no-html writes report.json and the text report without them"
+    return {"matplotlib": why, "jinja2": why}
 
 
 def check_core() -> None:
