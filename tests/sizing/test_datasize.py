@@ -103,3 +103,18 @@ def test_a_run_on_a_small_dataset_is_marked(iogen_cmd, tiny):
     assert rule["met"] is False and rule["dataset_samples"] == 8 and rule["accelerators"] == 1
     report = iogen_cmd("report", run_dir, "--no-html")
     assert "dataset smaller than MLPerf Storage's size rule" in report.stdout
+
+
+def test_a_dlio_yaml_works(iogen_cmd, tmp_path):
+    # DLIO 2.0's own unet3d_h100.yaml keys (record_length, not record_length_bytes)
+    yaml_path = tmp_path / "unet3d_h100.yaml"
+    yaml_path.write_text(
+        "model: unet3d\nframework: pytorch\nworkflow:\n  generate_data: False\n  train: True\n"
+        "dataset:\n  data_folder: data/unet3d/\n  format: npz\n  num_files_train: 168\n"
+        "  num_samples_per_file: 1\n  record_length: 146600628\n  record_length_stdev: 68341808\n"
+        "reader:\n  data_loader: pytorch\n  batch_size: 7\n  read_threads: 4\n"
+        "train:\n  epochs: 5\n  computation_time: 0.323\nmetric:\n  au: 0.90\n", encoding="utf-8")
+    res = iogen_cmd("datasize", str(yaml_path), "-N", "8", "--host-memory", "24", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert (doc["min_samples"], doc["min_files"], doc["min_bytes"]) == (28_000, 28_000, 4_104_817_584_000)
