@@ -273,8 +273,10 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
             clean[name] = kept
     workflow = clean.get("workflow", {})
     if workflow.get("checkpoint") is True and workflow.get("train", True) is not False:
-        for key in ("time_between_checkpoints", "num_checkpoints_write", "num_checkpoints_read"):
-            if clean.get("checkpoint", {}).get(key, -1) != -1:
+        defaults = {"recovery_rank_shift": False, "randomize_tensor": True}
+        for key in ("time_between_checkpoints", "num_checkpoints_write", "num_checkpoints_read",
+                    "recovery_rank_shift", "randomize_tensor"):
+            if clean.get("checkpoint", {}).get(key, defaults.get(key, -1)) != defaults.get(key, -1):
                 warnings.append(f"checkpoint.{key} = {show(clean['checkpoint'][key])} has no effect during training: "
                                 "it belongs to checkpoint-only runs (workflow.train False), and DLIO ignores it too")
     loader = clean.get("reader", {}).get("data_loader", "native")

@@ -75,8 +75,8 @@ Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loa
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip"],
                         BeforeValidator(lambda v: "none" if v is None else v),
                         _choice("compression", COMPRESSIONS, DLIO_COMPRESSIONS)]
-StorageType = Annotated[Literal["local_fs"], _choice(
-    "storage type", ("local_fs",), DLIO_STORAGE,
+StorageType = Annotated[Literal["local_fs", "s3"], _choice(
+    "storage type", ("local_fs", "s3"), DLIO_STORAGE,
     hint=" (a parallel file system mounted with POSIX semantics is local_fs to iogen)")]
 StepCap = Annotated[Optional[PosInt], _off_if_sentinel(-1)]
 CheckpointSteps = Annotated[Optional[PosInt], _off_if_sentinel(-1, 0)]
@@ -361,10 +361,25 @@ class Metric(Section):
 
 
 class Storage(Section):
-    """`storage`: only POSIX file systems (DLIO's local_fs)."""
+    """`storage`: a POSIX file system (DLIO's local_fs) or an S3-compatible object store (s3)."""
 
     storage_type: StorageType = "local_fs"
-    storage_root: FolderPath = "./"
+    storage_root: FolderPath = "./"  # s3: the bucket, and a key prefix after a `/`
+    # s3 only (docs/objectstore.md); credentials come from the AWS environment/config chain, never
+    # from here. endpoint_url None: AWS_ENDPOINT_URL or the AWS config, else AWS itself.
+    endpoint_url: Optional[NonEmptyStr] = None
+    region: Optional[NonEmptyStr] = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+
+    @model_validator(mode="after")
+    def _s3_keys(self):
+        from ..objectkeys import storage_problems
+
+        problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
+                                    self.addressing_style)
+        if problems:
+            raise rule(*problems)
+        return self
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -421,6 +436,8 @@ class Workload(Section):
         # storage's get_uri joins them); made absolute, so a resolved config reloads the same.
         storage = data.get("storage") if isinstance(data, dict) else None
         root = storage.get("storage_root") if isinstance(storage, dict) else None
+        if storage.get("storage_type") == "s3" if isinstance(storage, dict) else False:
+            return data  # object keys: the folders stay relative to the bucket (iogen/objectkeys.py)
         if not isinstance(root, str) or not root or "\0" in root or os.path.normpath(root) == ".":
             return data
         data = dict(data)
@@ -476,6 +493,11 @@ class Workload(Section):
                 f"checkpoint.local_folder = {self.checkpoint.local_folder!r}: the local tier and its drain apply to "
                 "checkpoints written during training (workflow.checkpoint and workflow.train on); unset it"
             )
+        problems += self._checkpoint_modes()
+        if self.storage.storage_type == "s3":
+            from ..objectkeys import workload_problems
+
+            problems += workload_problems(self)
         if self.staging.folder and not self.workflow.stage_data:
             problems.append(
                 f"staging.folder = {self.staging.folder!r} but workflow.stage_data is off: nothing would be "
@@ -484,6 +506,29 @@ class Workload(Section):
         if problems:
             raise rule(*problems)
         return self
+
+
+    def _checkpoint_modes(self) -> list[str]:
+        # Checkpoints during training are rank 0's one file of model.model_size_bytes
+        # (iogen/checkpoint/training.py); the transformer layout and the threaded writer's
+        # settings apply to checkpoint-only runs (iogen/checkpoint/phases.py).
+        wf, ck, m = self.workflow, self.checkpoint, self.model
+        if not (wf.checkpoint and wf.train):
+            return []
+        problems = []
+        if m.type == "transformer" and m.num_layers > 0:
+            problems.append(
+                "model.type = 'transformer' with workflow.train = True: iogen writes a transformer's sharded "
+                "checkpoints in checkpoint-only runs; set workflow.train=False (DLIO's checkpoint mode), or give "
+                "the checkpoint as model.model_size_bytes")
+        default = Checkpoint()
+        changed = [f"checkpoint.{k} = {show(getattr(ck, k))}" for k in ("format", "write_threads", "read_threads",
+                                                                       "odirect", "mode")
+                   if getattr(ck, k) != getattr(default, k)]
+        if changed:
+            problems.append(f"{', '.join(changed)}: applies to checkpoint-only runs (workflow.train False); during "
+                            "training rank 0 writes model.model_size_bytes as one file; remove it")
+        return problems
 
 
 def _product(dims) -> int:

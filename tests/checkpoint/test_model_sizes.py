@@ -96,3 +96,13 @@ def test_validate_json_prints_checkpoint_bytes(iogen_cmd):
 def test_mlperf_config_and_bundled_workload_agree():
     mlperf = load_workload(str(DLIO_DIR / "mlperf_llama3_1t.yaml"))
     assert checkpoint_plan(mlperf, 1024)["total_bytes"] == checkpoint_plan(load_workload("llama3-1t"), 1024)["total_bytes"]
+
+
+def test_checkpoint_only_settings_during_training_are_rejected_or_warned():
+    with pytest.raises(ConfigError, match="model.type = 'transformer' with workflow.train = True"):
+        load_workload("llama3-8b", ["workflow.train=True", "dataset.format=npz"])
+    with pytest.raises(ConfigError, match=r"checkpoint.format = 'raw', checkpoint.write_threads = 2: applies to "
+                                          r"checkpoint-only runs"):
+        load_workload("unet3d", ["checkpoint.format=raw", "checkpoint.write_threads=2"])
+    with pytest.warns(ConfigWarning, match="checkpoint.recovery_rank_shift = True has no effect during training"):
+        load_workload("unet3d", ["checkpoint.recovery_rank_shift=True"])
