@@ -9,7 +9,7 @@ PIP = $(BIN)/python -m pip --disable-pip-version-check -q
 CONSTRAINTS = -c constraints/dev.txt
 SOURCES = pyproject.toml setup.py $(shell find iogen workloads -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.yaml' -o -name '*.j2')
 
-.PHONY: demo dev test test-debug-core bench fuzz venv clean
+.PHONY: demo dev test test-debug-core test-asan bench fuzz venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,19 +45,37 @@ test: $(VENV)/.iogen-test
 	$(BIN)/pytest
 	$(MAKE) --no-print-directory test-debug-core
 
-# The core once more as a debug build (IOGEN_DEBUG_BUILD=1: bounds checks, line tracing), in a
-# scratch copy of the package, and the core's tests against it. Needs a non-editable install:
-# an editable one's import hook would shadow the copy (checked below).
+# A scratch copy of the package in $(1) with its core built under the settings $(2), so the
+# venv's iogen (editable or installed) stays as it is: PYTHONPATH puts the copy first (checked).
+define core_copy
+	rm -rf $(1) && mkdir -p $(1)
+	cp -r iogen setup.py pyproject.toml README.md $(1)/
+	cp -r workloads $(1)/iogen/workloads
+	rm -f $(1)/iogen/_core/*.so $(1)/iogen/_core/*.c
+	cd $(1) && $(2) $(abspath $(BIN))/python setup.py -q build_ext --inplace
+	$(3) PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(1)) $(BIN)/python -c "import sys, iogen._core.clock as c; \
+	  sys.exit(0 if c.__file__.startswith('$(abspath $(1))') else 'not the copy: ' + c.__file__)"
+endef
+
+# The core once more as a debug build (IOGEN_DEBUG_BUILD=1: bounds checks, line tracing), and
+# the core's tests against it.
 DEBUG_DIR = build/debug-core
 test-debug-core: $(VENV)/.iogen-test
-	rm -rf $(DEBUG_DIR) && mkdir -p $(DEBUG_DIR)
-	cp -r iogen setup.py pyproject.toml README.md $(DEBUG_DIR)/
-	cp -r workloads $(DEBUG_DIR)/iogen/workloads
-	rm -f $(DEBUG_DIR)/iogen/_core/*.so $(DEBUG_DIR)/iogen/_core/*.c
-	cd $(DEBUG_DIR) && IOGEN_DEBUG_BUILD=1 $(abspath $(BIN))/python setup.py -q build_ext --inplace
-	PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/python -c "import sys, iogen._core.clock as c; \
-	  sys.exit(0 if c.__file__.startswith('$(abspath $(DEBUG_DIR))') else 'not the debug core: ' + c.__file__)"
+	$(call core_copy,$(DEBUG_DIR),IOGEN_DEBUG_BUILD=1,)
 	IOGEN_EXPECT_DEBUG_CORE=1 PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(DEBUG_DIR)) $(BIN)/pytest -q -p no:cacheprovider tests/core
+
+# The release core built with AddressSanitizer + UBSan (IOGEN_SANITIZE=1), and the core's tests
+# and the fuzz corpus against it. Python itself is not instrumented: libasan is preloaded (with
+# libstdc++, else ASan's C++ throw hook finds no __cxa_throw and aborts on TensorFlow's or
+# matplotlib's first exception), leak checks are off (the interpreter's own allocations would
+# drown them); any finding aborts the run.
+ASAN_DIR = build/asan-core
+ASAN_ENV = LD_PRELOAD="$(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+test-asan: $(VENV)/.iogen-test
+	$(call core_copy,$(ASAN_DIR),IOGEN_SANITIZE=1,$(ASAN_ENV))
+	$(ASAN_ENV) IOGEN_EXPECT_ASAN_CORE=1 PYTHONSAFEPATH=1 PYTHONPATH=$(abspath $(ASAN_DIR)) \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/core tests/fuzz
 
 # The fuzz harness (tests/fuzz) with a long budget: IOGEN_FUZZ_ITERATIONS mutations per case
 # (the normal suite runs 25), IOGEN_FUZZ_SEED to pick or replay a sequence.

@@ -1,10 +1,13 @@
 """The debug build really checks: the audited functions' bounds switch follows the build.
 
 `make test-debug-core` runs these tests against a core built with IOGEN_DEBUG_BUILD=1 and sets
-IOGEN_EXPECT_DEBUG_CORE=1, so the debug branch below is the one that runs there.
+IOGEN_EXPECT_DEBUG_CORE=1, so the debug branch below is the one that runs there; `make test-asan`
+sets IOGEN_EXPECT_ASAN_CORE=1 for its AddressSanitizer build.
 """
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +54,14 @@ def test_no_literal_bounds_switch_in_the_core():
                  for m in literal.finditer(text)]
     assert not offenders, ("use @cython.boundscheck(IOGEN_DEBUG_BUILD) / "
                            "@cython.wraparound(IOGEN_DEBUG_BUILD): " + ", ".join(offenders))
+
+
+def test_sanitizer_build_catches_an_out_of_bounds_read(cython_core):
+    if os.environ.get("IOGEN_EXPECT_ASAN_CORE") != "1":
+        pytest.skip("runs under `make test-asan` only (the AddressSanitizer build of the core)")
+    # The release switch leaves the probe unchecked; ASan must still stop a read past the array.
+    code = ("import numpy as np; from iogen._core import reader; "
+            "reader._bounds_probe(np.arange(8, dtype=np.int64), 8)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "AddressSanitizer: heap-buffer-overflow" in out.stderr, out.stderr[-2000:]
