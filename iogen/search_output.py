@@ -1,4 +1,5 @@
-"""What `iogen search` writes: search.json, search.txt (the table and the result) and search.png.
+"""What `iogen search` writes: search.json, search.txt (the table and the result), search.png and
+search.html (the result, the plot and the table on one self-contained page).
 
 The text table mirrors the JSON: one row per accelerator count probed, its probes pooled (AU mean
 and 95% interval over the measured runs, samples/s and MiB/s means, pass/fail, near the
@@ -131,4 +132,25 @@ def write_outputs(search_dir: str, doc: dict, points: dict, threshold_pct: float
     if plot and points:
         written.append(os.path.join(search_dir, "search.png"))
         write_plot(written[-1], points, threshold_pct, f"iogen search: {doc['workload']}")
+        written.append(os.path.join(search_dir, "search.html"))
+        write_atomic(written[-1], render_html(doc, text + "\n" + (result or ""), written[-2]))
     return written
+
+
+def render_html(doc: dict, text: str, png_path: str) -> str:
+    """search.html: the result, the plot (inline) and the table, one self-contained page."""
+    import base64
+    import html
+
+    with open(png_path, "rb") as fh:
+        png = base64.b64encode(fh.read()).decode("ascii")
+    title = html.escape(f"iogen search: {doc['workload']}")
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:60em} pre{background:#f6f6f6;padding:1em;"
+            "overflow-x:auto}</style></head><body>"
+            f"<h1>{title}</h1><p><b>{html.escape(doc.get('result') or 'search incomplete')}</b></p>"
+            f"<p>launcher <code>{html.escape(doc['launcher'])}</code>, threshold {doc['au_threshold_percentage']:g}%, "
+            f"{doc['runs_per_probe']} run(s) per probe, noise band {doc['noise_pp']:g} pp. "
+            f"Rule: {html.escape(doc['rule'])}.</p>"
+            f"<img alt='AU and samples/s against accelerators' src='data:image/png;base64,{png}'>"
+            f"<pre>{html.escape(text)}</pre></body></html>\n")

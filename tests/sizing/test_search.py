@@ -122,4 +122,6 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
         summary = json.loads(_read(os.path.join(search_dir, run_dir, "summary.json")))
         assert summary["num_accelerators"] == point["accelerators"]  # really launched on n ranks
     assert os.path.getsize(os.path.join(search_dir, "search.png")) > 0
+    page = _read(os.path.join(search_dir, "search.html"))
+    assert "N &gt;= 4" in page and "data:image/png;base64," in page and "probe-03-n4" in page
     assert "N >= 4" in _read(os.path.join(search_dir, "search.txt"))
