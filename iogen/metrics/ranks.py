@@ -1,9 +1,11 @@
 """Across ranks: each rank's step rows -> what rank 0 reports for the whole world.
 
-Every rank calls `reduce_ranks` with its own rows (the collectives need all of them); only
-rank 0 gets the gathered arrays back. Everything crosses ranks as numpy buffers through the
-world's collectives (iogen.comm), never as pickled objects. An interrupted run reports the
-epochs every rank reached.
+Every rank calls `reduce_ranks` with its own rows (the collectives need all of them). The
+run's figures come from element-wise reductions (sum, min, max over ranks: O(epochs x fields)
+per rank, whatever the world size); the per-rank rows of epochs.json are gathered to rank 0
+only up to GATHER_MAX_RANKS ranks, so what rank 0 holds stays bounded (docs/scaling.md).
+Everything crosses ranks as numpy buffers through the world's collectives (iogen.comm), never
+as pickled objects. An interrupted run reports the epochs every rank reached.
 """
 from __future__ import annotations
 
@@ -16,14 +18,21 @@ from ..histogram import NUM_BUCKETS, LatencyHistogram
 from ..steplog import PHASE_EVAL, PHASE_TRAIN
 from .epoch import rank_epochs_array
 from .latency import wait_histograms
+from .run import RankReductions, allreduce_reductions, rank_reductions
+
+# Above this many ranks, epochs.json carries the reductions over ranks, not one row per rank:
+# 1024 ranks x 100 epochs x 31 fields x 8 bytes is 25 MiB on rank 0; 65,536 ranks would be 1.6 GiB.
+GATHER_MAX_RANKS = 1024
 
 
 @dataclass(frozen=True)
 class RankReduction:
     """The world's figures: gathered per-rank epoch arrays (rank 0) and sums over ranks (every rank)."""
 
-    train: np.ndarray | None  # [ranks, epochs, EPOCH_FIELDS] on rank 0, None elsewhere
+    train: np.ndarray | None  # [ranks, epochs, EPOCH_FIELDS] on rank 0 up to GATHER_MAX_RANKS, else None
     evals: np.ndarray | None  # the same for eval epochs; None when there were none
+    train_reduced: RankReductions | None  # over all ranks, on every rank; None without train epochs
+    evals_reduced: RankReductions | None  # the same for eval epochs
     train_epochs: np.ndarray  # the train epochs reported (reached by every rank)
     device_read_bytes: list  # per train epoch, summed over ranks; None where a rank could not tell
     wait_epochs: list  # per train epoch, LatencyHistogram of the batch wait, merged over ranks
@@ -36,12 +45,18 @@ def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_s
     window = dict(exclude_start_steps=exclude_start_steps, exclude_end_steps=exclude_end_steps)
     train_epochs = epochs_reached(world, rows, PHASE_TRAIN)
     eval_epochs = epochs_reached(world, rows, PHASE_EVAL)
-    train = world.gather_array(_phase_array(rows, PHASE_TRAIN, train_epochs, clock_offset_ns, window))
-    evals = None
+    gather = world.size <= GATHER_MAX_RANKS
+    mine = _phase_array(rows, PHASE_TRAIN, train_epochs, clock_offset_ns, window)
+    train_reduced = allreduce_reductions(world, rank_reductions(mine[None])) if train_epochs.size else None
+    train = world.gather_array(mine) if gather else None
+    evals = evals_reduced = None
     if eval_epochs.size:
-        evals = world.gather_array(_phase_array(rows, PHASE_EVAL, eval_epochs, clock_offset_ns, window))
+        mine = _phase_array(rows, PHASE_EVAL, eval_epochs, clock_offset_ns, window)
+        evals_reduced = allreduce_reductions(world, rank_reductions(mine[None]))
+        evals = world.gather_array(mine) if gather else None
     wait_epochs, wait_run = wait_latency(world, header, rows, train_epochs, **window)
-    return RankReduction(train=train, evals=evals, train_epochs=train_epochs,
+    return RankReduction(train=train, evals=evals, train_reduced=train_reduced, evals_reduced=evals_reduced,
+                         train_epochs=train_epochs,
                          device_read_bytes=summed_device_bytes(world, device_read_bytes, train_epochs.size),
                          wait_epochs=wait_epochs, wait_run=wait_run)
 

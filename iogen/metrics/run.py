@@ -51,52 +51,108 @@ class CombinedEpochs:
         return self.io_bytes_s / MIB
 
 
-def combine_ranks(per_rank):
-    """[ranks, epochs, EPOCH_FIELDS] float64 -> CombinedEpochs (means, sums, min, max over ranks)."""
+@dataclass(frozen=True)
+class RankReductions:
+    """What combine_ranks needs of [ranks, epochs, EPOCH_FIELDS], reduced over ranks: each a
+    float64 [epochs, EPOCH_FIELDS] array (sleep_error_steps: [epochs]). Size O(epochs x fields),
+    whatever the ranks: every rank's share is combined by element-wise sum, min and max
+    (allreduce), so rank 0 never holds one row per rank (docs/scaling.md)."""
+
+    ranks: int
+    sum: np.ndarray
+    min: np.ndarray  # NaN where some rank's value is NaN, as numpy's min
+    max: np.ndarray
+    sleep_error_steps: np.ndarray  # sum over ranks of sleep_error_ns_mean x steps
+
+
+def rank_reductions(per_rank) -> RankReductions:
+    """[ranks, epochs, EPOCH_FIELDS] float64 (one rank's [1, ...] or all of them) -> RankReductions."""
     a = np.asarray(per_rank, dtype=np.float64)
     if a.ndim != 3 or a.shape[2] != len(EPOCH_FIELDS) or a.shape[0] == 0:
         raise ValueError(f"combine_ranks needs [ranks>0, epochs, {len(EPOCH_FIELDS)}], got {a.shape}")
+    return RankReductions(
+        ranks=a.shape[0], sum=a.sum(axis=0), min=a.min(axis=0), max=a.max(axis=0),
+        sleep_error_steps=(a[:, :, FIELD["sleep_error_ns_mean"]] * a[:, :, FIELD["steps"]]).sum(axis=0))
 
-    def f(name):
-        return a[:, :, FIELD[name]]
 
-    steps = f("steps").sum(axis=0)
+def allreduce_reductions(world, mine: RankReductions) -> RankReductions:
+    """Combine every rank's RankReductions (a collective: every rank calls it, all get the result).
+
+    NaN crosses as a count (MPI's MIN/MAX do not order NaN as numpy does): a NaN anywhere gives
+    NaN in min and max, and sums carry NaN by IEEE arithmetic, as numpy's do.
+    """
+    nan = np.isnan(mine.min) | np.isnan(mine.max)
+    sums = world.allreduce_array(np.concatenate([mine.sum.ravel(), mine.sleep_error_steps, nan.ravel().astype(float),
+                                                 [float(mine.ranks)]]), "sum")
+    lo = world.allreduce_array(np.where(nan, np.inf, mine.min), "min")
+    hi = world.allreduce_array(np.where(nan, -np.inf, mine.max), "max")
+    n = mine.sum.size
+    e = mine.sleep_error_steps.size
+    any_nan = sums[n + e:n + e + n].reshape(mine.sum.shape) > 0
+    return RankReductions(ranks=int(sums[-1]), sum=sums[:n].reshape(mine.sum.shape),
+                          min=np.where(any_nan, np.nan, lo), max=np.where(any_nan, np.nan, hi),
+                          sleep_error_steps=sums[n:n + e])
+
+
+def merge_reductions(parts) -> RankReductions:
+    """What allreduce_reductions gives over these ranks' parts, computed in one process (tests, tools)."""
+    parts = list(parts)
+    stack = lambda name: np.stack([getattr(p, name) for p in parts])  # noqa: E731
+    return RankReductions(ranks=sum(p.ranks for p in parts), sum=stack("sum").sum(axis=0),
+                          min=stack("min").min(axis=0), max=stack("max").max(axis=0),
+                          sleep_error_steps=stack("sleep_error_steps").sum(axis=0))
+
+
+def combine_ranks(per_rank):
+    """[ranks, epochs, EPOCH_FIELDS] float64 (or its RankReductions) -> CombinedEpochs (means, sums, min, max over ranks)."""
+    r = per_rank if isinstance(per_rank, RankReductions) else rank_reductions(per_rank)
+
+    def total(name):
+        return r.sum[:, FIELD[name]]
+
+    def lo(name):
+        return r.min[:, FIELD[name]]
+
+    def hi(name):
+        return r.max[:, FIELD[name]]
+
+    steps = total("steps")
     # Per-step means weight every rank by its steps, so a short rank does not count double.
     safe_steps = np.where(steps > 0, steps, np.nan)
 
     def per_step(total_name):
-        return f(total_name).sum(axis=0) / safe_steps
+        return total(total_name) / safe_steps
 
     return CombinedEpochs(
-        ranks=a.shape[0],
-        epoch=f("epoch")[0],
-        au=f("au").mean(axis=0),
-        au_min=f("au").min(axis=0),
-        au_max=f("au").max(axis=0),
-        au_achieved=f("au_achieved").mean(axis=0),
-        throughput_samples_s=f("throughput_samples_s").sum(axis=0),
-        throughput_min_samples_s=f("throughput_samples_s").min(axis=0),
-        throughput_max_samples_s=f("throughput_samples_s").max(axis=0),
-        io_bytes_s=f("io_bytes_s").sum(axis=0),
-        io_min_bytes_s=f("io_bytes_s").min(axis=0),
-        io_max_bytes_s=f("io_bytes_s").max(axis=0),
+        ranks=r.ranks,
+        epoch=hi("epoch"),  # the same on every rank
+        au=total("au") / r.ranks,
+        au_min=lo("au"),
+        au_max=hi("au"),
+        au_achieved=total("au_achieved") / r.ranks,
+        throughput_samples_s=total("throughput_samples_s"),
+        throughput_min_samples_s=lo("throughput_samples_s"),
+        throughput_max_samples_s=hi("throughput_samples_s"),
+        io_bytes_s=total("io_bytes_s"),
+        io_min_bytes_s=lo("io_bytes_s"),
+        io_max_bytes_s=hi("io_bytes_s"),
         steps=steps,
-        samples=f("samples").sum(axis=0),
-        bytes=f("bytes").sum(axis=0),
-        T_ns=f("T_ns").max(axis=0),
+        samples=total("samples"),
+        bytes=total("bytes"),
+        T_ns=hi("T_ns"),
         wait_ns_mean=per_step("wait_ns_total"),
         compute_ns_mean=per_step("compute_ns_total"),
         comm_ns_mean=per_step("comm_ns_total"),
         gap_ns_mean=per_step("gap_ns_total"),
         requested_compute_ns_mean=per_step("requested_compute_ns_total"),
-        sleep_error_ns_mean=(f("sleep_error_ns_mean") * f("steps")).sum(axis=0) / safe_steps,
-        sleep_error_ns_max_abs=f("sleep_error_ns_max_abs").max(axis=0),
-        checkpoint_ns_max=f("checkpoint_ns_total").max(axis=0),
-        checkpoints=f("checkpoints").max(axis=0),
-        samples_all=f("samples_all").sum(axis=0),
-        bytes_all=f("bytes_all").sum(axis=0),
-        span_ns=f("last_end_ns").max(axis=0) - f("first_request_ns").min(axis=0),
-        window_fallback=f("window_fallback").astype(bool).any(axis=0),
+        sleep_error_ns_mean=r.sleep_error_steps / safe_steps,
+        sleep_error_ns_max_abs=hi("sleep_error_ns_max_abs"),
+        checkpoint_ns_max=hi("checkpoint_ns_total"),
+        checkpoints=hi("checkpoints"),
+        samples_all=total("samples_all"),
+        bytes_all=total("bytes_all"),
+        span_ns=hi("last_end_ns") - lo("first_request_ns"),
+        window_fallback=hi("window_fallback").astype(bool),
     )
 
 
@@ -151,7 +207,7 @@ def _mean_std(x):
 
 
 def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
-    """Reduce one phase's [ranks, epochs, fields] array over ranks, then over epochs."""
+    """Reduce one phase's [ranks, epochs, fields] array (or RankReductions) over ranks, then over epochs."""
     c = combine_ranks(per_rank)
     au_mean, au_std = _mean_std(c.au * 100.0)
     tp_mean, tp_std = _mean_std(c.throughput_samples_s)
@@ -190,18 +246,19 @@ def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
 
 
 def run_metrics(train, eval=None, *, au_threshold, record_length_bytes):
-    """Gathered [ranks, epochs, EPOCH_FIELDS] arrays of train (and eval) -> RunMetrics (docs/metrics.md section 3).
+    """[ranks, epochs, EPOCH_FIELDS] arrays (or RankReductions) of train (and eval) -> RunMetrics (docs/metrics.md section 3).
 
     Mean and population stdev over epochs of: AU x 100 (mean over ranks), samples/s and MiB/s
     (sums over ranks), as DLIO's end_run. au_meet_expectation: "success" when the mean AU % is
     >= au_threshold x 100. Eval is reduced the same way when `eval` has at least one epoch.
     """
-    train = np.asarray(train, dtype=np.float64)
+    if not isinstance(train, RankReductions):
+        train = np.asarray(train, dtype=np.float64)
     ev = None
-    if eval is not None and np.asarray(eval).size:
+    if eval is not None and (isinstance(eval, RankReductions) or np.asarray(eval).size):
         ev = _phase_metrics("eval", eval, au_threshold, record_length_bytes)
     return RunMetrics(
-        ranks=train.shape[0],
+        ranks=train.ranks if isinstance(train, RankReductions) else train.shape[0],
         au_threshold=float(au_threshold),
         record_length_bytes=float(record_length_bytes),
         train=_phase_metrics("train", train, au_threshold, record_length_bytes),

@@ -82,8 +82,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
         doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows)
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
-    if red.train.size:
-        rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(red.train, red.evals)))
+    if red.train_reduced is not None:
+        rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(red)))
     return doc
 
 
@@ -147,8 +147,8 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
         },
     }
     spans = []
-    if red.train.size:
-        run = run_metrics(red.train, red.evals, au_threshold=wl.metric.au,
+    if red.train_reduced is not None:
+        run = run_metrics(red.train_reduced, red.evals_reduced, au_threshold=wl.metric.au,
                           record_length_bytes=wl.dataset.record_length_bytes)
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
@@ -162,15 +162,27 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
     return doc
 
 
-def _per_rank_epochs(train, evals):
+def _per_rank_epochs(red):
+    """epochs.json: one row per rank and epoch; above GATHER_MAX_RANKS ranks (docs/scaling.md),
+    per epoch the sum, min and max over ranks of every field instead (`per_rank`: false)."""
     from ..metrics import EPOCH_FIELDS
 
     def table(arr):
         return [{name: float(v) for name, v in zip(EPOCH_FIELDS, row)} for rank in arr for row in rank]
 
-    out = {"fields": list(EPOCH_FIELDS), "train": table(train)}
-    if evals is not None:
-        out["eval"] = table(evals)
+    def reduced(r):
+        return [{op: {name: float(v) for name, v in zip(EPOCH_FIELDS, getattr(r, op)[i])} for op in ("sum", "min", "max")}
+                for i in range(r.sum.shape[0])]
+
+    if red.train is not None:
+        out = {"fields": list(EPOCH_FIELDS), "per_rank": True, "train": table(red.train)}
+        if red.evals is not None:
+            out["eval"] = table(red.evals)
+        return out
+    out = {"fields": list(EPOCH_FIELDS), "per_rank": False, "ranks": red.train_reduced.ranks,
+           "train": reduced(red.train_reduced)}
+    if red.evals_reduced is not None:
+        out["eval"] = reduced(red.evals_reduced)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Every sample is read exactly once per epoch across 1..4 real ranks: plans and actual runs."""
+"""Every sample is read exactly once per epoch across 1..8 real ranks: plans and actual runs."""
 import glob
 
 import numpy as np
@@ -55,3 +55,23 @@ def test_a_real_run_reads_each_sample_once(mpi, n):
             assert int(mine["bytes"].sum()) == per_rank[r].size * 65536
     # a different epoch reads a different order (shuffles change with the epoch)
     assert not np.array_equal(plans[0]["train-1"], plans[0]["train-2"])
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_plans_of_1_to_8_real_ranks_are_the_simulated_ones(mpi, n):
+    # what each real rank computes alone is what one process computes for every rank (so the
+    # simulated worlds of tests/plan/test_plan_scale.py up to 65,536 ranks stand for real ones);
+    # the same seed gives the same plan in another process, and every epoch has its own order
+    from iogen.plan import make_plan
+
+    files, spf, batch = 29, 3, 2
+    res = mpi.launch(n, [mpi.driver("plans.py"), mpi.tmp_path, files, spf, batch, 2, "seed", "seed"])
+    assert res.returncode == 0, res
+    got = np.load(mpi.tmp_path / f"plans-{n}.npz")
+    for epoch in (1, 2):
+        _assert_exactly_once(list(got[f"e{epoch}"]), files * spf, int(got[f"dropped{epoch}"]))
+        for r in range(n):
+            here = make_plan(num_files=files, samples_per_file=spf, batch_size=batch, world_size=n, rank=r,
+                             epoch=epoch, seed=7, file_shuffle="seed", sample_shuffle="seed")
+            assert np.array_equal(got[f"e{epoch}"][r], here.batches.ravel())
+    assert not np.array_equal(got["e1"], got["e2"])
