@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from .. import core
@@ -26,6 +26,8 @@ from ..atomic import full_disk_error, is_full_disk
 from ..errors import ConfigError, DataError
 
 DIRECT_ALIGN = 4096
+# A task covers at most this much of a file, so an interrupted write stops within one task per thread.
+TASK_MAX_BYTES = 64 << 20
 _MASK64 = (1 << 64) - 1
 
 
@@ -56,6 +58,7 @@ class CheckpointIO:
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="iogen-ckpt")
         self.buffers: list = []
         self.filled = False
+        self.stop = threading.Event()  # set when a phase fails or is interrupted: threads take no new task
 
     def close(self) -> None:
         """Stop the threads and release the buffers."""
@@ -87,7 +90,7 @@ class CheckpointIO:
         for f in files:
             size = f.layout.size_bytes
             blocks = -(-size // self.transfer)
-            per = max(1, -(-blocks // self.threads))
+            per = max(1, min(-(-blocks // self.threads), TASK_MAX_BYTES // self.transfer))
             f.tasks_left = max(1, -(-blocks // per))
             if blocks == 0:
                 tasks.append((f, 0, 0))
@@ -122,7 +125,11 @@ class CheckpointIO:
                     raise ConfigError(f"checkpoint.odirect = True: the file system of {os.path.dirname(f.path)} "
                                       "does not support O_DIRECT; set checkpoint.odirect=False") from None
                 raise DataError(f.path, f"cannot create: {exc.strerror}") from None
-        self._run(self._tasks(files), lambda buf, task: self._write_task(buf, task, stamp))
+        try:
+            self._run(self._tasks(files), lambda buf, task: self._write_task(buf, task, stamp))
+        except BaseException:
+            self._abort(files)  # interrupted: no temporary file stays behind
+            raise
         errors = [f for f in files if f.error is not None]
         if errors:
             self._abort(files)
@@ -137,7 +144,7 @@ class CheckpointIO:
         it = iter(tasks)
 
         def worker(buf):
-            while True:
+            while not self.stop.is_set():
                 with lock:
                     task = next(it, None)
                 if task is None:
@@ -145,9 +152,17 @@ class CheckpointIO:
                 work(buf, task)
 
         buffers = self._buffers(fill=True)
+        self.stop.clear()
         futures = [self.pool.submit(worker, buf) for buf in buffers[: max(1, min(len(buffers), len(tasks)))]]
-        for fut in futures:
-            fut.result()
+        try:
+            for fut in futures:
+                fut.result()
+        except BaseException:
+            # Ctrl-C (or a failure) reaches the main thread: let every thread finish its current
+            # task and stop, so nothing writes after this call returns.
+            self.stop.set()
+            wait(futures)
+            raise
 
     def _write_task(self, buf, task, stamp: int) -> None:
         f, first, last = task

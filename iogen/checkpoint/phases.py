@@ -165,6 +165,12 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
             device_bytes = None if before is None or after is None else after - before
     except BaseException as exc:
         world.fail(exc)
+        if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
+            doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],
+                           read[None, :n_done(read)], np.array([[peak_rss_bytes(), -1, 0]], np.int64))
+            doc["iogen"].update(complete=False, error=str(exc) or type(exc).__name__,
+                                note="rank 0's own figures up to the failure; other ranks' are not gathered")
+            rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
     finally:
         io.close()
@@ -177,6 +183,18 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
     return run_dir, doc, True
+
+
+class SingleRank:
+    """Stands for the world in a failed run's summary: rank 0's figures alone."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+
+def n_done(rows: np.ndarray) -> int:
+    """Checkpoints whose duration was measured (rows filled in order)."""
+    return int(np.count_nonzero(rows[:, 1]))
 
 
 def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:

@@ -1,5 +1,11 @@
 """Checkpoint-only runs in one process: write, evict, read back; read-only runs; bad input exits 2."""
+import glob
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -89,3 +95,30 @@ def test_cli_exit_codes(tmp_path, iogen_cmd):
                                                                    "checkpoint.num_checkpoints_read": 1}))
     assert proc.returncode == 0, proc.stderr
     assert "checkpoint write: 1 x" in proc.stdout and "GB/s" in proc.stdout and "GiB/s" in proc.stdout
+
+
+def test_sigterm_mid_write_exits_130_and_leaves_no_partial_file(tmp_path):
+    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
+    args = _overrides(tmp_path, **{"model.num_layers": 4, "model.transformer.hidden_size": 4096,
+                                   "model.transformer.ffn_hidden_size": 14336, "checkpoint.num_checkpoints_write": 3,
+                                   "checkpoint.num_checkpoints_read": 0, "checkpoint.fsync": True})
+    proc = subprocess.Popen([iogen, "run", "llama3-8b", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(tmp_path / "ckpt" / "*" / "*.tmp.*")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint write started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not glob.glob(str(tmp_path / "ckpt" / "*" / "*.tmp.*"))  # nothing half-written stays
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        doc = json.load(fh)
+    assert doc["iogen"]["complete"] is False and "interrupted" in doc["iogen"]["error"]
