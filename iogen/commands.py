@@ -134,8 +134,16 @@ def cmd_datagen(args) -> int:
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
-    results = generate_data(layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
-                            progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
+    if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
+        from .objectdata import generate_objects
+        from .objectstore import open_store
+
+        results = generate_objects(open_store(wl), layouts, fmt, world, workers=args.workers,
+                                   overwrite=args.overwrite, progress=GenerateProgress(sys.stderr, args.quiet,
+                                                                                       world.rank))
+    else:
+        results = generate_data(layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
+                                progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
     if world.rank == 0:
         share = f" by rank 0 of {world.size}" if world.size > 1 else ""
         for split, layout, r in zip(splits, layouts, results):
@@ -248,9 +256,19 @@ def cmd_verify(args) -> int:
     fmt = get_format(wl.dataset)
     bad = 0
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
+    store = None
+    if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
+        from .objectstore import open_store
+
+        store = open_store(wl)
     for split in splits:
         layout = DatasetLayout.from_workload(wl, split)
-        problems = verify(layout, fmt)
+        if store is not None:
+            from .objectdata import verify_objects
+
+            problems = verify_objects(store, layout, fmt)
+        else:
+            problems = verify(layout, fmt)
         for p in problems:
             print(f"{split}: {p}")
         bad += len(problems)
@@ -258,7 +276,7 @@ def cmd_verify(args) -> int:
             print(f"{split}: {layout.num_files} files OK")
     if bad:
         # Bad data is exit 2, as for `iogen run` (README, exit codes); the problems are listed above.
-        print(f"iogen: error: verify found {bad} problem(s) in {wl.dataset.data_folder}", file=sys.stderr)
+        print(f"iogen: error: verify found {bad} problem(s) in {layout.data_folder}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK
 

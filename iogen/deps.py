@@ -20,6 +20,7 @@ EXTRAS = {
     "scipy": "report",
     "matplotlib": "report",
     "jinja2": "report",
+    "boto3": "s3",
 }
 
 
@@ -54,6 +55,8 @@ def workload_needs(wl) -> dict[str, str]:
     from .comm import detect_launcher, wants_mpi
 
     needs = {}
+    if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+        needs["boto3"] = "storage.storage_type=s3"
     if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "hdf5":
         needs["h5py"] = "dataset.format=hdf5"
     loader = str(getattr(wl.reader.data_loader, "value", wl.reader.data_loader))

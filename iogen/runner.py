@@ -67,6 +67,9 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     from .dataset import DatasetLayout
     from .formats import get_format
 
+    if wl.storage.storage_type == "s3":
+        raise ConfigError("storage.storage_type = 's3': `iogen run` does not read objects yet (reads are not "
+                          "implemented); `iogen datagen` and `iogen verify` work on object storage")
     fmt = get_format(wl.dataset)
     train = DatasetLayout.from_workload(wl, "train")
     evaluation = None

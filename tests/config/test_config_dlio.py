@@ -114,16 +114,16 @@ def test_dlio_formats_iogen_lacks_are_named(fmt):
     assert "supported: npz, hdf5, tfrecord" in line
 
 
-def test_dali_loader_profiling_and_s3_are_rejected_together():
+def test_dali_loader_profiling_and_aistore_are_rejected_together():
     tree = {"dataset": {"format": "npz"}, "reader": {"data_loader": "dali"},
-            "workflow": {"profiling": True}, "storage": {"storage_type": "s3"}}
+            "workflow": {"profiling": True}, "storage": {"storage_type": "aistore"}}
     with pytest.raises(ConfigError) as err:
         _load(tree)
     text = "\n".join(err.value.problems)
     assert len(err.value.problems) == 3
     assert "reader.data_loader = 'dali'" in text and "supported: native, tensorflow, pytorch" in text
     assert "workflow.profiling = True" in text
-    assert "storage.storage_type = 's3'" in text and "supported: local_fs" in text
+    assert "storage.storage_type = 'aistore'" in text and "supported: local_fs, s3" in text
 
 
 def test_hdf5_options_load_for_other_formats_and_are_rejected_for_hdf5():

@@ -1,0 +1,251 @@
+"""Datasets as objects: generation (resumable, with the manifest as an object), verify and the run's check.
+
+The objects hold the same seeded bytes as the files `iogen datagen` writes on a file system:
+each file is written by its format's write_file_crc to a temporary local file (under the
+system's temporary folder, removed at once), then uploaded (multipart when it is larger than a
+part). Keys follow the file layout: `<data_folder>/<train|valid>/<the same relative names>`, and
+each split's manifest is the object `<split folder>/.iogen-manifest.json`, written last.
+
+Resuming: every data object carries, as user metadata, a digest of the generation settings and
+its CRC-32C. A rerun keeps an object when the manifest with the same settings lists it at its
+size, or when its metadata carries the same settings digest and the layout's size; objects of
+other settings or not written by iogen are refused (exit 2) unless --overwrite.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import manifest as mf
+from ._version import __version__
+from .datagen import _DATA_NAME, GenerateResult, Problem, _shown, default_workers
+from .errors import DataError
+from .formats.checksum import crc32c, format_crc
+
+META_PARAMS = "iogen-params"
+META_CRC = "iogen-crc32c"
+
+
+def manifest_uri(layout) -> str:
+    """URI of a split's manifest object."""
+    return f"{layout.folder}/{mf.MANIFEST_NAME}"
+
+
+def params_digest(params: dict) -> str:
+    """A short digest of the generation settings, stored with each object."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def read_manifest(store, layout) -> dict | None:
+    """The split's manifest object, or None when there is none (or it is not a manifest)."""
+    raw = store.get_bytes(manifest_uri(layout))
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "files" in data else None
+
+
+def _existing(store, layout) -> dict[str, int]:
+    """{relative name: size} of the objects under the split folder."""
+    prefix = layout.folder + "/"
+    return {uri[len(prefix):]: size for uri, size in store.list(prefix).items()}
+
+
+def _data_named(rel: str) -> bool:
+    return bool(_DATA_NAME.match(rel.rsplit("/", 1)[-1]))
+
+
+def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int, dict]]:
+    """(indices to write, {index: entry kept}) of a split; refuses foreign data unless overwrite."""
+    params = mf.dataset_params(layout, fmt)
+    digest = params_digest(params)
+    old = read_manifest(store, layout)
+    if old is not None and old.get("params") != params and not overwrite:
+        diffs = mf.params_differences(old.get("params", {}), params)
+        raise DataError(manifest_uri(layout), "the prefix holds a dataset generated with other settings ("
+                        + "; ".join(diffs) + "); refusing to overwrite it: choose another dataset.data_folder, "
+                        "or replace it with `iogen datagen --overwrite`")
+    listed = {e["file"]: e for e in old["files"]} if old is not None and old.get("params") == params else {}
+    existing = _existing(store, layout)
+    expected = {layout.rel_path(i): i for i in range(layout.num_files)}
+    kept, todo, foreign = {}, [], []
+    for rel, i in expected.items():
+        size = existing.get(rel)
+        entry = listed.get(rel)
+        if size is not None and entry is not None and entry.get("size_bytes") == size \
+                and entry.get("record_bytes") == int(layout.record_bytes[i]):
+            kept[i] = entry
+            continue
+        if size is not None and not overwrite:
+            head = store.head(f"{layout.folder}/{rel}")
+            meta = head[1] if head else {}
+            if meta.get(META_PARAMS) == digest and META_CRC in meta:
+                kept[i] = mf.file_entry(rel, size, meta[META_CRC], int(layout.record_bytes[i]),
+                                        layout.samples_per_file)
+                continue
+            if meta.get(META_PARAMS) is None:
+                foreign.append(rel)
+                continue
+        todo.append(i)
+    if not overwrite:
+        foreign += [rel for rel in existing if rel not in expected and _data_named(rel) and rel not in listed]
+        if foreign:
+            raise DataError(layout.folder, f"holds {len(foreign)} data object(s) that no iogen manifest lists "
+                                           f"({_shown(sorted(foreign))}); refusing to overwrite them: choose another "
+                                           "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+    return todo, kept
+
+
+def _write_one(store, layout, fmt, i: int, digest: str, part_bytes: int) -> dict:
+    """Write file i to a temporary local file, upload it, remove the local file; return its entry."""
+    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + layout.suffix)
+    os.close(fd)
+    try:
+        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
+                                       layout.seed, layout.stream_of(i))
+        crc_text = format_crc(crc)
+        store.put_file(layout.paths[i], tmp, part_bytes, metadata={META_PARAMS: digest, META_CRC: crc_text})
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    return mf.file_entry(layout.rel_path(i), size, crc_text, int(layout.record_bytes[i]), layout.samples_per_file)
+
+
+def generate_objects(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False,
+                     part_bytes=None) -> list[GenerateResult]:
+    """Generate the layouts' objects, rank r its files r, r+N, ...; rank 0 writes the manifests last."""
+    from .objectstore import DEFAULT_PART_BYTES
+
+    part_bytes = part_bytes or DEFAULT_PART_BYTES
+    t0 = time.perf_counter()
+    try:
+        plans = [plan_split(store, layout, fmt, overwrite) for layout in layouts]
+        results = []
+        for layout, (todo, kept) in zip(layouts, plans):
+            result = GenerateResult()
+            mine = [i for i in todo if i % world.size == world.rank]
+            result.files_total = len(mine) + sum(1 for i in kept if i % world.size == world.rank)
+            result.files_skipped = result.files_total - len(mine)
+            entries = _write_split(store, layout, fmt, mine, workers or default_workers(), part_bytes,
+                                   progress, result, t0)
+            gathered = world.allgather_obj(entries)  # every rank's entries, for rank 0's manifest
+            if world.rank == 0:
+                everything = dict(kept)
+                for part in gathered:
+                    everything.update(part)
+                missing = [i for i in range(layout.num_files) if i not in everything]
+                if missing:
+                    raise DataError(layout.paths[missing[0]], "was not generated; rerun `iogen datagen` to finish")
+                result.manifests.append(_write_manifest(store, layout, fmt, [everything[i] for i in
+                                                                             range(layout.num_files)]))
+            result.elapsed_s = time.perf_counter() - t0
+            results.append(result)
+    except BaseException as exc:
+        world.fail(exc)
+        raise
+    return results
+
+
+def _write_split(store, layout, fmt, indices, workers, part_bytes, progress, result, t0) -> dict[int, dict]:
+    digest = params_digest(mf.dataset_params(layout, fmt))
+    bytes_total = sum(int(layout.record_bytes[i]) * layout.samples_per_file for i in indices)
+    done = {}
+    lock = threading.Lock()
+    bytes_done = 0
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="iogen-put") as pool:
+        futures = {pool.submit(_write_one, store, layout, fmt, i, digest, part_bytes): i for i in indices}
+        try:
+            for fut in futures:  # in submission order; the pool keeps every worker busy
+                entry = fut.result()
+                i = futures[fut]
+                with lock:
+                    done[i] = entry
+                result.files_written += 1
+                result.bytes_written += entry["size_bytes"]
+                payload = int(layout.record_bytes[i]) * layout.samples_per_file
+                result.payload_bytes_written += payload
+                bytes_done += payload
+                if progress is not None:
+                    progress(len(done), len(indices), bytes_done, bytes_total, time.perf_counter() - t0)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return done
+
+
+def _write_manifest(store, layout, fmt, entries: list[dict]) -> str:
+    data = {
+        "iogen_manifest_version": mf.MANIFEST_VERSION,
+        "generated_by": f"iogen {__version__}",
+        "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "params": mf.dataset_params(layout, fmt),
+        "num_files": len(entries),
+        "total_size_bytes": sum(e["size_bytes"] for e in entries),
+        "files": entries,
+    }
+    uri = manifest_uri(layout)
+    store.put_bytes(uri, (json.dumps(data, indent=1) + "\n").encode())
+    return uri
+
+
+def verify_objects(store, layout, fmt, *, checksums: bool = True, workers: int | None = None) -> list[Problem]:
+    """Check a split's objects against its manifest: each object there, at its size, with its CRC-32C."""
+    manifest = read_manifest(store, layout)
+    if manifest is None:
+        return [Problem(manifest_uri(layout), "manifest", "no manifest object: the dataset was not generated by "
+                                                          "iogen, or its generation did not finish (rerun `iogen "
+                                                          "datagen`); objects cannot be verified without it")]
+    params = mf.dataset_params(layout, fmt)
+    diffs = mf.params_differences(manifest.get("params", {}), params)
+    if diffs:
+        return [Problem(manifest_uri(layout), "manifest", f"generated with other settings: {d}") for d in diffs]
+    entries = {e["file"]: e for e in manifest["files"]}
+    existing = _existing(store, layout)
+
+    def check(i: int) -> list[Problem]:
+        rel, uri = layout.rel_path(i), layout.paths[i]
+        entry = entries.get(rel)
+        if entry is None:
+            return [Problem(uri, "manifest", "the manifest does not list this object")]
+        size = existing.get(rel)
+        if size is None:
+            return [Problem(uri, "missing", "object does not exist")]
+        if size != entry["size_bytes"]:
+            return [Problem(uri, "size", f"{size} bytes, the manifest says {entry['size_bytes']}")]
+        if checksums:
+            crc = 0
+            for chunk in store.get_chunks(uri):
+                crc = crc32c(chunk, crc)
+            if format_crc(crc) != entry["crc32c"]:
+                return [Problem(uri, "checksum", f"crc32c {format_crc(crc)}, the manifest says {entry['crc32c']}")]
+        return []
+
+    problems = []
+    with ThreadPoolExecutor(workers or default_workers(), thread_name_prefix="iogen-verify") as pool:
+        for found in pool.map(check, range(layout.num_files)):
+            problems += found
+    return problems
+
+
+def check_objects(store, layout, fmt) -> None:
+    """The run's data check: the split's manifest object matches the workload and lists every object
+    (DataError naming the key otherwise). Object sizes are checked as they are read."""
+    manifest = read_manifest(store, layout)
+    uri = manifest_uri(layout)
+    if manifest is None:
+        raise DataError(uri, "no manifest object: generate the dataset with `iogen datagen` (same workload and "
+                             "storage settings) first")
+    diffs = mf.params_differences(manifest.get("params", {}), mf.dataset_params(layout, fmt))
+    if diffs:
+        raise DataError(uri, "the objects were generated with other settings: " + "; ".join(diffs))

@@ -1,0 +1,109 @@
+"""Where an object dataset lives: bucket, key prefix and URIs, and what object storage refuses.
+
+With `storage.storage_type: s3`, `storage.storage_root` is the bucket, optionally followed by a
+key prefix (`bucket/prefix`), as in DLIO. The data folder is a key prefix under it: the object
+of file `<data_folder>/train/img_1_of_8.npz` is `s3://<bucket>/[<prefix>/]<data_folder>/train/
+img_1_of_8.npz`. Layouts and manifests carry these URIs as their paths, so every message names
+the bucket and the key. No boto3 here: config validation must not need it.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from urllib.parse import urlsplit
+
+SCHEME = "s3://"
+# S3's bucket naming rules (3-63 characters: lower-case letters, digits, dots and hyphens).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def is_uri(path) -> bool:
+    """Whether a dataset path is an object URI (s3://bucket/key)."""
+    return isinstance(path, str) and path.startswith(SCHEME)
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """(bucket, key) of s3://bucket/key."""
+    rest = uri[len(SCHEME):]
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def _key_part(path: str) -> str:
+    """A folder as a key prefix: normalised, no leading `/` or `./` ('' for the bucket's top)."""
+    norm = posixpath.normpath(path.replace("\\", "/")).lstrip("/")
+    return "" if norm == "." else norm
+
+
+def root_parts(storage_root: str) -> tuple[str, str]:
+    """(bucket, key prefix) of storage.storage_root."""
+    bucket, _, prefix = storage_root.strip("/").partition("/")
+    return bucket, _key_part(prefix)
+
+
+def folder_uri(storage_root: str, folder: str) -> str:
+    """s3://bucket/[prefix/]folder for a folder given relative to the bucket (and prefix)."""
+    bucket, prefix = root_parts(storage_root)
+    key = "/".join(p for p in (prefix, _key_part(folder)) if p)
+    return f"{SCHEME}{bucket}/{key}" if key else f"{SCHEME}{bucket}"
+
+
+def data_uri(wl) -> str:
+    """The URI of a workload's data folder on its object store."""
+    return folder_uri(wl.storage.storage_root, wl.dataset.data_folder)
+
+
+def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style) -> list[str]:
+    """What is wrong with the storage section's keys (config messages naming the key)."""
+    problems = []
+    if storage_type != "s3":
+        for key, value, default in (("endpoint_url", endpoint_url, None), ("region", region, None),
+                                    ("addressing_style", addressing_style, "auto")):
+            if value != default:
+                problems.append(f"storage.{key} = {value!r} applies to storage.storage_type s3 only; remove it")
+        return problems
+    if root.startswith(SCHEME):
+        problems.append(f"storage.storage_root = {root!r}: give the bucket (and prefix) without {SCHEME!r}, as DLIO "
+                        f"does: storage.storage_root={root[len(SCHEME):]}")
+    else:
+        bucket, _ = root_parts(root)
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            problems.append(f"storage.storage_root = {root!r}: with storage.storage_type s3 it is the bucket name, "
+                            f"optionally followed by a key prefix (bucket/prefix); {bucket!r} is not a valid bucket "
+                            "name (3-63 characters: a-z, 0-9, '.', '-')")
+        elif ".." in root.split("/"):
+            problems.append(f"storage.storage_root = {root!r}: '..' has no meaning in an object key")
+    if endpoint_url is not None:
+        parts = urlsplit(endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(f"storage.endpoint_url = {endpoint_url!r}: give an http:// or https:// URL, "
+                            "e.g. http://127.0.0.1:9000")
+        elif parts.username is not None or parts.password is not None:
+            # never echo the value: it holds a credential
+            problems.append("storage.endpoint_url holds a user name or password: credentials are never given in "
+                            "the config; use the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or "
+                            "~/.aws/credentials")
+    return problems
+
+
+def workload_problems(wl) -> list[str]:
+    """Settings object storage does not implement yet: refused before any work (exit 2)."""
+    ds, rd, wf = wl.dataset, wl.reader, wl.workflow
+    why = "not implemented for object storage (storage.storage_type s3) yet"
+    problems = []
+    if ds.format not in ("npz", "tfrecord"):
+        problems.append(f"dataset.format = {ds.format!r}: {why}; supported: npz, tfrecord")
+    if ds.compression != "none":
+        problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
+    if rd.data_loader != "native":
+        problems.append(f"reader.data_loader = {rd.data_loader!r}: {why}; use native")
+    if wf.checkpoint:
+        problems.append(f"workflow.checkpoint = True: checkpoints are {why}; set workflow.checkpoint=False")
+    if wf.stage_data:
+        problems.append(f"workflow.stage_data = True: staging is {why}")
+    for key in ("odirect", "evict_page_cache", "reopen_files"):
+        if getattr(rd, key):
+            problems.append(f"reader.{key} = True applies to files, not to objects; set it to False")
+    if ".." in posixpath.normpath(ds.data_folder.replace("\\", "/")).split("/"):
+        problems.append(f"dataset.data_folder = {ds.data_folder!r}: '..' has no meaning in an object key")
+    return problems

@@ -1,0 +1,367 @@
+"""The object byte source: put, ranged get into a caller's buffer, head and list on an S3 endpoint.
+
+    store = ObjectStore.from_workload(wl)     # checks the bucket (HEAD) before any work
+    store.readinto("s3://bucket/key", offset, buf)   # one ranged GET, straight into buf
+    figures = store.drain()                   # per-operation counts, bytes, latency; reset
+
+The client is boto3 (docs/objectstore.md says why): one client per thread (botocore clients
+are created per thread so no connection pool or retry state is shared between readers), the
+standard retry mode, credentials from the AWS environment/config chain only. Every request is
+counted: requests, bytes, retries (RetryAttempts of each response), throttling responses (HTTP
+503 SlowDown, counted as they happen, retried or not) and the latency of each request to its
+first byte (the response headers) and in total, in iogen's mergeable histogram
+(iogen/histogram.py). An error left after the retries is a DataError naming the bucket, the key
+and the HTTP status (exit 2).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from .errors import ConfigError, DataError
+from .histogram import LatencyHistogram
+from .objectkeys import SCHEME, split_uri
+
+OPS = ("get", "put", "head", "list")
+# S3 refuses multipart parts under 5 MiB (except the last one).
+MIN_PART_BYTES = 5 << 20
+DEFAULT_PART_BYTES = 8 << 20
+MAX_ATTEMPTS = 5
+
+
+class _OpStats:
+    """Counters of one kind of request."""
+
+    __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
+
+    def __init__(self):
+        self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
+        self.first_byte = LatencyHistogram()
+        self.total = LatencyHistogram()
+
+    def to_dict(self) -> dict:
+        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
+                "throttled_503": self.throttled, "errors": self.errors,
+                "first_byte_latency": self.first_byte.summary(),
+                "total_latency": self.total.summary(),
+                "total_latency_histogram": self.total.to_dict()}
+
+
+def _status(exc) -> tuple[int | None, str]:
+    """(HTTP status, error code) of a botocore ClientError."""
+    err = getattr(exc, "response", None) or {}
+    status = (err.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return status, (err.get("Error") or {}).get("Code", "")
+
+
+class ObjectStore:
+    """One S3 endpoint as iogen's byte source (see the module doc)."""
+
+    def __init__(self, endpoint_url: str | None = None, region: str | None = None,
+                 addressing_style: str = "auto", max_pool_connections: int = 16):
+        import boto3
+        import botocore.config
+
+        self.endpoint_url = endpoint_url  # None: AWS_ENDPOINT_URL / the AWS config / AWS itself
+        self.region = region
+        self._boto3 = boto3
+        self._config = botocore.config.Config(
+            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+            max_pool_connections=max_pool_connections, user_agent_extra="iogen")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._stats = {op: _OpStats() for op in OPS}
+
+    @classmethod
+    def from_workload(cls, wl, threads: int = 16) -> "ObjectStore":
+        """The store of a workload's storage section."""
+        st = wl.storage
+        return cls(st.endpoint_url, st.region, st.addressing_style, max_pool_connections=max(10, threads))
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def client(self):
+        """This thread's client (created on first use)."""
+        c = getattr(self._local, "client", None)
+        if c is None:
+            session = self._boto3.session.Session()  # sessions are not thread-safe: one per thread
+            c = session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self._config)
+            # first in line, so it sees every response before the retry handler decides
+            c.meta.events.register_first("needs-retry.s3", self._on_retry_check)
+            self._local.client = c
+        return c
+
+    def _on_retry_check(self, response=None, operation=None, **_):
+        if response is None:
+            return None
+        http, parsed = response
+        code = ((parsed or {}).get("Error") or {}).get("Code")
+        if getattr(http, "status_code", None) == 503 or code in ("SlowDown", "Throttling"):
+            op = _op_of(getattr(operation, "name", ""))
+            with self._lock:
+                self._stats[op].throttled += 1
+        return None  # let the retry handler decide
+
+    def where(self) -> str:
+        """The endpoint, as messages name it."""
+        return self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or "the AWS default endpoint"
+
+    # -- counting -----------------------------------------------------------------------------
+
+    def _count(self, op: str, nbytes: int, t0: int, t_first: int, t_end: int, response) -> None:
+        retries = int(((response or {}).get("ResponseMetadata") or {}).get("RetryAttempts", 0))
+        s = self._stats[op]
+        with self._lock:
+            s.requests += 1
+            s.bytes += int(nbytes)
+            s.retries += retries
+            s.first_byte.record(np.array([t_first - t0], np.int64))
+            s.total.record(np.array([t_end - t0], np.int64))
+
+    def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
+        with self._lock:
+            self._stats[op].errors += 1
+        return _data_error(uri, exc, what, self.where())
+
+    def drain(self) -> dict:
+        """Figures since the last drain, by operation (only operations that ran), then reset."""
+        with self._lock:
+            stats, self._stats = self._stats, {op: _OpStats() for op in OPS}
+        return {op: s.to_dict() for op, s in stats.items() if s.requests or s.errors}
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def check_bucket(self, bucket: str) -> None:
+        """HEAD the bucket: a wrong endpoint, credentials or bucket is a ConfigError (exit 2) before any work."""
+        import botocore.exceptions as bex
+
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().head_bucket(Bucket=bucket)
+        except bex.NoCredentialsError:
+            raise ConfigError("storage.storage_type = 's3': no credentials found in the AWS environment or config "
+                              "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)") from None
+        except (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError) as exc:
+            raise ConfigError(f"storage.endpoint_url: cannot reach the object store at {self.where()} ({exc})") from None
+        except bex.ClientError as exc:
+            status, code = _status(exc)
+            if status == 404:
+                why = "does not exist (create it first)"
+            elif status in (401, 403):
+                why = "refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
+            else:
+                why = f"answered HTTP {status} {code}"
+            raise ConfigError(f"storage.storage_root: bucket {bucket!r} at {self.where()} {why}") from None
+        except (bex.BotoCoreError, ValueError) as exc:
+            raise ConfigError(f"storage: the object store at {self.where()} cannot be used: {exc}") from None
+        t1 = time.perf_counter_ns()
+        self._count("head", 0, t0, t1, t1, r)
+
+    def head(self, uri: str) -> tuple[int, dict] | None:
+        """(size in bytes, user metadata) of the object, or None when it does not exist."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().head_object(Bucket=bucket, Key=key)
+        except bex.ClientError as exc:
+            if _status(exc)[0] == 404:
+                t1 = time.perf_counter_ns()
+                self._count("head", 0, t0, t1, t1, getattr(exc, "response", None))
+                return None
+            raise self._failed("head", uri, exc, "HEAD") from None
+        except bex.BotoCoreError as exc:
+            raise self._failed("head", uri, exc, "HEAD") from None
+        t1 = time.perf_counter_ns()
+        self._count("head", 0, t0, t1, t1, r)
+        return int(r["ContentLength"]), dict(r.get("Metadata") or {})
+
+    def list(self, uri_prefix: str) -> dict[str, int]:
+        """{URI: size} of every object whose key starts with the prefix (a folder: end it with '/')."""
+        import botocore.exceptions as bex
+
+        bucket, prefix = split_uri(uri_prefix)
+        out = {}
+        token = None
+        while True:
+            kw = {"Bucket": bucket, "Prefix": prefix}
+            if token:
+                kw["ContinuationToken"] = token
+            t0 = time.perf_counter_ns()
+            try:
+                r = self.client().list_objects_v2(**kw)
+            except (bex.ClientError, bex.BotoCoreError) as exc:
+                raise self._failed("list", uri_prefix, exc, "LIST") from None
+            t1 = time.perf_counter_ns()
+            self._count("list", 0, t0, t1, t1, r)
+            for item in r.get("Contents", ()):
+                out[f"{SCHEME}{bucket}/{item['Key']}"] = int(item["Size"])
+            token = r.get("NextContinuationToken")
+            if not r.get("IsTruncated") or not token:
+                return out
+
+    def put_bytes(self, uri: str, data: bytes, metadata: dict | None = None) -> None:
+        """One PUT of an object held in memory (a manifest, a small data file)."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().put_object(Bucket=bucket, Key=key, Body=data, Metadata=metadata or {})
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._failed("put", uri, exc, "PUT") from None
+        t1 = time.perf_counter_ns()
+        self._count("put", len(data), t0, t1, t1, r)
+
+    def put_file(self, uri: str, path: str, part_bytes: int = DEFAULT_PART_BYTES, metadata: dict | None = None) -> int:
+        """Upload a local file: one PUT, or a multipart upload of part_bytes parts when larger; return its size."""
+        import botocore.exceptions as bex
+
+        size = os.stat(path).st_size
+        part_bytes = max(MIN_PART_BYTES, int(part_bytes))
+        if size <= part_bytes:
+            with open(path, "rb") as f:
+                self.put_bytes(uri, f.read(), metadata)
+            return size
+        bucket, key = split_uri(uri)
+        c = self.client()
+        try:
+            upload = c.create_multipart_upload(Bucket=bucket, Key=key, Metadata=metadata or {})["UploadId"]
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._failed("put", uri, exc, "multipart upload start") from None
+        try:
+            parts = []
+            with open(path, "rb") as f:
+                for number in range(1, -(-size // part_bytes) + 1):
+                    data = f.read(part_bytes)
+                    t0 = time.perf_counter_ns()
+                    r = c.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=data)
+                    t1 = time.perf_counter_ns()
+                    self._count("put", len(data), t0, t1, t1, r)
+                    parts.append({"ETag": r["ETag"], "PartNumber": number})
+            c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+        except BaseException as exc:
+            try:  # no half-written object under the final name: the upload is dropped
+                c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+            except Exception:
+                pass
+            if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
+                raise self._failed("put", uri, exc, "multipart upload") from None
+            raise
+        return size
+
+    def readinto(self, uri: str, offset: int, buf) -> int:
+        """One ranged GET of len(buf) bytes at offset, read straight into buf (a writable buffer); return the bytes."""
+        import botocore.exceptions as bex
+
+        mv = memoryview(buf).cast("B")
+        length = mv.nbytes
+        if length == 0:
+            return 0
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+            t_first = time.perf_counter_ns()
+            if int(r.get("ContentLength", -1)) > length:  # the range was ignored: these bytes are not ours
+                r["Body"].close()
+                raise DataError(uri, f"the server answered a ranged GET of {length} bytes with "
+                                     f"{r.get('ContentLength')} bytes (no range support?)", offset=offset)
+            got = _read_body(r["Body"], mv)
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            status = _status(exc)[0]
+            if status == 416:  # the range starts past the end
+                raise DataError(uri, f"object ends before byte {offset} (HTTP 416); truncated?", offset=offset) from None
+            raise self._failed("get", uri, exc, f"GET of bytes {offset}-{offset + length - 1}") from None
+        t_end = time.perf_counter_ns()
+        self._count("get", got, t0, t_first, t_end, r)
+        if got != length:
+            raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
+                                 f"{length} bytes); truncated?", offset=offset + got)
+        return got
+
+    def get_chunks(self, uri: str, chunk_bytes: int = 1 << 20):
+        """The whole object, streamed in chunks (for checksums); one GET."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        total = 0
+        try:
+            r = self.client().get_object(Bucket=bucket, Key=key)
+            t_first = time.perf_counter_ns()
+            body = r["Body"]
+            while True:
+                data = body.read(chunk_bytes)
+                if not data:
+                    break
+                total += len(data)
+                yield data
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._failed("get", uri, exc, "GET") from None
+        t_end = time.perf_counter_ns()
+        self._count("get", total, t0, t_first, t_end, r)
+
+    def get_bytes(self, uri: str) -> bytes | None:
+        """A small object's bytes (a manifest), or None when it does not exist."""
+        import botocore.exceptions as bex
+
+        try:
+            return b"".join(self.get_chunks(uri))
+        except DataError as exc:
+            if isinstance(exc.__context__, bex.ClientError) and _status(exc.__context__)[0] == 404:
+                return None
+            raise
+
+
+def _read_body(body, mv: memoryview) -> int:
+    """Read a response body into mv without an intermediate copy where urllib3 allows it."""
+    raw = getattr(body, "_raw_stream", None)  # urllib3's HTTPResponse: readinto fills our buffer
+    pos = 0
+    if raw is not None and hasattr(raw, "readinto"):
+        while pos < mv.nbytes:
+            n = raw.readinto(mv[pos:])
+            if not n:
+                break
+            pos += n
+        return pos
+    while pos < mv.nbytes:
+        data = body.read(mv.nbytes - pos)
+        if not data:
+            break
+        mv[pos:pos + len(data)] = data
+        pos += len(data)
+    return pos
+
+
+def _op_of(name: str) -> str:
+    if name in ("GetObject",):
+        return "get"
+    if name in ("PutObject", "UploadPart", "CreateMultipartUpload", "CompleteMultipartUpload"):
+        return "put"
+    if name.startswith("List"):
+        return "list"
+    return "head"
+
+
+def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
+    """A DataError naming bucket, key and HTTP status (or the connection problem)."""
+    status, code = _status(exc)
+    if status == 404:
+        return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})")
+    if status is not None:
+        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}")
+    return DataError(uri, f"{what} failed at {endpoint}: {exc}")
+
+
+def open_store(wl, threads: int = 16) -> ObjectStore:
+    """The workload's object store, its bucket checked (HEAD): exit 2 before any work when it cannot be used."""
+    from .objectkeys import root_parts
+
+    store = ObjectStore.from_workload(wl, threads)
+    store.check_bucket(root_parts(wl.storage.storage_root)[0])
+    return store

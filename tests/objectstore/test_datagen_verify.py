@@ -1,0 +1,182 @@
+"""Object datasets against a real S3 server (moto's, on 127.0.0.1): datagen, verify, refusals, credentials."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from iogen.config import load_workload
+from iogen.errors import ConfigError
+
+
+def s3_overrides(s3, tmp_path, fmt="npz", prefix="pre", **extra):
+    base = {
+        "storage.storage_type": "s3",
+        "storage.storage_root": f"{s3.bucket}/{prefix}",
+        "dataset.data_folder": "ds",
+        "dataset.format": fmt,
+        "dataset.num_files_train": 4,
+        "dataset.num_samples_per_file": 4,
+        "dataset.record_length_bytes": 16384,
+        "dataset.record_length_bytes_stdev": 0,
+        "output.folder": str(tmp_path / "results"),
+        "reader.batch_size": 2,
+        "train.epochs": 2,
+        "train.computation_time": 0.001,
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def key_of(s3, name, prefix="pre", split="train"):
+    return f"{prefix}/ds/{split}/{name}"
+
+
+def manifest(s3, prefix="pre", split="train"):
+    body = s3.client.get_object(Bucket=s3.bucket, Key=f"{prefix}/ds/{split}/.iogen-manifest.json")["Body"]
+    return json.loads(body.read())
+
+
+# -- config ---------------------------------------------------------------------------------
+
+def test_config_s3_keys_and_refusals():
+    wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=my-bucket/a/b",
+                                   "storage.endpoint_url=http://127.0.0.1:9000", "storage.region=eu-west-1",
+                                   "storage.addressing_style=path", "dataset.format=npz", "dataset.data_folder=/x/y"])
+    from iogen.dataset import DatasetLayout
+
+    layout = DatasetLayout.from_workload(wl, "train")
+    assert layout.folder == "s3://my-bucket/a/b/x/y/train"
+    assert layout.paths[0].startswith("s3://my-bucket/a/b/x/y/train/img_")
+    cases = {
+        ("storage.storage_type=s3",): "storage.storage_root",  # './' is no bucket
+        ("storage.storage_type=s3", "storage.storage_root=s3://bkt"): "without 's3://'",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1",
+         "storage.endpoint_url=http://user:pw@h:1"): "credentials are never given in the config",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "storage.endpoint_url=ftp://h"): "http://",
+        ("storage.region=eu-west-1",): "applies to storage.storage_type s3 only",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.data_loader=pytorch"):
+            "reader.data_loader = 'pytorch': not implemented for object storage",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=hdf5"): "dataset.format = 'hdf5'",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True"): "checkpoints are",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.odirect=True"): "reader.odirect",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
+         "dataset.compression=zip"): "dataset.compression = 'zip'",
+    }
+    for overrides, expected in cases.items():
+        with pytest.raises(ConfigError) as info:
+            load_workload("default", list(overrides))
+        assert expected in str(info.value), (overrides, str(info.value))
+    assert "pw" not in str(pytest.raises(ConfigError, load_workload, "default", [
+        "storage.storage_type=s3", "storage.storage_root=bkt1", "storage.endpoint_url=http://user:pw@h:1"]).value)
+
+
+# -- datagen and verify ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+def test_datagen_verify_same_bytes_as_files(s3, tmp_path, iogen_cmd, fmt):
+    over = s3_overrides(s3, tmp_path, fmt)
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0, r.stderr
+    assert f"s3://{s3.bucket}/pre/ds/train" in r.stdout and "4 written" in r.stdout
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ds/train/")["Contents"]
+    names = sorted(o["Key"].rsplit("/", 1)[1] for o in listed)
+    assert names == [".iogen-manifest.json"] + [f"img_{i}_of_4.{fmt}" for i in range(4)]
+    # the same seeded bytes as `iogen datagen` writes on a file system
+    local = [o for o in over if not o.startswith("storage.")] + [f"dataset.data_folder={tmp_path / 'local'}"]
+    r = iogen_cmd("datagen", "default", *local)
+    assert r.returncode == 0, r.stderr
+    for i in range(4):
+        name = f"img_{i}_of_4.{fmt}"
+        obj = s3.client.get_object(Bucket=s3.bucket, Key=key_of(s3, name))["Body"].read()
+        assert obj == (tmp_path / "local" / "train" / name).read_bytes()
+    with open(tmp_path / "local" / "train" / ".iogen-manifest.json") as f:
+        assert json.load(f)["files"] == manifest(s3)["files"]
+    r = iogen_cmd("verify", "default", *over)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "train: 4 files OK" in r.stdout
+
+
+def test_datagen_resumes_and_refuses_foreign_data(s3, tmp_path, iogen_cmd):
+    over = s3_overrides(s3, tmp_path)
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    # an interrupted generation: one object gone, no manifest
+    s3.client.delete_object(Bucket=s3.bucket, Key=key_of(s3, "img_2_of_4.npz"))
+    s3.client.delete_object(Bucket=s3.bucket, Key="pre/ds/train/.iogen-manifest.json")
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0, r.stderr
+    assert "1 written, 3 already there" in r.stdout
+    assert iogen_cmd("verify", "default", *over).returncode == 0
+    # other settings: refused, named, nothing touched
+    r = iogen_cmd("datagen", "default", *over, "dataset.record_length_bytes=8192")
+    assert r.returncode == 2
+    assert ".iogen-manifest.json" in r.stderr and "--overwrite" in r.stderr and "Traceback" not in r.stderr
+    # a data object iogen did not write, in another prefix: refused
+    s3.client.put_object(Bucket=s3.bucket, Key="other/ds/train/img_0_of_4.npz", Body=b"not ours")
+    r = iogen_cmd("datagen", "default", *s3_overrides(s3, tmp_path, prefix="other"))
+    assert r.returncode == 2 and "no iogen manifest lists" in r.stderr, r.stderr
+    assert s3.client.get_object(Bucket=s3.bucket, Key="other/ds/train/img_0_of_4.npz")["Body"].read() == b"not ours"
+    r = iogen_cmd("datagen", "default", *s3_overrides(s3, tmp_path, prefix="other"), "--overwrite")
+    assert r.returncode == 0, r.stderr
+
+
+def test_verify_names_corrupt_and_missing_objects(s3, tmp_path, iogen_cmd):
+    over = s3_overrides(s3, tmp_path, "tfrecord")
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    key = key_of(s3, "img_1_of_4.tfrecord")
+    data = bytearray(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read())
+    data[100] ^= 0xFF  # same size, one byte flipped
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=bytes(data))
+    s3.client.delete_object(Bucket=s3.bucket, Key=key_of(s3, "img_3_of_4.tfrecord"))
+    r = iogen_cmd("verify", "default", *over)
+    assert r.returncode == 2
+    assert f"s3://{s3.bucket}/{key}: checksum" in r.stdout
+    assert f"s3://{s3.bucket}/pre/ds/train/img_3_of_4.tfrecord: missing" in r.stdout
+    assert "2 problem(s)" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_multipart_upload_for_large_objects(s3, tmp_path):
+    from iogen.objectstore import MIN_PART_BYTES, ObjectStore
+
+    store = ObjectStore(s3.endpoint)
+    payload = np.random.default_rng(1).integers(0, 256, 2 * MIN_PART_BYTES + 12345, dtype=np.uint8).tobytes()
+    src = tmp_path / "big"
+    src.write_bytes(payload)
+    uri = f"s3://{s3.bucket}/big/object"
+    assert store.put_file(uri, str(src), MIN_PART_BYTES, metadata={"k": "v"}) == len(payload)
+    figures = store.drain()
+    assert figures["put"]["requests"] == 3 and figures["put"]["bytes"] == len(payload)
+    assert store.head(uri) == (len(payload), {"k": "v"})
+    buf = np.zeros(1000, np.uint8)
+    assert store.readinto(uri, MIN_PART_BYTES - 500, buf) == 1000
+    assert buf.tobytes() == payload[MIN_PART_BYTES - 500:MIN_PART_BYTES + 500]
+    get = store.drain()["get"]
+    assert get["requests"] == 1 and get["bytes"] == 1000 and get["total_latency"]["count"] == 1
+
+
+# -- before any work: endpoint, bucket, credentials -------------------------------------------
+
+def test_wrong_endpoint_bucket_or_credentials_exit_2_before_work(s3, tmp_path, iogen_cmd):
+    over = s3_overrides(s3, tmp_path)
+    r = iogen_cmd("datagen", "default", *over, "storage.endpoint_url=http://127.0.0.1:9")
+    assert r.returncode == 2 and "cannot reach the object store at http://127.0.0.1:9" in r.stderr, r.stderr
+    r = iogen_cmd("datagen", "default", *s3_overrides(s3, tmp_path, **{"storage.storage_root": "no-such-bucket-x"}))
+    assert r.returncode == 2 and "bucket 'no-such-bucket-x'" in r.stderr and "does not exist" in r.stderr
+    r = iogen_cmd("verify", "default", *over, env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
+    assert r.returncode == 2 and "no credentials" in r.stderr, r.stderr
+    assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing was written
+
+
+def test_no_credential_in_anything_iogen_writes(s3, tmp_path, iogen_cmd):
+    over = s3_overrides(s3, tmp_path)
+    outputs = [iogen_cmd("datagen", "default", *over), iogen_cmd("verify", "default", *over),
+               iogen_cmd("run", "default", *over), iogen_cmd("validate", "default", *over)]
+    assert outputs[0].returncode == 0 and outputs[1].returncode == 0
+    for r in outputs:
+        assert s3.secret not in r.stdout + r.stderr
+    written = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    for path in written:
+        with open(path, "rb") as f:
+            assert s3.secret.encode() not in f.read(), path
+    for obj in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]:
+        assert s3.secret.encode() not in s3.client.get_object(Bucket=s3.bucket, Key=obj["Key"])["Body"].read()
