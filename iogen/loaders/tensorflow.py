@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from ..errors import ConfigError, DataError  # noqa: E402
+from ..formats.base import RecordError  # noqa: E402
 from .base import Batch, Loader  # noqa: E402
 from .native import PREINDEX_MAX_FILES  # noqa: E402
 from .preprocess import Preprocess, sleep_ns  # noqa: E402
@@ -308,13 +309,23 @@ class TensorFlowLoader(Loader):
             path = self.layout.paths[f]
             if not os.path.exists(path):
                 return DataError(path, "data file is missing (generate it with `iogen datagen`)")
-        if isinstance(exc, tf.errors.DataLossError):
+        tf_says = " ".join(str(exc.message).split())[:300]
+        if isinstance(exc, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
+            # corrupt framing or a record that does not parse: find the file, then the record
+            spf = self.layout.samples_per_file
             for f in files:
                 path = self.layout.paths[f]
-                problems = self.fmt.check_file(path, self.layout.samples_per_file, int(self.layout.record_bytes[f]))
+                problems = self.fmt.check_file(path, spf, int(self.layout.record_bytes[f]))
                 if problems:
-                    return DataError(path, f"{problems[0]} (tf.data: {exc.message})")
-        return DataError(f"{self.layout.folder} (epoch {plan.epoch})", f"tf.data failed: {exc.message}")
+                    return DataError(path, f"{problems[0]} (tf.data: {tf_says})")
+            for f in files:
+                path = self.layout.paths[f]
+                for i, sample in enumerate(self.fmt.read_samples(path, np.arange(spf))):
+                    try:
+                        self.fmt.payload_of(sample)
+                    except RecordError as bad:
+                        return DataError(path, f"record {i}: {bad.reason} (tf.data: {tf_says})")
+        return DataError(f"{self.layout.folder} (epoch {plan.epoch})", f"tf.data failed: {tf_says}")
 
     def close(self) -> None:
         """Nothing persists between epochs: each epoch's pipeline is released with its iterator."""

@@ -292,3 +292,21 @@ def test_subfolders_and_reopen_files_read_the_plan(datasets, lt, fmt, reopen):
     layout, _ = lt.parts(wl)
     assert "/train/2/" in layout.paths[2]
     lt.check_parity(wl, order=reopen or fmt != "tfrecord")
+
+
+def test_an_example_with_a_non_utf8_feature_name_and_no_image(datasets, lt, tmp_path):
+    """The error path decodes the file to name the problem: it raised UnicodeDecodeError (issue 11.6)."""
+    from iogen.core import tfrecord as core_tf
+    from iogen.formats.example_proto import encode_example
+
+    wl = _own_copy(datasets, lt, tmp_path)
+    layout, loader = _loader(wl, lt)
+    victim = layout.paths[1]
+    bad = encode_example({"size": [4096], "label": b"x" * 4096}).replace(b"label", b"\xff\xfe\xfd\xfc\xfb")
+    with open(victim, "wb") as f:
+        f.write(b"".join(core_tf.frame(bad) for _ in range(layout.samples_per_file)))
+    with loader, pytest.raises(DataError) as info:
+        for plan in lt.plans(wl, layout):
+            for _ in loader.epoch(plan):
+                pass
+    assert info.value.path == victim and "not UTF-8" in str(info.value)
