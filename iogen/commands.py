@@ -180,7 +180,6 @@ def cmd_datasize(args) -> int:
 
 def cmd_search(args) -> int:
     """Grow then bisect the accelerator count with real runs through --launcher (iogen.search)."""
-    import importlib.util
     import itertools
     import os
 
@@ -193,12 +192,14 @@ def cmd_search(args) -> int:
     if args.runs < 1 or args.repeats < 0 or args.noise < 0:
         raise ConfigError("--runs must be >= 1, --repeats >= 0 and --noise >= 0")
     check_range(wl, args.max)
-    needed = ["scipy"] + ([] if args.no_plot else ["matplotlib"])  # 95% intervals; the plot
-    missing = [m for m in needed if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(f"iogen search needs {' and '.join(missing)}: pip install 'iogen[report]' "
-                          f"(or pip install {' '.join(missing)})" + ("" if args.no_plot else "; or pass --no-plot"
-                                                                      if missing == ["matplotlib"] else ""))
+    from .deps import require, workload_needs
+
+    needs = dict(workload_needs(wl), scipy="95% intervals of each count")  # what every probe imports too
+    if args.max > 1:
+        needs["mpi4py"] = "probes of 2 or more ranks"
+    if not args.no_plot:
+        needs["matplotlib"] = "search.png; or pass --no-plot"
+    require(needs, "search")
     threshold = wl.metric.au * 100.0
     search_dir = create_search_dir(args.output or wl.output.folder, wl.name)
     workload = os.path.abspath(args.workload) if os.path.exists(args.workload) else args.workload
