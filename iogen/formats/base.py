@@ -181,6 +181,14 @@ class Format:
         """
         raise NotImplementedError
 
+    def count_records(self, path) -> int:
+        """Records in the file, its whole framing checked: what a framework's own reader may be handed.
+
+        Formats with `tfdata_native` implement it (TFRecord); the loader runs it on every file
+        before the framework reads it.
+        """
+        raise NotImplementedError(f"{self.name}: count_records")
+
     # -- a sample's payload: what a model gets of a record ----------------------------------
 
     # Element type and shape of a payload as a model gets it (TFRecord: the image's raw bytes).
