@@ -112,6 +112,8 @@ def _check_with_manifest(layout, fmt, manifest: dict):
     for name in _VARIANT_KEYS:
         if name in evar and fvar.get(name) != evar[name]:
             problems.append(_mismatch(_key(layout, name), evar[name], fvar.get(name), where))
+    if found.get("num_subfolders") == 1:  # 0 and 1 both mean no subfolders
+        found = {**found, "num_subfolders": 0}
     for name, key in _PARAM_KEYS.items():
         if found.get(name) != expected[name]:
             problems.append(_mismatch(_key(layout, key), expected[name], found.get(name), where))

@@ -45,7 +45,7 @@ def dataset_params(layout, fmt) -> dict:
         "record_length_bytes": layout.record_length_bytes,
         "record_length_bytes_stdev": layout.record_length_bytes_stdev,
         "file_prefix": layout.file_prefix,
-        "num_subfolders": layout.num_subfolders,
+        "num_subfolders": layout.num_subfolders if layout.num_subfolders > 1 else 0,  # 0 and 1: none
         "checksum_algorithm": CHECKSUM_ALGORITHM,
     }
 

@@ -266,3 +266,9 @@ def test_run_cli_exit_2_for_each_format(tmp_path, iogen_cmd, tiny, fmt_name, man
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.startswith(f"iogen: error: {key}: the workload ")
     assert not (tmp_path / "results").exists()
+
+
+def test_zero_and_one_subfolders_are_the_same_layout(tmp_path):
+    generate(wl_of(tmp_path, "npz", **{"dataset.num_subfolders_train": 1}))
+    assert check(wl_of(tmp_path, "npz", **{"dataset.num_subfolders_train": 0})).num_files == 8
+    assert generate(wl_of(tmp_path, "npz")).files_skipped == 8  # datagen agrees: nothing to redo
