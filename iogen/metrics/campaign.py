@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checkpoint import CHECKPOINT_METRICS, checkpoint_values
+
 __all__ = [
     "DEVIATION_FLAG_FRACTION",
     "METRICS",
@@ -196,6 +198,7 @@ class RunValues:
     t_staging_s: float | None = None  # the run's data staging time (workflow.stage_data), if any
     setup: dict | None = None  # summary.json iogen.setup: what was measured (format, loader, ...)
     reads_source: str | None = None  # iogen.reads_from.source: storage, page cache, ...
+    checkpoint: dict | None = None  # checkpoint-only runs: iogen.metrics.checkpoint.checkpoint_values
 
     def value(self, metric: str) -> float | None:
         """The run's value of one of METRICS."""
@@ -225,7 +228,9 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
         workload=doc.get("workload"),
         num_accelerators=doc.get("num_accelerators"),
         start=doc.get("start"),
-        au_gate_applied=bool(gate.get("applied", True)),
+        # a checkpoint-only run has no training steps, so no AU to gate on
+        au_gate_applied=bool(gate.get("applied", True)) and doc.get("kind") != "checkpoint",
+        checkpoint=checkpoint_values(doc),
         t_staging_s=(it.get("staging") or {}).get("t_staging_s"),
         setup=it.get("setup"),
         reads_source=(it.get("reads_from") or {}).get("source"),
@@ -271,6 +276,7 @@ class CampaignStats:
     staging: SeriesStats | None = None  # T_staging (s) over the measured runs that staged data
     page_cache_runs: tuple = ()  # measured runs whose reads the page cache served: not a storage result
     config_differences: tuple = ()  # configuration keys on which the runs differ
+    checkpoint: dict | None = None  # checkpoint-only runs: CHECKPOINT_METRICS key -> SeriesStats
 
     def to_dict(self) -> dict:
         """JSON form (report.json `campaign`)."""
@@ -292,6 +298,10 @@ class CampaignStats:
             "page_cache_runs": list(self.page_cache_runs),
             "storage_measured": not self.page_cache_runs,
             "config_differences": list(self.config_differences),
+            "checkpoint": None if self.checkpoint is None else {
+                "metrics": {k: v.to_dict() for k, v in self.checkpoint.items()},
+                "headline": {k: reduce_values(v, self.reduction)[0] for k, v in self.checkpoint.items()},
+            },
         }
 
 
@@ -372,6 +382,8 @@ def campaign_stats(runs, reduction: str = "mean") -> CampaignStats:
         staging=describe([r.t_staging_s for r in usable]) if any(r.t_staging_s is not None for r in usable) else None,
         page_cache_runs=tuple(cached),
         config_differences=tuple(differ),
+        checkpoint=({key: describe([(r.checkpoint or {}).get(key) for r in usable]) for key, _, _ in CHECKPOINT_METRICS}
+                    if any(r.checkpoint for r in usable) else None),
     )
 
 

@@ -61,3 +61,40 @@ def dlio_checkpoint_block(write: dict, read: dict) -> dict:
             out[f"{prefix}_checkpoint_io_mean_GB_per_second"] = phase["io_mean_GB_per_second"]
             out[f"{prefix}_checkpoint_io_mean_GiB_per_second"] = phase["io_mean_GiB_per_second"]
     return out
+
+
+# What a campaign reduces over checkpoint-only runs: summary.json `metric` key, label, decimals.
+CHECKPOINT_METRICS = (
+    ("save_checkpoint_io_mean_GB_per_second", "write GB/s", 3),
+    ("save_checkpoint_duration_mean_seconds", "write s", 3),
+    ("load_checkpoint_io_mean_GB_per_second", "read GB/s", 3),
+    ("load_checkpoint_duration_mean_seconds", "read s", 3),
+)
+
+
+def checkpoint_values(doc: dict) -> dict | None:
+    """A checkpoint run's figures for a campaign (None for a training run)."""
+    if doc.get("kind") != "checkpoint":
+        return None
+    metric = doc.get("metric") or {}
+    return {key: metric.get(key) for key, _, _ in CHECKPOINT_METRICS}
+
+
+def checkpoint_series(doc: dict) -> dict | None:
+    """Per-checkpoint durations and the per-rank spread of a checkpoint run, for report plots."""
+    if doc.get("kind") != "checkpoint":
+        return None
+    ck = ((doc.get("iogen") or {}).get("checkpoint")) or {}
+    out = {}
+    for phase in ("write", "read"):
+        p = ck.get(phase) or {}
+        if not p.get("checkpoints"):
+            continue
+        per_rank = (p.get("per_rank") or {}).get("duration_seconds") or []
+        out[phase] = {
+            "duration_seconds": [c["duration_seconds"] for c in p.get("per_checkpoint", [])],
+            "io_GB_per_second": [c["io_GB_per_second"] for c in p.get("per_checkpoint", [])],
+            "rank_duration_min_seconds": [min(row) for row in per_rank],
+            "rank_duration_max_seconds": [max(row) for row in per_rank],
+        }
+    return out

@@ -20,6 +20,7 @@ import yaml
 
 from ..metrics import campaign as _stats
 from ..errors import DataError
+from ..metrics.checkpoint import checkpoint_series
 from ..metrics.latency import wait_histograms
 from .rundir import CAMPAIGN_FILE, read_campaign_file, write_json
 from .timeseries import read_run_steps, run_timeseries
@@ -144,6 +145,8 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
         "reads_from": (doc.get("iogen") or {}).get("reads_from"),
         "device_read_bytes_per_epoch": (doc.get("iogen") or {}).get("device_read_bytes_per_epoch"),
         "dataset_size_rule": (doc.get("iogen") or {}).get("dataset_size_rule"),
+        "checkpoint": rv.checkpoint,  # checkpoint-only runs: the figures a campaign reduces
+        "checkpoint_series": checkpoint_series(doc),  # and per-checkpoint durations, per-rank spread
         "per_epoch": {
             "epoch": per_epoch.get("epoch", []),
             "au_percentage": per_epoch.get("au_percentage", []),
@@ -179,6 +182,7 @@ def _values(entry) -> _stats.RunValues:
         num_accelerators=entry["num_accelerators"], start=entry["start"],
         au_gate_applied=entry.get("au_gate_applied", True),
         setup=entry.get("setup"), reads_source=(entry.get("reads_from") or {}).get("source"),
+        checkpoint=entry.get("checkpoint"),
     )
 
 

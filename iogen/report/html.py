@@ -183,6 +183,29 @@ def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: s
     return _png(fig)
 
 
+def plot_checkpoints(runs) -> str:
+    """Checkpoint-only runs: each checkpoint's duration (the slowest rank's), with the per-rank spread."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, phase in zip(axes, ("write", "read")):
+        for r in runs:
+            p = (r.get("checkpoint_series") or {}).get(phase)
+            if not p:
+                continue
+            x = np.arange(1, len(p["duration_seconds"]) + 1)
+            lo, hi = np.asarray(p["rank_duration_min_seconds"]), np.asarray(p["rank_duration_max_seconds"])
+            line, = ax.plot(x, p["duration_seconds"], "--" if r["warmup"] else "-", marker="o", label=r["label"])
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+        ax.set(title=f"checkpoint {phase}: duration per checkpoint", xlabel="checkpoint", ylabel="seconds")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if len(runs) <= 12 and ax.lines:
+            ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return _png(fig)
+
+
 def _timeline_run(runs):
     """The run whose timeline is drawn: the first measured complete run, else the first run."""
     for r in runs:
@@ -197,13 +220,19 @@ def build_figures(report: dict) -> list[dict]:
     from .timeseries import read_run_steps
 
     runs, camp = report["runs"], report["campaign"]
-    figs = [
-        {"id": "runs", "title": "Runs compared", "png": plot_runs(runs, camp),
-         "caption": "Each run's mean throughput and AU; the line is the campaign mean of the measured runs, "
-                    "the band its 95% Student-t interval."},
-        {"id": "epochs", "title": "Per epoch", "png": plot_epochs(runs),
-         "caption": "Throughput (summed over ranks) and AU (mean over ranks) of every epoch; dashed: warm-up."},
-    ]
+    figs = []
+    if not runs or not all(r.get("checkpoint") for r in runs):  # checkpoint-only runs have no steps
+        figs = [
+            {"id": "runs", "title": "Runs compared", "png": plot_runs(runs, camp),
+             "caption": "Each run's mean throughput and AU; the line is the campaign mean of the measured runs, "
+                        "the band its 95% Student-t interval."},
+            {"id": "epochs", "title": "Per epoch", "png": plot_epochs(runs),
+             "caption": "Throughput (summed over ranks) and AU (mean over ranks) of every epoch; dashed: warm-up."},
+        ]
+    if any(r.get("checkpoint_series") for r in runs):
+        figs.append({"id": "checkpoints", "title": "Checkpoints", "png": plot_checkpoints(runs),
+                     "caption": "Each checkpoint's duration (the slowest rank's, as MLPerf Storage counts it); "
+                                "the band spans the fastest to the slowest rank."})
     hist_doc = camp.get("wait_histogram")
     title = "batch wait of the measured runs"
     if hist_doc is None:

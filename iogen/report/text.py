@@ -81,6 +81,13 @@ def reads_lines(it: dict) -> list[str]:
              f"{reads.get('explanation', 'not recorded')}; device bytes per epoch: {shown}"]
     if it.get("page_cache_warning"):
         lines.append("WARNING: " + it["page_cache_warning"])
+    for ep in (it.get("object_store") or {}).get("train_epochs", []):
+        get = ep.get("get") or {}
+        lat = get.get("total_latency") or {}
+        if get.get("requests"):
+            lines.append(f"object store, epoch {ep['epoch']}: {get['requests']} GETs, {fmt_bytes(get['bytes'])}, "
+                         f"latency p50 {lat['p50_ns'] / 1e6:.2f} ms, p99 {lat['p99_ns'] / 1e6:.2f} ms, "
+                         f"{get['retries']} retries, {get['throttled_503']} throttled (503)")
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     if it.get("staging"):
@@ -186,6 +193,37 @@ def flag_lines(camp: dict) -> list[str]:
     return [f"{label} {', '.join(parts)}" for label, parts in by_run.items()]
 
 
+def checkpoint_lines(runs: list, camp: dict) -> list[str]:
+    """Checkpoint-only runs: per run the mean write/read figures and the slowest/fastest rank, then the campaign."""
+    ck_runs = [r for r in runs if r.get("checkpoint")]
+    if not ck_runs or not camp.get("checkpoint"):
+        return []
+    from ..metrics.checkpoint import CHECKPOINT_METRICS
+
+    rows = []
+    for r in ck_runs:
+        series = r.get("checkpoint_series") or {}
+        spread = []
+        for phase in ("write", "read"):
+            p = series.get(phase)
+            if p:
+                spread.append(f"{phase} {fmt_num(min(p['rank_duration_min_seconds']), 3)}-"
+                              f"{fmt_num(max(p['rank_duration_max_seconds']), 3)} s")
+        rows.append([r["label"], *(fmt_num(r["checkpoint"].get(k), d) for k, _, d in CHECKPOINT_METRICS),
+                     ", ".join(spread) or "n/a"])
+    lines = ["", "checkpoints (per run: mean over its checkpoints; GB = 10^9 bytes):"]
+    lines.append(table(["run", *(name for _, name, _ in CHECKPOINT_METRICS), "rank durations (min-max)"], rows,
+                       "lrrrrl"))
+    srows = []
+    for key, name, d in CHECKPOINT_METRICS:
+        s = camp["checkpoint"]["metrics"][key]
+        ci = "n/a" if s["ci95_low"] is None else f"[{fmt_num(s['ci95_low'], d)}, {fmt_num(s['ci95_high'], d)}]"
+        srows.append([name, fmt_num(s["mean"], d), fmt_num(s["median"], d), fmt_num(s["min"], d),
+                      fmt_num(s["max"], d), fmt_num(s["stdev_sample"], d), fmt_num(s["cv_percentage"], 2), ci])
+    lines.append(table(["checkpoint metric", "mean", "median", "min", "max", "stdev", "CV %", "95% CI"], srows))
+    return lines
+
+
 def render_report(report: dict) -> str:
     """The text form of a report document (report.json mirrors it)."""
     runs = report["runs"]
@@ -246,10 +284,18 @@ def render_report(report: dict) -> str:
     for note in camp["notes"]:
         lines.append(f"note: {note}")
     h = camp["headline"]
+    lines.extend(checkpoint_lines(runs, camp))
     lines.append("")
     lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
-    lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
-                 f"{fmt_num(h['io_mib_s'])} MiB/s")
+    if camp.get("checkpoint") and all(r.get("checkpoint") for r in runs):
+        ch = camp["checkpoint"]["headline"]
+        lines.append(f"  checkpoint write {fmt_num(ch['save_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
+                     f"({fmt_num(ch['save_checkpoint_duration_mean_seconds'], 3)} s), read "
+                     f"{fmt_num(ch['load_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
+                     f"({fmt_num(ch['load_checkpoint_duration_mean_seconds'], 3)} s) per checkpoint (GB = 10^9 bytes)")
+    else:
+        lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
+                     f"{fmt_num(h['io_mib_s'])} MiB/s")
     if camp["valid"] and camp.get("page_cache_runs"):
         lines.append("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
                      + ", ".join(camp["page_cache_runs"]))

@@ -122,3 +122,25 @@ def test_sigterm_mid_write_exits_130_and_leaves_no_partial_file(tmp_path):
     with open(os.path.join(run_dir, "summary.json")) as fh:
         doc = json.load(fh)
     assert doc["iogen"]["complete"] is False and "interrupted" in doc["iogen"]["error"]
+
+
+def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
+    from iogen.report.aggregate import build_report
+    from iogen.report.html import build_figures
+    from iogen.report.text import render_report
+
+    wl = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 2})
+    for _ in range(2):
+        run(wl, SingleWorld(), quiet=True)
+    report = build_report([str(tmp_path / "results")], latency=False)
+    camp = report["campaign"]
+    write = camp["checkpoint"]["metrics"]["save_checkpoint_io_mean_GB_per_second"]
+    assert write["n"] == 2 and write["mean"] > 0
+    assert camp["checkpoint"]["headline"]["load_checkpoint_duration_mean_seconds"] > 0
+    assert camp["valid"]  # no AU gate for checkpoint-only runs
+    text = render_report(report)
+    assert "checkpoint write" in text and "GB/s" in text and "rank durations" in text
+    series = report["runs"][0]["checkpoint_series"]["write"]
+    assert len(series["duration_seconds"]) == 2
+    assert series["rank_duration_min_seconds"][0] <= series["rank_duration_max_seconds"][0]
+    assert "checkpoints" in [f["id"] for f in build_figures(report)]
