@@ -67,15 +67,17 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     from .dataset import DatasetLayout
     from .formats import get_format
 
-    if wl.storage.storage_type == "s3":
-        raise ConfigError("storage.storage_type = 's3': `iogen run` does not read objects yet (reads are not "
-                          "implemented); `iogen datagen` and `iogen verify` work on object storage")
     fmt = get_format(wl.dataset)
     train = DatasetLayout.from_workload(wl, "train")
     evaluation = None
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     layouts = [layout for layout in (train, evaluation) if layout is not None]
+    if wl.storage.storage_type == "s3":  # objects: their own check and generation (iogen/objectdata.py)
+        from .objectdata import prepare_objects
+
+        prepare_objects(wl, world, layouts, fmt, progress_stream, quiet)
+        return fmt, train, evaluation
     # The data check (iogen.datacheck) runs on rank 0, before anything is written; every rank
     # then reads the same files (the first files of a larger dataset when the run takes a subset).
     on_disk = None
@@ -133,7 +135,7 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     if wl.workflow.checkpoint and not wl.workflow.train:
         from .checkpoint.phases import run_checkpoints  # DLIO's checkpoint-only mode
 
-        return run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream)
+        return RunOutcome(*run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream))
     if not (wl.workflow.train or wl.workflow.evaluation):
         raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
     from .staging import check_config, finish_staging
@@ -220,6 +222,10 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         log_staging(st.steplog, st.staging)
     engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
     st.result = engine.run()
+    if wl.storage.storage_type == "s3":
+        from .objectstore import run_block
+
+        st.result.object_store = run_block(world, st.train_loader, st.eval_loader)
 
 
 def _finish(wl, world, st: _RunState, error):

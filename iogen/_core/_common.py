@@ -80,6 +80,45 @@ CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
 MASK_DELTA = 0xA282EAD8
 
 
+# --- fill and permute: the splitmix64 finaliser --------------------------------------------
+
+# splitmix64 (Steele, Lea, Flood, OOPSLA 2014): the golden-ratio increment and the finaliser's
+# multipliers. The compiled core's mix64 is iogen/_core/splitmix.pxd.
+GAMMA = 0x9E3779B97F4A7C15
+MIX_C1 = 0xBF58476D1CE4E5B9
+MIX_C2 = 0x94D049BB133111EB
+
+
+def mix64_array(z):
+    """splitmix64's finaliser on a uint64 numpy array, in place (wraps modulo 2**64 as C does)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(MIX_C1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(MIX_C2)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+# --- permute: the index shuffle's limits ------------------------------------------------------
+
+# Smallest half width: domains below 2**(2 * MIN_HALF_BITS) walk a cipher of that size.
+MIN_HALF_BITS = 3
+MAX_ROUNDS = 64
+NEGATIVE = "positions must be >= 0"
+
+
+def check_permute_args(pos, out, window, keys):
+    """Validate permute's sizes (both implementations fail alike); positions are checked as read."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
+        raise TypeError(f"window must be an int, got {type(window).__name__}")
+    if int(window) < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if len(out) != len(pos):
+        raise ValueError(f"out holds {len(out)} values, pos {len(pos)}")
+    if not 1 <= len(keys) <= MAX_ROUNDS:
+        raise ValueError(f"keys must hold 1 to {MAX_ROUNDS} round keys, got {len(keys)}")
+
+
 # --- integer arguments --------------------------------------------------------------------------
 
 def _check_int(name, value):

@@ -26,14 +26,7 @@ cdef extern from "<time.h>" nogil:
     int clock_gettime(clockid_t clk_id, timespec *tp)
     int clock_nanosleep(clockid_t clk_id, int flags, const timespec *request, timespec *remain)
 
-from iogen._core._common import (
-    CALIBRATION_MARGIN_NS,
-    CALIBRATION_SLEEP_NS,
-    DEFAULT_SPIN_NS,
-    MAX_SPIN_NS,
-    MIN_SPIN_NS,
-    spin_from_overshoots,
-)
+from iogen._core._common import CALIBRATION_SLEEP_NS, DEFAULT_SPIN_NS, spin_from_overshoots
 
 cdef int64_t NS_PER_S = 1_000_000_000
 

@@ -14,16 +14,12 @@ cimport cython
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
+from iogen._core.splitmix cimport mix64
+
 from iogen._core._common import check_fill_args, writable_byte_view
 
 cdef uint64_t GAMMA = 0x9E3779B97F4A7C15ULL
 cdef uint64_t SEED_SALT = 0x6A09E667F3BCC909ULL
-
-
-cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
-    return z ^ (z >> 31)
 
 
 cdef inline uint64_t word(uint64_t block, uint64_t key) noexcept nogil:

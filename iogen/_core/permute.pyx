@@ -20,17 +20,13 @@ With window = n, that is one permutation of [0, n).
 cimport cython
 from libc.stdint cimport int64_t, uint64_t
 
-from iogen._core.pure.permute import MIN_HALF_BITS, NEGATIVE, check_permute_args
+from iogen._core._common import MIN_HALF_BITS, NEGATIVE, check_permute_args
+
+from iogen._core.splitmix cimport mix64
 
 cdef uint64_t GAMMA = 0x9E3779B97F4A7C15ULL
 cdef uint64_t TWEAK_SALT = 0xA54FF53A5F1D36F1ULL
 cdef int MIN_HALF = MIN_HALF_BITS
-
-
-cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
-    return z ^ (z >> 31)
 
 
 cdef inline int half_bits(int64_t m) noexcept nogil:

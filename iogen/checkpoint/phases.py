@@ -79,9 +79,10 @@ def peak_rss_bytes() -> int:
 
 
 def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=None):
-    """Run the checkpoint phases on this rank; rank 0 writes the run folder. Returns a RunOutcome."""
-    from ..runner import RunOutcome
+    """Run the checkpoint phases on this rank; rank 0 writes the run folder.
 
+    Returns (run folder, summary or None, complete); iogen.runner.run wraps it in its RunOutcome.
+    """
     ck = wl.checkpoint
     spec = ModelSpec.from_workload(wl)
     subset = ck.mode == "subset"
@@ -104,8 +105,8 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
         world.fail(exc)
         raise
     world.sync()
-    return RunOutcome(*_run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,
-                            label=label, quiet=quiet, stream=stream or sys.stderr))
+    return _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,
+                label=label, quiet=quiet, stream=stream or sys.stderr)
 
 
 def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream):

@@ -6,12 +6,9 @@ with mix64 the splitmix64 finaliser (Steele, Lea, Flood, OOPSLA 2014). See fill.
 """
 import numpy as np
 
-from iogen._core._common import MASK64, check_fill_args, writable_byte_view
+from iogen._core._common import GAMMA, MASK64, MIX_C1, MIX_C2, check_fill_args, mix64_array, writable_byte_view
 
-GAMMA = 0x9E3779B97F4A7C15
 SEED_SALT = 0x6A09E667F3BCC909
-MIX_C1 = 0xBF58476D1CE4E5B9
-MIX_C2 = 0x94D049BB133111EB
 
 # Words computed per numpy pass: bounds the temporary arrays at a few MiB.
 CHUNK_WORDS = 1 << 18
@@ -23,16 +20,6 @@ def _mix64_scalar(z):
     return z ^ (z >> 31)
 
 
-def _mix64_array(z):
-    # uint64 array arithmetic wraps modulo 2**64, exactly like C.
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(MIX_C1)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(MIX_C2)
-    z ^= z >> np.uint64(31)
-    return z
-
-
 def stream_key(seed, stream):
     """Return the 64-bit key of stream (seed, stream)."""
     return _mix64_scalar(_mix64_scalar(int(seed) ^ SEED_SALT) ^ int(stream))
@@ -42,7 +29,7 @@ def _words_le_bytes(first_block, count, key):
     blocks = np.arange(first_block, first_block + count, dtype=np.uint64)
     blocks *= np.uint64(GAMMA)
     blocks ^= np.uint64(key)
-    return _mix64_array(blocks).astype("<u8", copy=False).view(np.uint8)
+    return mix64_array(blocks).astype("<u8", copy=False).view(np.uint8)
 
 
 def fill_random(buf, seed, stream, offset_bytes=0):

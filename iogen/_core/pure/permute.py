@@ -5,37 +5,10 @@ tweak per window). uint64 array arithmetic wraps modulo 2**64 exactly like C.
 """
 import numpy as np
 
-GAMMA = 0x9E3779B97F4A7C15
+from iogen._core._common import GAMMA, MIN_HALF_BITS, NEGATIVE, check_permute_args
+from iogen._core._common import mix64_array as _mix64
+
 TWEAK_SALT = 0xA54FF53A5F1D36F1
-MIX_C1 = 0xBF58476D1CE4E5B9
-MIX_C2 = 0x94D049BB133111EB
-# Smallest half width: domains below 2**(2 * MIN_HALF_BITS) walk a cipher of that size.
-MIN_HALF_BITS = 3
-MAX_ROUNDS = 64
-
-
-NEGATIVE = "positions must be >= 0"
-
-
-def check_permute_args(pos, out, window, keys):
-    """Validate permute's sizes (shared by both implementations so they fail alike); positions are checked as read."""
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
-        raise TypeError(f"window must be an int, got {type(window).__name__}")
-    if int(window) < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    if len(out) != len(pos):
-        raise ValueError(f"out holds {len(out)} values, pos {len(pos)}")
-    if not 1 <= len(keys) <= MAX_ROUNDS:
-        raise ValueError(f"keys must hold 1 to {MAX_ROUNDS} round keys, got {len(keys)}")
-
-
-def _mix64(z):
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(MIX_C1)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(MIX_C2)
-    z ^= z >> np.uint64(31)
-    return z
 
 
 def _half_bits(m: int) -> int:
