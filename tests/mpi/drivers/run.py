@@ -19,7 +19,7 @@ import numpy as np
 import iogen.datagen
 import iogen.engine
 import iogen.loaders
-from iogen.cli import main
+from iogen.cli import exit_now, main
 from iogen.comm import get_world
 
 world = get_world()
@@ -69,7 +69,13 @@ if fail:
 
             world.barrier = failing_barrier
 
-code = main(sys.argv[1:])
+try:
+    code = main(sys.argv[1:])
+except Exception:  # the injected failures are not iogen's errors: print them as Python would
+    import traceback
+
+    traceback.print_exc()
+    code = 1
 if record:
     np.savez(os.path.join(record, f"gids-rank{world.rank}.npz"), **recorded)
-sys.exit(code)
+exit_now(code)  # as the `iogen` command ends (iogen.cli.main)
