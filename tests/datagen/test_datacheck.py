@@ -272,3 +272,11 @@ def test_zero_and_one_subfolders_are_the_same_layout(tmp_path):
     generate(wl_of(tmp_path, "npz", **{"dataset.num_subfolders_train": 1}))
     assert check(wl_of(tmp_path, "npz", **{"dataset.num_subfolders_train": 0})).num_files == 8
     assert generate(wl_of(tmp_path, "npz")).files_skipped == 8  # datagen agrees: nothing to redo
+
+
+def test_hdf5_chunk_size_matters_only_with_chunking(tmp_path):
+    generate(wl_of(tmp_path, "hdf5"))
+    assert check(wl_of(tmp_path, "hdf5", **{"dataset.chunk_size": 1024})).num_files == 8
+    with pytest.raises(ConfigError) as err:
+        check(wl_of(tmp_path, "hdf5", **{"dataset.enable_chunking": True, "dataset.chunk_size": 1024}))
+    assert "dataset.enable_chunking: the workload says True" in str(err.value)
