@@ -249,3 +249,18 @@ def check_objects(store, layout, fmt) -> None:
     diffs = mf.params_differences(manifest.get("params", {}), mf.dataset_params(layout, fmt))
     if diffs:
         raise DataError(uri, "the objects were generated with other settings: " + "; ".join(diffs))
+
+
+def prepare_objects(wl, world, layouts, fmt, progress_stream=None, quiet=False) -> None:
+    """Before a run: the bucket checked, missing objects generated when asked, the manifests checked."""
+    from .objectstore import open_store
+
+    store = open_store(wl)
+    if wl.workflow.generate_data:
+        from .progress import GenerateProgress
+
+        generate_objects(store, layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+    if world.rank == 0:
+        for layout in layouts:
+            check_objects(store, layout, fmt)
+    world.sync()

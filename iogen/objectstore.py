@@ -47,7 +47,26 @@ class _OpStats:
                 "throttled_503": self.throttled, "errors": self.errors,
                 "first_byte_latency": self.first_byte.summary(),
                 "total_latency": self.total.summary(),
+                "first_byte_latency_histogram": self.first_byte.to_dict(),
                 "total_latency_histogram": self.total.to_dict()}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "_OpStats":
+        s = cls()
+        s.requests, s.bytes, s.retries = doc["requests"], doc["bytes"], doc["retries"]
+        s.throttled, s.errors = doc["throttled_503"], doc["errors"]
+        s.first_byte = LatencyHistogram.from_dict(doc["first_byte_latency_histogram"])
+        s.total = LatencyHistogram.from_dict(doc["total_latency_histogram"])
+        return s
+
+    def add(self, other: "_OpStats") -> None:
+        self.requests += other.requests
+        self.bytes += other.bytes
+        self.retries += other.retries
+        self.throttled += other.throttled
+        self.errors += other.errors
+        self.first_byte = self.first_byte + other.first_byte
+        self.total = self.total + other.total
 
 
 def _status(exc) -> tuple[int | None, str]:
@@ -365,3 +384,29 @@ def open_store(wl, threads: int = 16) -> ObjectStore:
     store = ObjectStore.from_workload(wl, threads)
     store.check_bucket(root_parts(wl.storage.storage_root)[0])
     return store
+
+
+def merge_figures(figures) -> dict:
+    """Figures of several drains (ranks, threads) as one: counts summed, histograms merged exactly."""
+    out: dict[str, _OpStats] = {}
+    for fig in figures:
+        for op, doc in (fig or {}).items():
+            out.setdefault(op, _OpStats()).add(_OpStats.from_dict(doc))
+    return {op: out[op].to_dict() for op in OPS if op in out}
+
+
+def run_block(world, train_loader, eval_loader) -> dict:
+    """summary.json's `iogen.object_store`: per epoch and for indexing, every rank's requests merged.
+
+    Collective: every rank calls it after its loop.
+    """
+    mine = {"index": [l.index_figures for l in (train_loader, eval_loader) if l is not None],
+            "train": list(getattr(train_loader, "epoch_figures", [])),
+            "eval": list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])}
+    ranks = world.allgather_obj(mine)
+    block = {"client": "boto3", "index": merge_figures(f for r in ranks for f in r["index"])}
+    for phase in ("train", "eval"):
+        n = max(len(r[phase]) for r in ranks)
+        block[f"{phase}_epochs"] = [dict(epoch=e + 1, **merge_figures(r[phase][e] for r in ranks if e < len(r[phase])))
+                                   for e in range(n)]
+    return block

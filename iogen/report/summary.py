@@ -79,6 +79,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if world.rank != 0 or run_dir is None or facts is None:
         return None
     doc = _summary_doc(run_dir, wl, world, facts, result, error, layout, red)
+    if result is not None and getattr(result, "object_store", None):  # requests to the object store
+        doc["iogen"]["object_store"] = result.object_store
     if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
         doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows)
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
@@ -153,6 +155,10 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
         doc["iogen"]["reads_from"] = reads_from(red.device_read_bytes, list(run.train.epochs.bytes_all))
+        if wl.storage.storage_type == "s3":  # no kernel I/O accounting applies: every byte came over HTTP
+            doc["iogen"]["reads_from"] = {"source": "storage", "device_share": None, "explanation":
+                                          "the object store served every byte read (ranged GETs over HTTP; "
+                                          "the node's page cache plays no part)"}
         # batch wait (t_ready - t_request) over the metrics window, merged exactly over ranks
         doc["iogen"]["metrics"]["train"]["wait_latency"] = red.wait_run.summary()
         doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in red.wait_epochs]
@@ -231,8 +237,9 @@ def _setup(wl, layout, facts) -> dict:
 
 def _page_cache_warning(wl, layout, facts) -> str | None:
     """A warning when some node's per-epoch share of the dataset fits in that node's memory."""
-    if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False):
-        return None  # O_DIRECT reads bypass the page cache; eviction empties it every epoch
+    if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False) \
+            or wl.storage.storage_type == "s3":
+        return None  # objects are not cached by the node; O_DIRECT reads bypass the page cache; eviction empties it every epoch
     fits = [h for h in _data_per_host(wl, layout, facts)
             if h["memory_total_bytes"] and h["epoch_bytes"] < h["memory_total_bytes"]]
     if not fits:

@@ -1,0 +1,152 @@
+"""The native loader on object storage: the plan's samples read by concurrent ranged GETs.
+
+Selected for `reader.data_loader: native` with `storage.storage_type: s3`. The plan, batches and
+step metrics are the native loader's; only the byte source differs: each sample's byte range
+(from the format's index) is read by ranged GETs of at most `reader.transfer_size` bytes
+(8 MiB by default), `reader.read_threads` of them in flight, straight into one of the loader's
+reusable batch buffers (prefetch_size + 2 of them, grown only when a batch needs more).
+TFRecord frames are CRC-checked after the read, as the native loader does on files.
+
+Indexing: the formats index a file by its headers and framing, read from a local file. Before
+the run (outside every epoch's figures), each object is fetched once into a temporary local
+file, indexed and removed; those GETs are reported apart (`object_store.index`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import DataError
+from ..formats.base import RecordError
+from .base import Batch, Loader
+
+DEFAULT_PART_BYTES = 8 << 20
+
+
+class ObjectLoader(Loader):
+    """Ranged GETs into reusable buffers (see the module doc)."""
+
+    name = "native"
+
+    def __init__(self, wl, layout, fmt, world):
+        super().__init__(wl, layout, fmt, world)
+        from ..objectstore import open_store
+
+        rd = wl.reader
+        self.threads = max(1, int(rd.read_threads))
+        self.prefetch = max(0, int(rd.prefetch_size))
+        self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
+        self.store = open_store(wl, self.threads)
+        self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
+        self.offsets, self.lengths = self._index_all()
+        self.index_figures = self.store.drain()
+        self.epoch_figures: list[dict] = []
+        batch = rd.batch_size if layout.split == "train" else rd.batch_size_eval
+        per_sample = int(self.lengths.max()) if self.lengths.size else 0
+        self._buffers = [np.zeros(batch * per_sample, np.uint8) for _ in range(self.prefetch + 2)]
+
+    def _index_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, lengths) shaped (files, samples_per_file): each object's samples, from its index."""
+        spf = self.layout.samples_per_file
+        n = self.layout.num_files
+        offsets = np.zeros((n, spf), np.int64)
+        lengths = np.zeros((n, spf), np.int64)
+        for i, (off, ln) in enumerate(self._pool.map(self._index_one, range(n))):
+            offsets[i], lengths[i] = off, ln
+        return offsets, lengths
+
+    def _index_one(self, i: int):
+        uri = self.layout.paths[i]
+        fd, tmp = tempfile.mkstemp(prefix="iogen-index-", suffix="." + self.layout.suffix)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in self.store.get_chunks(uri):
+                    f.write(chunk)
+            try:
+                index = self.fmt.index_file(tmp)
+            except DataError as exc:  # name the object, not the temporary file
+                raise DataError(uri, exc.message, exc.offset) from None
+        finally:
+            os.unlink(tmp)
+        if index is None:
+            raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
+                                 "uncompressed npz and tfrecord only")
+        spf = self.layout.samples_per_file
+        if len(index) < spf:
+            raise DataError(uri, f"holds {len(index)} sample(s), the workload reads {spf} per file "
+                                 "(dataset.num_samples_per_file)")
+        return index.offsets[:spf], index.lengths[:spf]
+
+    # -- an epoch ------------------------------------------------------------------------
+
+    def _submit(self, step: int, gids: np.ndarray):
+        spf = self.layout.samples_per_file
+        files, samples = gids // spf, gids % spf
+        offs = self.offsets[files, samples]
+        lens = self.lengths[files, samples]
+        starts = np.zeros(lens.size, np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        total = int(lens.sum())
+        slot = step % len(self._buffers)
+        if self._buffers[slot].size < total:  # grow-only
+            self._buffers[slot] = np.zeros(total, np.uint8)
+        buf = self._buffers[slot]
+        futures = []
+        for f, off, ln, st in zip(files.tolist(), offs.tolist(), lens.tolist(), starts.tolist()):
+            uri = self.layout.paths[f]
+            for p in range(0, ln, self.part_bytes):
+                part = min(self.part_bytes, ln - p)
+                futures.append(self._pool.submit(self.store.readinto, uri, off + p, buf[st + p:st + p + part]))
+        return futures, buf, files, offs, starts, lens, total
+
+    def _finish(self, item) -> Batch:
+        futures, buf, files, offs, starts, lens, total = item
+        for fut in futures:
+            fut.result()  # a DataError names the bucket, key and status
+        if self._check is not None:
+            bad = self._check(buf, starts, lens)
+            if bad >= 0:
+                raise DataError(self.layout.paths[int(files[bad])], "record data CRC-32C mismatch (corrupt object)",
+                                int(offs[bad]))
+        try:
+            self.fmt.payload_spans(buf, starts, lens)
+        except RecordError as exc:
+            raise DataError(self.layout.paths[int(files[exc.index])], exc.reason, int(offs[exc.index])) from None
+        return Batch(int(lens.size), total, buf[:total])
+
+    def epoch(self, plan):
+        """Yield plan.steps batches; prefetch_size batches' GETs in flight ahead of the one in hand."""
+        pending = deque()
+        ahead = self.prefetch + 1
+        try:
+            for step in range(min(plan.steps, ahead)):
+                pending.append(self._submit(step, plan.batches[step]))
+            for step in range(plan.steps):
+                batch = self._finish(pending.popleft())
+                if step + ahead < plan.steps:
+                    pending.append(self._submit(step + ahead, plan.batches[step + ahead]))
+                yield batch
+        finally:
+            for item in pending:
+                for fut in item[0]:
+                    fut.cancel()
+            for item in pending:
+                for fut in item[0]:
+                    if not fut.cancelled():
+                        try:
+                            fut.result()
+                        except BaseException:
+                            pass
+            self.epoch_figures.append(self.store.drain())
+
+    def evict(self) -> None:
+        """Nothing to evict: objects are not in this node's page cache."""
+
+    def close(self) -> None:
+        """Stop the reader threads."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
