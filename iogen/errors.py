@@ -33,7 +33,9 @@ class DataError(IogenError):
     def __init__(self, path, message, offset=None):
         self.path = str(path)
         self.offset = offset
-        self.message = str(message)  # without the path: for lists grouped by file, and to rebuild it
+        # One line, whatever a library's text inside it held (HDF5's messages span lines); without
+        # the path: for lists grouped by file, and to rebuild the error in another process.
+        message = self.message = " ".join(str(message).split())
         where = self.path if offset is None else f"{self.path} at byte offset {offset}"
         super().__init__(f"{where}: {message}")
 

@@ -194,7 +194,8 @@ class HDF5Format(Format):
             try:
                 f = _h5py().File(path, "r")
             except Exception as exc:  # noqa: BLE001 - h5py raises OSError, KeyError, ... on corrupt files
-                raise DataError(path, f"HDF5 cannot open it ({exc}); truncated or corrupt?", offset=size) from None
+                text = " ".join(str(exc).split())[:300]  # HDF5's messages span lines
+                raise DataError(path, f"HDF5 cannot open it ({text}); truncated or corrupt?", offset=size) from None
             with f, parsing(path, "HDF5 metadata is corrupt"):
                 try:
                     ds = f[RECORDS]
