@@ -101,6 +101,8 @@ def workload_problems(wl) -> list[str]:
         problems.append(f"workflow.checkpoint = True: checkpoints are {why}; set workflow.checkpoint=False")
     if wf.stage_data:
         problems.append(f"workflow.stage_data = True: staging is {why}")
+    if not rd.preprocess_time.is_zero:
+        problems.append(f"reader.preprocess_time: the emulated preprocessing is {why}; remove it")
     for key in ("odirect", "evict_page_cache", "reopen_files"):
         if getattr(rd, key):
             problems.append(f"reader.{key} = True applies to files, not to objects; set it to False")

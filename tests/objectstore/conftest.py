@@ -29,10 +29,33 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """(endpoint URL) of a moto server started for the session, stopped at its end."""
+    yield from _server(tmp_path_factory, {})
+
+
+@pytest.fixture(scope="session")
+def s3_auth_server(tmp_path_factory):
+    """(endpoint, access key) of a moto server that checks credentials (IAM) after its first
+    AUTH_SETUP_REQUESTS requests, which create the one user allowed to use S3."""
+    import json
+
+    for endpoint in _server(tmp_path_factory, {"INITIAL_NO_AUTH_ACTION_COUNT": str(AUTH_SETUP_REQUESTS)}):
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_ACCESS_KEY,
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="iogen")
+        key = iam.create_access_key(UserName="iogen")["AccessKey"]
+        iam.put_user_policy(UserName="iogen", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        yield endpoint, key
+
+
+AUTH_SETUP_REQUESTS = 3  # create a user, its access key and its policy; then every request is checked
+
+
+def _server(tmp_path_factory, env_extra):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     try:
@@ -85,4 +108,25 @@ def s3(s3_server, monkeypatch, tmp_path):
                           aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=secret)
     client.create_bucket(Bucket=bucket)
     yield SimpleNamespace(endpoint=s3_server, bucket=bucket, secret=secret, client=client, env=env)
+    client.close()
+
+
+@pytest.fixture
+def s3_auth(s3_auth_server, monkeypatch, tmp_path):
+    """A bucket on the credential-checking server, with its IAM user's key in the environment."""
+    from types import SimpleNamespace
+
+    endpoint, key = s3_auth_server
+    env = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+           "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+    bucket = "iogen-auth-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    yield SimpleNamespace(endpoint=endpoint, bucket=bucket, secret=key["SecretAccessKey"], client=client,
+                          env=env)
     client.close()

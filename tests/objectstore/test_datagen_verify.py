@@ -181,3 +181,13 @@ def test_no_credential_in_anything_iogen_writes(s3, tmp_path, iogen_cmd):
             assert s3.secret.encode() not in f.read(), path
     for obj in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]:
         assert s3.secret.encode() not in s3.client.get_object(Bucket=s3.bucket, Key=obj["Key"])["Body"].read()
+
+
+def test_wrong_credentials_exit_2_before_work(s3_auth, tmp_path, iogen_cmd):
+    """Against a server that checks signatures: a wrong secret is refused at the bucket check."""
+    over = s3_overrides(s3_auth, tmp_path)
+    r = iogen_cmd("datagen", "default", *over, env={"AWS_SECRET_ACCESS_KEY": "wrong" + s3_auth.secret[5:]})
+    assert r.returncode == 2 and "refused the credentials" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "Contents" not in s3_auth.client.list_objects_v2(Bucket=s3_auth.bucket)
+    r = iogen_cmd("datagen", "default", *over)  # the right ones work
+    assert r.returncode == 0, r.stderr
