@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import command_line, machine_line
 
-    before = machine_line()
+    load_before = machine_line()
 
     py = [sys.executable]
     os.environ["PYTHONSAFEPATH"] = "1"  # measure the installed package, not a checkout beside cwd
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     print(f"| `iogen --help` | {med(helps):.3f} |")
     print(f"| `iogen run default` to its first step (native loader, data present) | {med(firsts):.3f} |")
     print()
-    print(f"before: {before}")
+    print(f"before: {load_before}")
     print(f"after: {machine_line()}")
     print(f"command: {command_line(__file__, argv)}")
     return 0
