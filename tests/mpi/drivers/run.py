@@ -64,6 +64,7 @@ if fail:
                         while True:
                             time.sleep(3600)
                     if kind == "kill":
+                        print(f"test driver: rank {world.rank} kills itself", file=sys.stderr, flush=True)
                         os.kill(os.getpid(), signal.SIGKILL)
                 barrier()
 
