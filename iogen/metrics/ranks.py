@@ -21,7 +21,7 @@ from .latency import wait_histograms
 from .run import RankReductions, allreduce_reductions, rank_reductions
 
 # Above this many ranks, epochs.json carries the reductions over ranks, not one row per rank:
-# 1024 ranks x 100 epochs x 31 fields x 8 bytes is 25 MiB on rank 0; 65,536 ranks would be 1.6 GiB.
+# 1024 ranks x 100 epochs x 27 fields x 8 bytes is 21 MiB on rank 0; 65,536 ranks would be 1.3 GiB.
 GATHER_MAX_RANKS = 1024
 
 

@@ -1,0 +1,437 @@
+"""Scaling figures (docs/scaling.md): plan, validate, file table, result reduction, start-up, small-file datagen.
+
+    .venv/bin/python bench/plan_scale.py plan                 # per-rank plan vs the global permutation
+    .venv/bin/python bench/plan_scale.py validate             # `iogen validate` vs number of files
+    .venv/bin/python bench/plan_scale.py table                # file table vs files touched
+    .venv/bin/python bench/plan_scale.py reduce               # result reduction vs ranks x epochs
+    .venv/bin/python bench/plan_scale.py startup --files 100000
+    .venv/bin/python bench/plan_scale.py datagen --files 10000 --threads 2
+    .venv/bin/python bench/plan_scale.py all --plot docs/img/scaling.png --data docs/img/scaling.json
+    .venv/bin/python bench/plan_scale.py replot --data docs/img/scaling.json --plot docs/img/scaling.png
+
+Every point runs in a fresh child process, so its peak RSS (ru_maxrss, from wait4) is its own.
+Baselines do the same work in the same run: the plan before issue 13 (numpy's permutation of the
+whole epoch, then the rank's slice); a plain stat/open/read loop for start-up; a plain
+create+write+rename loop with the same threads for datagen. Prints Markdown tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import command_line, machine_line  # noqa: E402
+
+PY = sys.executable
+os.environ["PYTHONSAFEPATH"] = "1"  # the installed package, not a checkout beside cwd
+
+
+def child(code: str, *args) -> tuple[dict, float]:
+    """Run `code` in a fresh interpreter; (the JSON it prints last, its peak RSS in MiB)."""
+    proc = subprocess.Popen([PY, "-c", code, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"child failed: {err[-2000:]}")
+    # the child reports its own peak (ru_maxrss of RUSAGE_SELF) in its JSON
+    doc = json.loads(out.strip().splitlines()[-1])
+    return doc, doc.pop("maxrss_mib")
+
+
+PLAN_CODE = r"""
+import json, resource, sys, time
+import numpy as np
+n, world, rank, impl = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+batch = 400
+from iogen.plan import make_plan, steps_per_epoch
+t0 = time.perf_counter()
+if impl == "iogen":
+    p = make_plan(num_files=n, samples_per_file=1, batch_size=batch, world_size=world, rank=rank,
+                  file_shuffle="seed", sample_shuffle="seed")
+    ids = p.batches
+else:  # the plan before issue 13: permute the whole epoch, keep the rank's slice
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([0, 1, 1])))
+    files = rng.permutation(np.arange(n, dtype=np.int64))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([0, 1, 2])))
+    order = rng.permutation(files)
+    steps = steps_per_epoch(n, batch, world)
+    ids = order[rank * steps * batch:(rank + 1) * steps * batch].reshape(steps, batch).copy()
+dt = time.perf_counter() - t0
+print(json.dumps({"s": dt, "samples": int(ids.size),
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+IMPORT_CODE = r"""
+import json, resource
+import iogen.plan, numpy
+print(json.dumps({"maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_plan(args) -> list[dict]:
+    _, floor = child(IMPORT_CODE)
+    rows = []
+    for exp in args.plan_sizes:
+        n = 10 ** exp
+        for world in args.worlds:
+            if n < 400 * world:
+                continue
+            row = {"samples": n, "ranks": world}
+            for impl in ("iogen", "global"):
+                if impl == "global" and exp > args.baseline_max:
+                    continue
+                times, mem = [], 0.0
+                for _ in range(args.reps):
+                    doc, rss = child(PLAN_CODE, n, world, 7, impl)
+                    times.append(doc["s"])
+                    mem = max(mem, rss - floor)
+                row[impl] = (statistics.median(times), mem)
+            rows.append(row)
+    print(f"plan of one epoch for rank 7: file and sample shuffle, batch 400, one sample per file; "
+          f"median of {args.reps}; RSS above the interpreter with iogen imported ({floor:.0f} MiB)")
+    print()
+    print("| samples | ranks | iogen s | iogen MiB | global permutation s | global MiB | speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        g = r.get("global")
+        print(f"| {r['samples']:.0e} | {r['ranks']:,} | {r['iogen'][0]:.4f} | {r['iogen'][1]:.1f} | "
+              + (f"{g[0]:.3f} | {g[1]:.0f} | {g[0] / r['iogen'][0]:.0f}x |" if g else "not run | | |"))
+    print()
+    return rows
+
+
+VALIDATE = ["-m", "iogen", "validate", "resnet50", "-n", "4096", "dataset.num_samples_per_file=1"]
+
+
+def run_timed(cmd) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of a command, from wait4."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    if status:
+        raise RuntimeError(f"{cmd} failed: {proc.stderr.read()[-2000:]}")
+    return dt, usage.ru_maxrss / 1024
+
+
+def bench_validate(args) -> list[dict]:
+    rows = []
+    for exp in args.validate_sizes:
+        runs = [run_timed([PY, *VALIDATE, f"dataset.num_files_train={10 ** exp}"]) for _ in range(args.reps)]
+        rows.append({"files": 10 ** exp, "s": statistics.median(r[0] for r in runs),
+                     "mib": max(r[1] for r in runs)})
+    print(f"`iogen validate resnet50 -n 4096 dataset.num_files_train=F dataset.num_samples_per_file=1`, "
+          f"median of {args.reps} (whole process: interpreter, imports, config, layout, steps)")
+    print()
+    print("| files | seconds | peak RSS MiB |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r['files']:.0e} | {r['s']:.2f} | {r['mib']:.0f} |")
+    print()
+    return rows
+
+
+TABLE_CODE = r"""
+import json, resource, sys, time, tracemalloc
+import numpy as np
+from iogen.dataset import DatasetLayout
+from iogen.loaders.filetable import FileTable
+touched = int(sys.argv[1])
+layout = DatasetLayout("/nonexistent", "train", 10**8, 1, 4096, 0, 1, "npz")
+files = np.random.default_rng(1).choice(10**8, touched, replace=False).astype(np.int64)
+def fill():
+    table = FileTable(layout, None)
+    t0 = time.perf_counter()
+    for i in range(0, touched, 400):  # batches of 400, as the plan hands them over
+        table.slots(files[i:i + 400])
+    return table, time.perf_counter() - t0
+table, dt = fill()
+t0 = time.perf_counter()
+for i in range(0, touched, 400):  # the next epoch: every file known
+    table.slots(files[i:i + 400])
+again = time.perf_counter() - t0
+del table
+tracemalloc.start()  # numpy reports its buffers to tracemalloc too
+table, _ = fill()
+held, _ = tracemalloc.get_traced_memory()
+print(json.dumps({"s": dt, "again_s": again, "held": table.files_held, "table_mib": held / 2**20,
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_table(args) -> list[dict]:
+    rows = []
+    for exp in args.table_sizes:
+        doc, _ = child(TABLE_CODE, 10 ** exp)
+        rows.append({"touched": 10 ** exp, **doc})
+    print("file table of a rank in a 10^8-file dataset: slots given to the files it touches "
+          "(batches of 400; no opens: the table's own cost)")
+    print()
+    print("| files touched | table MiB | bytes per file | ns per file, first touch | ns per file, known |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['touched']:.0e} | {r['table_mib']:.1f} | {r['table_mib'] * 2**20 / r['touched']:.0f} | "
+              f"{r['s'] / r['touched'] * 1e9:.0f} | {r['again_s'] / r['touched'] * 1e9:.0f} |")
+    print()
+    return rows
+
+
+REDUCE_CODE = r"""
+import json, resource, sys, time
+import numpy as np
+from iogen.metrics import EPOCH_FIELDS
+from iogen.metrics.run import combine_ranks, merge_reductions, rank_reductions
+ranks, epochs = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(0)
+one = rng.uniform(1, 2, (1, epochs, len(EPOCH_FIELDS)))
+t0 = time.perf_counter()
+mine = rank_reductions(one)  # what each rank computes and sends: O(epochs x fields)
+per_rank_s = time.perf_counter() - t0
+# rank 0's side of the reduction, as MPI's reduction tree does pairwise: log2(ranks) merges of that size
+t0 = time.perf_counter()
+acc = mine
+for _ in range(max(1, int(np.ceil(np.log2(ranks))))):
+    acc = merge_reductions([acc, mine])
+combine_ranks(acc)
+tree_s = time.perf_counter() - t0
+sent = 2 * mine.sum.nbytes + mine.min.nbytes + mine.max.nbytes + mine.sleep_error_steps.nbytes + 8
+print(json.dumps({"per_rank_s": per_rank_s, "tree_s": tree_s, "sent_bytes": sent,
+                  "gather_bytes": ranks * epochs * len(EPOCH_FIELDS) * 8,
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_reduce(args) -> list[dict]:
+    rows = []
+    for ranks in args.reduce_ranks:
+        for epochs in (10, 100):
+            doc, _ = child(REDUCE_CODE, ranks, epochs)
+            rows.append({"ranks": ranks, "epochs": epochs, **doc})
+    print("result reduction: what each rank sends (allreduce of sum/min/max) vs what a gather to rank 0 "
+          "would hold; rank 0's CPU for log2(ranks) merges (MPI's tree) and the final combine")
+    print()
+    print("| ranks | epochs | bytes per rank (allreduce) | rank 0 bytes with a gather | merge + combine ms |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']:,} | {r['epochs']} | {r['sent_bytes']:,} | {r['gather_bytes']:,} | "
+              f"{r['tree_s'] * 1e3:.2f} |")
+    print()
+    return rows
+
+
+STORAGE_CODE = r"""
+import json, os, sys, time, resource
+folder, files, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+names = sorted(os.listdir(folder))
+t0 = time.perf_counter()
+for n in names:  # what the run's data check and layout ask of the storage before step 1
+    os.stat(os.path.join(folder, n))
+stat_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+for n in names[:batch]:  # the first batch: open, read, close
+    fd = os.open(os.path.join(folder, n), os.O_RDONLY)
+    os.read(fd, 1 << 20)
+    os.close(fd)
+print(json.dumps({"stat_s": stat_s, "first_batch_s": time.perf_counter() - t0,
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_startup(args) -> dict:
+    from iogen.steplog import read_steplog
+
+    work = tempfile.mkdtemp(prefix="iogen-scale-startup-", dir=args.tmp)
+    common = ["default", f"dataset.data_folder={work}/data", f"output.folder={work}/results", "--quiet",
+              f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
+              "dataset.record_length_bytes=4096", "dataset.record_length_bytes_stdev=0",
+              "dataset.num_files_eval=0", "reader.data_loader=native", "reader.batch_size=64",
+              "reader.file_shuffle=seed", "reader.sample_shuffle=seed", "train.epochs=1",
+              "train.total_training_steps=20", "train.computation_time=0.001"]
+    t0 = time.perf_counter()
+    subprocess.run([PY, "-m", "iogen", "datagen", *common], check=True, capture_output=True)
+    gen_s = time.perf_counter() - t0
+    firsts = []
+    try:
+        for _ in range(args.reps):
+            subprocess.run(["sync"], check=True)
+            before = set(os.listdir(f"{work}/results")) if os.path.isdir(f"{work}/results") else set()
+            t0_ns = time.time_ns()
+            subprocess.run([PY, "-m", "iogen", "run", *common, "workflow.generate_data=False", "metric.au=0"],
+                           check=True, capture_output=True)
+            (run_dir,) = set(os.listdir(f"{work}/results")) - before
+            header, rows = read_steplog(os.path.join(work, "results", run_dir, "steps", "rank-00000.steps"))
+            first_ns = int(rows["t_request"][0]) - int(header["mono_start_ns"]) + int(header["wall_start_ns"])
+            firsts.append((first_ns - t0_ns) / 1e9)
+        storage = [child(STORAGE_CODE, f"{work}/data/train", args.files, 64)[0] for _ in range(args.reps)]
+        bare = [run_timed([PY, "-c", "import iogen.cli"])[0] for _ in range(args.reps)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    first = statistics.median(firsts)
+    store = statistics.median(s["stat_s"] + s["first_batch_s"] for s in storage)
+    imports = statistics.median(bare)
+    out = {"files": args.files, "first_step_s": first, "storage_s": store, "import_s": imports, "gen_s": gen_s}
+    print(f"launch to first step, native loader, one rank, {args.files:,} files x 4 KiB (generated in "
+          f"{gen_s:.0f} s), page cache warm, median of {args.reps}")
+    print()
+    print("| part | seconds | share |")
+    print("|---|---|---|")
+    print(f"| launch to first step (`iogen run`) | {first:.2f} | 100% |")
+    print(f"| storage: stat of every file + open/read/close of the first batch (plain loop) | {store:.2f} | "
+          f"{store / first:.0%} |")
+    print(f"| interpreter + `import iogen.cli` | {imports:.2f} | {imports / first:.0%} |")
+    rest = first - store - imports
+    print(f"| iogen's own (the rest: config, layout, data check logic, plan, loader set-up) | {rest:.2f} | "
+          f"{rest / first:.0%} |")
+    print()
+    return out
+
+
+BASELINE_CODE = r"""
+import json, os, sys, time, resource
+from concurrent.futures import ThreadPoolExecutor
+folder, files, size, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(folder, exist_ok=True)
+payload = os.urandom(size)
+def one(i):
+    path = f"{folder}/f_{i}.bin"
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, payload)
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
+t0 = time.perf_counter()
+with ThreadPoolExecutor(threads) as pool:
+    list(pool.map(one, range(files)))
+print(json.dumps({"s": time.perf_counter() - t0,
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_datagen(args) -> dict:
+    size = args.file_bytes
+    rates = {"iogen": [], "plain": []}
+    for _ in range(args.reps):
+        work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
+        try:
+            subprocess.run(["sync"], check=True)
+            doc, _ = child(BASELINE_CODE, f"{work}/plain", args.files, size, args.threads)
+            rates["plain"].append(args.files / doc["s"])
+            subprocess.run(["sync"], check=True)
+            t0 = time.perf_counter()
+            subprocess.run([PY, "-m", "iogen", "datagen", "default", f"dataset.data_folder={work}/iogen",
+                            f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
+                            f"dataset.record_length_bytes={size}", "dataset.record_length_bytes_stdev=0",
+                            "dataset.num_files_eval=0", "--workers", str(args.threads), "--quiet"],
+                           check=True, capture_output=True)
+            rates["iogen"].append(args.files / (time.perf_counter() - t0))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    it, pl = statistics.median(rates["iogen"]), statistics.median(rates["plain"])
+    print(f"small-file generation: {args.files:,} files of {size:,} B, {args.threads} threads, "
+          f"median of {args.reps}; iogen = whole `iogen datagen` process (npz, content, CRCs, manifest)")
+    print()
+    print("| writer | files/s | ratio |")
+    print("|---|---|---|")
+    print(f"| plain create+write+rename loop (same threads, one random buffer) | {pl:,.0f} | 1.00 |")
+    print(f"| iogen datagen | {it:,.0f} | {it / pl:.2f} |")
+    print()
+    return {"iogen_files_s": it, "plain_files_s": pl}
+
+
+def plot(path, plan_rows, validate_rows, table_rows, reduce_rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 2, figsize=(11, 8))
+    for world in sorted({r["ranks"] for r in plan_rows}):
+        sel = [r for r in plan_rows if r["ranks"] == world]
+        ax[0, 0].loglog([r["samples"] for r in sel], [r["iogen"][0] for r in sel], "o-", label=f"iogen, {world:,} ranks")
+        g = [r for r in sel if "global" in r]
+        if g:
+            ax[0, 0].loglog([r["samples"] for r in g], [r["global"][0] for r in g], "x--",
+                            label=f"global permutation, {world:,} ranks")
+    ax[0, 0].set(xlabel="samples in the epoch", ylabel="plan time, one rank (s)", title="plan")
+    ax[0, 0].legend(fontsize=7)
+    if validate_rows:
+        ax[0, 1].semilogx([r["files"] for r in validate_rows], [r["s"] for r in validate_rows], "o-", label="seconds")
+        ax2 = ax[0, 1].twinx()
+        ax2.semilogx([r["files"] for r in validate_rows], [r["mib"] for r in validate_rows], "s--", color="C1",
+                     label="peak MiB")
+        ax2.set(ylabel="peak RSS (MiB)", ylim=(0, 1.2 * max(r["mib"] for r in validate_rows)))
+        ax[0, 1].set(xlabel="files", ylabel="wall (s)", title="iogen validate (whole process)",
+                     ylim=(0, 1.2 * max(r["s"] for r in validate_rows)))
+    if table_rows:
+        ax[1, 0].loglog([r["touched"] for r in table_rows], [max(r["table_mib"], 0.01) for r in table_rows], "o-")
+        ax[1, 0].set(xlabel="files the rank touches (of 10^8)", ylabel="table MiB", title="file table")
+    for epochs in (10, 100):
+        sel = [r for r in reduce_rows if r["epochs"] == epochs]
+        ax[1, 1].loglog([r["ranks"] for r in sel], [r["gather_bytes"] for r in sel], "x--",
+                        label=f"gather at rank 0, {epochs} epochs")
+        ax[1, 1].loglog([r["ranks"] for r in sel], [r["sent_bytes"] for r in sel], "o-",
+                        label=f"allreduce per rank, {epochs} epochs")
+    ax[1, 1].set(xlabel="ranks", ylabel="bytes", title="result reduction")
+    ax[1, 1].legend(fontsize=7)
+    fig.suptitle("iogen scaling (measured on a shared 2-core machine under load)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["plan", "validate", "table", "reduce", "startup", "datagen", "all", "replot"])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--plan-sizes", type=int, nargs="+", default=[6, 7, 8, 9], help="log10 of samples")
+    ap.add_argument("--worlds", type=int, nargs="+", default=[1024, 65536])
+    ap.add_argument("--baseline-max", type=int, default=8, help="largest log10 size for the global permutation")
+    ap.add_argument("--validate-sizes", type=int, nargs="+", default=[3, 5, 6, 7, 8])
+    ap.add_argument("--table-sizes", type=int, nargs="+", default=[3, 4, 5, 6])
+    ap.add_argument("--reduce-ranks", type=int, nargs="+", default=[8, 1024, 65536, 1 << 20])
+    ap.add_argument("--files", type=int, default=100_000, help="startup/datagen: number of files")
+    ap.add_argument("--file-bytes", type=int, default=112_640, help="datagen: bytes per file (ImageNet-like)")
+    ap.add_argument("--threads", type=int, default=2, help="datagen: writer threads, both writers")
+    ap.add_argument("--tmp", default=None, help="folder for generated data")
+    ap.add_argument("--plot", default=None, help="write the curves to this PNG")
+    ap.add_argument("--data", default=None, help="all: save the figures to this JSON; replot: read them")
+    args = ap.parse_args(argv)
+    print(f"before: {machine_line()}")
+    print()
+    plan_rows = validate_rows = table_rows = reduce_rows = []
+    if args.what in ("plan", "all"):
+        plan_rows = bench_plan(args)
+    if args.what in ("validate", "all"):
+        validate_rows = bench_validate(args)
+    if args.what in ("table", "all"):
+        table_rows = bench_table(args)
+    if args.what in ("reduce", "all"):
+        reduce_rows = bench_reduce(args)
+    if args.what == "startup":
+        bench_startup(args)
+    if args.what == "datagen":
+        bench_datagen(args)
+    if args.what == "replot":
+        with open(args.data) as f:
+            saved = json.load(f)
+        plan_rows, validate_rows, table_rows, reduce_rows = (saved[k] for k in ("plan", "validate", "table", "reduce"))
+    elif args.what == "all" and args.data:
+        with open(args.data, "w") as f:
+            json.dump({"plan": plan_rows, "validate": validate_rows, "table": table_rows, "reduce": reduce_rows,
+                       "machine": machine_line(), "command": command_line(__file__, argv)}, f, indent=1)
+    if args.plot:
+        plot(args.plot, plan_rows, validate_rows, table_rows, reduce_rows)
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
