@@ -139,6 +139,8 @@ def _decode_feature(buf, start: int, end: int):
             out = []
             for f, w, v in _fields(buf, s, e):
                 if f == 1 and w == _WIRE_LEN:
+                    if (v[1] - v[0]) % 4:
+                        raise ExampleDecodeError(f"packed floats of {v[1] - v[0]} bytes, not a multiple of 4")
                     out += struct.unpack(f"<{(v[1] - v[0]) // 4}f", bytes(buf[v[0]:v[1]]))
                 elif f == 1 and w == _WIRE_32:
                     out.append(struct.unpack("<f", bytes(v))[0])

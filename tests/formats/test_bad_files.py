@@ -100,3 +100,13 @@ def test_garbage_headers_are_named_data_errors(tmp_path, name):
                 call()
             except DataError as exc:
                 assert exc.path == str(path) and "\n" not in str(exc)
+
+
+def test_packed_floats_that_are_not_whole_floats():
+    """Found by the fuzzer (seed 11): struct.error escaped decode_example."""
+    from iogen.formats.example_proto import _field
+
+    feature = _field(2, _field(1, b"\0" * 7))  # FloatList, its packed values 7 bytes long
+    data = _field(1, _field(1, _field(1, b"label") + _field(2, feature)))
+    with pytest.raises(ExampleDecodeError, match="not a multiple of 4"):
+        decode_example(data)
