@@ -125,3 +125,27 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
     page = _read(os.path.join(search_dir, "search.html"))
     assert "N &gt;= 4" in page and "data:image/png;base64," in page and "probe-03-n4" in page
     assert "N >= 4" in _read(os.path.join(search_dir, "search.txt"))
+
+
+def test_ctrl_c_during_a_probe_exits_130_and_keeps_an_incomplete_search(tiny, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
+    # a launcher whose probe never gets to iogen: `sh -c 'sleep 60' n ...` sleeps in the probe's place
+    proc = subprocess.Popen([iogen, "search", "default", *tiny(), "--launcher", "sh -c 'sleep 60' {n}",
+                             "--max", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "results").glob("*-search/probe-01-n1/probe.log")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    (search_dir,) = (tmp_path / "results").glob("*-search")
+    doc = json.loads(_read(search_dir / "search.json"))
+    assert doc["complete"] is False and doc["incomplete_reason"]
