@@ -88,6 +88,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args(argv)
     ranks = [int(x) for x in args.ranks.split(",")]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import command_line, machine_line
+
+    before = machine_line()
     work = tempfile.mkdtemp(prefix="iogen-mpi-scaling-")
     base = [f"dataset.data_folder={work}/data", f"output.folder={work}/results",
             f"dataset.num_files_train={args.files}", f"dataset.record_length_bytes={args.record_bytes}",
@@ -123,6 +127,10 @@ def main(argv=None) -> int:
         print(f"| {label} | {n} | {r['samples_s']:,.0f} ({lo:,.0f}-{hi:,.0f}) | {r['samples_s'] / n:,.0f} | "
               f"{r['au_pct']:.1f} | {r['au_spread']:.1f} | {r['mib_s']:,.0f} | {r['wait_ms']:.3f} | "
               f"{r['comm_ms']:.3f} |")
+    print()
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(__file__, argv)}")
     return 0
 
 
