@@ -433,16 +433,20 @@ class TFRecordFormat(Format):
     # -- checking ---------------------------------------------------------------------------
 
     def check_file(self, path, num_samples, record_bytes):
-        """Framing and both CRCs of every record, the record count, and the first Example's image."""
+        """Framing, both CRCs and the Example of every record, the record count, and the first Example's image."""
         n, rb = int(num_samples), int(record_bytes)
         data_len = len(image_example_prefix(rb, rb)) + rb
         try:
             file_size_or_error(path)
             if self.compression == "gzip":
                 lengths, first = [], None
-                for _, _, data in self._frames_gzip(path, check_all=True):
+                for i, pos, data in self._frames_gzip(path, check_all=True):
                     lengths.append(len(data))
                     first = data if first is None else first
+                    try:
+                        self.payload_of(data)
+                    except RecordError as exc:
+                        raise DataError(path, f"record {i} is {exc.reason} (in the decompressed stream)", pos) from None
                 lengths = np.array(lengths, np.int64)
             else:
                 offsets, lengths, _ = self._scan(path)
@@ -505,7 +509,10 @@ class TFRecordFormat(Format):
         return FileShape(count, record_bytes, None, None, "gzip" if gz else "none")
 
     def _check_data_crcs(self, path, offsets, lengths) -> None:
-        """Read the file once, in spans of whole frames, checking every record's data CRC."""
+        """Read the file once, in spans of whole frames, checking every record's data CRC and Example.
+
+        Records over 8 MiB are CRC-checked piece by piece and their Example is not parsed.
+        """
         tf = _tf()
         starts = offsets - HEADER_BYTES
         ends = offsets + lengths + FOOTER_BYTES
@@ -532,6 +539,10 @@ class TFRecordFormat(Format):
                                          rel + HEADER_BYTES + lengths[i:j])
                 if bad >= 0:
                     raise DataError(path, f"record {i + bad}: data CRC mismatch", int(starts[i + bad]))
+                try:  # every record's Example parses, as a reader needs it to
+                    self._layouts.spans(np.frombuffer(span, np.uint8), rel + HEADER_BYTES, lengths[i:j])
+                except RecordError as exc:
+                    raise DataError(path, f"record {i + exc.index} is {exc.reason}", int(starts[i + exc.index])) from None
                 i = j
         finally:
             os.close(fd)

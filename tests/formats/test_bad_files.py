@@ -110,3 +110,19 @@ def test_packed_floats_that_are_not_whole_floats():
     data = _field(1, _field(1, _field(1, b"label") + _field(2, feature)))
     with pytest.raises(ExampleDecodeError, match="not a multiple of 4"):
         decode_example(data)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_check_file_parses_every_example_not_only_the_first(tmp_path, compression):
+    """verify of data without a manifest: record 2's data is not an Example, its CRC valid (issue 11.10)."""
+    fmt = make_format("tfrecord", compression=compression, samples_per_file=N)
+    path = tmp_path / "a.tfrecord"
+    fmt.write_file(path, N, RB, SEED, STREAM)
+    raw = path.read_bytes()
+    data = gzip.decompress(raw) if compression == "gzip" else raw
+    frame_bytes = len(data) // N
+    record = data[2 * frame_bytes + 12:3 * frame_bytes - 4]
+    data = data[:2 * frame_bytes] + core_tf.frame(b"\xff" * len(record)) + data[3 * frame_bytes:]
+    path.write_bytes(gzip.compress(data, mtime=0) if compression == "gzip" else data)
+    problems = fmt.check_file(path, N, RB)
+    assert len(problems) == 1 and "record 2 is not a tf.train.Example" in problems[0], problems
