@@ -155,3 +155,13 @@ def test_compiled_core_does_not_import_its_pure_twin():
     offenders = [f"{m} -> {t} ({where})" for m in compiled for t, where in graph[m].items()
                  if t.startswith("iogen._core.pure")]
     assert not offenders, "shared helpers belong in iogen/_core/_common.py: " + "; ".join(offenders)
+
+
+def test_pure_twin_does_not_import_the_compiled_core():
+    graph = import_graph()
+    modules = _modules()
+    compiled = {m for m, p in modules.items() if p.suffix == ".pyx"}
+    twins = [m for m in modules if m.startswith("iogen._core.pure.")]
+    assert twins
+    offenders = [f"{m} -> {t} ({where})" for m in twins for t, where in graph[m].items() if t in compiled]
+    assert not offenders, "the twin must work without the compiled core: " + "; ".join(offenders)
