@@ -1,0 +1,176 @@
+"""Object reads: iogen's native object loader against a plain boto3 ranged-GET loop, same objects.
+
+Both read the same samples of the same objects (each sample's byte range, split into parts of
+--transfer-kib), with --threads requests in flight, through boto3, alternating in one process.
+iogen: the loader's epoch over a plan (ranged GETs into its reusable batch buffers, TFRecord
+CRCs checked, request counting and latency histograms). Baseline: a ThreadPoolExecutor of
+--threads workers calling one shared boto3 client's get_object(Range=...) and .read() on the
+same ranges, in the same order. Indexing is outside both timings.
+
+Without --endpoint the script starts moto's standalone server on 127.0.0.1 (pip install
+'moto[server]'): a local test server in Python, whose own cost dominates every request, so the
+absolute figures say nothing about a real store; the ratio and the per-request overhead
+((t_iogen - t_baseline) / requests) are what it measures.
+
+    .venv/bin/python bench/objectstore_reads.py --files 16 --samples-per-file 8 --record-kib 256 --threads 4
+    .venv/bin/python bench/objectstore_reads.py --format tfrecord --record-kib 1024 --transfer-kib 256
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import command_line, machine_line  # noqa: E402
+
+
+def start_moto():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+            return proc, endpoint
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("moto server did not start")
+            time.sleep(0.1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
+    ap.add_argument("--bucket", help="an existing bucket (default: a new one)")
+    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord"])
+    ap.add_argument("--files", type=int, default=16)
+    ap.add_argument("--samples-per-file", type=int, default=8)
+    ap.add_argument("--record-kib", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--transfer-kib", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--prefetch", type=int, default=2, help="reader.prefetch_size")
+    args = ap.parse_args(argv)
+
+    proc = None
+    if args.endpoint is None:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        proc, endpoint = start_moto()
+    else:
+        endpoint = args.endpoint
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    try:
+        return _bench(args, endpoint)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+
+
+def _bench(args, endpoint) -> int:
+    import boto3
+    import botocore.config
+
+    from iogen.comm import get_world
+    from iogen.config import load_workload
+    from iogen.dataset import DatasetLayout
+    from iogen.formats import get_format
+    from iogen.loaders.objects import ObjectLoader
+    from iogen.objectdata import generate_objects
+    from iogen.objectstore import open_store
+    from iogen.plan import make_plan
+
+    print(f"before: {machine_line()}")
+    print(f"command: {command_line(__file__)}")
+    bucket = args.bucket or "iogen-bench-" + uuid.uuid4().hex[:8]
+    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
+    if not args.bucket:
+        client.create_bucket(Bucket=bucket)
+    wl = load_workload("default", [
+        "storage.storage_type=s3", f"storage.storage_root={bucket}", "dataset.data_folder=bench",
+        f"dataset.format={args.format}", f"dataset.num_files_train={args.files}",
+        f"dataset.num_samples_per_file={args.samples_per_file}",
+        f"dataset.record_length_bytes={args.record_kib * 1024}", "dataset.record_length_bytes_stdev=0",
+        f"reader.batch_size={args.batch}", f"reader.read_threads={args.threads}",
+        f"reader.transfer_size={args.transfer_kib * 1024}", f"reader.prefetch_size={args.prefetch}",
+        "train.computation_time=0"])
+    world = get_world()
+    fmt = get_format(wl.dataset)
+    layout = DatasetLayout.from_workload(wl, "train")
+    generate_objects(open_store(wl), [layout], fmt, world)
+    loader = ObjectLoader(wl, layout, fmt, world)
+    plan = make_plan(num_files=layout.num_files, samples_per_file=layout.samples_per_file,
+                     batch_size=args.batch)
+    gids = plan.batches.reshape(-1)
+    spf = layout.samples_per_file
+    part = args.transfer_kib * 1024
+    ranges = []
+    for g in gids.tolist():
+        f, s = divmod(g, spf)
+        off, ln = int(loader.offsets[f, s]), int(loader.lengths[f, s])
+        key = layout.paths[f].split("/", 3)[3]
+        ranges += [(key, off + p, min(part, ln - p)) for p in range(0, ln, part)]
+    total_bytes = sum(r[2] for r in ranges)
+
+    def get(r):
+        key, off, ln = r
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={off}-{off + ln - 1}")["Body"]
+        return len(body.read())
+
+    pool = ThreadPoolExecutor(args.threads)
+
+    def baseline() -> float:
+        t0 = time.perf_counter()
+        got = sum(pool.map(get, ranges))
+        assert got == total_bytes
+        return time.perf_counter() - t0
+
+    def iogen() -> float:
+        t0 = time.perf_counter()
+        got = sum(b.bytes for b in loader.epoch(plan))
+        assert got == total_bytes
+        return time.perf_counter() - t0
+
+    iogen(), baseline()  # connections opened, server warm
+    t_io, t_base = [], []
+    for _ in range(args.reps):
+        t_io.append(iogen())
+        t_base.append(baseline())
+    loader.close()
+    pool.shutdown()
+    mi, mb = statistics.median(t_io), statistics.median(t_base)
+    mib = total_bytes / 2**20
+    print(f"after: {machine_line()}")
+    print(f"server: {endpoint}{' (moto, a local test server in Python)' if not args.endpoint else ''}; "
+          f"{args.files} {args.format} objects, {len(gids)} samples of {args.record_kib} KiB, "
+          f"{len(ranges)} ranged GETs of <= {args.transfer_kib} KiB per pass, {args.threads} threads, "
+          f"medians of {args.reps}")
+    print()
+    print("| contender | MiB/s | GETs/s | s per pass |")
+    print("|---|---:|---:|---:|")
+    print(f"| iogen object loader | {mib / mi:.1f} | {len(ranges) / mi:.0f} | {mi:.3f} |")
+    print(f"| plain boto3 loop | {mib / mb:.1f} | {len(ranges) / mb:.0f} | {mb:.3f} |")
+    print()
+    print(f"ratio iogen / baseline (throughput): {mb / mi:.2f}x; "
+          f"per-request overhead: {(mi - mb) / len(ranges) * 1e6:+.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
