@@ -191,3 +191,12 @@ def test_wrong_credentials_exit_2_before_work(s3_auth, tmp_path, iogen_cmd):
     assert "Contents" not in s3_auth.client.list_objects_v2(Bucket=s3_auth.bucket)
     r = iogen_cmd("datagen", "default", *over)  # the right ones work
     assert r.returncode == 0, r.stderr
+
+
+def test_deps_name_boto3_with_its_pip_command():
+    from iogen.deps import pip_command, workload_needs
+
+    wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz"])
+    assert workload_needs(wl)["boto3"] == "storage.storage_type=s3"
+    assert "boto3" not in workload_needs(load_workload("default", []))
+    assert pip_command(["boto3"]) == "pip install 'iogen[s3]'"
