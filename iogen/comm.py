@@ -68,11 +68,6 @@ def detect_launcher(environ=None) -> tuple[str, int | None] | None:
     return None
 
 
-def launched_by_mpi(environ=None) -> bool:
-    """True when an MPI launcher (mpiexec, mpirun, srun, ...) started this process."""
-    return detect_launcher(environ) is not None
-
-
 def launcher_world_size(environ=None) -> int:
     """World size the launcher announced (1 when there is none or it does not say)."""
     found = detect_launcher(environ)
@@ -188,6 +183,7 @@ class MPIWorld:
         self._ctl = base.Dup()
         self._spare = base.Dup()
         self._exit = base.Dup()
+        self._beats = base.Dup()
         self._coll = self.comm
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
         self.failed = False
@@ -198,6 +194,11 @@ class MPIWorld:
         self.local_ranks, self.local_cpus = self._node_shape(base)
         self.oversubscribed = self.local_ranks > self.local_cpus
         self.policy = policy or WaitPolicy.from_env(cores_per_rank=self.local_cpus / self.local_ranks)
+        self._heartbeat = None
+        if self.policy.liveness_s and self.size > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            from .heartbeat import Heartbeat
+
+            self._heartbeat = Heartbeat(MPI, self._beats, self.policy.liveness_s).start()
         # Runs before mpi4py finalises MPI (atexit is last-in, first-out).
         atexit.register(self._at_exit)
 
@@ -332,6 +333,13 @@ class MPIWorld:
 
     def _at_exit(self) -> None:
         """After a failure, meet the other ranks before MPI finalises (which would wait forever)."""
+        try:
+            self._meet_after_failure()
+        finally:
+            if self._heartbeat is not None:  # it watched until here: a rank stopped in the
+                self._heartbeat.stop()       # epilogue is found in liveness_s, not grace_s
+
+    def _meet_after_failure(self) -> None:
         if not self.failed:
             return
         sys.stdout.flush()
@@ -390,7 +398,6 @@ __all__ = [
     "SingleWorld",
     "detect_launcher",
     "get_world",
-    "launched_by_mpi",
     "launcher_world_size",
     "mpi_mode",
     "wants_mpi",

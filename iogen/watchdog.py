@@ -16,6 +16,9 @@ The knobs (environment variables, read once per process; docs/mpi.md explains th
                                1800; 0 = wait forever)
     IOGEN_MPI_GRACE_S          after a failure, how long the ranks may take to write the
                                incomplete summary and exit before the job is aborted (default 60)
+    IOGEN_MPI_LIVENESS_S       a rank whose heartbeat thread is silent this long (SIGSTOP, a
+                               frozen node) makes its neighbour abort the job (default 30;
+                               0 = off; iogen.heartbeat)
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 SPIN_FOREVER = math.inf
 DEFAULT_STEP_TIMEOUT_S = 1800.0
 DEFAULT_GRACE_S = 60.0
+DEFAULT_LIVENESS_S = 30.0  # iogen.heartbeat: a rank silent this long is stopped or frozen
 MIN_SLEEP_S = 20e-6
 MAX_SLEEP_S = 500e-6
 # A failure notice is a small JSON message; longer messages are cut to this many characters.
@@ -47,6 +51,7 @@ class WaitPolicy:
     max_sleep_s: float = MAX_SLEEP_S
     step_timeout_s: float | None = DEFAULT_STEP_TIMEOUT_S
     grace_s: float = DEFAULT_GRACE_S
+    liveness_s: float | None = DEFAULT_LIVENESS_S
 
     @classmethod
     def from_env(cls, *, cores_per_rank: float, environ=None) -> "WaitPolicy":
@@ -56,8 +61,9 @@ class WaitPolicy:
         spin_us = _env_float(env, "IOGEN_MPI_SPIN_US", spin_default_us)
         step = _env_float(env, "IOGEN_MPI_STEP_TIMEOUT_S", DEFAULT_STEP_TIMEOUT_S)
         grace = _env_float(env, "IOGEN_MPI_GRACE_S", DEFAULT_GRACE_S)
+        liveness = _env_float(env, "IOGEN_MPI_LIVENESS_S", DEFAULT_LIVENESS_S)
         return cls(spin_s=spin_us * 1e-6, step_timeout_s=step if step > 0 else None,
-                   grace_s=grace if grace > 0 else DEFAULT_GRACE_S)
+                   grace_s=grace if grace > 0 else DEFAULT_GRACE_S, liveness_s=liveness if liveness > 0 else None)
 
 
 def _env_float(env, name: str, default: float) -> float:

@@ -91,3 +91,23 @@ def test_a_killed_rank_ends_the_job(mpi):
                           "IOGEN_MPI_GRACE_S": "10"}, timeout=BOUND_S)
     assert res.returncode != 0, res
     assert res.rank_codes.get(0, 1) != 0 and res.rank_codes.get(1, 1) != 0, res
+
+
+def test_a_stopped_rank_is_found_by_its_neighbour_and_the_job_is_aborted(mpi):
+    """SIGSTOP: the rank neither fails nor dies. With the step timeout and grace at their defaults
+    (1800 s + 60 s), only the heartbeat can end the job inside the launch's bound."""
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_FAIL": "1:stop:2", "IOGEN_MPI_LIVENESS_S": "3"}, timeout=BOUND_S)
+    assert res.returncode != 0, res
+    assert "rank 1 stops itself" in res.output, res
+    assert "rank 0: rank 1 has not been heard from for" in res.output and "aborting the job" in res.output, res
+
+
+def test_heartbeats_do_not_end_a_run_whose_ranks_finish_apart(mpi):
+    """A rank that ends first says goodbye: its neighbour, still busy, is not aborted."""
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_LINGER": "0:3", "IOGEN_MPI_LIVENESS_S": "1"}, timeout=BOUND_S)
+    assert res.returncode in (0, 1), res  # 1: the AU gate on a busy machine
+    assert "has not been heard from" not in res.output, res

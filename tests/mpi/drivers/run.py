@@ -7,7 +7,9 @@
                                 step:K       raises at its K-th step barrier (mid-run)
                                 hang:K       stops forever at its K-th step barrier
                                 kill:K       SIGKILLs itself at its K-th step barrier
+                                stop:K       SIGSTOPs itself at its K-th step barrier
                                 generate     data generation raises on that rank
+    IOGEN_TEST_LINGER=R:S     rank R stays S seconds longer after its command, before exiting
 """
 import os
 import signal
@@ -63,6 +65,9 @@ if fail:
                     if kind == "hang":
                         while True:
                             time.sleep(3600)
+                    if kind == "stop":
+                        print(f"test driver: rank {world.rank} stops itself", file=sys.stderr, flush=True)
+                        os.kill(os.getpid(), signal.SIGSTOP)
                     if kind == "kill":
                         print(f"test driver: rank {world.rank} kills itself", file=sys.stderr, flush=True)
                         os.kill(os.getpid(), signal.SIGKILL)
@@ -77,6 +82,9 @@ except Exception:  # the injected failures are not iogen's errors: print them as
 
     traceback.print_exc()
     code = 1
+linger = os.environ.get("IOGEN_TEST_LINGER")
+if linger and int(linger.split(":")[0]) == world.rank:
+    time.sleep(float(linger.split(":")[1]))
 if record:
     np.savez(os.path.join(record, f"gids-rank{world.rank}.npz"), **recorded)
 exit_now(code)  # as the `iogen` command ends (iogen.cli.main)
