@@ -2,6 +2,7 @@
 
 Each launch's `timeout=` is the bound: a hang fails the test. Timings are not asserted.
 """
+import glob
 import os
 
 import pytest
@@ -111,3 +112,33 @@ def test_heartbeats_do_not_end_a_run_whose_ranks_finish_apart(mpi):
                      env={"IOGEN_TEST_LINGER": "0:3", "IOGEN_MPI_LIVENESS_S": "1"}, timeout=BOUND_S)
     assert res.returncode in (0, 1), res  # 1: the AU gate on a busy machine
     assert "has not been heard from" not in res.output, res
+
+
+def test_sigterm_to_mpiexec_interrupts_every_rank_and_keeps_the_summary(mpi):
+    """What Slurm and schedulers send first: Hydra forwards it, every rank exits 130 with a summary."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    overrides = _no_shuffle(mpi, **{"workflow.generate_data": True, "train.epochs": 500,
+                                    "train.computation_time": 0.01})
+    _generate(mpi, overrides)
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "HYDRA_", "MPI_LOCAL"))}
+    proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, *mpi.iogen("run", "default", *overrides, "-q")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(mpi.tmp_path))
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline and not any(
+                os.path.getsize(p) > 4096 for p in glob.glob(str(mpi.tmp_path / "results" / "*" / "steps" / "*"))):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=BOUND_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.count("interrupted by SIGTERM") >= 2, err  # both ranks
+    doc = _summary(mpi)
+    assert doc["iogen"]["complete"] is False and "SIGTERM" in doc["iogen"]["incomplete_reason"]
