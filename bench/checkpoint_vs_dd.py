@@ -9,7 +9,8 @@ block as iogen stamps them, so both write the same kind of bytes (os.pwrite rele
 then fsync. Restore: iogen's reader against a plain pread loop with the same threads
 and piece size, each after dropping the file from the page cache. Each side writes a fresh
 file each time, and the order alternates (baseline first, then iogen first, ...) `--repeat`
-times; medians and ratios are printed (> 1 means iogen is faster). Peak RSS of iogen writing
+times, with a sync and a pause (`--settle-s`) before each timed write; medians, per-repetition
+ratios and their geometric mean are printed (> 1 means iogen is faster). Peak RSS of iogen writing
 and reading the shard is measured in a fresh child process (getrusage ru_maxrss), against the
 child's RSS before the work.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -142,6 +144,7 @@ def main() -> int:
     ap.add_argument("--transfer-mib", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--stamp", type=int, default=1, help="block stamp (0: repeated blocks, both sides)")
+    ap.add_argument("--settle-s", type=float, default=3.0, help="pause after sync before each timed write")
     ap.add_argument("--child-rss", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.makedirs(args.folder, exist_ok=True)
@@ -150,6 +153,7 @@ def main() -> int:
         return 0
     from iogen.checkpoint.torchzip import torch_layout
 
+    load_before = os.getloadavg()
     transfer = args.transfer_mib << 20
     layout = torch_layout(_tensors(args.shard_gib << 30, args.tensors))
     mine, plain = os.path.join(args.folder, "iogen.pt"), os.path.join(args.folder, "plain.bin")
@@ -172,6 +176,7 @@ def main() -> int:
                     if os.path.exists(path) and side.__name__.endswith(("plain" if path == plain else "iogen")):
                         os.unlink(path)
                 subprocess.run(["sync"], check=False)
+                time.sleep(args.settle_s)  # let the device drain the previous writer's data
                 side()
             for side in (("plain", "iogen") if rep % 2 == 0 else ("iogen", "plain")):
                 if side == "plain":
@@ -183,6 +188,9 @@ def main() -> int:
     finally:
         io.close()
     med = {k: statistics.median(v) for k, v in times.items()}
+    # per repetition iogen/plain, and their geometric mean (the order alternates: even repeats balance it)
+    pair = {ph: [p / i for p, i in zip(times[f"{ph}_plain"], times[f"{ph}_iogen"])] for ph in ("write", "read")}
+    gmean = {ph: math.exp(statistics.fmean(math.log(x) for x in v)) for ph, v in pair.items()}
     gib = layout.size_bytes / 2**30
     print(f"shard {gib:.2f} GiB ({layout.size_bytes:,} bytes), {args.threads} threads, {args.transfer_mib} MiB "
           f"pieces, fsync on writes, page cache dropped before reads, median of {args.repeat}")
@@ -190,7 +198,8 @@ def main() -> int:
         p, i = med[f"{phase}_plain"], med[f"{phase}_iogen"]
         print(f"{phase}: plain {gib / p:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain {p / i:.2f}x "
               f"(all: plain {[round(x, 2) for x in times[phase + '_plain']]} s, "
-              f"iogen {[round(x, 2) for x in times[phase + '_iogen']]} s)")
+              f"iogen {[round(x, 2) for x in times[phase + '_iogen']]} s); per repetition "
+              f"{[round(x, 2) for x in pair[phase]]}, geometric mean {gmean[phase]:.2f}x")
     for path in (mine, plain):
         os.unlink(path)
     child = subprocess.run([sys.executable, __file__, "--child-rss", "--folder", args.folder, "--shard-gib",
@@ -201,6 +210,9 @@ def main() -> int:
     print(f"peak RSS: base {mib(rss['base_bytes']):.0f} MiB, writing {mib(rss['after_write_bytes']):.0f} MiB, "
           f"reading {mib(rss['after_read_bytes']):.0f} MiB (shard {gib:.2f} GiB; threads x transfer = "
           f"{args.threads * args.transfer_mib} MiB)")
+    print(f"load average before {' / '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print("command: python bench/checkpoint_vs_dd.py " + " ".join(sys.argv[1:]))
     return 0
 
 

@@ -1,8 +1,9 @@
 """Write and read checkpoint files through the core, in constant memory.
 
-Each of `threads` threads owns one aligned buffer of `transfer_size` bytes, filled once (the
-checkpoint's content, incompressible unless checkpoint.randomize_tensor is False) and reused
-for every block of every file of every checkpoint: nothing is allocated per checkpoint or per
+Each of `threads` writer threads owns one aligned buffer of `transfer_size` bytes, filled once
+(the checkpoint's content, incompressible unless checkpoint.randomize_tensor is False) and
+reused for every block of every file of every checkpoint; each of `read_threads` reader threads
+owns one more, allocated at the first read: nothing is allocated per checkpoint or per
 file, so a rank's memory is about threads x transfer_size whatever the model size. The work is
 cut into tasks (a file's run of blocks); threads take tasks in order, so big files are written
 by all threads at once and small files by one each. Blocks that hold framing (torch zip headers,
@@ -46,7 +47,7 @@ class CheckpointIO:
     """Threads and reused buffers that write and read a rank's checkpoint files."""
 
     def __init__(self, *, threads: int, transfer_bytes: int, odirect: bool, fsync: bool, seed: int,
-                 randomize: bool = True):
+                 randomize: bool = True, read_threads: int | None = None):
         if transfer_bytes % DIRECT_ALIGN:
             raise ConfigError(f"checkpoint.transfer_size = {transfer_bytes}: must be a multiple of {DIRECT_ALIGN}")
         self.threads = threads
@@ -55,8 +56,10 @@ class CheckpointIO:
         self.fsync = fsync
         self.seed = seed
         self.randomize = randomize
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="iogen-ckpt")
-        self.buffers: list = []
+        self.read_threads = read_threads or threads
+        self.pool = ThreadPoolExecutor(max_workers=max(threads, self.read_threads), thread_name_prefix="iogen-ckpt")
+        self.buffers: list = []  # the write content (filled once)
+        self.read_buffers: list = []  # where reads land: separate, so reads never change what is written
         self.filled = False
         self.stop = threading.Event()  # set when a phase fails or is interrupted: threads take no new task
 
@@ -64,6 +67,12 @@ class CheckpointIO:
         """Stop the threads and release the buffers."""
         self.pool.shutdown(wait=True)
         self.buffers = []
+        self.read_buffers = []
+
+    def release_write_buffers(self) -> None:
+        """Drop the write content (before a read phase, so the two never add up in memory)."""
+        self.buffers = []
+        self.filled = False
 
     def _buffers(self, fill: bool) -> list:
         # The content is generated here, once, outside any timed window.
@@ -85,12 +94,12 @@ class CheckpointIO:
         """Allocate and fill the buffers now (call before the timed window)."""
         self._buffers(fill=True)
 
-    def _tasks(self, files: list[_File]) -> list[tuple[_File, int, int]]:
+    def _tasks(self, files: list[_File], threads: int) -> list[tuple[_File, int, int]]:
         tasks = []
         for f in files:
             size = f.layout.size_bytes
             blocks = -(-size // self.transfer)
-            per = max(1, min(-(-blocks // self.threads), TASK_MAX_BYTES // self.transfer))
+            per = max(1, min(-(-blocks // threads), TASK_MAX_BYTES // self.transfer))
             f.tasks_left = max(1, -(-blocks // per))
             if blocks == 0:
                 tasks.append((f, 0, 0))
@@ -126,7 +135,8 @@ class CheckpointIO:
                                       "does not support O_DIRECT; set checkpoint.odirect=False") from None
                 raise DataError(f.path, f"cannot create: {exc.strerror}") from None
         try:
-            self._run(self._tasks(files), lambda buf, task: self._write_task(buf, task, stamp))
+            self._run(self._tasks(files, self.threads), lambda buf, task: self._write_task(buf, task, stamp),
+                      self._buffers(fill=True))
         except BaseException:
             self._abort(files)  # interrupted: no temporary file stays behind
             raise
@@ -139,7 +149,7 @@ class CheckpointIO:
             raise DataError(f.path, f"write failed: {getattr(f.error, 'strerror', None) or f.error}") from None
         return sum(f.layout.size_bytes for f in files)
 
-    def _run(self, tasks, work) -> None:
+    def _run(self, tasks, work, buffers) -> None:
         lock = threading.Lock()
         it = iter(tasks)
 
@@ -151,7 +161,6 @@ class CheckpointIO:
                     return
                 work(buf, task)
 
-        buffers = self._buffers(fill=True)
         self.stop.clear()
         futures = [self.pool.submit(worker, buf) for buf in buffers[: max(1, min(len(buffers), len(tasks)))]]
         try:
@@ -262,8 +271,9 @@ class CheckpointIO:
                 f.error = exc
 
         try:
-            tasks = self._tasks(files)
-            self._run(tasks, work)
+            if not self.read_buffers:
+                self.read_buffers = [core.reader.aligned_buffer(self.transfer) for _ in range(self.read_threads)]
+            self._run(self._tasks(files, self.read_threads), work, self.read_buffers)
         finally:
             self._close_all(files)
         for f in files:

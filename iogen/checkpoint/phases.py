@@ -125,7 +125,8 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     if shift_note and world.rank == 0:
         say(shift_note)
     io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
-                      fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor)
+                      fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                      read_threads=ck.read_threads)
     compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
     spin = core.clock.calibrate_spin_ns() if compute_ns else 0
     written = np.zeros((n_write, 2), np.int64)  # bytes, duration ns
@@ -151,7 +152,7 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
             evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(folder, s)])
             check_present(theirs, folder, range(1, n_read + 1))
             world.barrier()
-            io.buffers = []  # the write content is not needed any more; reads fill their own buffers
+            io.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
             for i in range(n_read):
                 if compute_ns:
@@ -241,6 +242,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
                 "page_cache": page_cache,
                 "peak_rss_bytes": [int(x) for x in rank_facts[:, 0]],
                 "write_threads": wl.checkpoint.write_threads,
+                "read_threads": wl.checkpoint.read_threads,
                 "transfer_size_bytes": wl.checkpoint.transfer_size,
             },
         },

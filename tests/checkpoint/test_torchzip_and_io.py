@@ -131,3 +131,16 @@ def test_reads_check_every_file_whole(tmp_path):
             io.read_files([(str(tmp_path / "nope.pt"), 10)])
     finally:
         io.close()
+
+
+def test_reads_use_their_own_threads_and_buffers_and_leave_the_content_alone(tmp_path):
+    path, layout = _write(tmp_path)
+    io = _io(read_threads=2)
+    try:
+        io.prepare_write()
+        content = [bytes(b) for b in io.buffers]
+        assert io.read_files([(path, layout.size_bytes)]) == layout.size_bytes
+        assert len(io.read_buffers) == 2 and len(io.buffers) == 3
+        assert [bytes(b) for b in io.buffers] == content  # what later writes write is unchanged
+    finally:
+        io.close()
