@@ -470,7 +470,9 @@ class TFRecordFormat(Format):
             try:
                 example = decode_example(first)
                 image = example.get("image") or [b""]
-                if len(image[0]) != rb:
+                if not isinstance(image[0], bytes):
+                    problems.append("record 0: feature 'image' holds numbers, not bytes")
+                elif len(image[0]) != rb:
                     problems.append(f"record 0: image of {len(image[0])} bytes, expected {rb}")
             except ExampleDecodeError as exc:
                 problems.append(f"record 0 is not a tf.train.Example: {exc}")
@@ -503,7 +505,7 @@ class TFRecordFormat(Format):
         if first is not None:
             try:
                 image = decode_example(first).get("image") or [first]
-                record_bytes = len(image[0])
+                record_bytes = len(image[0] if isinstance(image[0], bytes) else first)
             except ExampleDecodeError:
                 record_bytes = len(first)
         return FileShape(count, record_bytes, None, None, "gzip" if gz else "none")

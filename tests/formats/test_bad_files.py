@@ -126,3 +126,13 @@ def test_check_file_parses_every_example_not_only_the_first(tmp_path, compressio
     path.write_bytes(gzip.compress(data, mtime=0) if compression == "gzip" else data)
     problems = fmt.check_file(path, N, RB)
     assert len(problems) == 1 and "record 2 is not a tf.train.Example" in problems[0], problems
+
+
+def test_an_image_feature_of_numbers(tmp_path):
+    """Found by the fuzzer (seed 23): len() of an int escaped check_file and probe_file."""
+    path = tmp_path / "a.tfrecord"
+    _frame_file(path, [encode_example({"size": [RB], "image": [7, 8, 9]})] * N)
+    fmt = make_format("tfrecord", samples_per_file=N)
+    problems = fmt.check_file(path, N, RB)
+    assert any("holds numbers, not bytes" in p or "not a tf.train.Example" in p for p in problems), problems
+    assert fmt.probe_file(path).samples == N
