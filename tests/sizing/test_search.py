@@ -149,3 +149,28 @@ def test_ctrl_c_during_a_probe_exits_130_and_keeps_an_incomplete_search(tiny, tm
     (search_dir,) = (tmp_path / "results").glob("*-search")
     doc = json.loads(_read(search_dir / "search.json"))
     assert doc["complete"] is False and doc["incomplete_reason"]
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_search_probes_can_be_campaigns(iogen_cmd, tiny):
+    import sys
+
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.path.exists(mpiexec):
+        pytest.skip("no mpiexec beside the interpreter (pip install mpich)")
+    over = tiny(**{"metric.au": 0, "train.epochs": 1})
+    assert iogen_cmd("datagen", "default", *over, "-q").returncode == 0
+    res = iogen_cmd("search", "default", *over, "--launcher", f"{mpiexec} -n {{n}}", "--max", "2", "--runs", "2",
+                    "--no-plot", timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    search_dir = res.stdout.split("results: ", 1)[1].split()[0]
+    doc = json.loads(_read(os.path.join(search_dir, "search.json")))
+    assert [p["accelerators"] for p in doc["points"]] == [1, 2]
+    for point in doc["points"]:
+        # two measured runs per probe, pooled: an interval exists (clipped to [0, 100])
+        assert point["runs"] == 2 * len(point["probes"])
+        assert 0.0 <= point["au_ci95_low_percentage"] <= point["au_ci95_high_percentage"] <= 100.0
+        for probe in point["probes"]:
+            assert len(probe["run_dirs"]) == 2 and all("-campaign" in d for d in probe["run_dirs"])
+    assert not os.path.exists(os.path.join(search_dir, "search.png"))
