@@ -16,13 +16,13 @@ def _load(args, **extra):
     return load_workload(args.workload, overrides, accelerator=args.accelerator)
 
 
-def _check_host(wl, world_size=None, *, generate=None, workers=None) -> None:
+def _check_host(wl, world_size=None, *, generate=None, workers=None, runs=None) -> None:
     """Refuse (exit 2, before anything is written) a workload this host cannot hold (iogen.config.limits)."""
     from .comm import launcher_world_size
     from .config.limits import check_resources, launcher_ranks_per_node
 
     check_resources(wl, world_size or launcher_world_size(), ranks_per_node=launcher_ranks_per_node(),
-                    generate=generate, workers=workers)
+                    generate=generate, workers=workers, runs=runs)
 
 
 def _require_for(wl, command: str, loader: bool = True) -> None:
@@ -292,7 +292,7 @@ def cmd_run(args) -> int:
         extra["workflow.generate_data"] = "True"
     wl = _load(args, **extra)
     _require_for(wl, "run")
-    _check_host(wl)
+    _check_host(wl, runs=args.runs + args.warmup)
     world = get_world()
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign

@@ -25,6 +25,7 @@ import resource
 from ..errors import ConfigError
 
 INT64_MAX = 2**63 - 1
+MAX_RUNS = 10_000  # runs of one campaign (`--runs` + `--warmup`), each a run folder
 MAX_THREADS = 1024  # reader threads (or DataLoader worker processes) and datagen writers per rank
 PLAN_BYTES_PER_SAMPLE = 8  # an int64 global sample id
 BYTES_PER_FILE = 8  # an int64 record size per file, on every rank
@@ -33,19 +34,24 @@ STDEVS_OF_LARGEST_RECORD = 4  # record sizes are normal(mean, stdev): the larges
 
 
 def check_resources(wl, world_size: int = 1, *, ranks_per_node: int = 1, generate: bool | None = None,
-                    workers: int | None = None, available_bytes: int | None = None) -> None:
+                    workers: int | None = None, runs: int | None = None, available_bytes: int | None = None) -> None:
     """Raise ConfigError listing every problem when the workload cannot run on this host."""
     problems = resource_problems(wl, world_size, ranks_per_node=ranks_per_node, generate=generate,
-                                 workers=workers, available_bytes=available_bytes)
+                                 workers=workers, runs=runs, available_bytes=available_bytes)
     if problems:
         raise ConfigError(problems)
 
 
 def resource_problems(wl, world_size: int = 1, *, ranks_per_node: int = 1, generate: bool | None = None,
-                      workers: int | None = None, available_bytes: int | None = None) -> list[str]:
+                      workers: int | None = None, runs: int | None = None,
+                      available_bytes: int | None = None) -> list[str]:
     """The problems check_resources raises (empty when the workload fits)."""
     ds, rd = wl.dataset, wl.reader
     problems = []
+    if runs is not None and runs > MAX_RUNS:
+        problems.append(f"--runs + --warmup = {runs:,}: a campaign has at most {MAX_RUNS:,} runs (one run folder each)")
+    if world_size < 1:
+        problems.append(f"--world-size = {world_size}: must be at least 1")
     if workers is not None and not 1 <= workers <= MAX_THREADS:
         problems.append(f"--workers = {workers}: must be between 1 and {MAX_THREADS}")
     if rd.read_threads > MAX_THREADS:

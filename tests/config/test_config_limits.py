@@ -128,6 +128,17 @@ def test_ranks_on_a_node_share_its_memory():
     assert "(8 ranks per node)" in line
 
 
+def test_campaign_runs_are_bounded():
+    assert resource_problems(wl_with(), 1, runs=10_000, available_bytes=64 * GIB) == []
+    (line,) = resource_problems(wl_with(), 1, runs=10**8, available_bytes=64 * GIB)
+    assert line.startswith("--runs + --warmup = 100,000,000: a campaign has at most 10,000 runs")
+
+
+def test_world_size_must_be_positive():
+    (line,) = resource_problems(wl_with(), -1, available_bytes=64 * GIB)
+    assert line == "--world-size = -1: must be at least 1"
+
+
 def test_workers_are_bounded():
     wl = wl_with()
     for workers in (-1, 0, MAX_THREADS + 1):
