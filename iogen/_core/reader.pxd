@@ -9,3 +9,10 @@ cdef int64_t pread_full(int fd, unsigned char *dst, int64_t length, int64_t offs
 # lengths are >= 0 and every entry's bytes fit a buffer of buf_bytes (checked before raw writes).
 cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
                      const int64_t[:] buf_offsets, int64_t buf_bytes) except -1
+
+# buf as a writable byte view, once check_batch has passed against its size.
+cdef unsigned char[::1] checked_batch_view(buf, const int64_t[:] fds, const int64_t[:] offsets,
+                                           const int64_t[:] lengths, const int64_t[:] buf_offsets)
+
+# Raise ReadFailure for batch entry `failed`: got < 0 is -errno, else the bytes read before EOF.
+cdef int raise_read_failure(Py_ssize_t failed, int64_t got, const int64_t[:] offsets) except -1

@@ -71,23 +71,34 @@ cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64
     return 0
 
 
+cdef unsigned char[::1] checked_batch_view(buf, const int64_t[:] fds, const int64_t[:] offsets,
+                                           const int64_t[:] lengths, const int64_t[:] buf_offsets):
+    out = writable_byte_view(buf)
+    check_batch(fds, offsets, lengths, buf_offsets, len(out))
+    return out
+
+
+cdef int raise_read_failure(Py_ssize_t failed, int64_t got, const int64_t[:] offsets) except -1:
+    if got < 0:
+        raise ReadFailure(failed, -got, offsets[failed], 0)
+    raise ReadFailure(failed, 0, offsets[failed], got)
+
+
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
 @cython.wraparound(IOGEN_DEBUG_BUILD)
 def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
                const int64_t[:] required, buf, const int64_t[:] buf_offsets):
     """Read lengths[i] bytes of fds[i] at offsets[i] into buf[buf_offsets[i]:]; return bytes read."""
-    cdef unsigned char[::1] out = writable_byte_view(buf)
     cdef Py_ssize_t n = fds.shape[0]
     cdef Py_ssize_t i
-    cdef int64_t buf_bytes = out.shape[0]
-    cdef int64_t total = 0
-    cdef int64_t got = 0
-    cdef Py_ssize_t failed = -1
-    cdef unsigned char *base = &out[0] if buf_bytes > 0 else NULL
     if required.shape[0] != n:
         raise ValueError(f"required must have the length of fds ({n}), got {required.shape[0]}")
     # Validate every entry before the first read: the loop below writes through raw pointers.
-    check_batch(fds, offsets, lengths, buf_offsets, buf_bytes)
+    cdef unsigned char[::1] out = checked_batch_view(buf, fds, offsets, lengths, buf_offsets)
+    cdef unsigned char *base = &out[0] if out.shape[0] > 0 else NULL
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef Py_ssize_t failed = -1
     for i in range(n):
         if required[i] > lengths[i]:
             raise ValueError(f"entry {i}: required {required[i]} > length {lengths[i]}")
@@ -101,9 +112,7 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
                 break
             total += got
     if failed >= 0:
-        if got < 0:
-            raise ReadFailure(failed, -got, offsets[failed], 0)
-        raise ReadFailure(failed, 0, offsets[failed], got)
+        raise_read_failure(failed, got, offsets)
     return total
 
 

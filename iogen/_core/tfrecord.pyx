@@ -15,10 +15,10 @@ import struct
 import numpy as np
 
 from iogen._core import _common
-from iogen._core._common import check_crc, writable_byte_view
-from iogen.errors import FramingError, ReadFailure
+from iogen._core._common import check_crc
+from iogen.errors import FramingError
 
-from iogen._core.reader cimport check_batch, pread_full
+from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failure
 
 __all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
            "has_hw_crc32c", "index_records", "masked_crc32c", "pread_frames", "write_frame_header"]
@@ -266,19 +266,17 @@ def pread_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
     the batch. Every frame is read even after a bad one; a read error or a short frame raises
     ReadFailure, as reader.pread_into does.
     """
-    cdef unsigned char[::1] out = writable_byte_view(buf)
+    # Validate every entry before the first read: the loop below writes through raw pointers.
+    cdef unsigned char[::1] out = checked_batch_view(buf, fds, offsets, lengths, buf_offsets)
+    cdef unsigned char *base = &out[0] if out.shape[0] > 0 else NULL
+    cdef unsigned char *p
     cdef Py_ssize_t n = fds.shape[0]
     cdef Py_ssize_t i
-    cdef int64_t buf_bytes = out.shape[0]
+    cdef int64_t length
     cdef int64_t total = 0
     cdef int64_t got = 0
-    cdef int64_t length
     cdef Py_ssize_t failed = -1
     cdef Py_ssize_t bad = -1
-    cdef unsigned char *base = &out[0] if buf_bytes > 0 else NULL
-    cdef unsigned char *p
-    # Validate every entry before the first read: the loop below writes through raw pointers.
-    check_batch(fds, offsets, lengths, buf_offsets, buf_bytes)
     for i in range(n):
         if lengths[i] < HEADER_BYTES_C + FOOTER_BYTES_C:
             raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES_C + FOOTER_BYTES_C} bytes, "
@@ -313,7 +311,5 @@ def pread_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
             if bad < 0 and iogen_crc32c_mask(crc) != load_le32(p + data_end):
                 bad = i
     if failed >= 0:
-        if got < 0:
-            raise ReadFailure(failed, -got, offsets[failed], 0)
-        raise ReadFailure(failed, 0, offsets[failed], got)
+        raise_read_failure(failed, got, offsets)
     return total, bad
