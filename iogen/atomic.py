@@ -51,16 +51,23 @@ def pid_alive(pid: int) -> bool:
 
 
 def stale_temps(folder: str, final_names=None) -> list[str]:
-    """Paths of iogen temporary files in `folder` whose writer is gone (optionally only for `final_names`)."""
+    """Paths of iogen temporary files in `folder` whose writer is gone.
+
+    `final_names`: only those of these final names (a collection), or of the final names a
+    callable accepts; None: any.
+    """
     try:
         names = os.listdir(folder)
     except OSError:
         return []
-    wanted = None if final_names is None else set(final_names)
+    if final_names is None or callable(final_names):
+        wanted = final_names
+    else:
+        wanted = set(final_names).__contains__
     out = []
     for name in sorted(names):
         parsed = parse_temp(name)
-        if parsed is None or (wanted is not None and parsed[0] not in wanted):
+        if parsed is None or (wanted is not None and not wanted(parsed[0])):
             continue
         if parsed[1] != os.getpid() and not pid_alive(parsed[1]):
             out.append(os.path.join(folder, name))

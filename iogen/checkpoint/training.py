@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from .. import core
-from ..atomic import full_disk_error, is_full_disk
+from ..atomic import full_disk_error, is_full_disk, remove_stale_temps, temp_path
 
 CHUNK_BYTES = 16 << 20
 
@@ -87,8 +87,11 @@ class Checkpointer:
 
     def _write_file(self, epoch: int, step: int) -> str:
         os.makedirs(self.folder, exist_ok=True)
+        if not self.count:  # a killed run's half-written checkpoints of this workload hold space
+            remove_stale_temps(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
+                               and final.endswith(".ckpt"))
         final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
-        tmp = f"{final}.tmp.{os.getpid()}"
+        tmp = temp_path(final)
         buf = self.buf
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -140,3 +140,25 @@ def test_unreadable_data_folder_is_not_reported_missing(tmp_path, tiny):
                          capture_output=True, text=True, timeout=120, cwd="/")
     assert_one_clear_line(res, str(tmp_path / "data" / "train"), "permission denied")
     assert "does not exist" not in res.stderr
+
+
+def _dead_pid():
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_a_killed_runs_half_checkpoint_is_removed_and_nothing_else(tmp_path, tiny):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    dead = _dead_pid()
+    stale = ckpt / f"default-epoch1-step4.ckpt.tmp.{dead}"
+    kept = [ckpt / f"notes.ckpt.tmp.{dead}",  # not this workload's checkpoint name
+            ckpt / f"default-epoch1-step4.ckpt.tmp.{os.getpid()}",  # its writer is alive
+            ckpt / "default-epoch1-step4.ckpt.tmp.backup"]  # not iogen's temporary pattern
+    for path in [stale, *kept]:
+        path.write_bytes(b"x" * 4096)
+    res = run_iogen("run", "default", "--generate", "--quiet",
+                    *tiny(**{"workflow.checkpoint": True, "checkpoint.checkpoint_folder": ckpt}))
+    assert res.returncode in (0, 1), res.stderr
+    assert not stale.exists()
+    assert all(p.exists() for p in kept)
