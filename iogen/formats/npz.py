@@ -175,6 +175,9 @@ class NpzFormat(Format):
                 m.shape, m.fortran, m.dtype = np.lib.format.read_array_header_2_0(fobj)
         except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
             raise DataError(path, f"bad .npy header ({exc})", offset=offset) from None
+        if any(int(d) < 0 for d in m.shape) or math.prod(m.shape) * m.dtype.itemsize >= 1 << 62:
+            raise DataError(path, f"bad .npy header: shape {tuple(m.shape)} of {m.dtype} is impossible",
+                            offset=offset)
 
     def _rows(self, m: _Member) -> int | None:
         """Samples if x is laid out one sample per contiguous row, else None."""
@@ -223,13 +226,14 @@ class NpzFormat(Format):
             if m.compressed:
                 with parsing(path, "cannot decompress member 'x.npy'", m.member_offset):
                     return self._read_compressed(path, m, ids, rows)
-            arr = np.memmap(fobj, dtype=m.dtype, mode="r", offset=m.data_offset, shape=tuple(m.shape),
-                            order="F" if m.fortran else "C")
-            if rows is not None:
-                return [np.array(arr[i]) for i in ids]
-            if self.samples_per_file == 1:
-                return [np.array(arr) for _ in ids]
-            return [np.array(arr[..., i]) for i in ids]
+            with parsing(path, "cannot map member 'x.npy'", m.data_offset):
+                arr = np.memmap(fobj, dtype=m.dtype, mode="r", offset=m.data_offset, shape=tuple(m.shape),
+                                order="F" if m.fortran else "C")
+                if rows is not None:
+                    return [np.array(arr[i]) for i in ids]
+                if self.samples_per_file == 1:
+                    return [np.array(arr) for _ in ids]
+                return [np.array(arr[..., i]) for i in ids]
 
     def _read_compressed(self, path, m: _Member, ids, rows):
         try:

@@ -136,3 +136,48 @@ def test_an_image_feature_of_numbers(tmp_path):
     problems = fmt.check_file(path, N, RB)
     assert any("holds numbers, not bytes" in p or "not a tf.train.Example" in p for p in problems), problems
     assert fmt.probe_file(path).samples == N
+
+
+# The .npy header is Python literal text parsed by numpy (ast.literal_eval): each variant below
+# made numpy, zipfile or ast raise its own exception type before (a traceback for the user).
+NPY_HEADERS = [
+    b"{'descr': '|u1', 'fortran_order': False, 'shape': (4, 256",  # unterminated: tokenize/SyntaxError
+    b"{'descr': '|u1', 'fortran_order': False}",  # no shape: ValueError/KeyError
+    b"{'descr': 'not-a-dtype', 'fortran_order': False, 'shape': (4, 256), }",  # TypeError
+    b"{'descr': [('a', '|u1', (2, 'x'))], 'fortran_order': False, 'shape': (4,), }",  # nested junk
+    b"__import__('os').system('true')",  # not a literal
+    b"{'descr': '|u1', 'fortran_order': False, 'shape': (-4, 256), }",  # negative shape
+    b"{'descr': '|u1', 'fortran_order': False, 'shape': (4611686018427387904, 256), }",  # huge
+    b"\xff\xfe" * 20,  # not text
+]
+
+
+@pytest.mark.parametrize("header", NPY_HEADERS, ids=range(len(NPY_HEADERS)))
+@pytest.mark.parametrize("compression", ["none", "zip"])
+def test_npy_headers_numpy_cannot_read(tmp_path, header, compression):
+    fmt = make_format("npz", compression=compression, samples_per_file=N)
+    path = tmp_path / "a.npz"
+    if compression == "none":
+        fmt.write_file(path, N, RB, SEED, STREAM)
+        raw = path.read_bytes()
+        at = raw.index(b"\x93NUMPY") + 10
+        end = raw.index(b"\n", at)
+        path.write_bytes(raw[:at] + header.ljust(end - at)[:end - at] + raw[end:])
+    else:  # a deflated member: write the damaged .npy through zipfile
+        import io
+        import zipfile
+
+        body = np.zeros((N, RB), np.uint8)
+        npy = io.BytesIO()
+        np.save(npy, body)
+        data = npy.getvalue()
+        at, end = 10, data.index(b"\n", 10)
+        data = data[:at] + header.ljust(end - at)[:end - at] + data[end:]
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("x.npy", data)
+            zf.writestr("y.npy", b"")
+    problems = fmt.check_file(path, N, RB)
+    assert problems and all("\n" not in p for p in problems)
+    with pytest.raises(DataError) as info:
+        fmt.read_samples(path, [0])
+    assert info.value.path == str(path)
