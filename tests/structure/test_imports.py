@@ -7,7 +7,9 @@ of the Cython .pyx), so it sees every import, also the ones a test run would nev
 - `from pkg import name` is an edge to `pkg.name` when that is a module, else to `pkg`;
 - importing `a.b.c` is an edge to `a.b.c` only, not to its parent packages: a package's
   `__init__` re-exporting its own submodules is not a cycle;
-- `cimport` (compile-time, checked by Cython itself) is not an edge.
+- `cimport` (compile-time, checked by Cython itself) is not an edge;
+- imports under `if TYPE_CHECKING:` count too: a type that needs a cycle to be named belongs in
+  the module both sides can import.
 """
 import ast
 import os
