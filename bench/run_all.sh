@@ -10,6 +10,7 @@ PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT" "$WORK"
 run() { name=$1; shift; echo "== $name $(date -u +%T)" >> "$OUT/log"; "$@" > "$OUT/$name.md" 2> "$OUT/$name.err"; echo "rc=$? $(date -u +%T)" >> "$OUT/log"; }
 run vs_dlio $PY bench/vs_dlio.py --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio"
+run vs_dlio_tfrecord $PY bench/vs_dlio.py --format tfrecord --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio_tfr"
 run sleep $PY bench/sleep_accuracy.py --reps 100,100,10
 run au_ceiling $PY bench/au_ceiling.py --compute 0.01 --reps 3 --files 128
 run au_ceiling_1ms $PY bench/au_ceiling.py --compute 0.001 --reps 3 --files 128

@@ -1,6 +1,6 @@
 """iogen against DLIO, side by side on the same files, in the same run.
 
-iogen generates one NPZ dataset; then, alternating in each repetition with the page cache warmed
+iogen generates one dataset (NPZ, or TFRecord with --format tfrecord); then, alternating in each repetition with the page cache warmed
 before every contender, DLIO (`dlio_benchmark`, run from its own Python: --dlio-python or
 $IOGEN_DLIO_PYTHON) and iogen read it with the same loader, read threads, batch size, compute
 time and epochs. Every figure is what each tool reports in its own summary.json, under DLIO's
@@ -34,7 +34,7 @@ import tempfile
 
 WORKLOAD_YAML = """\
 model: iogen_vs_dlio
-framework: pytorch
+framework: {framework}
 workflow:
   generate_data: False
   train: True
@@ -42,7 +42,7 @@ workflow:
   checkpoint: False
 dataset:
   data_folder: {data}
-  format: npz
+  format: {fmt}
   num_files_train: {files}
   num_samples_per_file: 1
   record_length: {record}
@@ -111,11 +111,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="read_threads for both tools")
     ap.add_argument("--compute", type=float, default=0.01, help="computation_time per step, seconds (both tools)")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--loader", default="pytorch", choices=["pytorch", "tensorflow"],
-                    help="DLIO's data_loader; iogen uses the same loader (and its native one beside it)")
+    ap.add_argument("--loader", default=None, choices=["pytorch", "tensorflow"],
+                    help="DLIO's data_loader (default: pytorch for npz, tensorflow for tfrecord); iogen uses the "
+                         "same loader, and its native one beside it")
+    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord"],
+                    help="the dataset's format (TFRecord records carry the `image` and `size` features both read)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary folder)")
     args = ap.parse_args(argv)
+    args.loader = args.loader or ("tensorflow" if args.format == "tfrecord" else "pytorch")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import command_line, machine_line
 
@@ -124,7 +128,7 @@ def main(argv=None) -> int:
     before = machine_line()
     work = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="iogen-vs-dlio-"))
     data = os.path.join(work, "data")
-    base = [f"dataset.data_folder={data}", f"output.folder={work}/iogen-results", "dataset.format=npz",
+    base = [f"dataset.data_folder={data}", f"output.folder={work}/iogen-results", f"dataset.format={args.format}",
             f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
             f"dataset.record_length_bytes={args.record_bytes}", "dataset.record_length_bytes_stdev=0",
             f"reader.batch_size={args.batch}", f"reader.read_threads={args.threads}",
@@ -133,10 +137,11 @@ def main(argv=None) -> int:
     run_iogen(base + ["workflow.generate_data=True", "train.epochs=1"], "native")  # generate once
     base.append("workflow.generate_data=False")
     os.makedirs(os.path.join(data, "valid"), exist_ok=True)  # DLIO 2.0 lists valid/ even without eval files
-    paths = sorted(glob.glob(os.path.join(data, "train", "**", "*.npz"), recursive=True))
+    paths = sorted(glob.glob(os.path.join(data, "train", "**", f"*.{args.format}"), recursive=True))
     os.makedirs(os.path.join(work, "cfg", "workload"), exist_ok=True)
     with open(os.path.join(work, "cfg", "workload", "iogen_vs_dlio.yaml"), "w", encoding="utf-8") as fh:
-        fh.write(WORKLOAD_YAML.format(data=data, files=args.files, record=args.record_bytes, loader=args.loader,
+        fh.write(WORKLOAD_YAML.format(data=data, fmt=args.format, files=args.files, record=args.record_bytes,
+                                      loader=args.loader, framework=args.loader,
                                       batch=args.batch, threads=args.threads, epochs=args.epochs,
                                       compute=args.compute))
     why_not = dlio_available(args.dlio_python)
@@ -155,7 +160,7 @@ def main(argv=None) -> int:
     keys = (("train_au_mean_percentage", "AU %", ".2f"),
             ("train_throughput_mean_samples_per_second", "samples/s", ",.1f"),
             ("train_io_mean_MB_per_second", "MiB/s (DLIO's MB key)", ",.1f"))
-    print(f"iogen vs DLIO: {args.files} NPZ files x {args.record_bytes:,} B, batch {args.batch}, read_threads "
+    print(f"iogen vs DLIO: {args.files} {args.format} files x {args.record_bytes:,} B, {args.loader} loader, batch {args.batch}, read_threads "
           f"{args.threads} for both, compute {args.compute * 1e3:g} ms/step, {args.epochs} epochs, page cache warm, "
           f"{args.reps} repetitions alternating (medians, min-max); iogen core {core.core_description()}")
     print()
