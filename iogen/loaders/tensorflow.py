@@ -77,9 +77,13 @@ class TensorFlowLoader(Loader):
         self._order = None  # ids in the order the pipeline delivers them, when known up front
         self._errors = []
         self._errors_lock = threading.Lock()
-        # file -> ((size, mtime_ns), records) of the files whose framing iogen checked
+        # file -> ((size, mtime_ns), records) of the files whose framing iogen checked. Plain files
+        # only: tf.data's zlib stream reader fails cleanly on a bad length (DataLossError, tested),
+        # and checking a compressed file means inflating it, a second read of the whole dataset;
+        # compressed files are read `take(count)` per file and a short one is named afterwards.
         self._framed = {}
-        if self.stream and layout.num_files <= PREINDEX_MAX_FILES:
+        self._prescan = self.stream and not self.compression
+        if self._prescan and layout.num_files <= PREINDEX_MAX_FILES:
             # bad data found before the run, as native does (a node-local staged copy: its files)
             present = getattr(layout, "staged_files", None)
             self._check_framing(range(layout.num_files) if present is None else present)
@@ -92,7 +96,7 @@ class TensorFlowLoader(Loader):
         every file must hold the samples_per_file records the plan reads from it.
         """
         spf = self.layout.samples_per_file
-        for f in files:
+        for f in files if self._prescan else ():
             f = int(f)
             path = self.reader.path(f)
             try:
@@ -144,7 +148,7 @@ class TensorFlowLoader(Loader):
         cycle = max(1, self.read_threads)
         spf = self.layout.samples_per_file
         if track is None and np.all(first == 0) and np.all(count == spf) \
-                and all(self._framed[int(f)][1] == spf for f in files):
+                and all(self._framed.get(int(f), (None, -1))[1] == spf for f in files):
             # whole files: exactly DLIO's (and a TensorFlow job's) reader
             return tf.data.TFRecordDataset(paths, compression_type=self.compression, buffer_size=self.buffer_bytes,
                                            num_parallel_reads=cycle if cycle > 1 else None)
@@ -296,6 +300,12 @@ class TensorFlowLoader(Loader):
                 return DataError(path, "data file is missing (generate it with `iogen datagen`)")
             if known is not None and known[0] != (st.st_size, st.st_mtime_ns):
                 return DataError(path, f"file changed during the run: {what} (epoch {plan.epoch})")
+        for f in files:  # not checked before the run (compressed): count each file's records now
+            path, spf = self.layout.paths[f], self.layout.samples_per_file
+            records = self.fmt.count_records(path)
+            if records < spf:
+                return DataError(path, f"holds {records} records, the workload reads {spf} from it "
+                                       f"({what}, epoch {plan.epoch})")
         return DataError(f"{self.layout.folder} (epoch {plan.epoch})",
                          f"{what}: the files hold fewer samples than the plan reads")
 
