@@ -116,16 +116,18 @@ def load_bounded(source: str, where: str):
     if len(source) > MAX_FILE_BYTES:
         raise ConfigError(f"{where}: {len(source):,} characters; a workload file may have at most "
                           f"{MAX_FILE_BYTES:,}")
-    loader = StrictLoader(source)
+    loader = None
     try:
         try:
+            loader = StrictLoader(source)  # the reader checks the characters here: inside the try
             node = loader.get_single_node()
             if node is None:
                 return None
             check_graph(node)
             return loader.construct_document(node)
         finally:
-            loader.dispose()
+            if loader is not None:
+                loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

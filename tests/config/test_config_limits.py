@@ -46,6 +46,12 @@ def test_ten_level_alias_bomb_is_refused_within_300_mib(tmp_path, iogen_cmd):
     assert res.stderr.count("\n") == 1 and "expands to more than" in res.stderr
 
 
+def test_control_character_is_refused_with_its_position(write_yaml):
+    """Found by tests/fuzz: PyYAML's reader checks characters when the loader is built."""
+    msg = load_error(write_yaml, "dataset:\n  format: np\x01z\n")
+    assert "not valid YAML" in msg and "special characters are not allowed" in msg
+
+
 def test_recursive_alias_is_refused(write_yaml):
     assert "refers to a node that contains it" in load_error(write_yaml, "dataset: &a\n  x: *a\n")
 

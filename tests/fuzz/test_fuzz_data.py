@@ -224,11 +224,6 @@ def mutate_yaml(rng, data: bytes) -> tuple[bytes, str]:
     return data[:at] + token + data[at:], f"insert {token[:20]!r} at {at}"
 
 
-# Strict: passes (and so fails here) once fixed, so the mark cannot outlive the defect.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="config defect found by this harness: iogen/config/yamlread.load_bounded builds its "
-                          "loader outside its try, so a control character in the YAML escapes as "
-                          "yaml.reader.ReaderError (a traceback) instead of exit 2")
 @pytest.mark.parametrize("workload", ["default", "unet3d", "resnet50"])
 def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, capsys, workload):
     from importlib import resources
