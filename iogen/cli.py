@@ -213,6 +213,11 @@ def run_command(argv=None) -> int:
             raise
         print(f"iogen: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `iogen validate ... | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_OK
     except OSError as exc:
         print(f"iogen: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
