@@ -7,7 +7,9 @@ writer that does the same work: the same number of threads, each pwrite-ing its 
 share of one file of the same size from its own buffer of the same transfer size, stamped per
 block as iogen stamps them, so both write the same kind of bytes (os.pwrite releases the GIL),
 then fsync. Restore: iogen's reader against a plain pread loop with the same threads
-and piece size, each after dropping the file from the page cache. Each side writes a fresh
+and piece size, each after dropping the file from the page cache, on each one's file and (a
+third reading) the plain loop on iogen's file, which separates the reader from the file's place
+on disk. Each side writes a fresh
 file each time, and the order alternates (baseline first, then iogen first, ...) `--repeat`
 times, with a sync and a pause (`--settle-s`) before each timed write; medians, per-repetition
 ratios and their geometric mean are printed (> 1 means iogen is faster). Peak RSS of iogen writing
@@ -159,7 +161,7 @@ def main() -> int:
     mine, plain = os.path.join(args.folder, "iogen.pt"), os.path.join(args.folder, "plain.bin")
     io = iogen_io(args.threads, transfer)
     io.prepare_write()
-    times = {"write_plain": [], "write_iogen": [], "read_plain": [], "read_iogen": []}
+    times = {"write_plain": [], "write_iogen": [], "read_plain": [], "read_iogen": [], "read_plain_same": []}
     try:
         for rep in range(args.repeat):
             # Each side writes a fresh file (the previous one deleted and synced outside the timing);
@@ -185,6 +187,9 @@ def main() -> int:
                 else:
                     _evict(mine)
                     times["read_iogen"].append(iogen_read(io, mine, layout.size_bytes))
+            # the plain loop on iogen's own file: separates the reader from where the file lies on disk
+            _evict(mine)
+            times["read_plain_same"].append(plain_read(mine, args.threads, transfer))
     finally:
         io.close()
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -200,6 +205,9 @@ def main() -> int:
               f"(all: plain {[round(x, 2) for x in times[phase + '_plain']]} s, "
               f"iogen {[round(x, 2) for x in times[phase + '_iogen']]} s); per repetition "
               f"{[round(x, 2) for x in pair[phase]]}, geometric mean {gmean[phase]:.2f}x")
+    same, i = med["read_plain_same"], med["read_iogen"]
+    print(f"read, same file (iogen's): plain {gib / same:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain "
+          f"{same / i:.2f}x (all: plain {[round(x, 2) for x in times['read_plain_same']]} s)")
     for path in (mine, plain):
         os.unlink(path)
     child = subprocess.run([sys.executable, __file__, "--child-rss", "--folder", args.folder, "--shard-gib",

@@ -62,14 +62,28 @@ def cmd_workloads(args) -> int:
         ("AU", lambda s: f"{s['au']:.2f}"),
     )
     table = [[head for head, _ in columns]]
+    checkpoint_only = []
     for name in list_workloads():
-        s = workload_summary(load_workload(name))
+        wl = load_workload(name)
+        if wl.workflow.checkpoint and not wl.workflow.train:
+            checkpoint_only.append(wl)  # no dataset: listed apart
+            continue
+        s = workload_summary(wl)
         table.append([str(get(s)) for _, get in columns])
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     print("dataset (nominal): files x samples/file x record bytes; `iogen validate WORKLOAD` gives the size "
           "as generated, with record sizes drawn using the stdev")
+    if checkpoint_only:
+        print("\ncheckpoint-only workloads (docs/checkpointing.md; bytes per rank and job: "
+              "`iogen validate WORKLOAD -n RANKS`):")
+        for wl in checkpoint_only:
+            m, ck = wl.model, wl.checkpoint
+            print(f"  {wl.name}: {m.num_layers} layers, hidden {m.transformer.hidden_size}, tensor x pipeline "
+                  f"{m.parallelism.tensor} x {m.parallelism.pipeline}, ZeRO {m.parallelism.zero_stage}, "
+                  f"{max(0, ck.num_checkpoints_write)} writes + {max(0, ck.num_checkpoints_read)} reads, "
+                  f"fsync {ck.fsync}")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .. import core
 from ..atomic import full_disk_error, is_full_disk
+from ..atomic import temp_path
 from ..errors import ConfigError, DataError
 
 DIRECT_ALIGN = 4096
@@ -122,7 +123,7 @@ class CheckpointIO:
         files = [_File(p, lay) for p, lay in paths_layouts]
         for f in files:
             self._framed(f)
-            f.tmp = f"{f.path}.tmp.{os.getpid()}"
+            f.tmp = temp_path(f.path)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
             if self.odirect:
                 flags |= getattr(os, "O_DIRECT", 0)

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from .. import core
+from ..atomic import remove_stale_temps
 from ..errors import ConfigError, DataError
 from .io import CheckpointIO, evict
 from .model import ModelSpec, job_sizes
@@ -136,11 +137,13 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     try:
         io.prepare_write()  # the content, generated once, outside the timed window
         for i in range(n_write):
+            paths = mine.paths(folder, i + 1)
+            # a killed run's half-written files of this rank (its temp names, dead pid) hold space
+            remove_stale_temps(os.path.join(folder, checkpoint_id(i + 1)), set(mine.names))
             if compute_ns:
                 core.clock.sleep_ns(compute_ns, spin)
             world.barrier()
             t0 = core.clock.now_ns()
-            paths = mine.paths(folder, i + 1)
             os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(folder, checkpoint_id(i + 1)),
                         exist_ok=True)
             nbytes = io.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)

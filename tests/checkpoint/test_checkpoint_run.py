@@ -144,3 +144,19 @@ def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
     assert len(series["duration_seconds"]) == 2
     assert series["rank_duration_min_seconds"][0] <= series["rank_duration_max_seconds"][0]
     assert "checkpoints" in [f["id"] for f in build_figures(report)]
+
+
+def test_a_killed_runs_temporary_files_are_removed_by_the_next_write(tmp_path):
+    wl = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    folder = tmp_path / "ckpt" / "global_epoch1_step1"
+    folder.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stale = folder / f"zero_pp_rank_0_mp_rank_0_optim_states.pt.tmp.{dead}"
+    stale.write_bytes(b"x" * 1000)
+    foreign = folder / "notes.txt"
+    foreign.write_text("mine")
+    run(wl, SingleWorld(), quiet=True)
+    assert not stale.exists() and foreign.exists()
+    assert sorted(os.listdir(folder)) == ["notes.txt", "zero_pp_rank_0_mp_rank_0_model_states.pt",
+                                          "zero_pp_rank_0_mp_rank_0_optim_states.pt"]
