@@ -106,10 +106,12 @@ def free_bytes(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def full_disk_error(exc: OSError, path: str, needed_bytes: int | None, what: str = "") -> OutputError:
-    """The OutputError for a write of `needed_bytes` to `path` that hit ENOSPC/EDQUOT."""
+def full_disk_error(exc: OSError, path: str, needed_bytes: int | None, what: str = "", *,
+                    approx: bool = False) -> OutputError:
+    """The OutputError for a write of `needed_bytes` (`approx`: about) to `path` that hit ENOSPC/EDQUOT."""
     free = free_bytes(path)
-    need = f"{needed_bytes:,} bytes needed" if needed_bytes is not None else "more space needed"
+    about = "about " if approx else ""
+    need = f"{about}{needed_bytes:,} bytes needed" if needed_bytes is not None else "more space needed"
     have = f", {free:,} bytes free" if free is not None else ""
     cause = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
     return OutputError(path, f"{cause} writing {what or 'it'} ({need}{have})")

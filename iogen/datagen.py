@@ -175,7 +175,7 @@ def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
         unlink_quietly(tmp)
         if is_full_disk(exc):  # name the file and what it needed, not just "[Errno 28]"
             needed = layout.samples_per_file * int(layout.record_bytes[i])
-            raise full_disk_error(exc, path, needed, f"data file {i} (about)") from None
+            raise full_disk_error(exc, path, needed, f"data file {i}", approx=True) from None
         raise
     return size, format_crc(crc)
 
