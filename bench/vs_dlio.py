@@ -8,10 +8,11 @@ keys: AU %, samples/s, and DLIO's "MB/s" (which DLIO 2.0 computes as samples/s x
 / 2^20: MiB/s). No DLIO figure is typed in: when dlio_benchmark cannot be imported by the given
 Python, the script says DLIO was not measured and prints iogen's figures alone.
 
-The two tools do not define their figures identically (docs/metrics.md): DLIO 2.0 includes each
-epoch's first step (worker start-up) in its throughput and AU, iogen leaves it out by default
-(metric.exclude_start_steps=1); DLIO sleeps with time.sleep, iogen with its calibrated sleep.
-The table shows both as published.
+The two tools do not define their figures identically (docs/metrics.md): DLIO 2.0's throughput
+counts every step of an epoch over the whole epoch's time, its first step (worker start-up)
+included, while its AU leaves the first step's time and compute out (statscounter.py:
+compute_metrics_train); iogen leaves the first step out of both (metric.exclude_start_steps=1).
+DLIO sleeps with time.sleep, iogen with its calibrated sleep. The table shows both as published.
 
     .venv/bin/python bench/vs_dlio.py --dlio-python /tmp/dliovenv/bin/python --reps 3
 
@@ -181,8 +182,8 @@ def main(argv=None) -> int:
     print()
     if why_not:
         print(f"DLIO was not measured: {why_not}.")
-    print("DLIO 2.0 counts each epoch's first step (loader start-up) in its AU and throughput; iogen leaves it out "
-          "(metric.exclude_start_steps=1).")
+    print("DLIO 2.0 counts each epoch's first step (loader start-up) in its throughput but leaves it out of its AU; "
+          "iogen leaves it out of both (metric.exclude_start_steps=1).")
     print(f"before: {before}")
     print(f"after: {machine_line()}")
     print(f"command: {command_line(__file__, argv)}")
