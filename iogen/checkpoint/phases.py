@@ -172,14 +172,15 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         world.fail(exc)
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
             doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],
-                           read[None, :n_done(read)], np.array([[peak_rss_bytes(), -1, 0]], np.int64))
+                           read[None, :n_done(read)], np.array([[peak_rss_bytes(), -1, 0, theirs.rank]], np.int64))
             doc["iogen"].update(complete=False, error=str(exc) or type(exc).__name__,
                                 note="rank 0's own figures up to the failure; other ranks' are not gathered")
             rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
     finally:
         io.close()
-    facts_rank = np.array([peak_rss_bytes(), -1 if device_bytes is None else device_bytes, int(evicted)], np.int64)
+    facts_rank = np.array([peak_rss_bytes(), -1 if device_bytes is None else device_bytes, int(evicted),
+                           theirs.rank], np.int64)
     all_written = world.gather_array(written)
     all_read = world.gather_array(read)
     all_facts = world.gather_array(facts_rank)
@@ -244,6 +245,8 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
                 "read": r,
                 "page_cache": page_cache,
                 "peak_rss_bytes": [int(x) for x in rank_facts[:, 0]],
+                # whose files each rank read (itself, or the next node's rank with recovery_rank_shift)
+                "read_files_of_rank": [int(x) for x in rank_facts[:, 3]] if read.shape[1] else None,
                 "write_threads": wl.checkpoint.write_threads,
                 "read_threads": wl.checkpoint.read_threads,
                 "transfer_size_bytes": wl.checkpoint.transfer_size,

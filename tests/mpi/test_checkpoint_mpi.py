@@ -94,3 +94,18 @@ def test_llama3_8b_subset_on_two_ranks_stays_under_the_rss_bound(mpi):
     bound = 2 * (8 << 20) + (48 << 20)  # threads x transfer_size, plus slack for allocator noise
     assert rss[1] - rss[0] < bound, (rss, shard)
     assert rss[1] < shard
+
+
+def test_recovery_rank_shift_reads_the_next_nodes_files(mpi):
+    settings = {"model.parallelism.pipeline": 2, "model.parallelism.zero_stage": 1}
+    writes = _overrides(mpi, **settings, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    assert mpi.launch(4, mpi.iogen("run", "llama3-8b", *writes, "-q")).returncode == 0
+    written = mpi.load_json(os.path.join(mpi.run_dirs()[-1], "summary.json"))["iogen"]["checkpoint"]["write"]
+    reads = _overrides(mpi, **settings, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 1,
+                                           "checkpoint.recovery_rank_shift": True})
+    res = mpi.launch(4, mpi.iogen("run", "llama3-8b", *reads, "-q"), env={"IOGEN_NODE": "a,a,b,b"})
+    assert res.returncode == 0, res
+    ck = mpi.load_json(os.path.join(mpi.run_dirs()[-1], "summary.json"))["iogen"]["checkpoint"]
+    assert ck["read_files_of_rank"] == [2, 3, 0, 1]  # two ranks per node: rank r reads rank r + 2's files
+    w = written["per_rank"]["bytes"]
+    assert ck["read"]["per_rank"]["bytes"] == [w[2], w[3], w[0], w[1]] and w[0] != w[2]
