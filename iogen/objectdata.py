@@ -1,9 +1,10 @@
 """Datasets as objects: generation (resumable, with the manifest as an object), verify and the run's check.
 
 The objects hold the same seeded bytes as the files `iogen datagen` writes on a file system:
-each file is written by its format's write_file_crc to a temporary local file (under the
-system's temporary folder, removed at once), then uploaded (multipart when it is larger than a
-part). Keys follow the file layout: `<data_folder>/<train|valid>/<the same relative names>`, and
+each file is written by its format's write_file_crc to an anonymous in-memory file (memfd: no
+name on any file system, gone when closed; objects over MEMFD_MAX_BYTES go to a temporary file
+in the system's temporary folder instead, removed at once), then uploaded (multipart when it
+is larger than a part). Keys follow the file layout: `<data_folder>/<train|valid>/<the same relative names>`, and
 each split's manifest is the object `<split folder>/.iogen-manifest.json`, written last.
 
 Resuming: every data object carries, as user metadata, a digest of the generation settings and
@@ -13,6 +14,7 @@ other settings or not written by iogen are refused (exit 2) unless --overwrite.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +31,34 @@ from .formats.checksum import crc32c, format_crc
 
 META_PARAMS = "iogen-params"
 META_CRC = "iogen-crc32c"
+# Objects up to this size are staged in memory (memfd); larger ones in the system's temporary folder.
+MEMFD_MAX_BYTES = 256 << 20
+
+
+@contextlib.contextmanager
+def scratch_path(size_bytes: int, suffix: str):
+    """A path for one object's bytes while they are written or indexed, removed on exit.
+
+    An anonymous memory file (/proc/self/fd/N of a memfd) when the object is small enough and
+    the system has memfd, so nothing is written outside the data and output folders; else a
+    temporary file in the system's temporary folder.
+    """
+    if size_bytes <= MEMFD_MAX_BYTES and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("iogen-object", os.MFD_CLOEXEC)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + suffix)
+    os.close(fd)
+    try:
+        yield tmp
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
 
 
 def manifest_uri(layout) -> str:
@@ -105,19 +135,13 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
 
 
 def _write_one(store, layout, fmt, i: int, digest: str, part_bytes: int) -> dict:
-    """Write file i to a temporary local file, upload it, remove the local file; return its entry."""
-    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + layout.suffix)
-    os.close(fd)
-    try:
+    """Write file i to scratch (memory or a temporary file), upload it; return its manifest entry."""
+    approx = layout.samples_per_file * int(layout.record_bytes[i]) + (64 << 10)
+    with scratch_path(approx, layout.suffix) as tmp:
         size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
                                        layout.seed, layout.stream_of(i))
         crc_text = format_crc(crc)
         store.put_file(layout.paths[i], tmp, part_bytes, metadata={META_PARAMS: digest, META_CRC: crc_text})
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
     return mf.file_entry(layout.rel_path(i), size, crc_text, int(layout.record_bytes[i]), layout.samples_per_file)
 
 

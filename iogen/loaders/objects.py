@@ -8,13 +8,12 @@ reusable batch buffers (prefetch_size + 2 of them, grown only when a batch needs
 TFRecord frames are CRC-checked after the read, as the native loader does on files.
 
 Indexing: the formats index a file by its headers and framing, read from a local file. Before
-the run (outside every epoch's figures), each object is fetched once into a temporary local
-file, indexed and removed; those GETs are reported apart (`object_store.index`).
+the run (outside every epoch's figures), each object is fetched once into scratch (an
+anonymous memory file, iogen.objectdata.scratch_path), indexed and dropped; those GETs are
+reported apart (`object_store.index`).
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -61,18 +60,18 @@ class ObjectLoader(Loader):
         return offsets, lengths
 
     def _index_one(self, i: int):
+        from ..objectdata import scratch_path
+
         uri = self.layout.paths[i]
-        fd, tmp = tempfile.mkstemp(prefix="iogen-index-", suffix="." + self.layout.suffix)
-        try:
-            with os.fdopen(fd, "wb") as f:
+        approx = self.layout.samples_per_file * int(self.layout.record_bytes[i]) + (64 << 10)
+        with scratch_path(approx, self.layout.suffix) as tmp:
+            with open(tmp, "wb") as f:
                 for chunk in self.store.get_chunks(uri):
                     f.write(chunk)
             try:
                 index = self.fmt.index_file(tmp)
-            except DataError as exc:  # name the object, not the temporary file
+            except DataError as exc:  # name the object, not the scratch file
                 raise DataError(uri, exc.message, exc.offset) from None
-        finally:
-            os.unlink(tmp)
         if index is None:
             raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
                                  "uncompressed npz and tfrecord only")
