@@ -21,8 +21,11 @@ def checkpoint_plan(wl, world_size: int) -> dict | None:
            "num_parameters": spec.num_parameters(), **sizes.to_dict()}
     if subset:
         full = spec.mp * spec.dp(world_size)
-        doc["subset_fraction"] = world_size / full
+        full_bytes = job_sizes(spec, full).total_bytes
+        doc["subset_fraction"] = world_size / full  # of the ranks
         doc["subset_of_ranks"] = full
+        doc["full_job_total_bytes"] = full_bytes
+        doc["subset_bytes_fraction"] = sizes.total_bytes / full_bytes if full_bytes else None
     return doc
 
 
@@ -43,6 +46,7 @@ def checkpoint_lines(doc: dict) -> list[str]:
         f"{_gib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes) in {doc['files']} files per checkpoint",
     ]
     if doc["mode"] == "subset":
-        lines.append(f"checkpoint: subset: these {doc['world_size']} ranks write {doc['subset_fraction']:.2%} of the "
-                     f"{doc['subset_of_ranks']}-rank job's checkpoint")
+        lines.append(f"checkpoint: subset: ranks 0-{doc['world_size'] - 1} of the {doc['subset_of_ranks']}-rank job "
+                     f"({doc['subset_fraction']:.2%} of its ranks) write {_gib(doc['total_bytes'])} of its "
+                     f"{_gib(doc['full_job_total_bytes'])} ({doc['subset_bytes_fraction']:.2%})")
     return lines

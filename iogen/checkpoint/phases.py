@@ -261,8 +261,8 @@ def headline(doc) -> str:
     lines = []
     plan = ck["plan"]
     if plan.get("mode") == "subset":
-        lines.append(f"subset: {plan['world_size']} of {plan['subset_of_ranks']} ranks, "
-                     f"{plan['subset_fraction']:.2%} of the job's checkpoint")
+        lines.append(f"subset: {plan['world_size']} of the job's {plan['subset_of_ranks']} ranks, "
+                     f"{plan['subset_bytes_fraction']:.2%} of its checkpoint bytes")
     for name, phase in (("write", ck["write"]), ("read", ck["read"])):
         if phase.get("checkpoints"):
             lines.append(f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
