@@ -121,15 +121,22 @@ def _window(run_dir) -> tuple[int, int]:
 def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) -> dict:
     """One run's entry of report.json: campaign figures, per-epoch values, wait percentiles, series."""
     run_dir = os.path.abspath(os.fspath(run_dir))
-    doc = read_summary(run_dir)
+    entry = _summary_entry(read_summary(run_dir), run_dir)
+    if latency:
+        entry.update(_step_log_entry(run_dir, interval_s))
+    return entry
+
+
+def _summary_entry(doc: dict, run_dir: str) -> dict:
+    """What summary.json says: the campaign figures, the run's facts and its per-epoch values."""
     rv = _stats.run_values_from_summary(doc, run_dir)
-    train = ((doc.get("iogen") or {}).get("metrics") or {}).get("train") or {}
-    per_epoch = train.get("per_epoch") or {}
-    entry = {
+    it = doc.get("iogen") or {}
+    per_epoch = ((it.get("metrics") or {}).get("train") or {}).get("per_epoch") or {}
+    return {
         "label": rv.label,
         "warmup": rv.warmup,
         "complete": rv.complete,
-        "incomplete_reason": (doc.get("iogen") or {}).get("incomplete_reason"),
+        "incomplete_reason": it.get("incomplete_reason"),
         "run_dir": run_dir,
         "workload": rv.workload,
         "num_accelerators": rv.num_accelerators,
@@ -140,37 +147,36 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
         "au_met": rv.au_met,
         "au_gate_applied": rv.au_gate_applied,
         "au_threshold_percentage": rv.au_threshold_percentage,
-        "page_cache_warning": (doc.get("iogen") or {}).get("page_cache_warning"),
+        "page_cache_warning": it.get("page_cache_warning"),
         "setup": rv.setup,
-        "reads_from": (doc.get("iogen") or {}).get("reads_from"),
-        "device_read_bytes_per_epoch": (doc.get("iogen") or {}).get("device_read_bytes_per_epoch"),
-        "dataset_size_rule": (doc.get("iogen") or {}).get("dataset_size_rule"),
+        "reads_from": it.get("reads_from"),
+        "device_read_bytes_per_epoch": it.get("device_read_bytes_per_epoch"),
+        "dataset_size_rule": it.get("dataset_size_rule"),
         "checkpoint": rv.checkpoint,  # checkpoint-only runs: the figures a campaign reduces
         "checkpoint_series": checkpoint_series(doc),  # and per-checkpoint durations, per-rank spread
-        "per_epoch": {
-            "epoch": per_epoch.get("epoch", []),
-            "au_percentage": per_epoch.get("au_percentage", []),
-            "throughput_samples_s": per_epoch.get("throughput_samples_s", []),
-            "io_mib_s": per_epoch.get("io_mib_s", []),
-            "wait_mean_ns": per_epoch.get("wait_mean_ns", []),
-            "compute_mean_ns": per_epoch.get("compute_mean_ns", []),
-        },
+        "per_epoch": {key: per_epoch.get(key, []) for key in (
+            "epoch", "au_percentage", "throughput_samples_s", "io_mib_s", "wait_mean_ns", "compute_mean_ns")},
         "wait": None,
         "wait_per_epoch": [],
         "wait_histogram": None,
         "timeseries": None,
     }
-    if latency:
-        logs = read_run_steps(run_dir)
-        if logs:
-            start, end = _window(run_dir)
-            epochs, whole = wait_histograms(logs, exclude_start_steps=start, exclude_end_steps=end)
-            entry["wait"] = whole.summary(PERCENTILES)
-            entry["wait_per_epoch"] = [{"epoch": e, **h.summary(PERCENTILES)} for e, h in epochs.items()]
-            entry["wait_histogram"] = whole.to_dict()
-            entry["wait_window"] = {"exclude_start_steps": start, "exclude_end_steps": end}
-            entry["timeseries"] = run_timeseries(logs, interval_s)
-    return entry
+
+
+def _step_log_entry(run_dir: str, interval_s: float | None) -> dict:
+    """What the step logs say: wait percentiles over the metrics window, and the time series."""
+    logs = read_run_steps(run_dir)
+    if not logs:
+        return {}
+    start, end = _window(run_dir)
+    epochs, whole = wait_histograms(logs, exclude_start_steps=start, exclude_end_steps=end)
+    return {
+        "wait": whole.summary(PERCENTILES),
+        "wait_per_epoch": [{"epoch": e, **h.summary(PERCENTILES)} for e, h in epochs.items()],
+        "wait_histogram": whole.to_dict(),
+        "wait_window": {"exclude_start_steps": start, "exclude_end_steps": end},
+        "timeseries": run_timeseries(logs, interval_s),
+    }
 
 
 def _values(entry) -> _stats.RunValues:
