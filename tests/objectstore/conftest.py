@@ -130,3 +130,93 @@ def s3_auth(s3_auth_server, monkeypatch, tmp_path):
     yield SimpleNamespace(endpoint=endpoint, bucket=bucket, secret=key["SecretAccessKey"], client=client,
                           env=env)
     client.close()
+
+
+class _Throttler:
+    """What the throttling proxy answers 503 SlowDown to (set by the test before iogen starts)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.every_nth_ranged_get = 0  # 503 for every n-th GET with a Range header (0: none)
+        self.always_for = None  # 503 for every request whose path holds this string
+        self.ranged_gets = 0
+        self.throttled = 0
+
+    def decide(self, method, path, headers) -> bool:
+        with self.lock:
+            if self.always_for and self.always_for in path:
+                self.throttled += 1
+                return True
+            if method == "GET" and "range" in {k.lower() for k in headers}:
+                self.ranged_gets += 1
+                if self.every_nth_ranged_get and self.ranged_gets % self.every_nth_ranged_get == 0:
+                    self.throttled += 1
+                    return True
+            return False
+
+
+@pytest.fixture
+def throttling_proxy(s3, monkeypatch):
+    """A real HTTP proxy in front of the moto server that answers some requests 503 SlowDown.
+
+    Yields (endpoint, throttler); AWS_ENDPOINT_URL points at the proxy for this test.
+    """
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    upstream = urlsplit(s3.endpoint)
+    throttler = _Throttler()
+    body_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                b"<Message>Please reduce your request rate.</Message></Error>")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _any(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            payload = self.rfile.read(length) if length else None
+            if throttler.decide(self.command, self.path, self.headers):
+                self.send_response(503)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body_503)))
+                self.end_headers()
+                self.wfile.write(body_503)
+                return
+            conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                conn.request(self.command, self.path, body=payload, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            finally:
+                conn.close()
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    try:
+        yield endpoint, throttler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -64,3 +64,28 @@ def test_run_generate_writes_objects_then_reads(s3, tmp_path, iogen_cmd):
     assert r.returncode == 0, r.stderr
     assert summary_of(r)["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16
     assert iogen_cmd("verify", "default", *over).returncode == 0
+
+
+@pytest.mark.slow  # botocore's backoff before the 5th attempt: tens of seconds
+def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttling_proxy, tmp_path, iogen_cmd):
+    """503 SlowDown from a real HTTP proxy in front of the server: retried and counted per epoch;
+    a key that is always throttled ends the run with exit 2 naming the key and the status."""
+    endpoint, throttler = throttling_proxy
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "workflow.generate_data": False,
+                                                "train.epochs": 1, "reader.read_threads": 2})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    throttler.every_nth_ranged_get = 3  # a retried request is another ranged GET: never two in a row
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    get = summary_of(r)["iogen"]["object_store"]["train_epochs"][0]["get"]
+    assert get["requests"] == 16 and get["errors"] == 0
+    assert get["throttled_503"] >= 1 and get["retries"] == get["throttled_503"]
+    assert throttler.throttled == get["throttled_503"]
+    assert f"{get['throttled_503']} throttled (503)" in r.stdout
+    throttler.every_nth_ranged_get = 0
+    throttler.always_for = "img_1_of_4.npz"
+    throttler.throttled = 0
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 2, r.stderr
+    assert f"s3://{s3.bucket}/pre/ds/train/img_1_of_4.npz" in r.stderr and "HTTP 503 SlowDown" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
