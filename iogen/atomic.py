@@ -146,3 +146,22 @@ def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str 
         if is_full_disk(exc):
             raise full_disk_error(exc, path, len(raw), what or os.path.basename(path)) from None
         raise
+
+
+def folder_problem(path: str) -> str | None:
+    """Why iogen could not create or write into folder `path` (None when it can); creates nothing."""
+    folder = os.path.abspath(path)
+    if os.path.exists(folder):
+        if not os.path.isdir(folder):
+            return "is a file, not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return "is not writable by this user"
+        return None
+    parent = os.path.dirname(folder)
+    while parent != os.path.dirname(parent) and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"cannot be created: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created: {parent} is not writable by this user"
+    return None

@@ -25,6 +25,21 @@ def _check_host(wl, world_size=None, *, generate=None, workers=None, runs=None) 
                     generate=generate, workers=workers, runs=runs)
 
 
+def _check_folders(wl, *, output: bool = False, data: bool = False) -> None:
+    """Refuse (exit 2, before anything is written) folders iogen would fail to create or write into."""
+    from .atomic import folder_problem
+    from .errors import ConfigError
+
+    local = wl.storage.storage_type != "s3"  # with s3, data_folder is a key prefix
+    wanted = [("dataset.data_folder", wl.dataset.data_folder, data and local),
+              ("output.folder", wl.output.folder, output),
+              ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder, output and wl.workflow.checkpoint)]
+    problems = [f"{key} = {folder}: {problem}" for key, folder, asked in wanted
+                if asked and (problem := folder_problem(folder))]
+    if problems:
+        raise ConfigError(problems)
+
+
 def _require_for(wl, command: str, loader: bool = True) -> None:
     """Before any work: the optional packages this command will import for this workload (iogen.deps)."""
     from .deps import check_core, require, workload_needs
@@ -144,6 +159,7 @@ def cmd_datagen(args) -> int:
     wl = _load(args)
     _require_for(wl, "datagen", loader=False)
     _check_host(wl, generate=True, workers=args.workers)
+    _check_folders(wl, data=True)
     world = get_world()
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
@@ -307,6 +323,7 @@ def cmd_run(args) -> int:
     wl = _load(args, **extra)
     _require_for(wl, "run")
     _check_host(wl, runs=args.runs + args.warmup)
+    _check_folders(wl, output=True, data=wl.workflow.generate_data)
     world = get_world()
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign

@@ -162,3 +162,20 @@ def test_a_killed_runs_half_checkpoint_is_removed_and_nothing_else(tmp_path, tin
     assert res.returncode in (0, 1), res.stderr
     assert not stale.exists()
     assert all(p.exists() for p in kept)
+
+
+@pytest.mark.parametrize("command, key", [
+    ("datagen", "dataset.data_folder"),
+    ("run", "dataset.data_folder"),
+    ("run", "output.folder"),
+    ("run", "checkpoint.checkpoint_folder"),
+])
+def test_a_folder_that_is_a_file_is_refused_before_anything_is_written(tmp_path, tiny, command, key):
+    """Found when a checkpoint was due (after an epoch) as '[Errno 17] File exists'; now before anything."""
+    (tmp_path / "afile").write_text("a file")
+    over = tiny(**{"workflow.checkpoint": True, "checkpoint.checkpoint_folder": tmp_path / "ckpt",
+                   key: tmp_path / "afile" / "sub"})
+    res = run_iogen(command, "default", "--quiet", *(["--generate"] if command == "run" else []), *over)
+    assert_one_clear_line(res, f"{key} = {tmp_path / 'afile' / 'sub'}: cannot be created: ",
+                          f"{tmp_path / 'afile'} is a file, not a folder")
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
