@@ -24,6 +24,14 @@ def _own_copy(datasets, tmp_path, loader, compression="none"):
     return wl.model_copy(update={"dataset": wl.dataset.model_copy(update={"data_folder": str(folder)})})
 
 
+def _read_every_epoch(wl, layout, fmt, lt) -> None:
+    """Build the workload's loader and read every epoch's plan to the end."""
+    with get_loader(wl, layout, fmt, SingleWorld()) as reader:
+        for plan in lt.plans(wl, layout):
+            for _ in reader.epoch(plan):
+                pass
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 @pytest.mark.parametrize("how", ["len60", "len63", "cut", "droplast", "empty"])
@@ -35,10 +43,7 @@ def test_short_or_damaged_tfrecord_is_a_data_error(datasets, lt, tmp_path, loade
     victim = layout.paths[2]
     lt.damage_tfrecord(victim, how)
     with pytest.raises(DataError) as info:
-        with get_loader(wl, layout, fmt, SingleWorld()) as reader:
-            for plan in lt.plans(wl, layout):
-                for _ in reader.epoch(plan):
-                    pass
+        _read_every_epoch(wl, layout, fmt, lt)
     assert info.value.path == victim
 
 
@@ -55,10 +60,7 @@ def test_an_example_that_does_not_parse_is_a_data_error_despite_its_crc(datasets
     lt.damage_tfrecord(victim, how)
     assert fmt.count_records(victim) == layout.samples_per_file  # the framing is sound
     with pytest.raises(DataError, match="tf.train.Example") as info:
-        with get_loader(wl, layout, fmt, SingleWorld()) as reader:
-            for plan in lt.plans(wl, layout):
-                for _ in reader.epoch(plan):
-                    pass
+        _read_every_epoch(wl, layout, fmt, lt)
     assert info.value.path == victim
     if compression == "none":
         assert info.value.offset == 0
@@ -79,8 +81,5 @@ def test_a_directory_in_place_of_a_data_file(datasets, lt, tmp_path, loader, wor
     os.unlink(victim)
     os.mkdir(victim)
     with pytest.raises(DataError, match="is a directory, not a data file") as info:
-        with get_loader(wl, layout, fmt_, SingleWorld()) as reader:
-            for plan in lt.plans(wl, layout):
-                for _ in reader.epoch(plan):
-                    pass
+        _read_every_epoch(wl, layout, fmt_, lt)
     assert info.value.path == victim
