@@ -8,8 +8,8 @@ result or a DataError naming the mutated file: any other exception is a defect (
 for a user). TFRecord files are CRC-framed, so a mutation that is not CRC-fixed must never be
 accepted; the "fixed" mutations recompute every CRC, so they reach the Example parser.
 
-Budget: IOGEN_FUZZ_ITERATIONS per (format, target) case (default 25: a few seconds in the
-normal suite); `make fuzz` runs a long budget. IOGEN_FUZZ_SEED picks the sequence; a failure
+Budget: IOGEN_FUZZ_ITERATIONS mutations per format variant and per workload YAML, each run
+through every target (default 25: a few seconds in the normal suite); `make fuzz` runs 5000. IOGEN_FUZZ_SEED picks the sequence; a failure
 names its seed and iteration and the mutation, so it replays exactly.
 """
 import os
