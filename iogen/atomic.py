@@ -148,13 +148,13 @@ def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str 
         raise
 
 
-def folder_problem(path: str) -> str | None:
-    """Why iogen could not create or write into folder `path` (None when it can); creates nothing."""
+def folder_problem(path: str, *, write: bool = True) -> str | None:
+    """Why iogen could not create folder `path` or (`write`) write into it; None when it can. Creates nothing."""
     folder = os.path.abspath(path)
     if os.path.exists(folder):
         if not os.path.isdir(folder):
             return "is a file, not a folder"
-        if not os.access(folder, os.W_OK | os.X_OK):
+        if write and not os.access(folder, os.W_OK | os.X_OK):
             return "is not writable by this user"
         return None
     parent = os.path.dirname(folder)

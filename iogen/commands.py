@@ -25,17 +25,21 @@ def _check_host(wl, world_size=None, *, generate=None, workers=None, runs=None) 
                     generate=generate, workers=workers, runs=runs)
 
 
-def _check_folders(wl, *, output: bool = False, data: bool = False) -> None:
-    """Refuse (exit 2, before anything is written) folders iogen would fail to create or write into."""
+def _check_folders(wl, *, output: bool = False, data: bool = False, data_write: bool = True) -> None:
+    """Refuse (exit 2, before anything is written) folders iogen would fail to create or write into.
+
+    `data_write=False` (run --generate): an existing data folder need not be writable, since
+    complete data is read as it is (a shared read-only dataset).
+    """
     from .atomic import folder_problem
     from .errors import ConfigError
 
     local = wl.storage.storage_type != "s3"  # with s3, data_folder is a key prefix
-    wanted = [("dataset.data_folder", wl.dataset.data_folder, data and local),
-              ("output.folder", wl.output.folder, output),
-              ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder, output and wl.workflow.checkpoint)]
-    problems = [f"{key} = {folder}: {problem}" for key, folder, asked in wanted
-                if asked and (problem := folder_problem(folder))]
+    wanted = [("dataset.data_folder", wl.dataset.data_folder, data and local, data_write),
+              ("output.folder", wl.output.folder, output, True),
+              ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder, output and wl.workflow.checkpoint, True)]
+    problems = [f"{key} = {folder}: {problem}" for key, folder, asked, write in wanted
+                if asked and (problem := folder_problem(folder, write=write))]
     if problems:
         raise ConfigError(problems)
 
@@ -323,7 +327,7 @@ def cmd_run(args) -> int:
     wl = _load(args, **extra)
     _require_for(wl, "run")
     _check_host(wl, runs=args.runs + args.warmup)
-    _check_folders(wl, output=True, data=wl.workflow.generate_data)
+    _check_folders(wl, output=True, data=wl.workflow.generate_data, data_write=False)
     world = get_world()
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign

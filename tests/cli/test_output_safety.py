@@ -179,3 +179,26 @@ def test_a_folder_that_is_a_file_is_refused_before_anything_is_written(tmp_path,
     assert_one_clear_line(res, f"{key} = {tmp_path / 'afile' / 'sub'}: cannot be created: ",
                           f"{tmp_path / 'afile'} is a file, not a folder")
     assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_run_generate_reads_a_complete_read_only_dataset(tmp_path):
+    """The folder checks must not refuse a shared dataset that this user may read but not write."""
+    import tempfile
+
+    shared = tempfile.mkdtemp(prefix="iogen-ro-")  # pytest's own folders are private to root
+    try:
+        os.chmod(shared, 0o755)
+        over = [f"dataset.data_folder={shared}/data", "dataset.num_files_train=4",
+                "dataset.record_length_bytes=4096", "dataset.record_length_bytes_stdev=0"]
+        assert run_iogen("datagen", "default", "--quiet", *over).returncode == 0
+        out = os.path.join(shared, "out")
+        os.mkdir(out)
+        os.chown(out, 65534, 65534)
+        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", IOGEN, "run", "default",
+                              "--generate", "--quiet", *over, f"output.folder={out}"],
+                             capture_output=True, text=True, timeout=120, cwd="/")
+        assert res.returncode in (0, 1), res.stderr  # 1: the AU gate on a busy machine
+        assert glob.glob(os.path.join(out, "*", "summary.json"))
+    finally:
+        shutil.rmtree(shared)
