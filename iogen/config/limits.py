@@ -12,8 +12,8 @@ before it writes anything, that
 
 The memory estimate is a lower bound of what iogen holds, so a refusal is always right: the
 per-rank plan (one int64 sample id per sample the rank reads in an epoch), one int64 record
-size per file, the batch buffers in flight ((prefetch_size + 2) batches of the largest
-records), and the index of one file (two int64 per sample). Plans and file tables hold
+size per file, the batch buffers in flight ((prefetch_size + 1) batches of records of the mean
+size), and the index of one file (two int64 per sample). Plans and file tables hold
 work per rank (tests/plan), so a dataset of 10^9 samples plans fine; only what cannot be held
 is refused. Problems name the key (exit 2).
 """
@@ -30,7 +30,6 @@ MAX_THREADS = 1024  # reader threads (or DataLoader worker processes) and datage
 PLAN_BYTES_PER_SAMPLE = 8  # an int64 global sample id
 BYTES_PER_FILE = 8  # an int64 record size per file, on every rank
 INDEX_BYTES_PER_SAMPLE = 16  # an int64 offset and length per sample of an indexed file
-STDEVS_OF_LARGEST_RECORD = 4  # record sizes are normal(mean, stdev): the largest of a split lies within
 
 
 def check_resources(wl, world_size: int = 1, *, ranks_per_node: int = 1, generate: bool | None = None,
@@ -57,15 +56,14 @@ def resource_problems(wl, world_size: int = 1, *, ranks_per_node: int = 1, gener
     if rd.read_threads > MAX_THREADS:
         problems.append(f"reader.read_threads = {rd.read_threads}: at most {MAX_THREADS} threads (or DataLoader "
                         "worker processes) per rank; run more ranks for more parallelism")
-    largest_record = ds.record_length_bytes + STDEVS_OF_LARGEST_RECORD * ds.record_length_bytes_stdev
     for split, files in (("train", ds.num_files_train), ("eval", ds.num_files_eval)):
         samples = files * ds.num_samples_per_file
         if samples > INT64_MAX:
             problems.append(f"dataset.num_files_{split} x dataset.num_samples_per_file = {samples:.3g} samples: "
                             "sample ids must fit in 64 bits")
-        elif samples * largest_record > INT64_MAX:
+        elif samples * ds.record_length_bytes > INT64_MAX:
             problems.append(f"dataset.num_files_{split} = {files}, num_samples_per_file = {ds.num_samples_per_file}, "
-                            f"record_length_bytes = {ds.record_length_bytes}: {samples * largest_record:.3g} bytes; "
+                            f"record_length_bytes = {ds.record_length_bytes}: {samples * ds.record_length_bytes:.3g} bytes; "
                             "a split's size must fit in 64 bits")
     if problems:
         return problems
@@ -90,7 +88,6 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
     from ..plan import steps_per_epoch
 
     ds, rd = wl.dataset, wl.reader
-    largest_record = ds.record_length_bytes + STDEVS_OF_LARGEST_RECORD * ds.record_length_bytes_stdev
     files = ds.num_files_train + (ds.num_files_eval if wl.workflow.evaluation else 0)
     steps = steps_per_epoch(ds.num_files_train * ds.num_samples_per_file, rd.batch_size, max(1, world_size),
                             wl.train.total_training_steps)
@@ -98,7 +95,9 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
     return {
         "plan": steps * rd.batch_size * PLAN_BYTES_PER_SAMPLE,
         "file table": files * BYTES_PER_FILE,
-        "batches in flight": (rd.prefetch_size + 2) * batch * largest_record,
+        # the batch buffers: prefetch_size ahead plus the one in use, each at least batch x the
+        # mean record (the largest batch is larger when sizes vary)
+        "batches in flight": (rd.prefetch_size + 1) * batch * ds.record_length_bytes,
         "one file's index": ds.num_samples_per_file * INDEX_BYTES_PER_SAMPLE,
     }
 
