@@ -202,3 +202,15 @@ def test_run_generate_reads_a_complete_read_only_dataset(tmp_path):
         assert glob.glob(os.path.join(out, "*", "summary.json"))
     finally:
         shutil.rmtree(shared)
+
+
+def test_checkpoint_only_run_on_a_full_disk_names_the_file(tmp_path, small_disk):
+    tiny_model = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
+                  "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+                  "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+                  "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 2,
+                  "checkpoint.checkpoint_folder": small_disk / "ckpt", "output.folder": tmp_path / "results"}
+    res = run_iogen("run", "llama3-8b", "--quiet", *[f"{k}={v}" for k, v in tiny_model.items()])
+    assert_one_clear_line(res, str(small_disk / "ckpt"), ".pt: no space left on the device writing the checkpoint",
+                          "bytes needed", "bytes free")
+    assert temporaries(small_disk) == []
