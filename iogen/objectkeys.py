@@ -95,13 +95,13 @@ def workload_problems(wl) -> list[str]:
         problems.append(f"dataset.format = {ds.format!r}: {why}; supported: npz, tfrecord")
     if ds.compression != "none":
         problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
-    if rd.data_loader != "native":
-        problems.append(f"reader.data_loader = {rd.data_loader!r}: {why}; use native")
+    if rd.data_loader not in ("native", "pytorch"):
+        problems.append(f"reader.data_loader = {rd.data_loader!r}: {why}; use native or pytorch")
     if wf.checkpoint:
         problems.append(f"workflow.checkpoint = True: checkpoints are {why}; set workflow.checkpoint=False")
     if wf.stage_data:
         problems.append(f"workflow.stage_data = True: staging is {why}")
-    if not rd.preprocess_time.is_zero:
+    if not rd.preprocess_time.is_zero and rd.data_loader == "native":
         problems.append(f"reader.preprocess_time: the emulated preprocessing is {why}; remove it")
     for key in ("odirect", "evict_page_cache", "reopen_files"):
         if getattr(rd, key):

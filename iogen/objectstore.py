@@ -400,11 +400,11 @@ def run_block(world, train_loader, eval_loader) -> dict:
 
     Collective: every rank calls it after its loop.
     """
-    mine = {"index": [l.index_figures for l in (train_loader, eval_loader) if l is not None],
+    mine = {"index": [getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None],
             "train": list(getattr(train_loader, "epoch_figures", [])),
             "eval": list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])}
     ranks = world.allgather_obj(mine)
-    block = {"client": "boto3", "index": merge_figures(f for r in ranks for f in r["index"])}
+    block = {"client": "boto3", "loader": train_loader.name if train_loader is not None else None, "index": merge_figures(f for r in ranks for f in r["index"])}
     for phase in ("train", "eval"):
         n = max(len(r[phase]) for r in ranks)
         block[f"{phase}_epochs"] = [dict(epoch=e + 1, **merge_figures(r[phase][e] for r in ranks if e < len(r[phase])))

@@ -42,7 +42,7 @@ def loader_class(name: str):
 
 def get_loader(wl, layout, fmt, world) -> Loader:
     """Build the loader the workload selects."""
-    if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+    if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3" and wl.reader.data_loader == "native":
         from .objects import ObjectLoader  # the native loader's plan over ranged GETs
 
         return ObjectLoader(wl, layout, fmt, world)

@@ -14,6 +14,7 @@ reported apart (`object_store.index`).
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,44 +43,12 @@ class ObjectLoader(Loader):
         self.store = open_store(wl, self.threads)
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
-        self.offsets, self.lengths = self._index_all()
+        self.offsets, self.lengths = index_objects(self.store, layout, fmt, self._pool)
         self.index_figures = self.store.drain()
         self.epoch_figures: list[dict] = []
         batch = rd.batch_size if layout.split == "train" else rd.batch_size_eval
         per_sample = int(self.lengths.max()) if self.lengths.size else 0
         self._buffers = [np.zeros(batch * per_sample, np.uint8) for _ in range(self.prefetch + 2)]
-
-    def _index_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, lengths) shaped (files, samples_per_file): each object's samples, from its index."""
-        spf = self.layout.samples_per_file
-        n = self.layout.num_files
-        offsets = np.zeros((n, spf), np.int64)
-        lengths = np.zeros((n, spf), np.int64)
-        for i, (off, ln) in enumerate(self._pool.map(self._index_one, range(n))):
-            offsets[i], lengths[i] = off, ln
-        return offsets, lengths
-
-    def _index_one(self, i: int):
-        from ..objectdata import scratch_path
-
-        uri = self.layout.paths[i]
-        approx = self.layout.samples_per_file * int(self.layout.record_bytes[i]) + (64 << 10)
-        with scratch_path(approx, self.layout.suffix) as tmp:
-            with open(tmp, "wb") as f:
-                for chunk in self.store.get_chunks(uri):
-                    f.write(chunk)
-            try:
-                index = self.fmt.index_file(tmp)
-            except DataError as exc:  # name the object, not the scratch file
-                raise DataError(uri, exc.message, exc.offset) from None
-        if index is None:
-            raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
-                                 "uncompressed npz and tfrecord only")
-        spf = self.layout.samples_per_file
-        if len(index) < spf:
-            raise DataError(uri, f"holds {len(index)} sample(s), the workload reads {spf} per file "
-                                 "(dataset.num_samples_per_file)")
-        return index.offsets[:spf], index.lengths[:spf]
 
     # -- an epoch ------------------------------------------------------------------------
 
@@ -149,3 +118,110 @@ class ObjectLoader(Loader):
     def close(self) -> None:
         """Stop the reader threads."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def index_objects(store, layout, fmt, pool) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, lengths) shaped (files, samples_per_file): each object's samples, from its index."""
+    spf, n = layout.samples_per_file, layout.num_files
+    offsets = np.zeros((n, spf), np.int64)
+    lengths = np.zeros((n, spf), np.int64)
+    for i, (off, ln) in enumerate(pool.map(lambda i: _index_one(store, layout, fmt, i), range(n))):
+        offsets[i], lengths[i] = off, ln
+    return offsets, lengths
+
+
+def _index_one(store, layout, fmt, i: int):
+    """Object i fetched once into scratch (memory) and indexed by its format."""
+    from ..objectdata import scratch_path
+
+    uri = layout.paths[i]
+    approx = layout.samples_per_file * int(layout.record_bytes[i]) + (64 << 10)
+    with scratch_path(approx, layout.suffix) as tmp:
+        with open(tmp, "wb") as f:
+            for chunk in store.get_chunks(uri):
+                f.write(chunk)
+        try:
+            index = fmt.index_file(tmp)
+        except DataError as exc:  # name the object, not the scratch file
+            raise DataError(uri, exc.message, exc.offset) from None
+    if index is None:
+        raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
+                             "uncompressed npz and tfrecord only")
+    spf = layout.samples_per_file
+    if len(index) < spf:
+        raise DataError(uri, f"holds {len(index)} sample(s), the workload reads {spf} per file "
+                             "(dataset.num_samples_per_file)")
+    return index.offsets[:spf], index.lengths[:spf]
+
+
+class ObjectSampleReader:
+    """The framework loaders' SampleReader over objects: `read(gids, alloc) -> BatchRead`.
+
+    Each sample's range is read by sequential ranged GETs of at most transfer_size bytes, in the
+    calling process (a PyTorch DataLoader worker, as a map-style dataset's __getitem__ reads):
+    the parallelism is the workers'. The objects are indexed once, in the process that builds
+    the reader; each process makes its own client (boto3 clients do not survive a fork).
+    `drain()` hands back this process's request figures since the last call, so a worker's
+    figures travel to the main process with each batch.
+    """
+
+    def __init__(self, wl, layout, fmt):
+        from ..objectstore import open_store
+        from .sampling import _LayoutView
+
+        st, rd = wl.storage, wl.reader
+        self._client_args = (st.endpoint_url, st.region, st.addressing_style)
+        self.layout = _LayoutView(layout)
+        self.samples_per_file = layout.samples_per_file
+        self.fmt = fmt
+        self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
+        self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
+        store = open_store(wl, max(1, int(rd.read_threads)))
+        with ThreadPoolExecutor(max(1, int(rd.read_threads)), thread_name_prefix="iogen-index") as pool:
+            self.offsets, self.lengths = index_objects(store, layout, fmt, pool)
+        self.index_figures = store.drain()
+        self._store, self._pid = store, os.getpid()
+
+    def __getstate__(self):
+        return {**self.__dict__, "_store": None, "_pid": None}
+
+    def store(self):
+        """This process's store (made on first use after a fork or spawn)."""
+        if self._store is None or self._pid != os.getpid():
+            from ..objectstore import ObjectStore
+
+            endpoint, region, style = self._client_args
+            self._store, self._pid = ObjectStore(endpoint, region, style), os.getpid()
+        return self._store
+
+    def drain(self) -> dict:
+        """This process's request figures since the last drain."""
+        return self.store().drain()
+
+    def read(self, gids, alloc):
+        """Read samples gids (in that order) into one buffer from alloc(nbytes)."""
+        from .sampling import BatchRead
+
+        gids = np.asarray(gids, np.int64).reshape(-1)
+        files, samples = gids // self.samples_per_file, gids % self.samples_per_file
+        offs, lens = self.offsets[files, samples], self.lengths[files, samples]
+        starts = np.zeros(lens.size, np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        total = int(lens.sum())
+        buf = alloc(total)
+        store = self.store()
+        for f, off, ln, st in zip(files.tolist(), offs.tolist(), lens.tolist(), starts.tolist()):
+            uri = self.layout.paths[f]
+            for p in range(0, ln, self.part_bytes):
+                part = min(self.part_bytes, ln - p)
+                store.readinto(uri, off + p, buf[st + p:st + p + part])
+        if self._check is not None:
+            bad = self._check(buf, starts, lens)
+            if bad >= 0:
+                raise DataError(self.layout.paths[int(files[bad])], "record data CRC-32C mismatch (corrupt object)",
+                                int(offs[bad]))
+        try:
+            pstarts, plens = self.fmt.payload_spans(buf, starts, lens)
+        except RecordError as exc:
+            raise DataError(self.layout.paths[int(files[exc.index])], exc.reason, int(offs[exc.index])) from None
+        return BatchRead(buf, pstarts, plens, total)

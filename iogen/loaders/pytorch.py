@@ -119,7 +119,8 @@ class _SharedRing:
 
 
 class PlanDataset(Dataset):
-    """Samples by global id; `__getitems__` reads a whole batch and returns (ids, x, nbytes)."""
+    """Samples by global id; `__getitems__` reads a whole batch and returns (ids, x, nbytes, requests),
+    requests being the object store's request figures of the batch (None on files)."""
 
     def __init__(self, reader: SampleReader, shaper: SampleShaper, total: int, ring_depth: int = 4):
         self.reader = reader
@@ -161,7 +162,9 @@ class PlanDataset(Dataset):
             x = [_as_tensor(a, buffers) for a in x] if isinstance(x, list) else _as_tensor(x, buffers)
             if task.ndim == 2:
                 sleep_ns(int(task[1].sum()))
-            return torch.from_numpy(ids.copy()), x, read.nbytes
+            # object storage: this process's request figures ride with the batch (None on files)
+            drain = getattr(self.reader, "drain", None)
+            return torch.from_numpy(ids.copy()), x, read.nbytes, drain() if drain else None
         except Exception as exc:  # crosses to the main process as a record, raised there
             return _WorkerFailure(exc)
 
@@ -228,8 +231,14 @@ class PyTorchLoader(Loader):
         self.sampler = PlanSampler()
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
-        reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
-                              reopen=bool(r.reopen_files))
+        if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+            from .objects import ObjectSampleReader  # the same byte source as the native object reads
+
+            reader = ObjectSampleReader(wl, layout, fmt)
+            self.index_figures, self.epoch_figures = reader.index_figures, []
+        else:
+            reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
+                                  reopen=bool(r.reopen_files))
         dataset = PlanDataset(reader, SampleShaper(fmt, resize),
                               layout.total_samples, ring_depth=prefetch_factor + 1)
         kwargs = {}
@@ -258,6 +267,7 @@ class PyTorchLoader(Loader):
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
             self._iter = iter(self.dataloader)
         it = self._iter
+        figures = []
         for step in range(plan.steps):
             try:
                 item = next(it)
@@ -266,7 +276,13 @@ class PyTorchLoader(Loader):
                                    f"(epoch {plan.epoch})") from None
             if isinstance(item, _WorkerFailure):
                 raise item.exception()
-            ids, x, nbytes = item
+            ids, x, nbytes, requests = item
+            if requests is not None:
+                figures.append(requests)
+                if step == plan.steps - 1:
+                    from ..objectstore import merge_figures
+
+                    self.epoch_figures.append(merge_figures(figures))
             yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
 
     def close(self) -> None:

@@ -13,17 +13,23 @@ def summary_of(result):
         return json.load(f)
 
 
+@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch)])
 @pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
-def test_run_native_reads_objects(s3, tmp_path, iogen_cmd, fmt):
+def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
+    """The native loader (threads of ranged GETs) and PyTorch's DataLoader (2 worker processes, a
+    map-style dataset reading through the same byte source): same plan, request figures per epoch."""
+    if loader == "pytorch":
+        pytest.importorskip("torch")
     over = s3_overrides(s3, tmp_path, fmt, **{"reader.read_threads": 2, "train.computation_time": 0,
-                                              "reader.transfer_size": 5000})
+                                              "reader.transfer_size": 5000, "reader.data_loader": loader})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
     assert "reads from: storage - the object store served every byte" in r.stdout
     doc = summary_of(r)
     block = doc["iogen"]["object_store"]
-    assert block["client"] == "boto3"
+    assert block["client"] == "boto3" and block["loader"] == loader
+    assert f"read by the {loader} loader" in r.stdout
     assert block["index"]["get"]["requests"] == 4  # each object fetched once to index it
     epochs = block["train_epochs"]
     assert [e["epoch"] for e in epochs] == [1, 2]
