@@ -26,5 +26,8 @@ for f in npz tfrecord hdf5; do
 done
 run loaders $PY bench/loaders_compare.py --reps 2 --epochs 2 --dir "$WORK/loaders"
 run startup $PY bench/startup.py --reps 5
+run scale $PY bench/plan_scale.py all --reps 3
+run scale_startup $PY bench/plan_scale.py startup --files 100000 --reps 3 --tmp "$WORK"
+run scale_datagen $PY bench/plan_scale.py datagen --files 10000 --threads 2 --reps 3 --tmp "$WORK"
 $PY -m pytest bench/ --benchmark-only -q -p no:cacheprovider > "$OUT/micro.md" 2>&1
 echo "micro rc=$? $(date -u +%T)" >> "$OUT/log"
