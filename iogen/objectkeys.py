@@ -95,8 +95,6 @@ def workload_problems(wl) -> list[str]:
         problems.append(f"dataset.format = {ds.format!r}: {why}; supported: npz, tfrecord")
     if ds.compression != "none":
         problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
-    if rd.data_loader not in ("native", "pytorch"):
-        problems.append(f"reader.data_loader = {rd.data_loader!r}: {why}; use native or pytorch")
     if wf.checkpoint:
         problems.append(f"workflow.checkpoint = True: checkpoints are {why}; set workflow.checkpoint=False")
     if wf.stage_data:

@@ -198,8 +198,8 @@ class ObjectSampleReader:
         """This process's request figures since the last drain."""
         return self.store().drain()
 
-    def read(self, gids, alloc):
-        """Read samples gids (in that order) into one buffer from alloc(nbytes)."""
+    def read(self, gids, alloc=None):
+        """Read samples gids (in that order) into one buffer from alloc(nbytes) (default: a new array)."""
         from .sampling import BatchRead
 
         gids = np.asarray(gids, np.int64).reshape(-1)
@@ -208,7 +208,7 @@ class ObjectSampleReader:
         starts = np.zeros(lens.size, np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         total = int(lens.sum())
-        buf = alloc(total)
+        buf = alloc(total) if alloc is not None else np.empty(total, np.uint8)
         store = self.store()
         for f, off, ln, st in zip(files.tolist(), offs.tolist(), lens.tolist(), starts.tolist()):
             uri = self.layout.paths[f]

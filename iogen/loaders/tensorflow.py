@@ -59,14 +59,21 @@ class TensorFlowLoader(Loader):
         self.buffer_bytes = int(r.transfer_size) if r.transfer_size else None
         self.shuffle_size = int(r.shuffle_size or 1024)
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
-        self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
-                                   reopen=bool(r.reopen_files))
+        objects = getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3"
+        if objects:  # tf.data cannot read S3 itself: every format goes through iogen's reader (map mode)
+            from .objects import ObjectSampleReader
+
+            self.reader = ObjectSampleReader(wl, layout, fmt)
+            self.index_figures, self.epoch_figures = self.reader.index_figures, []
+        else:
+            self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
+                                       reopen=bool(r.reopen_files))
         self.shaper = SampleShaper(fmt, resize)
         self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))
         # reader.reopen_files: TFRecord too is read one sample at a time through SampleReader,
         # its file opened for that sample (a TFRecordDataset keeps a file open for its records)
-        self.stream = fmt.tfdata_native and not r.reopen_files
+        self.stream = fmt.tfdata_native and not r.reopen_files and not objects
         if self.stream and r.odirect:
             raise ConfigError("reader.odirect = True: tf.data's TFRecordDataset reads through the page cache and "
                               "cannot open files with O_DIRECT; use reader.data_loader native or pytorch for "
@@ -287,6 +294,8 @@ class TensorFlowLoader(Loader):
             # Drop the iterator now, so its prefetch and parallel-read threads stop: a traceback
             # holding this frame would otherwise keep the pipeline reading in the background.
             it = None
+            if hasattr(self, "epoch_figures"):  # object storage: this epoch's requests
+                self.epoch_figures.append(self.reader.drain())
 
     def _short(self, plan, what: str) -> Exception:
         """Fewer records than the plan reads: the file that changed since it was checked, or the folder."""

@@ -13,13 +13,14 @@ def summary_of(result):
         return json.load(f)
 
 
-@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch)])
+@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch),
+                                    pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
 @pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
 def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
     """The native loader (threads of ranged GETs) and PyTorch's DataLoader (2 worker processes, a
     map-style dataset reading through the same byte source): same plan, request figures per epoch."""
-    if loader == "pytorch":
-        pytest.importorskip("torch")
+    if loader != "native":
+        pytest.importorskip({"pytorch": "torch"}.get(loader, loader))
     over = s3_overrides(s3, tmp_path, fmt, **{"reader.read_threads": 2, "train.computation_time": 0,
                                               "reader.transfer_size": 5000, "reader.data_loader": loader})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
