@@ -138,7 +138,8 @@ class NativeLoader(Loader):
         """
         batch = wl.reader.batch_size if layout.split == "train" else wl.reader.batch_size_eval
         # per sample: O_DIRECT alignment on both ends plus room for record framing (TFRecord)
-        per_sample = int(layout.record_bytes.max()) + 2 * ALIGN + 64 if layout.num_files else 0
+        # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
+        per_sample = int(layout.max_record_bytes) + 2 * ALIGN + 64 if layout.num_files else 0
         nbytes = batch * per_sample
         slots = self.prefetch + 1
         buffers = [core.reader.aligned_buffer(nbytes, ALIGN) for _ in range(slots)]
