@@ -120,10 +120,16 @@ class _RunState:
     staging: object = None  # this rank's iogen.staging.StageReport when the data was staged
     log: object = None  # rank 0's iogen.runlog.RunLog (output.log_file in the run folder)
 
-    def close(self) -> None:
+    def close(self) -> BaseException | None:
+        """Close everything, each even if another failed; return the first failure (None if none)."""
+        first = None
         for thing in (self.steplog, self.train_loader, self.eval_loader):
             if thing is not None:
-                thing.close()
+                try:
+                    thing.close()
+                except BaseException as exc:  # e.g. a DataLoader worker ended by the same SIGTERM
+                    first = first or exc
+        return first
 
 
 def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunOutcome:
@@ -148,8 +154,11 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     except BaseException as exc:  # kept: the summary says why the run is incomplete
         error = Interrupted(describe_interrupt(exc)) if isinstance(exc, KeyboardInterrupt) else exc
         world.fail(error)  # under MPI: tell the other ranks, so none waits for this one
-    finally:
-        st.close()
+    failed_close = st.close()
+    if failed_close is not None and error is None:  # a close failure after a clean run is the run's error
+        error = Interrupted(describe_interrupt(failed_close)) if isinstance(failed_close, KeyboardInterrupt) \
+            else failed_close
+        world.fail(error)
     doc = None
     # After a failure under MPI every rank takes part in the summary's collectives, whether or
     # not it got as far as the run folder; in one process there is nothing to write without one.

@@ -200,7 +200,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent(worker_id: int) -> None:
-    """DataLoader worker init: the kernel kills this worker when its rank dies (Linux).
+    """DataLoader worker init: ignore SIGTERM/SIGHUP; the kernel kills this worker when its rank dies (Linux).
 
     Without it a worker of a rank that was killed (MPI_Abort, the OOM killer, a scheduler's
     SIGKILL) notices only at its next parent check, up to 5 s later (torch's
@@ -209,6 +209,11 @@ def die_with_parent(worker_id: int) -> None:
     import ctypes
     import signal
 
+    # A scheduler's SIGTERM (or a closed terminal's SIGHUP) goes to the whole process group: the
+    # rank handles it and shuts its workers down; a worker dying of it first would turn the
+    # rank's orderly interrupt into "DataLoader worker is killed by signal".
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)

@@ -86,3 +86,33 @@ def test_signal_during_datagen_leaves_a_resumable_dataset(tmp_path, sig):
     again = run_iogen("datagen", "default", "--quiet", *over)
     assert again.returncode == 0, again.stderr
     assert run_iogen("verify", "default", *over).returncode == 0
+
+
+@pytest.mark.torch
+def test_sigterm_to_the_process_group_with_dataloader_workers(tiny, tmp_path):
+    """Schedulers signal every process of the job: the workers too. The rank still ends as an
+    interrupt (exit 130, summary kept), not as 'DataLoader worker is killed by signal', and no
+    worker is left behind."""
+    pytest.importorskip("torch")
+    args = [IOGEN, "run", "default", "--generate", "--quiet",
+            *tiny(**{"train.epochs": 200, "train.computation_time": 0.05, "reader.data_loader": "pytorch",
+                     "reader.read_threads": 2, "dataset.format": "npz"})]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        def measured():
+            logs = glob.glob(str(tmp_path / "results" / "*" / "steps" / "*.steps"))
+            return bool(logs) and os.path.getsize(logs[0]) > 4096
+        _wait_for(measured, 120)
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as fh:
+            workers = [int(p) for p in fh.read().split()]
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "killed by signal" not in err, err
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        doc = json.load(fh)
+    assert doc["iogen"]["complete"] is False and "SIGTERM" in doc["iogen"]["incomplete_reason"]
+    assert len(workers) >= 2 and not [p for p in workers if os.path.exists(f"/proc/{p}")]
