@@ -23,9 +23,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from .. import core
-from ..atomic import full_disk_error, is_full_disk
-from ..atomic import temp_path
-from ..errors import ConfigError, DataError
+from ..atomic import full_disk_error, is_full_disk, temp_path
+from ..errors import ConfigError, DataError, OutputError
 
 DIRECT_ALIGN = 4096
 # A task covers at most this much of a file, so an interrupted write stops within one task per thread.
@@ -134,7 +133,9 @@ class CheckpointIO:
                 if self.odirect and exc.errno == 22:
                     raise ConfigError(f"checkpoint.odirect = True: the file system of {os.path.dirname(f.path)} "
                                       "does not support O_DIRECT; set checkpoint.odirect=False") from None
-                raise DataError(f.path, f"cannot create: {exc.strerror}") from None
+                if is_full_disk(exc):
+                    raise full_disk_error(exc, f.path, f.layout.size_bytes, "the checkpoint") from None
+                raise OutputError(f.path, f"cannot create the checkpoint file: {exc.strerror}") from None
         try:
             self._run(self._tasks(files, self.threads), lambda buf, task: self._write_task(buf, task, stamp),
                       self._buffers(fill=True))
@@ -147,7 +148,8 @@ class CheckpointIO:
             f = errors[0]
             if is_full_disk(f.error):  # name the file and what it needed, not just "[Errno 28]"
                 raise full_disk_error(f.error, f.path, f.layout.size_bytes, "the checkpoint") from None
-            raise DataError(f.path, f"write failed: {getattr(f.error, 'strerror', None) or f.error}") from None
+            raise OutputError(f.path, f"checkpoint write failed: {getattr(f.error, 'strerror', None) or f.error}") \
+                from None
         return sum(f.layout.size_bytes for f in files)
 
     def _run(self, tasks, work, buffers) -> None:

@@ -3,10 +3,12 @@
 As DLIO's unet3d and bert configs use it: after chosen epochs (`checkpoint_after_epoch`,
 `epochs_between_checkpoints`) or every `steps_between_checkpoints` training steps (counted
 over the whole run, as DLIO counts them). Rank 0 writes the model (DLIO's `rank_zero` layout),
-every rank waits for it at a barrier, and the write is timed as its own event. Content is
-incompressible (the core's seeded fill), written under a temporary name, fsync'd when
-`checkpoint.fsync` is set, and renamed when complete. Only the newest checkpoint is kept, so a
-long run does not fill the disk.
+every rank waits for it at a barrier, and the write is timed as its own event. The file is
+written by the same writer as checkpoint-only runs (iogen/checkpoint/io.py: `write_threads`
+threads, `transfer_size` pieces from reused buffers, O_DIRECT when `checkpoint.odirect`),
+incompressible (the core's seeded fill, each block stamped), under a temporary name, fsync'd
+when `checkpoint.fsync` is set, and renamed when complete; its bytes are the model's, without
+framing. Only the newest checkpoint is kept, so a long run does not fill the disk.
 
 Checkpoint time is checkpoint I/O only (as DLIO times it): the content is generated once, when
 the Checkpointer is made, and the previous checkpoint is deleted by `cleanup()`, which the
@@ -17,9 +19,10 @@ from __future__ import annotations
 import os
 
 from .. import core
-from ..atomic import full_disk_error, is_full_disk, remove_stale_temps, temp_path
-
-CHUNK_BYTES = 16 << 20
+from ..atomic import remove_stale_temps
+from .io import CheckpointIO
+from .model import Tensor
+from .torchzip import raw_layout
 
 
 class Checkpointer:
@@ -49,9 +52,13 @@ class Checkpointer:
                 from .drain import Drainer
 
                 self.drainer = Drainer(ck.checkpoint_folder, ck.drain_threads, ck.transfer_size, ck.drain)
-        # The content, generated once: incompressible, reused for every chunk of every checkpoint.
-        self.buf = core.reader.aligned_buffer(min(CHUNK_BYTES, max(self.size_bytes, 1)))
-        core.fill.fill_random(self.buf, self.seed, 0, 0)
+        # Rank 0 writes: its writer's content is generated here, once, outside every timed window.
+        self.io = None
+        if world.rank == 0:
+            self.io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                                   fsync=self.fsync, seed=self.seed, randomize=ck.randomize_tensor)
+            self.io.prepare_write()
+        self.layout = raw_layout([Tensor(("a",), "int8", self.size_bytes)])
 
     def due_after_epoch(self, epoch: int) -> bool:
         """Epoch-based checkpoints (off when steps_between_checkpoints is set)."""
@@ -91,27 +98,8 @@ class Checkpointer:
             remove_stale_temps(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
                                and final.endswith(".ckpt"))
         final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
-        tmp = temp_path(final)
-        buf = self.buf
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            done = 0
-            while done < self.size_bytes:
-                n = min(buf.size, self.size_bytes - done)
-                view = memoryview(buf)[:n]
-                while view:
-                    view = view[os.write(fd, view):]
-                done += n
-            if self.fsync:
-                os.fsync(fd)
-        except BaseException as exc:
-            os.close(fd)
-            os.unlink(tmp)
-            if is_full_disk(exc):  # name the file and what it needed, not just "[Errno 28]"
-                raise full_disk_error(exc, final, self.size_bytes, "the checkpoint") from None
-            raise
-        os.close(fd)
-        os.replace(tmp, final)
+        # temporary name, fsync, rename; a full disk names the file and what it needed
+        self.io.write_files([(final, self.layout)], stamp=self.count + 1)
         if self.previous and self.previous != final:
             self.stale.append(self.previous)
         self.previous = final
@@ -129,5 +117,7 @@ class Checkpointer:
                 self.drainer.remove_shared(stale)
 
     def finish(self) -> dict | None:
-        """End of run: wait for the last drain; what the drains did (None without a drain)."""
+        """End of run: wait for the last drain, stop the writer; what the drains did (None without a drain)."""
+        if self.io is not None:
+            self.io.close()
         return self.drainer.finish() if self.drainer is not None else None

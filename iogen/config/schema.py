@@ -509,9 +509,9 @@ class Workload(Section):
 
 
     def _checkpoint_modes(self) -> list[str]:
-        # Checkpoints during training are rank 0's one file of model.model_size_bytes
-        # (iogen/checkpoint/training.py); the transformer layout and the threaded writer's
-        # settings apply to checkpoint-only runs (iogen/checkpoint/phases.py).
+        # Checkpoints during training are rank 0's one file of model.model_size_bytes, written by
+        # the threaded writer (write_threads, transfer_size, odirect apply); the transformer
+        # layout, the file format and the read phase belong to checkpoint-only runs.
         wf, ck, m = self.workflow, self.checkpoint, self.model
         if not (wf.checkpoint and wf.train):
             return []
@@ -522,12 +522,12 @@ class Workload(Section):
                 "checkpoints in checkpoint-only runs; set workflow.train=False (DLIO's checkpoint mode), or give "
                 "the checkpoint as model.model_size_bytes")
         default = Checkpoint()
-        changed = [f"checkpoint.{k} = {show(getattr(ck, k))}" for k in ("format", "write_threads", "read_threads",
-                                                                       "odirect", "mode")
+        changed = [f"checkpoint.{k} = {show(getattr(ck, k))}" for k in ("format", "read_threads", "mode")
                    if getattr(ck, k) != getattr(default, k)]
         if changed:
             problems.append(f"{', '.join(changed)}: applies to checkpoint-only runs (workflow.train False); during "
-                            "training rank 0 writes model.model_size_bytes as one file; remove it")
+                            "training rank 0 writes model.model_size_bytes as one file of the model's bytes and "
+                            "nothing is read back; remove it")
         return problems
 
 

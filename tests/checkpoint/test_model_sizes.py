@@ -101,8 +101,9 @@ def test_mlperf_config_and_bundled_workload_agree():
 def test_checkpoint_only_settings_during_training_are_rejected_or_warned():
     with pytest.raises(ConfigError, match="model.type = 'transformer' with workflow.train = True"):
         load_workload("llama3-8b", ["workflow.train=True", "dataset.format=npz"])
-    with pytest.raises(ConfigError, match=r"checkpoint.format = 'raw', checkpoint.write_threads = 2: applies to "
+    with pytest.raises(ConfigError, match=r"checkpoint.format = 'raw', checkpoint.read_threads = 2: applies to "
                                           r"checkpoint-only runs"):
-        load_workload("unet3d", ["checkpoint.format=raw", "checkpoint.write_threads=2"])
+        load_workload("unet3d", ["checkpoint.format=raw", "checkpoint.read_threads=2"])
+    assert load_workload("unet3d", ["checkpoint.write_threads=2"]).checkpoint.write_threads == 2  # used in training
     with pytest.warns(ConfigWarning, match="checkpoint.recovery_rank_shift = True has no effect during training"):
         load_workload("unet3d", ["checkpoint.recovery_rank_shift=True"])
