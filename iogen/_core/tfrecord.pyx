@@ -8,7 +8,7 @@ carry byte offsets and the caller adds the path.
 cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy, strerror
+from libc.string cimport memcmp, memcpy, strerror
 
 import struct
 
@@ -21,7 +21,8 @@ from iogen.errors import FramingError
 from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failure
 
 __all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
-           "has_hw_crc32c", "index_records", "masked_crc32c", "pread_frames", "write_frame_header"]
+           "has_hw_crc32c", "index_records", "masked_crc32c", "match_layout", "pread_frames",
+           "write_frame_header"]
 
 iogen_crc32c_init()
 
@@ -313,3 +314,40 @@ def pread_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
     if failed >= 0:
         raise_read_failure(failed, got, offsets)
     return total, bad
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def match_layout(const unsigned char[::1] buf, const int64_t[:] starts, int64_t length,
+                 const unsigned char[::1] head, const unsigned char[::1] tail, Py_ssize_t first=0):
+    """First i >= first whose record buf[starts[i]:starts[i] + length] does not begin with head and end with tail; -1 if none.
+
+    The records' structure around their payload (a tf.train.Example's bytes before and after
+    the image) compared with a layout already parsed, without the GIL.
+    """
+    cdef Py_ssize_t n = starts.shape[0]
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    cdef int64_t buf_bytes = buf.shape[0]
+    cdef Py_ssize_t h = head.shape[0]
+    cdef Py_ssize_t t = tail.shape[0]
+    if length < 0 or h + t > length:
+        raise ValueError(f"head ({h}) and tail ({t}) must fit in a record of length {length}")
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
+    for i in range(first, n):
+        if starts[i] < 0 or starts[i] > buf_bytes - length:
+            raise ValueError(f"entry {i}: record range exceeds the buffer of {buf_bytes} bytes")
+    if first >= n or h + t == 0:
+        return -1
+    cdef const unsigned char *base = &buf[0]
+    cdef const unsigned char *hp = &head[0] if h else NULL
+    cdef const unsigned char *tp = &tail[0] if t else NULL
+    with nogil:
+        for i in range(first, n):
+            if (h and memcmp(base + starts[i], hp, <size_t>h) != 0) or \
+                    (t and memcmp(base + starts[i] + length - t, tp, <size_t>t) != 0):
+                bad = i
+                break
+    return bad
+

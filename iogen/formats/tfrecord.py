@@ -112,23 +112,27 @@ class _ImageLayouts:
 
     def spans(self, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         """(image starts, image lengths) of the Examples buf[starts[i]:starts[i] + lengths[i]]."""
+        match = _tf().match_layout
         out_s = np.empty(starts.size, np.int64)
         out_l = np.empty(starts.size, np.int64)
-        for length in np.unique(lengths).tolist():
-            rows = np.flatnonzero(lengths == length)
-            ok = np.zeros(rows.size, bool)
-            hit = self.known.get(length)
-            if hit is not None:
-                head, tail = hit
-                image = length - head.size - tail.size
-                ok = np.all(buf[starts[rows, None] + np.arange(head.size)] == head, axis=1)
-                if tail.size:
-                    at = starts[rows, None] + (head.size + image) + np.arange(tail.size)
-                    ok &= np.all(buf[at] == tail, axis=1)
-                out_s[rows[ok]] = starts[rows[ok]] + head.size
-                out_l[rows[ok]] = image
-            for i in rows[~ok].tolist():
-                s0 = int(starts[i])
+        same = starts.size and lengths.min() == lengths.max()
+        for length in ([int(lengths[0])] if same else np.unique(lengths).tolist()):
+            rows = np.arange(starts.size) if same else np.flatnonzero(lengths == length)
+            at = np.ascontiguousarray(starts[rows])
+            k = 0
+            while k < rows.size:
+                hit = self.known.get(length)
+                if hit is not None:  # the core compares every record with the known layout, GIL released
+                    head, tail = hit
+                    bad = match(buf, at, length, head, tail, k)
+                    stop = rows.size if bad < 0 else bad
+                    out_s[rows[k:stop]] = at[k:stop] + head.size
+                    out_l[rows[k:stop]] = length - head.size - tail.size
+                    k = stop
+                    if k == rows.size:
+                        break
+                # the first record that does not match is parsed; its layout is tried on the rest
+                i, s0 = int(rows[k]), int(at[k])
                 try:
                     a, b = image_span(buf[s0:s0 + length])
                 except ExampleDecodeError as exc:
@@ -137,6 +141,7 @@ class _ImageLayouts:
                 if len(self.known) >= self.MAX_ENTRIES:
                     self.known.clear()
                 self.known[length] = (buf[s0:s0 + a].copy(), buf[s0 + b:s0 + length].copy())
+                k += 1
         return out_s, out_l
 
 

@@ -348,3 +348,22 @@ def test_pread_frames_large_frames_in_pieces(core, tmp_path):
         assert err.value.index == 0 and err.value.nread == 600_000
     finally:
         os.close(fd)
+
+
+def test_match_layout_finds_the_first_record_unlike_the_layout(core):
+    # three records of 10 bytes: head "HD", tail "TL"; the second has a different head
+    buf = np.frombuffer(b"..HDxxxxxxTLHEyyyyyyTLHDzzzzzzTL", np.uint8)
+    starts = np.array([2, 12, 22], np.int64)
+    assert core.tfrecord.match_layout(buf, starts, 10, b"HD", b"TL") == 1
+    assert core.tfrecord.match_layout(buf, starts, 10, b"HD", b"TL", 2) == -1
+    assert core.tfrecord.match_layout(buf, starts, 10, b"HD", b"") == 1
+    assert core.tfrecord.match_layout(buf, starts, 10, b"", b"TL") == -1
+    assert core.tfrecord.match_layout(buf, starts, 10, b"", b"") == -1
+    assert core.tfrecord.match_layout(buf, starts, 10, b"HD", b"TL", 3) == -1
+
+
+@pytest.mark.parametrize("starts, length, head", [([25], 10, b"HD"), ([-1], 10, b"HD"), ([0], 3, b"HDTL")])
+def test_match_layout_refuses_ranges_outside_the_buffer(core, starts, length, head):
+    buf = np.zeros(30, np.uint8)
+    with pytest.raises(ValueError):
+        core.tfrecord.match_layout(buf, np.array(starts, np.int64), length, head, b"")

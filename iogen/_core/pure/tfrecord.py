@@ -161,3 +161,27 @@ def pread_frames(fds, offsets, lengths, buf, buf_offsets):
     bad = check_data_crcs(buf, buf_offsets + HEADER_BYTES, lengths - HEADER_BYTES - FOOTER_BYTES,
                           buf_offsets + lengths - FOOTER_BYTES) if len(lengths) else -1
     return total, bad
+
+
+def match_layout(buf, starts, length, head, tail, first=0):
+    """First i >= first whose record buf[starts[i]:starts[i] + length] does not begin with head and end with tail; -1 if none.
+
+    The records' structure around their payload (a tf.train.Example's bytes before and after
+    the image) compared with a layout already parsed, without the GIL.
+    """
+    view = _byte_view(buf)
+    head, tail = bytes(_byte_view(head)), bytes(_byte_view(tail))
+    h, t, length, first = len(head), len(tail), int(length), int(first)
+    if length < 0 or h + t > length:
+        raise ValueError(f"head ({h}) and tail ({t}) must fit in a record of length {length}")
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
+    for i in range(first, len(starts)):
+        if starts[i] < 0 or starts[i] > len(view) - length:
+            raise ValueError(f"entry {i}: record range exceeds the buffer of {len(view)} bytes")
+    for i in range(first, len(starts)):
+        s = int(starts[i])
+        if view[s:s + h] != head or view[s + length - t:s + length] != tail:
+            return i
+    return -1
+
