@@ -16,7 +16,8 @@ def checkpoint_plan(wl, world_size: int) -> dict | None:
     if spec.transformer:
         spec.check_world(world_size, subset)
     sizes = job_sizes(spec, world_size)
-    doc = {"world_size": world_size, "mode": wl.checkpoint.mode, "format": wl.checkpoint.format,
+    doc = {"world_size": world_size, "transformer": spec.transformer, "during_training": wl.workflow.train,
+           "mode": wl.checkpoint.mode, "format": wl.checkpoint.format if not wl.workflow.train else "raw",
            "tensor": spec.tp, "pipeline": spec.pp, "data": spec.dp(world_size), "zero_stage": spec.zero_stage,
            "num_parameters": spec.num_parameters(), **sizes.to_dict()}
     if subset:
@@ -36,6 +37,10 @@ def _gib(n: float) -> str:
 def checkpoint_lines(doc: dict) -> list[str]:
     """The text form of `checkpoint_plan` (GiB = 2^30 bytes)."""
     per_model, per_opt = doc["rank_model_bytes"], doc["rank_optimizer_bytes"]
+    if not doc["transformer"]:
+        return [f"checkpoint: rank 0 writes model.model_size_bytes = {doc['total_bytes']:,} bytes "
+                f"({_gib(doc['total_bytes'])}) per checkpoint, one file"
+                + (" (during training, the model's bytes without framing)" if doc["during_training"] else "")]
     lines = [
         f"checkpoint: {doc['world_size']} rank(s), tensor x pipeline x data = {doc['tensor']} x {doc['pipeline']} x "
         f"{doc['data']}, ZeRO stage {doc['zero_stage']}, {doc['num_parameters']:,} parameters, format {doc['format']}",
