@@ -35,9 +35,12 @@ def _check_folders(wl, *, output: bool = False, data: bool = False, data_write: 
     from .errors import ConfigError
 
     local = wl.storage.storage_type != "s3"  # with s3, data_folder is a key prefix
+    # With two tiers the run writes checkpoints to local_folder; the drain reports its own target.
+    ckpt_key, ckpt_folder = (("checkpoint.local_folder", wl.checkpoint.local_folder) if wl.checkpoint.local_folder
+                             else ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder))
     wanted = [("dataset.data_folder", wl.dataset.data_folder, data and local, data_write),
               ("output.folder", wl.output.folder, output, True),
-              ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder, output and wl.workflow.checkpoint, True)]
+              (ckpt_key, ckpt_folder, output and wl.workflow.checkpoint, True)]
     problems = [f"{key} = {folder}: {problem}" for key, folder, asked, write in wanted
                 if asked and (problem := folder_problem(folder, write=write))]
     if problems:
