@@ -148,6 +148,7 @@ def _checkpoint_only(tree: dict, warnings: list[str]) -> None:
             count = epochs * max(1, steps // every) if isinstance(steps, int) and steps > 0 else epochs
             ck.setdefault("num_checkpoints_write", count)
         workflow["train"] = False
+        tree.pop("train", None)  # folded into the checkpoint keys above
         warnings.append(
             f"dataset.format = {show(fmt)} is not implemented in iogen, so this LLM workload's training reads "
             f"are not emulated: iogen runs its checkpoints only (workflow.train = False), "
@@ -279,6 +280,8 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
             if clean.get("checkpoint", {}).get(key, defaults.get(key, -1)) != defaults.get(key, -1):
                 warnings.append(f"checkpoint.{key} = {show(clean['checkpoint'][key])} has no effect during training: "
                                 "it belongs to checkpoint-only runs (workflow.train False), and DLIO ignores it too")
+    if workflow.get("checkpoint") is True and workflow.get("train", True) is False:
+        warnings += _unused_in_checkpoint_only(clean)
     loader = clean.get("reader", {}).get("data_loader", "native")
     if (clean.get("framework"), loader) in (("tensorflow", "pytorch"), ("pytorch", "tensorflow")):
         warnings.append(f"framework = {clean['framework']} with reader.data_loader = {loader}: DLIO refuses this pair; "
@@ -290,6 +293,27 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
     if "accelerators" in clean:
         problems += _screen_accelerators(clean["accelerators"])
     return clean, problems, warnings
+
+
+# Keys a checkpoint-only run never reads, with the values that mean "not set" (a resolved config
+# carries them with these values, and loads again without a warning).
+_CHECKPOINT_ONLY_UNUSED = {
+    ("train", "epochs"): (1,), ("train", "total_training_steps"): (None, -1), ("train", "computation_time"): (0, 0.0),
+    ("train", "seed_change_epoch"): (True,), ("train", "allreduce_bytes"): (0,),
+    ("checkpoint", "checkpoint_after_epoch"): (1,), ("checkpoint", "epochs_between_checkpoints"): (1,),
+    ("checkpoint", "steps_between_checkpoints"): (None, -1, 0),
+}
+
+
+def _unused_in_checkpoint_only(clean: dict) -> list[str]:
+    """Warnings for keys set to something a checkpoint-only run (workflow.train False) does not use."""
+    out = []
+    for (section, key), unset in _CHECKPOINT_ONLY_UNUSED.items():
+        value = (clean.get(section) or {}).get(key, unset[0])
+        if not any(value == u and type(value) is type(u) for u in unset):
+            out.append(f"{section}.{key} = {show(value)} has no effect in a checkpoint-only run (workflow.train "
+                       "False): checkpoints are checkpoint.time_between_checkpoints seconds of emulated compute apart")
+    return out
 
 
 def _screen_accelerators(table) -> list[str]:

@@ -107,3 +107,8 @@ def test_checkpoint_only_settings_during_training_are_rejected_or_warned():
     assert load_workload("unet3d", ["checkpoint.write_threads=2"]).checkpoint.write_threads == 2  # used in training
     with pytest.warns(ConfigWarning, match="checkpoint.recovery_rank_shift = True has no effect during training"):
         load_workload("unet3d", ["checkpoint.recovery_rank_shift=True"])
+
+
+def test_training_keys_in_a_checkpoint_only_run_warn():
+    with pytest.warns(ConfigWarning, match="train.computation_time = 5 has no effect in a checkpoint-only run"):
+        load_workload("llama3-8b", ["train.computation_time=5"])
