@@ -32,8 +32,8 @@ DEFAULT_PART_BYTES = 8 << 20
 MAX_ATTEMPTS = 5
 
 
-class _OpStats:
-    """Counters of one kind of request."""
+class OpStats:
+    """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
 
     __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
 
@@ -43,6 +43,7 @@ class _OpStats:
         self.total = LatencyHistogram()
 
     def to_dict(self) -> dict:
+        """JSON-ready: counts, latency summaries and the histograms they come from."""
         return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
                 "throttled_503": self.throttled, "errors": self.errors,
                 "first_byte_latency": self.first_byte.summary(),
@@ -51,7 +52,8 @@ class _OpStats:
                 "total_latency_histogram": self.total.to_dict()}
 
     @classmethod
-    def from_dict(cls, doc: dict) -> "_OpStats":
+    def from_dict(cls, doc: dict) -> "OpStats":
+        """Rebuild from to_dict() output."""
         s = cls()
         s.requests, s.bytes, s.retries = doc["requests"], doc["bytes"], doc["retries"]
         s.throttled, s.errors = doc["throttled_503"], doc["errors"]
@@ -59,7 +61,8 @@ class _OpStats:
         s.total = LatencyHistogram.from_dict(doc["total_latency_histogram"])
         return s
 
-    def add(self, other: "_OpStats") -> None:
+    def add(self, other: "OpStats") -> None:
+        """Add another's counts and histograms to these."""
         self.requests += other.requests
         self.bytes += other.bytes
         self.retries += other.retries
@@ -92,7 +95,7 @@ class ObjectStore:
             max_pool_connections=max_pool_connections, user_agent_extra="iogen")
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._stats = {op: _OpStats() for op in OPS}
+        self._stats = {op: OpStats() for op in OPS}
 
     @classmethod
     def from_workload(cls, wl, threads: int = 16) -> "ObjectStore":
@@ -148,7 +151,7 @@ class ObjectStore:
     def drain(self) -> dict:
         """Figures since the last drain, by operation (only operations that ran), then reset."""
         with self._lock:
-            stats, self._stats = self._stats, {op: _OpStats() for op in OPS}
+            stats, self._stats = self._stats, {op: OpStats() for op in OPS}
         return {op: s.to_dict() for op, s in stats.items() if s.requests or s.errors}
 
     # -- operations ---------------------------------------------------------------------------
@@ -385,28 +388,3 @@ def open_store(wl, threads: int = 16) -> ObjectStore:
     store.check_bucket(root_parts(wl.storage.storage_root)[0])
     return store
 
-
-def merge_figures(figures) -> dict:
-    """Figures of several drains (ranks, threads) as one: counts summed, histograms merged exactly."""
-    out: dict[str, _OpStats] = {}
-    for fig in figures:
-        for op, doc in (fig or {}).items():
-            out.setdefault(op, _OpStats()).add(_OpStats.from_dict(doc))
-    return {op: out[op].to_dict() for op in OPS if op in out}
-
-
-def run_block(world, train_loader, eval_loader) -> dict:
-    """summary.json's `iogen.object_store`: per epoch and for indexing, every rank's requests merged.
-
-    Collective: every rank calls it after its loop.
-    """
-    mine = {"index": [getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None],
-            "train": list(getattr(train_loader, "epoch_figures", [])),
-            "eval": list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])}
-    ranks = world.allgather_obj(mine)
-    block = {"client": "boto3", "loader": train_loader.name if train_loader is not None else None, "index": merge_figures(f for r in ranks for f in r["index"])}
-    for phase in ("train", "eval"):
-        n = max(len(r[phase]) for r in ranks)
-        block[f"{phase}_epochs"] = [dict(epoch=e + 1, **merge_figures(r[phase][e] for r in ranks if e < len(r[phase])))
-                                   for e in range(n)]
-    return block

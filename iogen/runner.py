@@ -232,7 +232,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
     st.result = engine.run()
     if wl.storage.storage_type == "s3":
-        from .objectstore import run_block
+        from .metrics.objectstore import run_block
 
         st.result.object_store = run_block(world, st.train_loader, st.eval_loader)
 

@@ -285,7 +285,7 @@ class PyTorchLoader(Loader):
             if requests is not None:
                 figures.append(requests)
                 if step == plan.steps - 1:
-                    from ..objectstore import merge_figures
+                    from ..metrics.objectstore import merge_figures
 
                     self.epoch_figures.append(merge_figures(figures))
             yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
