@@ -221,11 +221,14 @@ class TensorFlowLoader(Loader):
         files = flat // spf
         order = np.array(list(dict.fromkeys(files.tolist())), np.int64)
         samples = flat % spf
-        lo = np.full(self.layout.num_files, np.iinfo(np.int64).max, np.int64)
-        hi = np.full(self.layout.num_files, -1, np.int64)
-        np.minimum.at(lo, files, samples)
-        np.maximum.at(hi, files, samples)
-        first, count = lo[order], hi[order] - lo[order] + 1
+        # per file the plan touches (not per file of the dataset: O(plan), docs/scaling.md)
+        uniq, inverse = np.unique(files, return_inverse=True)
+        lo = np.full(uniq.size, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(uniq.size, -1, np.int64)
+        np.minimum.at(lo, inverse, samples)
+        np.maximum.at(hi, inverse, samples)
+        at = np.searchsorted(uniq, order)  # each span's file among the unique files
+        first, count = lo[at], hi[at] - lo[at] + 1
         mpos = np.zeros(order.size, np.int64)
         np.cumsum(count[:-1], out=mpos[1:])
         ds = self._runs(order, first, count, track=(order * spf + first, mpos))
@@ -236,9 +239,9 @@ class TensorFlowLoader(Loader):
         else:
             # Which span positions the plan reads; the bytes of dropped records are carried into
             # the next kept record's count (they were read all the same).
-            rank_of = np.zeros(self.layout.num_files, np.int64)
-            rank_of[order] = np.arange(order.size)
-            where = rank_of[files]  # each planned sample's span
+            rank_of = np.zeros(uniq.size, np.int64)
+            rank_of[at] = np.arange(order.size)
+            where = rank_of[inverse]  # each planned sample's span
             keep = np.zeros(int(count.sum()), bool)
             keep[mpos[where] + samples - first[where]] = True
             keep_t = tf.constant(keep)

@@ -76,6 +76,7 @@ def traced_opens(tmp_path, root, loader, threads, reopen, fmt="npz"):
     pending = {}  # pid -> path of an open strace shows as "<unfinished ...>" (another process ran)
     for line in log.read_text().splitlines():
         pid, _, rest = line.partition(" ")
+        rest = rest.lstrip()  # strace pads short pids
         start = re.match(r'open(?:at)?\((?:AT_FDCWD, )?"([^"]+)"', rest)
         if start and rest.endswith("<unfinished ...>"):
             pending[pid] = start.group(1)
