@@ -58,12 +58,21 @@ class Heartbeat:
             return
         self._stop.set()
         self._thread.join()
-        self._sends.append(self._comm.Isend([b"", self._MPI.BYTE], dest=self.next_rank, tag=TAG_BYE))
-        self._MPI.Request.Waitall(self._sends)
+        try:
+            self._sends.append(self._comm.Isend([b"", self._MPI.BYTE], dest=self.next_rank, tag=TAG_BYE))
+            self._MPI.Request.Waitall(self._sends)
+            self._drain()
+        except self._MPI.Exception:  # the next rank is gone (killed): the launcher ends the job
+            pass
         self._sends = []
-        self._drain()
 
     def _loop(self) -> None:
+        try:
+            self._beat()
+        except self._MPI.Exception:  # a peer is gone (killed): the launcher ends the job, not this thread
+            pass
+
+    def _beat(self) -> None:
         last_heard = self._clock()
         while not self._stop.wait(self.interval_s):
             self._sends = [r for r in self._sends if not r.Test()]

@@ -103,6 +103,14 @@ def test_policy_from_env():
         WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_SPIN_US": "-3"})
 
 
+def test_liveness_from_env():
+    assert WaitPolicy.from_env(cores_per_rank=1, environ={}).liveness_s == 30
+    assert WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_LIVENESS_S": "2.5"}).liveness_s == 2.5
+    assert WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_LIVENESS_S": "0"}).liveness_s is None
+    with pytest.raises(ConfigError, match="IOGEN_MPI_LIVENESS_S"):
+        WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_LIVENESS_S": "-1"})
+
+
 def test_notice_round_trip_and_text():
     n = FailureNotice(3, "node7", 2, "/data/f.npz at byte offset 10: truncated é")
     back = FailureNotice.decode(n.encode())
