@@ -56,29 +56,33 @@ class Drainer:
         self._idle.wait()
         return self._core.clock.now_ns() - t0
 
-    def start(self, paths: list[str], event: dict) -> None:
-        """Drain the checkpoint's files (in the background unless the mode is sync)."""
+    def start(self, paths: list[str], event: dict, root: str | None = None) -> None:
+        """Drain the checkpoint's files (in the background unless the mode is sync).
+
+        Each file lands in the shared folder under its path relative to `root` (the local
+        folder: checkpoint subfolders are kept), or under its own name when root is None.
+        """
         self.wait_idle()
         event.update(drain_start_ns=self._core.clock.now_ns(), drain_end_ns=None, drain_bytes=0,
                       drain_error=None, drain_mode=self.mode)
         self.events.append(event)
         self._idle.clear()
+        jobs = [(src, os.path.join(self.shared, os.path.relpath(src, root) if root else os.path.basename(src)))
+                for src in paths]
         if self.mode == "sync":
-            self._drain(list(paths), event)
+            self._drain(jobs, event)
             return
-        self._thread = threading.Thread(target=self._drain, args=(list(paths), event),
-                                        name="iogen-drain", daemon=True)
+        self._thread = threading.Thread(target=self._drain, args=(jobs, event), name="iogen-drain", daemon=True)
         self._thread.start()
 
-    def _drain(self, paths: list[str], event: dict) -> None:
+    def _drain(self, pairs: list[tuple[str, str]], event: dict) -> None:
         try:
-            jobs = []
-            for src in paths:
-                jobs.append((src, os.path.join(self.shared, os.path.basename(src)), os.path.getsize(src)))
-            try:
-                os.makedirs(self.shared, exist_ok=True)
-            except OSError as exc:
-                raise DataError(self.shared, f"cannot create the shared checkpoint folder: {exc.strerror}") from None
+            jobs = [(src, dst, os.path.getsize(src)) for src, dst in pairs]
+            for folder in sorted({os.path.dirname(dst) for _, dst, _ in jobs} | {self.shared}):
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as exc:
+                    raise DataError(self.shared, f"cannot create the shared checkpoint folder: {exc.strerror}") from None
             lock = threading.Lock()
             todo = list(jobs)
             errors = []

@@ -99,9 +99,12 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     mine = RankFiles(spec, world.rank, world.size, ck.format)
     source, shift_note = read_rank(world, ck.recovery_rank_shift)
     theirs = mine if source == world.rank else RankFiles(spec, source, world.size, ck.format)
+    # without a drain a two-tier run reads back what stayed on the local tier
+    stays_local = bool(ck.local_folder) and ck.drain == "off"
     try:
         if n_read > n_write:
-            check_present(theirs, folder, range(n_write + 1, n_read + 1))
+            check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
+                          range(n_write + 1, n_read + 1))
     except BaseException as exc:
         world.fail(exc)
         raise
@@ -128,6 +131,17 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
                       fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
                       read_threads=ck.read_threads)
+    # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
+    # (drain.py); the read phase restores from the shared tier once every drain has ended.
+    local = os.path.abspath(ck.local_folder) if ck.local_folder else None
+    write_folder = local or folder
+    drainer = None
+    if local and ck.drain != "off":
+        from .drain import Drainer
+
+        drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain)
+    read_folder = folder if drainer is not None or not local else local
+    drain_record = None
     compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
     spin = core.clock.calibrate_spin_ns() if compute_ns else 0
     written = np.zeros((n_write, 2), np.int64)  # bytes, duration ns
@@ -137,23 +151,33 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     try:
         io.prepare_write()  # the content, generated once, outside the timed window
         for i in range(n_write):
-            paths = mine.paths(folder, i + 1)
+            paths = mine.paths(write_folder, i + 1)
             # a killed run's half-written files of this rank (its temp names, dead pid) hold space
-            remove_stale_temps(os.path.join(folder, checkpoint_id(i + 1)), set(mine.names))
+            remove_stale_temps(os.path.join(write_folder, checkpoint_id(i + 1)), set(mine.names))
             if compute_ns:
                 core.clock.sleep_ns(compute_ns, spin)
+            event = {"epoch": 1, "step": i + 1}
+            if drainer is not None:  # the previous drain ends before this checkpoint is written
+                event["drain_wait_ns"] = waited = drainer.wait_idle()
+                drainer.waits += bool(waited)
             world.barrier()
             t0 = core.clock.now_ns()
-            os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(folder, checkpoint_id(i + 1)),
+            os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
                         exist_ok=True)
             nbytes = io.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
             written[i] = (nbytes, core.clock.now_ns() - t0)
+            if drainer is not None:
+                event["local_write_ns"] = event["elapsed_ns"] = int(written[i][1])
+                drainer.start(paths, event, root=local)  # async: returns at once; sync: after the copy
+                event["elapsed_ns"] = core.clock.now_ns() - t0
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
+        if drainer is not None:
+            drain_record = drainer.finish()  # the last drain ends before any read or summary
         if n_read:
             world.barrier()  # every rank's files are complete before any rank reads or evicts
             # Outside every timed window: drop what will be read from the page cache.
-            evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(folder, s)])
-            check_present(theirs, folder, range(1, n_read + 1))
+            evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
+            check_present(theirs, read_folder, range(1, n_read + 1))
             world.barrier()
             io.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
@@ -163,7 +187,7 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
                 world.barrier()
                 t0 = core.clock.now_ns()
                 sizes = [lay.size_bytes for lay in theirs.layouts]
-                nbytes = io.read_files(list(zip(theirs.paths(folder, i + 1), sizes)))
+                nbytes = io.read_files(list(zip(theirs.paths(read_folder, i + 1), sizes)))
                 read[i] = (nbytes, core.clock.now_ns() - t0)
                 say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
             after = device_read_bytes()
@@ -184,10 +208,18 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     all_written = world.gather_array(written)
     all_read = world.gather_array(read)
     all_facts = world.gather_array(facts_rank)
+    drains = world.allgather_obj(drain_record) if local else None
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
+        if drains is not None and any(drains):
+            from ..metrics.drain import ranks_drain_block
+
+            doc["iogen"]["checkpoint_drain"] = ranks_drain_block(drains)
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
+    failed = [d["error"] for d in (drains or []) if d and d.get("error")]
+    if failed:  # recorded in the summary above; the run ends as bad storage does: exit 2
+        raise DataError(folder, f"checkpoint drain failed: {failed[0]}")
     return run_dir, doc, True
 
 

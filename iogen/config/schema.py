@@ -488,10 +488,10 @@ class Workload(Section):
                 f"reader.batch_size_eval = {rd.batch_size_eval} is larger than the evaluation set "
                 f"({ds.num_files_eval * ds.num_samples_per_file} samples): evaluation would have no steps"
             )
-        if self.checkpoint.local_folder and not (self.workflow.checkpoint and self.workflow.train):
+        if self.checkpoint.local_folder and not self.workflow.checkpoint:
             problems.append(
-                f"checkpoint.local_folder = {self.checkpoint.local_folder!r}: the local tier and its drain apply to "
-                "checkpoints written during training (workflow.checkpoint and workflow.train on); unset it"
+                f"checkpoint.local_folder = {self.checkpoint.local_folder!r} but workflow.checkpoint is off: no "
+                "checkpoint would be written; set workflow.checkpoint=True or unset it"
             )
         problems += self._checkpoint_modes()
         if self.storage.storage_type == "s3":

@@ -74,3 +74,36 @@ def test_drain_block_splits_steps_by_overlap_by_hand():
     assert block["steps_without_drain"]["steps"] == 2
     (ev,) = block["checkpoints"]
     assert ev["drain_s"] == 100 / 1e9 and ev["drain_gib_s"] == pytest.approx(1e7)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_tier(tmp_path, mode):
+    from iogen.checkpoint.model import ModelSpec
+    from iogen.checkpoint.phases import RankFiles
+    from iogen.comm import SingleWorld
+    from iogen.config import load_workload
+    from iogen.runner import run
+
+    tiny = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
+            "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+            "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+            "checkpoint.transfer_size": 65536, "checkpoint.num_checkpoints_write": 2,
+            "checkpoint.num_checkpoints_read": 2, "checkpoint.checkpoint_folder": str(tmp_path / "shared"),
+            "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
+            "output.folder": str(tmp_path / "results")}
+    wl = load_workload("llama3-8b", [f"{k}={v}" for k, v in tiny.items()])
+    out = run(wl, SingleWorld(), quiet=True)
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    for step in (1, 2):
+        for local, shared in zip(files.paths(str(tmp_path / "local"), step), files.paths(str(tmp_path / "shared"), step)):
+            assert filecmp.cmp(local, shared, shallow=False)  # same checkpoint folder and name on both tiers
+    dr = out.summary["iogen"]["checkpoint_drain"]
+    assert dr["mode"] == mode and dr["error"] is None and len(dr["checkpoints"]) == 2
+    assert dr["drain_bytes"] == 2 * files.file_bytes
+    assert out.summary["iogen"]["complete"] is True
+    # a later read-only restore comes from the shared tier: the local one may be gone by then
+    import shutil
+
+    shutil.rmtree(tmp_path / "local")
+    again = load_workload("llama3-8b", [f"{k}={v}" for k, v in tiny.items()] + ["checkpoint.num_checkpoints_write=0"])
+    assert run(again, SingleWorld(), quiet=True).summary["iogen"]["complete"] is True

@@ -156,7 +156,7 @@ def test_copy_files_with_threads_is_byte_exact(tmp_path):
 
 @pytest.mark.parametrize("name, overrides, key", [
     ("default", ["staging.folder=/tmp/x"], "staging.folder"),
-    ("llama3-8b", ["checkpoint.local_folder=/tmp/x"], "checkpoint.local_folder"),
+    ("default", ["checkpoint.local_folder=/tmp/x"], "checkpoint.local_folder"),
 ])
 def test_keys_that_would_do_nothing_are_refused(name, overrides, key):
     from iogen.errors import ConfigError
