@@ -8,7 +8,8 @@ their per-sample arrays.
 The table holds only the files this process touched: up to DENSE_MAX_FILES files it is indexed
 by file directly; above, files get slots on first touch (a dict from file to slot, arrays that
 grow by doubling), so a rank of a job over 10^8 files holds what it reads, not 34 bytes for each
-of the 10^8 (docs/scaling.md).
+of the 10^8, and at most MAX_FILES_HELD files: past that it forgets them all and indexes files
+again as batches touch them (docs/scaling.md).
 
 `reopen=True` (reader.reopen_files) opens and closes the file for every sample read, as a
 map-style PyTorch dataset that opens its file in __getitem__ does: the storage sees one open and
@@ -40,13 +41,16 @@ def _fd_budget() -> int:
 
 # Tables of up to this many files are indexed by file directly (34 bytes a file).
 DENSE_MAX_FILES = 1 << 16
+# A sparse table holds at most this many files (about 140 bytes each: 35 MiB), then starts over:
+# with sample shuffle over 10^8 files a rank would otherwise collect most of them over epochs.
+MAX_FILES_HELD = 1 << 18
 
 
 class FileTable:
     """Per-file descriptor and sample byte ranges of the files of one split this process touched."""
 
     def __init__(self, layout, fmt, direct: bool = False, reopen: bool = False,
-                 dense_max_files: int = DENSE_MAX_FILES):
+                 dense_max_files: int = DENSE_MAX_FILES, max_files_held: int = MAX_FILES_HELD):
         n = layout.num_files
         self.layout = layout
         self.fmt = fmt
@@ -57,6 +61,9 @@ class FileTable:
         self.irregular: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by file
         self.open_fds: list[int] = []  # slots with an open descriptor
         self.transient = self.reopen or n > _fd_budget()
+        # sparse tables forget everything when a batch would take them past this many files
+        self.max_files_held = max(int(max_files_held), 1)
+        self.forgets = 0
 
     def _alloc(self, cap: int) -> None:
         self.fd = np.full(cap, -1, np.int64)
@@ -85,6 +92,13 @@ class FileTable:
         keys = files.tolist()
         out = np.fromiter(map(slot_of.get, keys, itertools.repeat(-1)), np.int64, len(keys))
         new = np.flatnonzero(out < 0)
+        if new.size and len(slot_of) + new.size > self.max_files_held and not self.open_fds:
+            # bounded: forget every file (a later touch opens and indexes it again, once). Only
+            # while no descriptor is kept (a sparse table's files are opened per batch), so no
+            # read in flight loses its file.
+            self._forget_all()
+            out[:] = -1
+            new = np.arange(len(keys))
         if new.size:
             for i in new.tolist():
                 f = keys[i]
@@ -96,6 +110,12 @@ class FileTable:
                     slot_of[f] = s
                 out[i] = s
         return out
+
+    def _forget_all(self) -> None:
+        self._slot_of.clear()
+        self.irregular.clear()
+        self._alloc(self.fd.size)
+        self.forgets += 1
 
     def learn_all(self) -> None:
         """Open and index every file now (before the run), so no epoch pays it in its steps.

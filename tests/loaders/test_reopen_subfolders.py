@@ -151,6 +151,30 @@ def test_sparse_table_holds_only_touched_files_and_agrees_with_the_dense_one(roo
     assert sparse.open_fds == [] and (sparse.fd[:4] == -1).all()
 
 
+def test_sparse_table_is_bounded_and_starts_over(root):
+    wl = workload(root)
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    reference = FileTable(layout, fmt)
+    table = FileTable(layout, fmt, dense_max_files=2, max_files_held=3)
+    table.transient = True  # as a sparse table of a real dataset is: more files than descriptors
+    try:
+        for gids in ([0, 9, 17], [25, 33], [41, 1], [47, 46, 45, 8]):
+            gids = np.array(gids, np.int64)
+            files, samples = gids // SPF, gids % SPF
+            for t in (reference, table):
+                assert not t.decode_only(files)
+            _, offs, lens, fds = table.ranges(files, samples)
+            for fd in fds:
+                os.close(fd)
+            want = reference.ranges(files, samples)
+            assert np.array_equal(offs, want[1]) and np.array_equal(lens, want[2])
+            assert table.files_held <= 3
+        assert table.forgets >= 2
+    finally:
+        reference.close()
+
+
 def test_reopen_table_hands_every_sample_its_own_descriptor(root):
     wl = workload(root)
     layout = DatasetLayout.from_workload(wl, "train")
