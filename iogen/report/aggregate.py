@@ -101,6 +101,10 @@ def find_run_dirs(paths) -> list[str]:
             runs = [p]
         else:
             runs, looked = _runs_below(p)
+            if not runs and os.path.isfile(os.path.join(p, "config.yaml")) and os.path.isdir(os.path.join(p, "steps")):
+                raise DataError(p, "a run folder without summary.json: its run is still going, or was killed (SIGKILL, "
+                                   "out of memory, a node failure) before it could write one; its step logs are in steps/ "
+                                   "(an interrupted run, SIGINT/SIGTERM/SIGHUP, writes an incomplete summary)")
             if not runs:
                 raise DataError(p, f"holds no iogen run: looked for summary.json (a run) and {CAMPAIGN_FILE} "
                                    f"(a campaign) in it and in its {looked - 1} sub-folder(s) at any depth")

@@ -116,3 +116,21 @@ def test_sigterm_to_the_process_group_with_dataloader_workers(tiny, tmp_path):
         doc = json.load(fh)
     assert doc["iogen"]["complete"] is False and "SIGTERM" in doc["iogen"]["incomplete_reason"]
     assert len(workers) >= 2 and not [p for p in workers if os.path.exists(f"/proc/{p}")]
+
+
+def test_report_names_a_run_folder_whose_run_was_killed(tiny, tmp_path):
+    """SIGKILL leaves no summary (nothing can be done in the process): report says what the folder is."""
+    args = [IOGEN, "run", "default", "--generate", "--quiet",
+            *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: glob.glob(str(tmp_path / "results" / "*" / "steps" / "*.steps")))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    rep = run_iogen("report", run_dir, "--no-html", "-o", str(tmp_path / "report"))
+    assert rep.returncode == 2
+    assert rep.stderr.startswith(f"iogen: error: {run_dir}: a run folder without summary.json: ") and \
+        "was killed" in rep.stderr and "Traceback" not in rep.stderr
