@@ -53,7 +53,14 @@ class Engine:
         self.clock = core.clock
         # Measure this machine's sleep overshoot once: the final stretch of every sleep spins.
         self.spin_ns = core.clock.calibrate_spin_ns()
-        self.checkpointer = Checkpointer(wl, world) if wl.workflow.checkpoint else None
+        self.checkpointer = None
+        if wl.workflow.checkpoint:
+            if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+                from .checkpoint.objects import ObjectCheckpointer  # rank 0 uploads an object
+
+                self.checkpointer = ObjectCheckpointer(wl, world)
+            else:
+                self.checkpointer = Checkpointer(wl, world)
         self.allreduce_buf = None
         nbytes = int(wl.train.allreduce_bytes)
         if nbytes and world.size > 1:

@@ -95,8 +95,19 @@ def workload_problems(wl) -> list[str]:
         problems.append(f"dataset.format = {ds.format!r}: {why}; supported: npz, tfrecord")
     if ds.compression != "none":
         problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
+    ck = wl.checkpoint
+    if wf.checkpoint and not wf.train:
+        problems.append(f"workflow.checkpoint = True with workflow.train = False: checkpoint-only runs are {why}; "
+                        "checkpoints written during training are")
     if wf.checkpoint:
-        problems.append(f"workflow.checkpoint = True: checkpoints are {why}; set workflow.checkpoint=False")
+        for key in ("fsync", "odirect"):
+            if getattr(ck, key):
+                problems.append(f"checkpoint.{key} = True applies to files, not to objects; set it to False")
+        if ck.local_folder:
+            problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the local tier and its drain are {why}")
+        if ".." in posixpath.normpath(ck.checkpoint_folder.replace("\\", "/")).split("/"):
+            problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
+                            "object key")
     if wf.stage_data:
         problems.append(f"workflow.stage_data = True: staging is {why}")
     if not rd.preprocess_time.is_zero and rd.data_loader == "native":

@@ -25,7 +25,7 @@ from .errors import ConfigError, DataError
 from .histogram import LatencyHistogram
 from .objectkeys import SCHEME, split_uri
 
-OPS = ("get", "put", "head", "list")
+OPS = ("get", "put", "head", "list", "delete")
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
 DEFAULT_PART_BYTES = 8 << 20
@@ -276,6 +276,57 @@ class ObjectStore:
             raise
         return size
 
+    def put_parts(self, uri: str, size: int, part_bytes: int, part_of, pool) -> None:
+        """Upload size bytes as one object: part i's bytes from part_of(i) (a buffer, called in a pool
+        thread), parts uploaded concurrently on pool; one PUT when it fits in one part. A failed
+        upload is aborted: no partial object appears under the key."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        nparts = max(1, -(-size // part_bytes))
+        if nparts == 1:
+            self.put_bytes(uri, bytes(memoryview(part_of(0))[:size]))
+            return
+        c = self.client()
+        try:
+            upload = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._failed("put", uri, exc, "multipart upload start") from None
+
+        def one(i: int) -> dict:
+            # botocore takes bytes or a file, not a buffer: one copy per part
+            data = bytes(memoryview(part_of(i))[:min(part_bytes, size - i * part_bytes)])
+            t0 = time.perf_counter_ns()
+            r = self.client().upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=i + 1, Body=data)
+            t1 = time.perf_counter_ns()
+            self._count("put", len(data), t0, t1, t1, r)
+            return {"ETag": r["ETag"], "PartNumber": i + 1}
+
+        try:
+            parts = list(pool.map(one, range(nparts)))
+            c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+        except BaseException as exc:
+            try:
+                c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+            except Exception:
+                pass
+            if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
+                raise self._failed("put", uri, exc, "multipart upload") from None
+            raise
+
+    def delete(self, uri: str) -> None:
+        """DELETE an object (absent is fine)."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().delete_object(Bucket=bucket, Key=key)
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._failed("delete", uri, exc, "DELETE") from None
+        t1 = time.perf_counter_ns()
+        self._count("delete", 0, t0, t1, t1, r)
+
     def readinto(self, uri: str, offset: int, buf) -> int:
         """One ranged GET of len(buf) bytes at offset, read straight into buf (a writable buffer); return the bytes."""
         import botocore.exceptions as bex
@@ -367,6 +418,8 @@ def _op_of(name: str) -> str:
         return "put"
     if name.startswith("List"):
         return "list"
+    if name.startswith("Delete"):
+        return "delete"
     return "head"
 
 

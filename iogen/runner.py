@@ -234,7 +234,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     if wl.storage.storage_type == "s3":
         from .metrics.objectstore import run_block
 
-        st.result.object_store = run_block(world, st.train_loader, st.eval_loader)
+        st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer)
 
 
 def _finish(wl, world, st: _RunState, error):

@@ -58,7 +58,10 @@ def test_config_s3_keys_and_refusals():
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.preprocess_time=0.01"):
             "reader.preprocess_time",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=hdf5"): "dataset.format = 'hdf5'",
-        ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True"): "checkpoints are",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
+         "checkpoint.fsync=True"): "checkpoint.fsync = True applies to files",
+        ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
+         "checkpoint.local_folder=/tmp/x"): "checkpoint.local_folder",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.odirect=True"): "reader.odirect",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
          "dataset.compression=zip"): "dataset.compression = 'zip'",

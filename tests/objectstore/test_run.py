@@ -96,3 +96,26 @@ def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttlin
     assert r.returncode == 2, r.stderr
     assert f"s3://{s3.bucket}/pre/ds/train/img_1_of_4.npz" in r.stderr and "HTTP 503 SlowDown" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
+    """Rank 0 uploads model.model_size_bytes per checkpoint (multipart), keeps only the newest."""
+    size = 12_000_000  # three parts of 5 MiB (S3's smallest), the last shorter
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 2,
+                                                "workflow.checkpoint": True, "model.model_size_bytes": size,
+                                                "checkpoint.checkpoint_folder": "ck"})
+    r = iogen_cmd("run", "default", *over, "--generate")
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    events = doc["iogen"]["checkpoints"]
+    assert [e["path"] for e in events] == [f"s3://{s3.bucket}/pre/ck/default-epoch{e}-step0.ckpt" for e in (1, 2)]
+    assert all(e["bytes"] == size and e["elapsed_ns"] > 0 for e in events)
+    ck = doc["iogen"]["object_store"]["checkpoint"]
+    assert ck["put"]["requests"] == 6 and ck["put"]["bytes"] == 2 * size and ck["delete"]["requests"] == 1
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/")["Contents"]
+    assert [(o["Key"], o["Size"]) for o in listed] == [("pre/ck/default-epoch2-step0.ckpt", size)]
+    body = s3.client.get_object(Bucket=s3.bucket, Key="pre/ck/default-epoch2-step0.ckpt")["Body"].read()
+    parts = [body[i:i + (5 << 20)] for i in range(0, size, 5 << 20)]
+    assert len(set(parts[:2])) == 2  # stamped: no two parts alike
+    r = iogen_cmd("run", "default", *over, "workflow.train=False")
+    assert r.returncode == 2 and "checkpoint-only runs are not implemented for object storage" in r.stderr
