@@ -106,10 +106,18 @@ def node_name(rank: int, environ=None) -> str:
         return socket.gethostname()
     names = [n.strip() for n in value.split(",")]
     if len(names) == 1:
-        return names[0]
-    if rank >= len(names) or not all(names):
+        name = names[0]
+    elif rank >= len(names) or not all(names):
         raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes, rank {rank} has none")
-    return names[rank]
+    else:
+        name = names[rank]
+    from .config.names import component_problem
+
+    # A node name fills `{node}` of staging.folder: one path component, as every name in a path.
+    problem = component_problem(name)
+    if problem:
+        raise ConfigError(f"IOGEN_NODE={value!r}: rank {rank}'s node name {name!r} {problem}")
+    return name
 
 
 class SingleWorld:

@@ -78,3 +78,13 @@ def test_hostile_names_write_nothing_outside_the_folders(tmp_path, iogen_cmd, ti
     assert "name = " in res.stderr
     assert _tree_digest(tmp_path) == before  # nothing created, nothing overwritten
     assert sorted(os.listdir(tmp_path)) == sorted(["decoys", "hostile.yaml"])
+
+
+@pytest.mark.parametrize("value", ["../x", "a/b", "a,../../etc"])
+def test_simulated_node_names_are_one_path_component(value):
+    """IOGEN_NODE fills `{node}` in staging.folder: it must not lead out of it."""
+    from iogen.comm import node_name
+
+    with pytest.raises(ConfigError, match="holds '/'"):
+        node_name(1, {"IOGEN_NODE": value})
+    assert node_name(1, {"IOGEN_NODE": "a,b"}) == "b"
