@@ -1,12 +1,15 @@
 """Staging copy (iogen.staging.copy_files) against plain parallel copies of the same files.
 
 All contenders copy the same files from one folder to another on the same file system, with
-the same number of threads, alternating in one process so they see the same machine state; the
-destination is emptied (and the source re-read into the page cache) before each repetition.
+the same number of threads, alternating in one process so they see the same machine state (each
+contender goes first in turn, after one untimed warm-up round); before every copy the
+destination is emptied, dirty pages are written back (sync) and the sources re-read into the
+page cache.
 
 - iogen: `copy_files` as `workflow.stage_data` runs it: `--threads` threads, each with one
-  reusable aligned buffer of `--transfer-mib`, pread/pwrite in C with the GIL released,
-  temporary name then rename;
+  reusable aligned buffer of `--transfer-mib`, pread/pwrite in C with the GIL released, each
+  file's CRC-32C computed as it is copied and checked against the manifest's, temporary name
+  then rename (the baselines check nothing);
 - pread/pwrite loop: the same threads, each a Python loop of os.pread/os.pwrite through one
   buffer of the same size (what a script without iogen's core would do);
 - shutil.copyfile: the same threads, each calling shutil.copyfile (sendfile in the kernel on
@@ -54,10 +57,13 @@ def fresh(dst):
     os.makedirs(dst)
 
 
+CRCS: dict = {}  # the manifest's CRC-32C of each file: iogen checks every copy against it, as staging does
+
+
 def run_iogen(paths, dst, threads, piece):
     from iogen.staging import CopyJob, copy_files
 
-    jobs = [CopyJob(p, os.path.join(dst, os.path.basename(p)), os.path.getsize(p)) for p in paths]
+    jobs = [CopyJob(p, os.path.join(dst, os.path.basename(p)), os.path.getsize(p), CRCS[p]) for p in paths]
     copy_files(jobs, threads, piece)
 
 
@@ -102,17 +108,25 @@ def main(argv=None) -> int:
     try:
         paths = make_files(os.path.join(root, "src"), args.files, int(args.file_mib * 2**20))
         total = sum(os.path.getsize(p) for p in paths)
+        from iogen.formats.checksum import file_crc32c, format_crc
+
+        CRCS.update({p: format_crc(file_crc32c(p)) for p in paths})
         dst = os.path.join(root, "dst")
         contenders = {"iogen copy_files": run_iogen, "pread/pwrite loop": run_loop, "shutil.copyfile": run_shutil}
         rates = {k: [] for k in contenders}
+        os.sync()  # the sources' own write-back must not land in the first timed copy
         load0 = os.getloadavg()[0]
-        for _ in range(args.reps):
-            for name, fn in contenders.items():
+        names = list(contenders)
+        for rep in range(args.reps + 1):  # rep 0 warms imports and caches, untimed
+            order = names[rep % len(names):] + names[:rep % len(names)]  # each goes first in turn
+            for name in order:
                 fresh(dst)
+                os.sync()  # the previous copy's dirty pages are written back outside the timing
                 warm(paths)
                 t0 = time.perf_counter()
-                fn(paths, dst, args.threads, piece)
-                rates[name].append(total / 2**30 / (time.perf_counter() - t0))
+                contenders[name](paths, dst, args.threads, piece)
+                if rep:
+                    rates[name].append(total / 2**30 / (time.perf_counter() - t0))
         load1 = os.getloadavg()[0]
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ConfigError, CopyFailure, DataError
+from .formats.checksum import format_crc
 
 # Staged files are written under this suffix and renamed once complete.
 TMP_SUFFIX = ".iogen-staging"
@@ -67,6 +68,7 @@ class CopyJob:
     src: str
     dst: str
     nbytes: int
+    crc32c: str | None = None  # the manifest's CRC-32C (8 hex digits): the copy is checked against it
 
 
 @dataclass
@@ -123,13 +125,22 @@ def check_config(wl) -> None:
 
 
 def plan_jobs(layouts_files, folder: str) -> list[CopyJob]:
-    """Copy jobs for (source layout, file indices) pairs into `folder`, same relative paths."""
+    """Copy jobs for (source layout, file indices) pairs into `folder`, same relative paths.
+
+    Where the split has a manifest, each job carries the file's CRC-32C from it, so a copy of a
+    file whose bytes changed since generation is caught (exit 2 naming the source).
+    """
+    from .manifest import read_manifest
+
     jobs = []
     for layout, files in layouts_files:
         dst_split = f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}"
+        manifest = read_manifest(layout) or {}
+        crcs = {e.get("file"): e.get("crc32c") for e in manifest.get("files", [])}
         for f in files:
             src = layout.paths[int(f)]
-            jobs.append(CopyJob(src, f"{dst_split}/{src[len(layout.folder) + 1:]}", 0))
+            rel = src[len(layout.folder) + 1:]
+            jobs.append(CopyJob(src, f"{dst_split}/{rel}", 0, crcs.get(rel)))
     return jobs
 
 
@@ -171,7 +182,8 @@ def _copy_one(core, job: CopyJob, buf, direct_read: bool, direct_write: bool) ->
         except OSError as exc:
             raise DataError(tmp, f"cannot create the staged copy: {exc.strerror}") from None
         try:
-            got = core.copier.copy_range(src, dst, job.nbytes, buf, ALIGN if direct_write else 1)
+            got, crc = core.copier.copy_range(src, dst, job.nbytes, buf, ALIGN if direct_write else 1,
+                                              job.crc32c is not None)
             if direct_write:
                 os.ftruncate(dst, job.nbytes)
         except CopyFailure as exc:
@@ -185,6 +197,9 @@ def _copy_one(core, job: CopyJob, buf, direct_read: bool, direct_write: bool) ->
         os.close(src)
     if got != job.nbytes:
         raise DataError(job.src, f"ended after {got} of {job.nbytes} bytes while staging (changed meanwhile?)", got)
+    if job.crc32c is not None and format_crc(crc) != job.crc32c:
+        raise DataError(job.src, f"corrupt: its CRC-32C is {format_crc(crc)}, the manifest says {job.crc32c} (the file "
+                                 "changed since it was generated; regenerate it or run `iogen verify`)")
     os.replace(tmp, job.dst)
 
 

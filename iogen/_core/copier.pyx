@@ -5,9 +5,10 @@ Policy stays in Python: which files, how many threads, O_DIRECT on either side (
 opens the descriptors), temporary names and renames.
 """
 from libc.errno cimport EINTR, errno
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint32_t
 
 from iogen._core.reader cimport pread_full
+from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
 from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 
@@ -17,6 +18,8 @@ cdef extern from "<unistd.h>" nogil:
 
 # One pwrite asks for at most this much: Linux caps a single write at ~2 GiB anyway.
 cdef int64_t MAX_CHUNK_BYTES = 1 << 30
+
+iogen_crc32c_init()  # this module's copy of the CRC-32C tables (and the hardware check)
 
 
 cdef int pwrite_full(int fd, const unsigned char *src, int64_t length, int64_t offset) noexcept nogil:
@@ -37,12 +40,13 @@ cdef int pwrite_full(int fd, const unsigned char *src, int64_t length, int64_t o
     return 0
 
 
-def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=1):
+def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=1, bint checksum=False):
     """Copy bytes [0, nbytes) of src_fd to dst_fd at the same offsets, len(buf) bytes a piece.
 
     With write_align > 1 (O_DIRECT destination) every write is rounded up to a multiple of it,
     the padding taken from the buffer; the caller truncates the file to its size afterwards.
-    Returns the bytes read (fewer than nbytes: the source ended early). Raises CopyFailure.
+    Returns (bytes read, CRC-32C of them or 0 unless checksum): fewer bytes than nbytes means the
+    source ended early. Raises CopyFailure.
     """
     cdef unsigned char[::1] view = writable_byte_view(buf)
     cdef int64_t piece = view.shape[0]
@@ -52,6 +56,7 @@ def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=
     cdef int64_t want, got, put_len
     cdef int err = 0
     cdef int side = 0  # 1 read, 2 write
+    cdef uint32_t crc = 0
     with nogil:
         while done < nbytes:
             want = nbytes - done
@@ -71,6 +76,8 @@ def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=
                 got = nbytes - done
             if got == 0:
                 break
+            if checksum:
+                crc = iogen_crc32c(crc, base, <size_t>got)
             put_len = got
             if write_align > 1 and put_len % write_align:
                 put_len = put_len + write_align - put_len % write_align
@@ -83,4 +90,4 @@ def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=
                 break
     if side:
         raise CopyFailure("read" if side == 1 else "write", err, done)
-    return done
+    return done, crc

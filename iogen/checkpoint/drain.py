@@ -127,7 +127,7 @@ class Drainer:
             except OSError as exc:
                 raise DataError(self.shared, f"checkpoint drain to the shared folder failed: {exc.strerror}") from None
             try:
-                got = self._core.copier.copy_range(fin, fout, nbytes, buf, 1)
+                got, _ = self._core.copier.copy_range(fin, fout, nbytes, buf, 1)
             except CopyFailure as exc:
                 _unlink(tmp)
                 if exc.side == "read":

@@ -18,7 +18,9 @@ def _copy(core, src, dst, nbytes, piece, align=1):
     s = os.open(src, os.O_RDONLY)
     d = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        return core.copier.copy_range(s, d, nbytes, buf, align)
+        copied, crc = core.copier.copy_range(s, d, nbytes, buf, align)
+        assert crc == 0  # no checksum asked for
+        return copied
     finally:
         os.close(s)
         os.close(d)
@@ -84,3 +86,20 @@ def test_bad_arguments_are_refused(core, args, match):
     src, dst, nbytes, piece, align = args
     with pytest.raises(ValueError, match=match):
         core.copier.copy_range(src, dst, nbytes, np.zeros(piece, np.uint8), align)
+
+
+@pytest.mark.parametrize("nbytes, piece, align", [(0, 4096, 1), (10_000, 4096, 1), (123_457, 1000, 1),
+                                                  (10_001, 8192, 4096)])
+def test_checksum_is_the_crc32c_of_the_bytes_copied(core, tmp_path, nbytes, piece, align):
+    from iogen.formats.checksum import crc32c
+
+    data = _file(tmp_path / "src", nbytes, seed=3)
+    s = os.open(tmp_path / "src", os.O_RDONLY)
+    d = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        copied, crc = core.copier.copy_range(s, d, nbytes, np.zeros(piece, np.uint8), align, True)
+    finally:
+        os.close(s)
+        os.close(d)
+    assert copied == nbytes and crc == crc32c(data)
+

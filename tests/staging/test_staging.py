@@ -163,3 +163,16 @@ def test_keys_that_would_do_nothing_are_refused(name, overrides, key):
 
     with pytest.raises(ConfigError, match=key):
         load_workload(name, overrides)
+
+
+def test_corrupt_source_is_caught_by_the_manifest_crc_and_nothing_is_left(tiny, tmp_path, iogen_cmd):
+    over = _overrides(tiny, tmp_path, **{"staging.scope": "full"})
+    _generate(iogen_cmd, over)
+    victim = sorted(glob.glob(str(tmp_path / "data" / "train" / "*.npz")))[3]
+    with open(victim, "r+b") as f:  # same size, so the pre-run size check passes; bytes differ
+        f.seek(100)
+        f.write(b"\xff" * 16)
+    res = iogen_cmd("run", "default", *over)
+    assert res.returncode == 2, res.stderr
+    assert victim in res.stderr and "CRC-32C" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "local").exists()  # no half-staged folder behind

@@ -4,6 +4,8 @@ import os
 from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 
+from .tfrecord import crc32c
+
 
 def _pwrite_full(fd, view, offset) -> int:
     done = 0
@@ -20,18 +22,19 @@ def _pwrite_full(fd, view, offset) -> int:
     return 0
 
 
-def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1):
+def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1, checksum=False):
     """Copy bytes [0, nbytes) of src_fd to dst_fd at the same offsets, len(buf) bytes a piece.
 
     With write_align > 1 (O_DIRECT destination) every write is rounded up to a multiple of it,
     the padding taken from the buffer; the caller truncates the file to its size afterwards.
-    Returns the bytes read (fewer than nbytes: the source ended early). Raises CopyFailure.
+    Returns (bytes read, CRC-32C of them or 0 unless checksum): fewer bytes than nbytes means the
+    source ended early. Raises CopyFailure.
     """
     view = memoryview(writable_byte_view(buf))
     piece = len(view)
     nbytes, write_align = int(nbytes), int(write_align)
     check_copy_args(src_fd, dst_fd, nbytes, piece, write_align)
-    done = 0
+    done = crc = 0
     while done < nbytes:
         want = min(nbytes - done, piece)
         if write_align > 1 and want % write_align:
@@ -50,6 +53,8 @@ def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1):
         got = min(got, nbytes - done)
         if got == 0:
             break
+        if checksum:
+            crc = crc32c(view[:got], crc)
         put_len = got
         if write_align > 1 and put_len % write_align:
             put_len += write_align - put_len % write_align
@@ -59,4 +64,4 @@ def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1):
         done += got
         if got < want and done < nbytes:
             break
-    return done
+    return done, crc
