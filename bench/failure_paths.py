@@ -1,0 +1,107 @@
+"""How long a failure takes to end an MPI job, and what iogen's process exit saves (issue 11.9).
+
+Failure paths: 2 ranks under `mpiexec` run the tiny default workload through the MPI test driver
+(tests/mpi/drivers/run.py), which injects the failure on rank 1; the figure is the time from the
+failure's first line on stderr to mpiexec's exit (median of --repeat). Process exit: a Python
+that imported torch, ended the ordinary way (the baseline) and the way the `iogen` command ends
+(iogen.cli.exit_now: exit handlers, flush, os._exit), timed from its last output line to its exit.
+
+    .venv/bin/python bench/failure_paths.py --repeat 3
+
+Prints two Markdown tables.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, "..", "tests", "mpi", "drivers", "run.py")
+MARKS = ("failed:", "kills itself", "stops itself")
+SCENARIOS = [
+    ("exception on rank 1, native loader", "1:step:3", ["reader.data_loader=native"], {}),
+    ("exception on rank 1, PyTorch loader, 2 workers", "1:step:3",
+     ["reader.data_loader=pytorch", "reader.read_threads=2"], {}),
+    ("rank 1 killed (SIGKILL), PyTorch loader, 2 workers", "1:kill:3",
+     ["reader.data_loader=pytorch", "reader.read_threads=2"], {}),
+    ("rank 1 stopped (SIGSTOP), IOGEN_MPI_LIVENESS_S=3", "1:stop:3", [], {"IOGEN_MPI_LIVENESS_S": "3"}),
+]
+
+
+def _env(**extra) -> dict:
+    prefixes = ("PMI_", "OMPI_", "PMIX_", "SLURM_", "HYDRA_", "MPI_LOCAL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env["PYTHONSAFEPATH"] = "1"
+    env.update(extra)
+    return env
+
+
+def _after_mark(cmd, env) -> float:
+    """Seconds from the first failure line on stdout/stderr to the command's exit."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    mark = None
+    for line in proc.stdout:
+        if mark is None and any(m in line for m in MARKS):
+            mark = time.monotonic()
+    proc.wait()
+    if mark is None:
+        raise SystemExit(f"no failure line from {' '.join(cmd)}")
+    return time.monotonic() - mark
+
+
+def failure_paths(repeat: int, work: str) -> list[str]:
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    data = [f"dataset.data_folder={work}/data", f"output.folder={work}/results", "dataset.num_files_train=8",
+            "dataset.record_length_bytes=65536", "dataset.record_length_bytes_stdev=0", "reader.batch_size=1",
+            "train.epochs=2", "train.computation_time=0.01", "dataset.format=npz"]
+    subprocess.run([sys.executable, "-m", "iogen", "datagen", "default", "-q", *data], check=True, env=_env(),
+                   stdout=subprocess.DEVNULL)
+    rows = ["| failure | seconds to the job's end (median, min-max) |", "|---|---:|"]
+    for name, fail, over, extra in SCENARIOS:
+        cmd = [mpiexec, "-n", "2", sys.executable, DRIVER, "run", "default", "-q", *data, *over,
+               "workflow.generate_data=False"]
+        times = [_after_mark(cmd, _env(IOGEN_TEST_FAIL=fail, **extra)) for _ in range(repeat)]
+        rows.append(f"| {name} | {statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f}) |")
+    return rows
+
+
+def process_exit(repeat: int) -> list[str]:
+    code = {"ordinary exit (baseline)": "",
+            "iogen.cli.exit_now": "from iogen.cli import exit_now; exit_now(0)"}
+    rows = ["| a Python with torch imported | seconds from its last line to its exit (median, min-max) |", "|---|---:|"]
+    for name, tail in code.items():
+        times = []
+        for _ in range(repeat):
+            proc = subprocess.Popen([sys.executable, "-c", "import torch\nprint('ready', flush=True)\n" + tail],
+                                    stdout=subprocess.PIPE, text=True, env=_env())
+            proc.stdout.readline()
+            t0 = time.monotonic()
+            proc.wait()
+            times.append(time.monotonic() - t0)
+        rows.append(f"| {name} | {statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f}) |")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="iogen-failure-bench-")
+    try:
+        load = os.getloadavg()[0]
+        print(f"failure paths, 2 ranks, {os.cpu_count()} CPUs, load average {load:.1f}, median of {args.repeat}\n")
+        print("\n".join(failure_paths(args.repeat, work)))
+        print()
+        print("\n".join(process_exit(args.repeat)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
