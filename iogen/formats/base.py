@@ -165,6 +165,11 @@ class Format:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError
 
+    def index_ranges(self, size_bytes: int) -> list[tuple[int, int]] | None:
+        """(offset, length) ranges of a file of size_bytes that index_file reads, when the format
+        can say without reading it (a reader of remote objects fetches only these); None: all."""
+        return None
+
     def read_samples(self, path, sample_ids) -> list:
         """Decode samples of a file (numpy arrays or bytes), in the order asked."""
         raise NotImplementedError

@@ -36,6 +36,9 @@ _ZIP64_EXTRA_BYTES = 20  # zipfile appends it to the local header when force_zip
 _PAD_EXTRA_ID = 0xD935
 
 
+# What index_ranges asks a remote reader for at each end of an archive (zip and .npy headers).
+INDEX_SPAN_BYTES = 64 << 10
+
 def npy_header(shape, dtype) -> bytes:
     """The .npy preamble (magic, version, padded dict) numpy writes for this shape and dtype."""
     buf = io.BytesIO()
@@ -189,6 +192,17 @@ class NpzFormat(Format):
     def _open(self, path):
         size = file_size_or_error(path)
         return open(path, "rb"), size
+
+    def index_ranges(self, size_bytes):
+        """The zip's local header and .npy header lie at the start, its central directory at the end:
+        the first and last INDEX_SPAN_BYTES (an archive whose headers lie elsewhere fails to index
+        from them, and the reader then fetches it whole)."""
+        if not self.byte_addressable:
+            return None
+        size = int(size_bytes)
+        if size <= 2 * INDEX_SPAN_BYTES:
+            return [(0, size)]
+        return [(0, INDEX_SPAN_BYTES), (size - INDEX_SPAN_BYTES, INDEX_SPAN_BYTES)]
 
     def index_file(self, path):
         """Row ranges of x: data offset (found once, from the zip and npy headers) + i * row bytes."""

@@ -131,19 +131,38 @@ def index_objects(store, layout, fmt, pool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _index_one(store, layout, fmt, i: int):
-    """Object i fetched once into scratch (memory) and indexed by its format."""
+    """Object i indexed by its format from a scratch copy (memory): only the ranges the format
+    names (Format.index_ranges, ranged GETs into a sparse copy) when it can, else the whole object."""
     from ..objectdata import scratch_path
 
     uri = layout.paths[i]
-    approx = layout.samples_per_file * int(layout.record_bytes[i]) + (64 << 10)
-    with scratch_path(approx, layout.suffix) as tmp:
-        with open(tmp, "wb") as f:
-            for chunk in store.get_chunks(uri):
-                f.write(chunk)
-        try:
-            index = fmt.index_file(tmp)
-        except DataError as exc:  # name the object, not the scratch file
-            raise DataError(uri, exc.message, exc.offset) from None
+    head = store.head(uri)
+    if head is None:
+        raise DataError(uri, "object does not exist (generate it with `iogen datagen`)")
+    size = head[0]
+    ranges = fmt.index_ranges(size)
+    with scratch_path(size, layout.suffix) as tmp:
+        index = None
+        if ranges is not None:
+            with open(tmp, "r+b" if os.path.exists(tmp) else "wb") as f:
+                f.truncate(size)  # a sparse copy: the ranges are the only bytes read
+                for off, n in ranges:
+                    buf = np.empty(n, np.uint8)
+                    store.readinto(uri, off, buf)
+                    f.seek(off)
+                    f.write(buf)
+            try:
+                index = fmt.index_file(tmp)
+            except DataError:
+                index = None  # headers outside the ranges: fetch it whole
+        if index is None:
+            with open(tmp, "wb") as f:
+                for chunk in store.get_chunks(uri):
+                    f.write(chunk)
+            try:
+                index = fmt.index_file(tmp)
+            except DataError as exc:  # name the object, not the scratch file
+                raise DataError(uri, exc.message, exc.offset) from None
     if index is None:
         raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
                              "uncompressed npz and tfrecord only")

@@ -119,3 +119,39 @@ def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
     assert len(set(parts[:2])) == 2  # stamped: no two parts alike
     r = iogen_cmd("run", "default", *over, "workflow.train=False")
     assert r.returncode == 2 and "checkpoint-only runs are not implemented for object storage" in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+def test_indexing_reads_only_what_the_format_needs(s3, tmp_path, fmt):
+    """NPZ objects are indexed from their first and last 64 KiB (ranged GETs into a sparse copy);
+    TFRecord, whose frame headers run through the object, is fetched whole. Same index either way."""
+    from iogen.comm import get_world
+    from iogen.config import load_workload
+    from iogen.dataset import DatasetLayout
+    from iogen.formats import get_format
+    from iogen.loaders.objects import ObjectLoader
+    from iogen.objectdata import generate_objects
+    from iogen.objectstore import open_store
+
+    wl = load_workload("default", s3_overrides(s3, tmp_path, fmt, **{"dataset.num_files_train": 2,
+                                                                    "dataset.record_length_bytes": 1 << 20}))
+    fmt_ = get_format(wl.dataset)
+    layout = DatasetLayout.from_workload(wl, "train")
+    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    loader = ObjectLoader(wl, layout, fmt_, get_world())
+    try:
+        get = loader.index_figures["get"]
+        sizes = [o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ds/train/img")["Contents"]]
+        if fmt == "npz":
+            assert get["requests"] == 4 and get["bytes"] == 4 * (64 << 10)
+        else:
+            assert get["requests"] == 2 and get["bytes"] == sum(sizes)
+        local = tmp_path / "local"
+        for i in range(2):
+            path = str(local / f"f{i}")
+            local.mkdir(exist_ok=True)
+            fmt_.write_file(path, 4, 1 << 20, layout.seed, layout.stream_of(i))
+            index = fmt_.index_file(path)
+            assert (loader.offsets[i] == index.offsets[:4]).all() and (loader.lengths[i] == index.lengths[:4]).all()
+    finally:
+        loader.close()
