@@ -152,11 +152,15 @@ def exit_now(code: int) -> None:
     """
     import atexit
     import os
+    import threading
 
     if "mpi4py.MPI" in sys.modules:
         sys.exit(code)
     try:
-        atexit._run_exitfuncs()  # noqa: SLF001 - what interpreter shutdown would run first
+        # What interpreter shutdown does first, in its order: wait for non-daemon threads (and
+        # the executors' exit hooks), then the exit handlers; only the module teardown is skipped.
+        threading._shutdown()  # noqa: SLF001
+        atexit._run_exitfuncs()  # noqa: SLF001
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
