@@ -71,7 +71,12 @@ def run_campaign(wl, world, runs: int, warmup: int = 0, *, quiet: bool = False, 
     outcome = CampaignOutcome(campaign_dir)
     current = _with_output(wl, campaign_dir)
     for i, label in enumerate(labels):
-        result = run(current, world, label=label, quiet=quiet, stream=stream)
+        try:
+            result = run(current, world, label=label, quiet=quiet, stream=stream)
+        except BaseException as exc:
+            if world.rank == 0:  # an interrupted (or failed) run is part of the campaign: list it
+                _record_stopped_run(doc, campaign_dir, label, exc)
+            raise
         outcome.run_dirs.append(result.run_dir)
         outcome.labels.append(label)
         outcome.summaries.append(result.summary)
@@ -83,6 +88,20 @@ def run_campaign(wl, world, runs: int, warmup: int = 0, *, quiet: bool = False, 
         if i == 0 and getattr(current.workflow, "generate_data", False):
             current = _without_generation(current)  # the data exists now; later runs only read it
     return outcome
+
+
+def _record_stopped_run(doc: dict, campaign_dir: str, label: str, exc: BaseException) -> None:
+    """List the run that stopped the campaign (its folder holds an incomplete summary), and why."""
+    listed = {r["run_dir"] for r in doc["runs"]}
+    folders = sorted(n for n in os.listdir(campaign_dir)
+                     if n not in listed and os.path.isfile(os.path.join(campaign_dir, n, "summary.json")))
+    if folders:
+        doc["runs"].append({"label": label, "warmup": label.startswith("warmup"), "run_dir": folders[-1]})
+    from .signals import describe_interrupt
+
+    doc["stopped"] = {"label": label, "reason": describe_interrupt(exc) if isinstance(exc, KeyboardInterrupt)
+                      else (str(exc) or type(exc).__name__)}
+    write_campaign_file(campaign_dir, doc)
 
 
 def report_campaign(outcome: CampaignOutcome, reduction: str = "mean", stream=None) -> int:

@@ -134,3 +134,25 @@ def test_report_names_a_run_folder_whose_run_was_killed(tiny, tmp_path):
     assert rep.returncode == 2
     assert rep.stderr.startswith(f"iogen: error: {run_dir}: a run folder without summary.json: ") and \
         "was killed" in rep.stderr and "Traceback" not in rep.stderr
+
+
+def test_sigterm_during_a_campaign_lists_the_stopped_run_and_the_report_says_not_valid(tiny, tmp_path):
+    args = [IOGEN, "run", "default", "--generate", "--quiet", "--runs", "3",
+            *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: any(os.path.getsize(p) > 4096 for p in
+                              glob.glob(str(tmp_path / "results" / "*" / "*" / "steps" / "*.steps"))))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    (campaign,) = glob.glob(str(tmp_path / "results" / "*-campaign"))
+    with open(os.path.join(campaign, "campaign.json")) as fh:
+        doc = json.load(fh)
+    assert doc["complete"] is False and doc["stopped"] == {"label": "run-1", "reason": "interrupted by SIGTERM"}
+    assert [r["label"] for r in doc["runs"]] == ["run-1"]
+    rep = run_iogen("report", campaign, "--no-html", "-o", str(tmp_path / "report"))
+    assert rep.returncode == 1, rep.stderr  # the campaign is not valid: its run is incomplete
+    assert "NOT VALID" in rep.stdout and "run-1" in rep.stdout
