@@ -426,10 +426,12 @@ def _op_of(name: str) -> str:
 def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
     """A DataError naming bucket, key and HTTP status (or the connection problem)."""
     status, code = _status(exc)
+    if code == str(status):  # a HEAD's error has no body: botocore puts the status as its code
+        code = ""
     if status == 404:
-        return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})")
+        return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})".replace(" )", ")"))
     if status is not None:
-        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}")
+        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 
 

@@ -138,7 +138,7 @@ def _index_one(store, layout, fmt, i: int):
     uri = layout.paths[i]
     head = store.head(uri)
     if head is None:
-        raise DataError(uri, "object does not exist (generate it with `iogen datagen`)")
+        raise DataError(uri, "object does not exist (HTTP 404 on HEAD): generate it with `iogen datagen`")
     size = head[0]
     ranges = fmt.index_ranges(size)
     with scratch_path(size, layout.suffix) as tmp:
