@@ -275,8 +275,8 @@ def test_cli_on_mutated_data_exits_with_a_named_file(pristine, tmp_path, variant
         where = f"seed {SEED}, {variant[0]}: {what}; iogen {command}"
         assert proc.returncode >= 0, f"killed by signal {-proc.returncode} ({where})"
         assert "Traceback" not in proc.stderr, f"{where}: {proc.stderr[-2000:]}"
-        if command == "verify":  # the manifest's CRC sees every change (exit 2 once issue 11.10's first half lands)
-            assert proc.returncode in (1, 2) and victim in proc.stdout + proc.stderr, f"{where}: {proc.stdout}{proc.stderr}"
+        if command == "verify":  # the manifest's CRC sees every change: bad data, exit 2
+            assert proc.returncode == 2 and victim in proc.stdout + proc.stderr, f"{where}: {proc.stdout}{proc.stderr}"
         else:
             assert proc.returncode in (0, 1, 2), where
             if proc.returncode == 2:
