@@ -61,7 +61,7 @@ CRCS: dict = {}  # the manifest's CRC-32C of each file: iogen checks every copy 
 
 
 def run_iogen(paths, dst, threads, piece):
-    from iogen.staging import CopyJob, copy_files
+    from iogen.filecopy import CopyJob, copy_files
 
     jobs = [CopyJob(p, os.path.join(dst, os.path.basename(p)), os.path.getsize(p), CRCS[p]) for p in paths]
     copy_files(jobs, threads, piece)

@@ -9,33 +9,27 @@ whether staging pays). `workflow.stage_data: true` does that:
 - `staging.scope: node` copies the files the node's ranks read over the whole run (their plans,
   every epoch, train and eval); `full` copies every file of the dataset to every node;
 - the stager copies with `staging.threads` threads, each through one reusable aligned buffer of
-  `staging.transfer_size` bytes (iogen.core.copier, GIL released), O_DIRECT on either side if
-  asked, into a temporary name that is renamed when the file is complete;
+  `staging.transfer_size` bytes (iogen/filecopy.py over iogen.core.copier, GIL released),
+  O_DIRECT on either side if asked, into iogen's temporary name, renamed when complete;
 - the run then reads `<staging.folder>/<train|valid>/...`, the same relative paths;
 - staged copies are removed at the end unless `staging.keep`; with `staging.reuse` a staged file
   whose size matches its source (and a manifest equal to the source's) is not copied again.
 
-A failed copy removes every file and folder this invocation created and raises DataError
-naming the file that failed (the source for a read error, the staged copy for a write error).
+A failed copy removes every file and folder this invocation created and raises the error of
+iogen/filecopy.py: DataError naming the source (unreadable, short, or not the manifest's
+CRC-32C) or OutputError naming the staged copy (a write error; a full disk says what it needed).
 """
 from __future__ import annotations
 
-import errno
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConfigError, CopyFailure, DataError
-from .formats.checksum import format_crc
-
-# Staged files are written under this suffix and renamed once complete.
-TMP_SUFFIX = ".iogen-staging"
-# Alignment of the copy buffers and of O_DIRECT writes.
-ALIGN = 4096
+from .atomic import temp_path
+from .errors import ConfigError, DataError
+from .filecopy import ALIGN, CopyJob, copy_files
 
 
 def staging_folder(template: str, node: str) -> str:
@@ -59,16 +53,6 @@ def run_files(wl, layout, world, seed: int, phase: str) -> np.ndarray:
         if seen.all():
             break
     return np.flatnonzero(seen)
-
-
-@dataclass
-class CopyJob:
-    """One file to stage: source, destination and the source's size."""
-
-    src: str
-    dst: str
-    nbytes: int
-    crc32c: str | None = None  # the manifest's CRC-32C (8 hex digits): the copy is checked against it
 
 
 @dataclass
@@ -168,84 +152,6 @@ def _make_dirs(jobs: list[CopyJob], report: StageReport) -> None:
         report.created_dirs.extend(reversed(missing))
 
 
-def _copy_one(core, job: CopyJob, buf, direct_read: bool, direct_write: bool) -> None:
-    tmp = job.dst + TMP_SUFFIX
-    rflags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if direct_read else 0)
-    wflags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct_write else 0)
-    try:
-        src = os.open(job.src, rflags)
-    except OSError as exc:
-        raise DataError(job.src, f"cannot open for staging: {exc.strerror}") from None
-    try:
-        try:
-            dst = os.open(tmp, wflags, 0o644)
-        except OSError as exc:
-            raise DataError(tmp, f"cannot create the staged copy: {exc.strerror}") from None
-        try:
-            got, crc = core.copier.copy_range(src, dst, job.nbytes, buf, ALIGN if direct_write else 1,
-                                              job.crc32c is not None)
-            if direct_write:
-                os.ftruncate(dst, job.nbytes)
-        except CopyFailure as exc:
-            if exc.side == "read":
-                raise DataError(job.src, f"reading it for staging failed: {exc.strerror}", exc.offset) from None
-            need = f" ({job.nbytes - exc.offset} more bytes were needed)" if exc.errno == errno.ENOSPC else ""
-            raise DataError(tmp, f"writing the staged copy failed: {exc.strerror}{need}", exc.offset) from None
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-    if got != job.nbytes:
-        raise DataError(job.src, f"ended after {got} of {job.nbytes} bytes while staging (changed meanwhile?)", got)
-    if job.crc32c is not None and format_crc(crc) != job.crc32c:
-        raise DataError(job.src, f"corrupt: its CRC-32C is {format_crc(crc)}, the manifest says {job.crc32c} (the file "
-                                 "changed since it was generated; regenerate it or run `iogen verify`)")
-    os.replace(tmp, job.dst)
-
-
-def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_read: bool = False,
-               direct_write: bool = False, done=None) -> None:
-    """Copy every job with `threads` threads, each through one reusable aligned buffer.
-
-    `done(job)` is called (under a lock) after each file; the first error stops the others and
-    is raised. Temporary files of unfinished copies are removed.
-    """
-    from . import core
-
-    work: queue.SimpleQueue = queue.SimpleQueue()
-    for job in sorted(jobs, key=lambda j: -j.nbytes):  # big files first: the tail stays short
-        work.put(job)
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def worker():
-        buf = core.reader.aligned_buffer(transfer_size, ALIGN)
-        while not errors:
-            try:
-                job = work.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                _copy_one(core, job, buf, direct_read, direct_write)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                with lock:
-                    errors.append(exc)
-                _remove(job.dst + TMP_SUFFIX)
-                return
-            if done is not None:
-                with lock:
-                    done(job)
-
-    pool = [threading.Thread(target=worker, name=f"iogen-stage-{i}", daemon=True)
-            for i in range(max(1, min(threads, len(jobs))))]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
@@ -303,14 +209,14 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
 
     try:
         copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
-                   direct_write=st.odirect_write, done=done)
+                   direct_write=st.odirect_write, done=done, what="the staged copy")
         for src, dst in manifests:
             if not _same_file(src, dst):
                 with open(src, "rb") as f:
                     data = f.read()
-                with open(dst + TMP_SUFFIX, "wb") as f:
+                with open(temp_path(dst), "wb") as f:
                     f.write(data)
-                os.replace(dst + TMP_SUFFIX, dst)
+                os.replace(temp_path(dst), dst)
                 report.created.append(dst)
     except BaseException:
         remove_staged(report)
@@ -322,7 +228,7 @@ def remove_staged(report: StageReport) -> None:
     """Remove the files and folders this invocation staged (what it reused stays unless it is ours)."""
     for path in report.created:
         _remove(path)
-        _remove(path + TMP_SUFFIX)
+        _remove(temp_path(path))
     report.created.clear()
     for d in sorted(report.created_dirs, key=len, reverse=True):
         try:

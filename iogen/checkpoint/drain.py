@@ -13,20 +13,18 @@ finished checkpoint to a Drainer:
   shared copy exists);
 - `off` leaves the checkpoints on the local tier.
 
-Each drained file lands under its own name in `checkpoint.checkpoint_folder`, written under a
-temporary name and renamed when complete. A failed drain is recorded (the summary carries it)
+Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py:
+the same parallel copy as data staging, iogen's temporary name, renamed when complete). A failed drain is recorded (the summary carries it)
 and reported once the run's summary is written, naming the shared folder.
 """
 from __future__ import annotations
 
-import errno
 import os
 import threading
 
-from ..errors import CopyFailure, DataError
-
-TMP_SUFFIX = ".iogen-drain"
-ALIGN = 4096
+from ..atomic import unlink_quietly
+from ..errors import DataError
+from ..filecopy import ALIGN, CopyJob, buffers, copy_files
 
 
 class Drainer:
@@ -40,7 +38,7 @@ class Drainer:
         self.transfer = max(ALIGN, int(transfer_bytes) // ALIGN * ALIGN)
         self.mode = mode
         self._core = core
-        self._buffers = [core.reader.aligned_buffer(self.transfer, ALIGN) for _ in range(self.threads)]
+        self._buffers = buffers(self.threads, self.transfer)  # reused by every drain of the run
         self._idle = threading.Event()
         self._idle.set()
         self._thread = None
@@ -77,77 +75,24 @@ class Drainer:
 
     def _drain(self, pairs: list[tuple[str, str]], event: dict) -> None:
         try:
-            jobs = [(src, dst, os.path.getsize(src)) for src, dst in pairs]
-            for folder in sorted({os.path.dirname(dst) for _, dst, _ in jobs} | {self.shared}):
+            jobs = [CopyJob(src, dst, os.path.getsize(src)) for src, dst in pairs]
+            for folder in sorted({os.path.dirname(job.dst) for job in jobs} | {self.shared}):
                 try:
                     os.makedirs(folder, exist_ok=True)
                 except OSError as exc:
                     raise DataError(self.shared, f"cannot create the shared checkpoint folder: {exc.strerror}") from None
-            lock = threading.Lock()
-            todo = list(jobs)
-            errors = []
-
-            def worker(buf):
-                while not errors:
-                    with lock:
-                        if not todo:
-                            return
-                        job = todo.pop()
-                    try:
-                        self._copy(job, buf)
-                    except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
-                        errors.append(exc)
-                        return
-
-            pool = [threading.Thread(target=worker, args=(buf,), daemon=True)
-                    for buf in self._buffers[:max(1, min(self.threads, len(jobs)))]]
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join()
-            if errors:
-                raise errors[0]
-            event["drain_bytes"] = sum(n for _, _, n in jobs)
-        except BaseException as exc:  # noqa: BLE001
+            copy_files(jobs, self.threads, self.transfer, bufs=self._buffers, what="the drained checkpoint")
+            event["drain_bytes"] = sum(job.nbytes for job in jobs)
+        except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
             event["drain_error"] = self.error = str(exc)
         finally:
             event["drain_end_ns"] = self._core.clock.now_ns()
             self._idle.set()
 
-    def _copy(self, job, buf) -> None:
-        src, dst, nbytes = job
-        tmp = dst + TMP_SUFFIX
-        try:
-            fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise DataError(src, f"cannot read the local checkpoint to drain it: {exc.strerror}") from None
-        try:
-            try:
-                fout = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise DataError(self.shared, f"checkpoint drain to the shared folder failed: {exc.strerror}") from None
-            try:
-                got, _ = self._core.copier.copy_range(fin, fout, nbytes, buf, 1)
-            except CopyFailure as exc:
-                _unlink(tmp)
-                if exc.side == "read":
-                    raise DataError(src, f"reading the local checkpoint failed: {exc.strerror}", exc.offset) from None
-                need = f" ({nbytes - exc.offset} more bytes were needed)" if exc.errno == errno.ENOSPC else ""
-                raise DataError(self.shared, f"checkpoint drain to the shared folder failed writing "
-                                             f"{os.path.basename(dst)}: {exc.strerror}{need}", exc.offset) from None
-            finally:
-                os.close(fout)
-        finally:
-            os.close(fin)
-        if got != nbytes:
-            _unlink(tmp)
-            raise DataError(src, f"local checkpoint ended after {got} of {nbytes} bytes while draining", got)
-        os.replace(tmp, dst)
-
     def remove_shared(self, local_path: str) -> None:
         """Delete the shared copy of a superseded local checkpoint (both tiers keep the same set)."""
         try:
-            _unlink(os.path.join(self.shared, os.path.basename(local_path)))
+            unlink_quietly(os.path.join(self.shared, os.path.basename(local_path)))
         except OSError:
             pass  # never drained there (a failed drain is already recorded)
 
@@ -157,9 +102,3 @@ class Drainer:
         return {"mode": self.mode, "shared_folder": self.shared, "events": list(self.events),
                 "waits": self.waits, "error": self.error}
 
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -8,9 +8,10 @@ import pytest
 
 from iogen.config import load_workload
 from iogen.dataset import DatasetLayout
-from iogen.errors import DataError
+from iogen.errors import DataError, OutputError
 from iogen.formats import get_format
-from iogen.staging import StageReport, copy_files, plan_jobs, stage_node
+from iogen.filecopy import copy_files
+from iogen.staging import StageReport, plan_jobs, stage_node
 from iogen.steplog import PHASE_STAGE, read_steplog
 
 from ..conftest import load_summary
@@ -137,7 +138,7 @@ def test_full_node_disk_names_the_staged_file_and_what_was_needed(tmp_path, smal
         with open(path, "wb") as f:
             f.write(bytes(40_000))
     report = StageReport("n", True, str(small_tmpfs / "stage"), "full")
-    with pytest.raises(DataError, match="No space left on device.*more bytes were needed"):
+    with pytest.raises(OutputError, match="no space left on the device writing the staged copy .*bytes needed"):
         stage_node(wl, [(layout, np.arange(4))], report)
     assert os.listdir(small_tmpfs) == []  # nothing half-staged, not even the folders
 
