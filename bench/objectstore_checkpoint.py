@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import start_moto  # noqa: E402
+from objectstore_reads import s3_endpoint  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,21 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args(argv)
-    proc = None
-    if args.endpoint is None:
-        for k, v in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench"),
-                     ("AWS_DEFAULT_REGION", "us-east-1")):
-            os.environ.setdefault(k, v)
-        proc, endpoint = start_moto()
-    else:
-        endpoint = args.endpoint
-    os.environ["AWS_ENDPOINT_URL"] = endpoint
-    try:
-        return _bench(args, endpoint, moto=proc is not None)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait()
+    with s3_endpoint(args.endpoint) as (endpoint, moto):
+        return _bench(args, endpoint, moto=moto)
 
 
 def _bench(args, endpoint, moto: bool) -> int:

@@ -18,6 +18,7 @@ absolute figures say nothing about a real store; the ratio and the per-request o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -51,6 +52,25 @@ def start_moto():
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def s3_endpoint(endpoint=None):
+    """Yield (endpoint, is_local_moto): the given endpoint, or a moto server started for the bench
+    (with throwaway credentials set only where none are), stopped afterwards; AWS_ENDPOINT_URL set."""
+    proc = None
+    if endpoint is None:
+        for k, v in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench"),
+                     ("AWS_DEFAULT_REGION", "us-east-1")):
+            os.environ.setdefault(k, v)
+        proc, endpoint = start_moto()
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    try:
+        yield endpoint, proc is not None
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
@@ -66,21 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prefetch", type=int, default=2, help="reader.prefetch_size")
     args = ap.parse_args(argv)
 
-    proc = None
-    if args.endpoint is None:
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-        proc, endpoint = start_moto()
-    else:
-        endpoint = args.endpoint
-    os.environ["AWS_ENDPOINT_URL"] = endpoint
-    try:
+    with s3_endpoint(args.endpoint) as (endpoint, _):
         return _bench(args, endpoint)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait()
 
 
 def _bench(args, endpoint) -> int:
