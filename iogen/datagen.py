@@ -87,20 +87,8 @@ _TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
 _DATA_NAME = re.compile(r"^.+_\d+_of_\d+\.(npz|hdf5|h5|tfrecord)$")
 
 
-def _leftovers(layout) -> list[str]:
-    """Temporary files of an interrupted generation (iogen's temporary names only) in a split's folders."""
-    found = []
-    for folder in [layout.folder] + layout.subfolders:
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
-        found += [f"{folder}/{n}" for n in names if _TMP_NAME.match(n)]
-    return found
-
-
-def _dataset_files(layout) -> list[str]:
-    """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
+def _split_names(layout, pattern) -> list[str]:
+    """Paths, relative to the split folder, of the names matching `pattern` in the split's folders."""
     found = []
     for folder in [layout.folder] + layout.subfolders:
         try:
@@ -108,8 +96,18 @@ def _dataset_files(layout) -> list[str]:
         except FileNotFoundError:
             continue
         rel = folder[len(layout.folder) + 1:]
-        found += [f"{rel}/{n}" if rel else n for n in names if _DATA_NAME.match(n)]
+        found += [f"{rel}/{n}" if rel else n for n in names if pattern.match(n)]
     return sorted(found)
+
+
+def _leftovers(layout) -> list[str]:
+    """Temporary files of an interrupted generation (iogen's temporary names only) in a split's folders."""
+    return [f"{layout.folder}/{rel}" for rel in _split_names(layout, _TMP_NAME)]
+
+
+def _dataset_files(layout) -> list[str]:
+    """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
+    return _split_names(layout, _DATA_NAME)
 
 
 def _shown(items, limit: int = 3) -> str:
