@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import manifest as mf
-from .dataset import dlio_path
 from .errors import ConfigError, DataError
 
 # Files probed when there is no manifest: the first, the last and evenly spaced ones between.
@@ -127,41 +126,134 @@ def _check_with_manifest(layout, fmt, manifest: dict):
     if problems:
         raise ConfigError(problems)
     reading = layout if on_disk == layout.num_files else layout.subset_of(on_disk)
-    entries = {e.get("file"): e for e in manifest.get("files", []) if isinstance(e, dict)}
-    paths = all_paths(reading)
+    listed, known = listed_files(reading, manifest.get("files"), where)
     cut = len(reading.folder) + 1
     n = reading.num_files
-    listed = np.empty((3, n), np.int64)  # size, record bytes, samples of each file read
-    for i, path in enumerate(paths):
-        entry = entries.get(path[cut:])
-        if entry is None:
-            raise DataError(path, f"is not listed in {where}; regenerate with `iogen datagen`")
-        listed[0, i] = entry.get("size_bytes", -1)
-        listed[1, i] = entry.get("record_bytes", -1)
-        listed[2, i] = entry.get("samples", -1)
+    unlisted = np.flatnonzero(~known)
+    if unlisted.size:
+        path = reading.paths[int(unlisted[0])]
+        raise DataError(path, f"is not listed in {where}; regenerate with `iogen datagen`")
     bad = np.flatnonzero((listed[1] != reading.record_bytes) | (listed[2] != reading.samples_per_file))
     if bad.size:
         i = int(bad[0])
         raise ConfigError(
-            f"train.seed: file {paths[i][cut:]} holds records of {int(listed[1, i])} bytes, "
+            f"train.seed: file {reading.paths[i][cut:]} holds records of {int(listed[1, i])} bytes, "
             f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
             f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
             f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
-    sizes = stat_sizes(paths)
+    sizes = stat_layout_sizes(reading)
     bad = np.flatnonzero(sizes != listed[0])
     if bad.size:
         i = int(bad[0])
         what = "is missing" if sizes[i] < 0 else f"has {int(sizes[i])} bytes, {where} lists {int(listed[0, i])}"
         more = f" ({bad.size} of the {n} files read differ)" if bad.size > 1 else ""
-        raise DataError(paths[i], f"{what}{more}: the data changed since it was generated; "
-                                  "check it with `iogen verify`, regenerate with `iogen datagen`")
+        raise DataError(reading.paths[i], f"{what}{more}: the data changed since it was generated; "
+                                          "check it with `iogen verify`, regenerate with `iogen datagen`")
     return reading
+
+
+# Manifest entries turned into arrays at a time (bounds the temporary name array: ~4 bytes a character).
+ENTRY_BLOCK = 1 << 16
+
+
+def listed_files(layout, entries, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """((3, num_files) int64, (num_files,) bool): size, record bytes and samples the manifest lists for
+    each file of the layout (-1 where an entry lacks one), and whether an entry lists the file.
+
+    Keyed by file index, not by name: each entry's name is matched against the layout's name
+    pattern as a block of characters in numpy (constant parts equal, index digits decoded, the
+    subfolder digits equal to index % num_subfolders), so there is no path string or dict per
+    file. Entries that are not the layout's files (other names, files past a subset) are ignored;
+    of two entries of one file the later wins, as a dict built from the list would keep it.
+    """
+    n = layout.num_files
+    out = np.full((3, n), -1, np.int64)
+    known = np.zeros(n, bool)
+    if not isinstance(entries, list) or n == 0:
+        return out, known
+    pattern = _NamePattern(layout)
+    for lo in range(0, len(entries), ENTRY_BLOCK):
+        block = [e for e in entries[lo:lo + ENTRY_BLOCK] if isinstance(e, dict)]
+        rows, index = pattern.match([f if isinstance(f := e.get("file"), str) else "" for e in block])
+        if not rows.size:
+            continue
+        try:
+            values = np.array([[e.get("size_bytes", -1) for e in block], [e.get("record_bytes", -1) for e in block],
+                               [e.get("samples", -1) for e in block]], np.int64)[:, rows]
+        except (TypeError, ValueError, OverflowError):
+            raise DataError(where, "a file entry's size_bytes, record_bytes or samples is not an integer; "
+                                   "regenerate with `iogen datagen`") from None
+        # the last entry of a file wins (np.unique on the reversed indices finds each one's last)
+        last = index.size - 1 - np.unique(index[::-1], return_index=True)[1]
+        out[:, index[last]] = values[:, last]
+        known[index] = True
+    return out, known
+
+
+class _NamePattern:
+    """The layout's relative names, `[<sub>/]<prefix>_<index>_of_<N>.<suffix>`, as fixed-width characters."""
+
+    def __init__(self, layout):
+        self.num_files = layout.num_files
+        self.num_subfolders = layout.num_subfolders if layout.num_subfolders > 1 else 0
+        self.sub_digits = len(str(self.num_subfolders)) if self.num_subfolders else 0
+        self.index_digits = len(str(layout.files_on_disk))
+        first = _rel_template(layout) % ((0, 0) if self.num_subfolders else 0)
+        self.width = len(first)
+        self.index_at = (self.sub_digits + 1 if self.num_subfolders else 0) + len(layout.file_prefix) + 1
+        self.expected = np.array([first]).view(np.uint32)  # numpy's str: one code point per 4 bytes
+        self.constant = np.ones(self.width, bool)
+        self.constant[:self.sub_digits] = False
+        self.constant[self.index_at:self.index_at + self.index_digits] = False
+
+    def match(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in names, file indices) of the names that are files of the layout."""
+        arr = np.array(names, dtype=str)
+        chars = arr.dtype.itemsize // 4
+        if not arr.size or chars < self.width:
+            return np.empty(0, np.intp), np.empty(0, np.int64)
+        rows = np.flatnonzero(np.char.str_len(arr) == self.width)
+        codes = arr[rows].view(np.uint32).reshape(rows.size, chars)[:, :self.width]
+        ok = (codes[:, self.constant] == self.expected[self.constant]).all(axis=1)
+        index = _decimal(codes[:, self.index_at:self.index_at + self.index_digits], ok)
+        if self.num_subfolders:
+            sub = _decimal(codes[:, :self.sub_digits], ok)
+            ok &= sub == index % self.num_subfolders
+        ok &= index < self.num_files
+        return rows[ok], index[ok]
+
+
+def _decimal(digits: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """The int64 value of rows of ASCII digit code points; clears ok where a row holds a non-digit."""
+    values = digits.astype(np.int64) - ord("0")
+    ok &= ((values >= 0) & (values <= 9)).all(axis=1)
+    return values @ (10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64))
+
+
+def _rel_template(layout) -> str:
+    """A %-template of a file's path below layout.folder: `% index`, or `% (index % subfolders, index)`.
+
+    The same text as dataset.dlio_path, built once: formatting a path is then one `%` operation.
+    """
+    name = (f"{layout.file_prefix.replace('%', '%%')}_%0{len(str(layout.files_on_disk))}d_of_"
+            f"{layout.files_on_disk}.{layout.suffix.replace('%', '%%')}")
+    if layout.num_subfolders > 1:
+        return f"%0{len(str(layout.num_subfolders))}d/{name}"
+    return name
+
+
+def path_block(layout, start: int, stop: int) -> list[str]:
+    """The paths of files start..stop-1 of a layout (the text of layout.paths[i], formatted in one pass)."""
+    tmpl = layout.folder.replace("%", "%%") + "/" + _rel_template(layout)
+    if layout.num_subfolders > 1:
+        subs = layout.num_subfolders
+        return [tmpl % (i % subs, i) for i in range(start, stop)]
+    return [tmpl % i for i in range(start, stop)]
 
 
 def all_paths(layout) -> list[str]:
     """Every path of a layout as one list (formatted in one pass: layouts format paths on demand)."""
-    return [dlio_path(layout.folder, layout.file_prefix, i, layout.files_on_disk, layout.suffix,
-                      layout.num_subfolders) for i in range(layout.num_files)]
+    return path_block(layout, 0, layout.num_files)
 
 
 def _too_many(layout, on_disk: int, where: str) -> str:
@@ -171,25 +263,38 @@ def _too_many(layout, on_disk: int, where: str) -> str:
             f"{layout.num_files} files with `iogen datagen`")
 
 
-def stat_sizes(paths) -> np.ndarray:
-    """Size of each path (int64), -1 for a missing one; stat'ed in parallel blocks."""
-    out = np.empty(len(paths), np.int64)
+def _stat_into(out: np.ndarray, start: int, paths) -> None:
+    for j, path in enumerate(paths, start):
+        try:
+            out[j] = os.stat(path).st_size
+        except FileNotFoundError:
+            out[j] = -1
+        except OSError as exc:
+            raise DataError(path, f"cannot be stat'ed: {exc.strerror}") from None
 
-    def block(start: int) -> None:
-        for j in range(start, min(start + STAT_BLOCK, len(paths))):
-            try:
-                out[j] = os.stat(paths[j]).st_size
-            except FileNotFoundError:
-                out[j] = -1
 
-    starts = range(0, len(paths), STAT_BLOCK)
-    if len(paths) <= STAT_BLOCK:
+def _stat_blocks(num: int, block) -> np.ndarray:
+    out = np.empty(num, np.int64)
+    starts = range(0, num, STAT_BLOCK)
+    if num <= STAT_BLOCK:
         for s in starts:
-            block(s)
+            block(out, s)
     else:
         with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
-            list(pool.map(block, starts))
+            list(pool.map(lambda s: block(out, s), starts))
     return out
+
+
+def stat_sizes(paths) -> np.ndarray:
+    """Size of each path (int64), -1 for a missing one; stat'ed in parallel blocks."""
+    return _stat_blocks(len(paths), lambda out, s: _stat_into(out, s, paths[s:s + STAT_BLOCK]))
+
+
+def stat_layout_sizes(layout) -> np.ndarray:
+    """Size of each file of a layout (int64), -1 for a missing one: each block formats its own paths
+    in the stat thread and drops them (no list of every path; os.stat releases the GIL)."""
+    n = layout.num_files
+    return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 
 
 # -- without a manifest ---------------------------------------------------------------------
@@ -264,10 +369,10 @@ def _check_by_probing(layout, fmt, probe_files: int):
     counts = dataset_file_counts(layout)
     on_disk = _files_on_disk(layout, fmt, counts)
     reading = layout if on_disk == layout.num_files else layout.subset_of(on_disk)
-    paths = all_paths(reading)
-    sizes = stat_sizes(paths)
+    sizes = stat_layout_sizes(reading)
     missing = np.flatnonzero(sizes < 0)
     if missing.size:
+        paths = reading.paths
         shown = ", ".join(paths[i] for i in missing[:3]) + (
             f" and {missing.size - 3} more" if missing.size > 3 else "")
         raise DataError(paths[int(missing[0])],
