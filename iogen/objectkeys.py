@@ -96,9 +96,6 @@ def workload_problems(wl) -> list[str]:
     if ds.compression != "none":
         problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
     ck = wl.checkpoint
-    if wf.checkpoint and not wf.train:
-        problems.append(f"workflow.checkpoint = True with workflow.train = False: checkpoint-only runs are {why}; "
-                        "checkpoints written during training are")
     if wf.checkpoint:
         for key in ("fsync", "odirect"):
             if getattr(ck, key):

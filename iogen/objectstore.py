@@ -314,6 +314,68 @@ class ObjectStore:
                 raise self._failed("put", uri, exc, "multipart upload") from None
             raise
 
+    def put_objects(self, items, part_bytes: int, part_of, pool) -> None:
+        """Upload several objects at once: items [(uri, size)]; part i of object j is part_of(j, i)
+        (its bytes, made in a pool thread). Every part of every object is one task on pool, so the
+        pool's threads keep that many PUTs in flight across objects; an object over one part is a
+        multipart upload, one that fits is one PUT. A failure or an interrupt aborts every
+        unfinished upload: no partial object appears under a final key."""
+        import botocore.exceptions as bex
+
+        nparts = [max(1, -(-int(size) // part_bytes)) for _, size in items]
+        c = self.client()
+        uploads = {}  # j -> UploadId
+
+        def failed(uri, exc, what):
+            return self._failed("put", uri, exc, what) if isinstance(exc, (bex.ClientError, bex.BotoCoreError)) else exc
+
+        def one(task):
+            j, i = task
+            uri, size = items[j]
+            data = part_of(j, i)
+            if nparts[j] == 1:
+                self.put_bytes(uri, data)
+                return None
+            bucket, key = split_uri(uri)
+            t0 = time.perf_counter_ns()
+            try:
+                r = self.client().upload_part(Bucket=bucket, Key=key, UploadId=uploads[j], PartNumber=i + 1, Body=data)
+            except (bex.ClientError, bex.BotoCoreError) as exc:
+                raise failed(uri, exc, f"PUT of part {i + 1} of {nparts[j]}") from None
+            t1 = time.perf_counter_ns()
+            self._count("put", len(data), t0, t1, t1, r)
+            return {"ETag": r["ETag"], "PartNumber": i + 1}
+
+        try:
+            for j, (uri, _) in enumerate(items):
+                if nparts[j] > 1:
+                    bucket, key = split_uri(uri)
+                    try:
+                        uploads[j] = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+                    except (bex.ClientError, bex.BotoCoreError) as exc:
+                        raise failed(uri, exc, "multipart upload start") from None
+            tasks = [(j, i) for j in range(len(items)) for i in range(nparts[j])]
+            parts: dict[int, list] = {}
+            for (j, _), part in zip(tasks, pool.map(one, tasks)):  # leaving early cancels the queued parts
+                if part is not None:
+                    parts.setdefault(j, []).append(part)
+            for j in list(uploads):
+                uri = items[j][0]
+                bucket, key = split_uri(uri)
+                try:
+                    c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uploads[j],
+                                                MultipartUpload={"Parts": parts[j]})
+                except (bex.ClientError, bex.BotoCoreError) as exc:
+                    raise failed(uri, exc, "multipart upload completion") from None
+                del uploads[j]
+        finally:
+            for j, upload in uploads.items():  # unfinished: dropped, nothing under the final key
+                bucket, key = split_uri(items[j][0])
+                try:
+                    c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+                except Exception:
+                    pass
+
     def delete(self, uri: str) -> None:
         """DELETE an object (absent is fine)."""
         import botocore.exceptions as bex

@@ -101,3 +101,159 @@ class ObjectCheckpointer(Checkpointer):
             self._pool.shutdown(wait=True)
             self.figures = self.store.drain()
         return None
+
+
+def part_size_bytes(transfer_bytes: int) -> int:
+    """A checkpoint-only run's part size: the smallest multiple of checkpoint.transfer_size of at least
+    5 MiB (S3's smallest part), so each part is whole transfer-size blocks, stamped as on files."""
+    t = max(1, int(transfer_bytes))
+    return -(-MIN_PART_BYTES // t) * t
+
+
+class ObjectCheckpointIO:
+    """CheckpointIO's interface (iogen/checkpoint/io.py) over objects, for checkpoint-only runs.
+
+    Each of a rank's checkpoint files is an object under the same name, with the same bytes as
+    CheckpointIO writes: the content (transfer_size bytes of the core's seeded fill) repeated,
+    the first 8 bytes of each transfer-size block stamped (stamp ^ file offset), the layout's
+    framing over it. Parts are part_size_bytes(transfer_size); `threads` parts in flight across
+    the rank's objects (iogen.objectstore.ObjectStore.put_objects). Each upload thread holds one
+    part-sized copy of the content, stamped and framed in place for each part (then restored), and
+    botocore gets one bytes copy of it per part: memory is about 2 x threads x part size, never
+    a file's size. Reads are ranged GETs of one part size, `read_threads` in flight, each thread
+    reading into its one reused buffer; a missing or short object is a DataError naming it.
+    """
+
+    def __init__(self, wl, *, threads: int, transfer_bytes: int, seed: int, randomize: bool = True,
+                 read_threads: int | None = None):
+        from ..objectstore import open_store
+
+        self.threads = max(1, int(threads))
+        self.read_threads = max(1, int(read_threads or threads))
+        self.transfer = int(transfer_bytes)
+        self.part_bytes = part_size_bytes(self.transfer)
+        self.seed = seed
+        self.randomize = randomize
+        self.store = open_store(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
+        self._write_pool = None
+        self._read_pool = None
+        self._pristine = None
+        self._local = threading.local()
+
+    def prepare_write(self) -> None:
+        """The content and every upload thread's client and part buffer, now (outside the timed windows)."""
+        if self._pristine is not None:
+            return
+        content = np.empty(self.transfer, np.uint8)
+        if self.randomize:
+            core.fill.fill_random(content, self.seed, 1000, 0)
+        else:
+            content[:] = 1  # DLIO's randomize_tensor False
+        self._pristine = np.tile(content, self.part_bytes // self.transfer)
+        self._write_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-ckpt-put")
+        ready = threading.Barrier(self.threads)
+
+        def warm(_):
+            self.store.client()
+            self._write_buf()
+            ready.wait(timeout=60)
+
+        list(self._write_pool.map(warm, range(self.threads)))
+
+    def _write_buf(self):
+        loc = self._local
+        if getattr(loc, "wbuf", None) is None:
+            loc.wbuf = self._pristine.copy()
+            loc.dirty = []
+        return loc.wbuf
+
+    def write_files(self, paths_layouts, stamp: int) -> int:
+        """Upload every (URI, layout) as one object; returns the bytes in them. DataError naming one on failure."""
+        self.prepare_write()
+        p, t = self.part_bytes, self.transfer
+        sizes = [lay.size_bytes for _, lay in paths_layouts]
+        frames = []  # per object: part -> [(offset in part, bytes)]
+        for _, lay in paths_layouts:
+            by_part: dict[int, list] = {}
+            for off, data in lay.framing:
+                pos = 0
+                while pos < len(data):
+                    part, inner = divmod(off + pos, p)
+                    n = min(len(data) - pos, p - inner)
+                    by_part.setdefault(part, []).append((inner, data[pos:pos + n]))
+                    pos += n
+            frames.append(by_part)
+        pristine = self._pristine
+
+        def part_of(j: int, i: int) -> bytes:
+            buf = self._write_buf()
+            loc = self._local
+            for a, b in loc.dirty:  # undo the previous part's stamps and framing
+                buf[a:b] = pristine[a:b]
+            loc.dirty = []
+            start = i * p
+            n = min(p, sizes[j] - start)
+            for k in range(0, n, t):
+                if min(t, n - k) >= 8:  # as core.ckpt.write_range stamps a block
+                    buf[k:k + 8] = np.frombuffer(((stamp ^ (start + k)) & _MASK64).to_bytes(8, "little"), np.uint8)
+                    loc.dirty.append((k, k + 8))
+            for inner, data in frames[j].get(i, ()):
+                buf[inner:inner + len(data)] = np.frombuffer(data, np.uint8)
+                loc.dirty.append((inner, inner + len(data)))
+            return buf[:n].tobytes()  # botocore takes bytes, not a buffer: one copy per part
+
+        self.store.put_objects([(uri, size) for (uri, _), size in zip(paths_layouts, sizes)], p, part_of,
+                               self._write_pool)
+        return sum(sizes)
+
+    def release_write_buffers(self) -> None:
+        """Drop the content and the upload threads' buffers (before a read phase)."""
+        if self._write_pool is not None:
+            self._write_pool.shutdown(wait=True)  # its threads, and their buffers, end
+        self._write_pool = None
+        self._pristine = None
+
+    def check_present(self, uris_sizes) -> None:
+        """HEAD each object (outside the timed windows): DataError naming the first missing or wrong-sized one."""
+        from ..errors import DataError
+
+        for uri, size in uris_sizes:
+            found = self.store.head(uri)
+            if found is None:
+                raise DataError(uri, "checkpoint object is missing (write it first with "
+                                     "checkpoint.num_checkpoints_write)")
+            if found[0] != size:
+                what = "truncated" if found[0] < size else "longer than expected"
+                raise DataError(uri, f"checkpoint object is {what}: {found[0]} bytes, expected {size} "
+                                     "(written with other model settings, or cut short)")
+
+    def read_files(self, uris_sizes) -> int:
+        """Read every object whole by ranged GETs into reused buffers; returns bytes read."""
+        p = self.part_bytes
+        if self._read_pool is None:
+            self._read_pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="iogen-ckpt-get")
+        tasks = [(uri, off, min(p, size - off)) for uri, size in uris_sizes for off in range(0, size, p)]
+
+        def one(task) -> int:
+            uri, off, n = task
+            loc = self._local
+            if getattr(loc, "rbuf", None) is None:
+                loc.rbuf = np.empty(p, np.uint8)  # allocated at the first read, reused after
+            return self.store.readinto(uri, off, loc.rbuf[:n])  # a short object: DataError naming it
+
+        return sum(self._read_pool.map(one, tasks))
+
+    def figures(self) -> dict:
+        """The request figures since the last call (iogen.objectstore.ObjectStore.drain)."""
+        return self.store.drain()
+
+    def close(self) -> None:
+        """Stop the threads and release the buffers."""
+        for pool in (self._write_pool, self._read_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._write_pool = self._read_pool = None
+        self._pristine = None
+
+
+_MASK64 = (1 << 64) - 1

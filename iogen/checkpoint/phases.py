@@ -59,8 +59,21 @@ def read_rank(world, shift: bool) -> tuple[int, str | None]:
     return (world.rank + per_node) % world.size, None
 
 
-def check_present(files: RankFiles, folder: str, steps) -> None:
+def checkpoint_root(wl) -> str:
+    """Where checkpoints live: the folder's absolute path, or on object storage its s3:// URI."""
+    if wl.storage.storage_type == "s3":
+        from ..objectkeys import folder_uri
+
+        return folder_uri(wl.storage.storage_root, wl.checkpoint.checkpoint_folder)
+    return os.path.abspath(wl.checkpoint.checkpoint_folder)
+
+
+def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
     """DataError naming the first file of checkpoints `steps` that is missing or has the wrong size."""
+    if hasattr(io, "check_present"):  # objects: HEAD each (iogen/checkpoint/objects.py)
+        io.check_present([(p, lay.size_bytes) for step in steps
+                          for p, lay in zip(files.paths(folder, step), files.layouts)])
+        return
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
             try:
@@ -95,25 +108,34 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     if n_write == 0 and n_read == 0:
         raise ConfigError("checkpoint.num_checkpoints_write and num_checkpoints_read are both 0 (or -1): a "
                           "checkpoint-only run (workflow.train False) has nothing to do; set at least one")
-    folder = os.path.abspath(ck.checkpoint_folder)
+    folder = checkpoint_root(wl)
     mine = RankFiles(spec, world.rank, world.size, ck.format)
     source, shift_note = read_rank(world, ck.recovery_rank_shift)
     theirs = mine if source == world.rank else RankFiles(spec, source, world.size, ck.format)
     # without a drain a two-tier run reads back what stayed on the local tier
     stays_local = bool(ck.local_folder) and ck.drain == "off"
+    io = None
     try:
+        if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
+            from .objects import ObjectCheckpointIO
+
+            io = ObjectCheckpointIO(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
+                                    seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                                    read_threads=ck.read_threads)
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
-                          range(n_write + 1, n_read + 1))
+                          range(n_write + 1, n_read + 1), io)
     except BaseException as exc:
+        if io is not None:
+            io.close()
         world.fail(exc)
         raise
     world.sync()
     return _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,
-                label=label, quiet=quiet, stream=stream or sys.stderr)
+                label=label, quiet=quiet, stream=stream or sys.stderr, io=io)
 
 
-def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream):
+def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream, io=None):
     from ..config import resolved_dict
     from ..metrics.device import device_read_bytes
     from ..report import rundir, summary
@@ -128,9 +150,13 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         lambda text: None)
     if shift_note and world.rank == 0:
         say(shift_note)
-    io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
-                      fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                      read_threads=ck.read_threads)
+    objects = io is not None  # on object storage: ObjectCheckpointIO, made by run_checkpoints
+    if io is None:
+        io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                          fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                          read_threads=ck.read_threads)
+    # objects: the requests of each phase, apart ("setup": the bucket's and a read-only run's HEADs)
+    object_figures = {"setup": io.figures()} if objects else {}
     # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
     # (drain.py); the read phase restores from the shared tier once every drain has ended.
     local = os.path.abspath(ck.local_folder) if ck.local_folder else None
@@ -153,7 +179,8 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         for i in range(n_write):
             paths = mine.paths(write_folder, i + 1)
             # a killed run's half-written files of this rank (its temp names, dead pid) hold space
-            remove_stale_temps(os.path.join(write_folder, checkpoint_id(i + 1)), set(mine.names))
+            if not objects:
+                remove_stale_temps(os.path.join(write_folder, checkpoint_id(i + 1)), set(mine.names))
             if compute_ns:
                 core.clock.sleep_ns(compute_ns, spin)
             event = {"epoch": 1, "step": i + 1}
@@ -162,8 +189,9 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
                 drainer.waits += bool(waited)
             world.barrier()
             t0 = core.clock.now_ns()
-            os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
-                        exist_ok=True)
+            if not objects:
+                os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
+                            exist_ok=True)
             nbytes = io.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
             written[i] = (nbytes, core.clock.now_ns() - t0)
             if drainer is not None:
@@ -173,11 +201,16 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
         if drainer is not None:
             drain_record = drainer.finish()  # the last drain ends before any read or summary
+        if objects:
+            object_figures["checkpoint_write"] = io.figures()
         if n_read:
             world.barrier()  # every rank's files are complete before any rank reads or evicts
             # Outside every timed window: drop what will be read from the page cache.
-            evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
-            check_present(theirs, read_folder, range(1, n_read + 1))
+            if not objects:  # objects: no page cache in the way
+                evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
+            check_present(theirs, read_folder, range(1, n_read + 1), io)
+            if objects:  # the HEADs above are not part of the read phase's figures
+                object_figures["checkpoint_check"] = io.figures()
             world.barrier()
             io.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
@@ -192,6 +225,8 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
                 say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
             after = device_read_bytes()
             device_bytes = None if before is None or after is None else after - before
+            if objects:
+                object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
         world.fail(exc)
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
@@ -209,9 +244,17 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     all_read = world.gather_array(read)
     all_facts = world.gather_array(facts_rank)
     drains = world.allgather_obj(drain_record) if local else None
+    all_objects = world.allgather_obj(object_figures) if objects else None
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
+        if all_objects is not None:
+            from ..metrics.objectstore import merge_figures
+
+            doc["iogen"]["object_store"] = {"client": "boto3", **{
+                phase: merge_figures(r.get(phase) for r in all_objects)
+                for phase in ("setup", "checkpoint_write", "checkpoint_check", "checkpoint_read")
+                if any(r.get(phase) for r in all_objects)}}
         if drains is not None and any(drains):
             from ..metrics.drain import ranks_drain_block
 
@@ -246,7 +289,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
     device = rank_facts[:, 1]
     read_bytes = int(read[:, :, 0].sum()) if read.shape[1] else 0
     page_cache = None
-    if read.shape[1]:
+    if read.shape[1] and wl.storage.storage_type != "s3":  # objects: no page cache in the way
         known = bool((device >= 0).all())
         dev_total = int(device.sum()) if known else None
         from_storage = known and dev_total >= 0.9 * read_bytes
@@ -270,7 +313,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
             "complete": True,
             **facts,
             "checkpoint": {
-                "folder": os.path.abspath(wl.checkpoint.checkpoint_folder),
+                "folder": checkpoint_root(wl),
                 "plan": {k: v for k, v in plan.items() if not k.startswith("rank_")},
                 "rank_bytes": plan["rank_bytes"],
                 "write": w,
@@ -303,6 +346,13 @@ def headline(doc) -> str:
     pc = ck.get("page_cache")
     if pc:
         lines.append(f"checkpoint read source: {pc['note']}")
+    for phase, op in (("checkpoint_write", "put"), ("checkpoint_read", "get")):
+        fig = (doc["iogen"].get("object_store") or {}).get(phase, {}).get(op)
+        if fig:
+            lat = fig["total_latency"]
+            lines.append(f"object store {phase[11:]}: {fig['requests']} {op.upper()}s, {_size(fig['bytes'])}, "
+                         f"p50 {lat['p50_ns'] / 1e6:.1f} ms, p99 {lat['p99_ns'] / 1e6:.1f} ms, "
+                         f"{fig['retries']} retries, {fig['throttled_503']} throttled")
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
     return "\n".join(lines)
 

@@ -1,0 +1,90 @@
+"""Checkpoint-only runs (workflow.train False) on object storage, against a real S3 server (moto's)."""
+import os
+
+from iogen.checkpoint.model import ModelSpec
+from iogen.checkpoint.phases import RankFiles
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.runner import run
+
+# hidden 160: the optimizer file is 7.5 MB, two parts of 5 MiB (80 blocks of 64 KiB each)
+MODEL = {"model.num_layers": 2, "model.transformer.hidden_size": 160, "model.transformer.ffn_hidden_size": 320,
+         "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+         "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+         "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 3, "checkpoint.read_threads": 2,
+         "checkpoint.fsync": False}
+NAMES = ["zero_pp_rank_0_mp_rank_0_model_states.pt", "zero_pp_rank_0_mp_rank_0_optim_states.pt"]
+
+
+def _over(s3, tmp_path, **extra):
+    values = dict(MODEL, **{"storage.storage_type": "s3", "storage.storage_root": f"{s3.bucket}/pre",
+                            "checkpoint.checkpoint_folder": "ckpt", "output.folder": str(tmp_path / "results")})
+    values.update(extra)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def _key(step, name):
+    return f"pre/ckpt/global_epoch1_step{step}/{name}"
+
+
+def test_write_then_read_objects_in_one_run(s3, tmp_path):
+    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 2,
+                                                           "checkpoint.num_checkpoints_read": 2}))
+    doc = run(wl, SingleWorld(), quiet=True).summary
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
+    assert listed == {_key(s, n): lay.size_bytes for s in (1, 2) for n, lay in zip(NAMES, files.layouts)}
+    # the same bytes as the same run writes to files (same seed, stamps and torch framing)
+    posix = load_workload("llama3-8b", [f"{k}={v}" for k, v in dict(
+        MODEL, **{"checkpoint.checkpoint_folder": str(tmp_path / "ckpt"), "output.folder": str(tmp_path / "res2"),
+                  "checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 0}).items()])
+    run(posix, SingleWorld(), quiet=True)
+    for step in (1, 2):
+        for name in NAMES:
+            got = s3.client.get_object(Bucket=s3.bucket, Key=_key(step, name))["Body"].read()
+            with open(tmp_path / "ckpt" / f"global_epoch1_step{step}" / name, "rb") as f:
+                assert got == f.read(), (step, name)
+    m = doc["metric"]
+    assert m["save_checkpoint_io_mean_GB_per_second"] > 0 and m["load_checkpoint_io_mean_GB_per_second"] > 0
+    ck = doc["iogen"]["checkpoint"]
+    assert ck["folder"] == f"s3://{s3.bucket}/pre/ckpt" and ck["page_cache"] is None
+    assert ck["write"]["bytes_per_checkpoint"] == ck["read"]["bytes_per_checkpoint"] == files.file_bytes
+    block = doc["iogen"]["object_store"]
+    put, get = block["checkpoint_write"]["put"], block["checkpoint_read"]["get"]
+    # per checkpoint: the model file in one PUT, the optimizer file in 2 parts
+    assert put["requests"] == 2 * 3 and put["bytes"] == 2 * files.file_bytes and put["errors"] == 0
+    assert get["requests"] == 2 * 3 and get["bytes"] == 2 * files.file_bytes
+    assert block["checkpoint_check"]["head"]["requests"] == 4
+    assert get["total_latency"]["count"] == get["requests"]
+
+
+def test_read_only_run_restores_objects_and_names_a_missing_or_short_one(s3, tmp_path, iogen_cmd):
+    write = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    r = iogen_cmd("run", "llama3-8b", *write)
+    assert r.returncode == 0, r.stderr
+    read = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 1})
+    r = iogen_cmd("run", "llama3-8b", *read)
+    assert r.returncode == 0, r.stderr
+    assert "object store read: 3 GETs" in r.stdout + r.stderr
+    # an object cut short, then one missing: exit 2 naming it, before any read
+    key = _key(1, NAMES[1])
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"x" * 1000)
+    r = iogen_cmd("run", "llama3-8b", *read)
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}: checkpoint object is truncated" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    s3.client.delete_object(Bucket=s3.bucket, Key=key)
+    r = iogen_cmd("run", "llama3-8b", *read)
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}: checkpoint object is missing" in r.stderr, r.stderr
+    # nothing written without credentials: a wrong bucket is exit 2 before any work
+    bad = _over(s3, tmp_path, **{"storage.storage_root": "no-such-bucket-iogen",
+                                 "checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    r = iogen_cmd("run", "llama3-8b", *bad)
+    assert r.returncode == 2 and "no-such-bucket-iogen" in r.stderr, r.stderr
+
+
+def test_local_tier_stays_refused_on_objects(s3, tmp_path, iogen_cmd):
+    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0,
+                                  "checkpoint.local_folder": str(tmp_path / "local")})
+    r = iogen_cmd("run", "llama3-8b", *over)
+    assert r.returncode == 2 and "checkpoint.local_folder" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "local")
