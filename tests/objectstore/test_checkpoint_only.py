@@ -1,11 +1,17 @@
 """Checkpoint-only runs (workflow.train False) on object storage, against a real S3 server (moto's)."""
+import importlib.util
 import os
+
+import pytest
 
 from iogen.checkpoint.model import ModelSpec
 from iogen.checkpoint.phases import RankFiles
 from iogen.comm import SingleWorld
 from iogen.config import load_workload
 from iogen.runner import run
+
+from .test_mpi import MPIEXEC, mpirun
+from .test_run import summary_of
 
 # hidden 160: the optimizer file is 7.5 MB, two parts of 5 MiB (80 blocks of 64 KiB each)
 MODEL = {"model.num_layers": 2, "model.transformer.hidden_size": 160, "model.transformer.ffn_hidden_size": 320,
@@ -88,3 +94,22 @@ def test_local_tier_stays_refused_on_objects(s3, tmp_path, iogen_cmd):
     r = iogen_cmd("run", "llama3-8b", *over)
     assert r.returncode == 2 and "checkpoint.local_folder" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "local")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py")
+def test_two_ranks_write_and_restore_their_objects(s3, tmp_path):
+    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1})
+    r = mpirun(2, "run", "llama3-8b", *over, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = summary_of(r)
+    wl = load_workload("llama3-8b", over)
+    sizes = {}
+    for rank in (0, 1):
+        files = RankFiles(ModelSpec.from_workload(wl), rank, 2, "torch")
+        sizes.update({_key(1, n): lay.size_bytes for n, lay in zip(files.names, files.layouts)})
+    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
+    assert listed == sizes and len(sizes) == 4
+    block = doc["iogen"]["object_store"]  # both ranks' requests, merged
+    assert block["checkpoint_write"]["put"]["bytes"] == block["checkpoint_read"]["get"]["bytes"] == sum(sizes.values())
+    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == sum(sizes.values())
