@@ -16,18 +16,21 @@ compression "zip" is numpy.savez_compressed (deflate); its samples are decoded, 
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 import struct
 import zipfile
+import zlib
 
 import numpy as np
 
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
-                   file_size_or_error, parsing, payload_chunks, pread_exact)
-from .checksum import crc32c, file_crc32c
+                   file_size_or_error, fill_random, parsing, payload_chunks, pread_exact)
+from . import zipstore
+from .checksum import crc32c, crc_combine, file_crc32c
 
 ALIGN_BYTES = 4096
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: reruns give identical bytes
@@ -41,9 +44,14 @@ INDEX_SPAN_BYTES = 64 << 10
 
 def npy_header(shape, dtype) -> bytes:
     """The .npy preamble (magic, version, padded dict) numpy writes for this shape and dtype."""
+    return _npy_header(tuple(int(s) for s in shape), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(shape: tuple, dtype: np.dtype) -> bytes:
+    # cached: numpy's header writer costs ~20 us, and a dataset's files share a few shapes
     buf = io.BytesIO()
-    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-         "shape": tuple(int(s) for s in shape)}
+    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     try:
         np.lib.format.write_array_header_1_0(buf, d)
     except ValueError:  # header over 64 KiB: version 2.0, as numpy does
@@ -59,6 +67,76 @@ def _align_extra(name: str, header_len: int) -> bytes:
     if pad < 6:  # room for the field's own header and its 2-byte alignment value
         pad += ALIGN_BYTES
     return struct.pack("<HHH", _PAD_EXTRA_ID, pad - 4, ALIGN_BYTES) + bytes(pad - 6)
+
+
+# Stored archives up to this size are assembled in memory and written with one call.
+_WHOLE_FILE_BYTES = 4 * CHUNK_BYTES
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_layout(header: bytes, data_bytes: int, num_samples: int) -> zipstore.StoredLayout:
+    """The archive around x's data: x's local header (page-aligning pad, zip64 sizes), y, directory.
+
+    The bytes zipfile writes for numpy.savez's members; the central directory's x entry carries
+    no padding, as zipalign leaves it. Cached: every file of a dataset split has one or a few
+    shapes.
+    """
+    y = npy_header((num_samples,), np.int64) + bytes(8 * num_samples)
+    return zipstore.StoredLayout(b"x.npy", header, data_bytes, _align_extra("x.npy", len(header)),
+                                 [(b"y.npy", y, zlib.crc32(y))])
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_stored_whole(path, layout, seed, stream):
+    """Assemble the file in one buffer, patch x's CRC-32 in, CRC-32C it and write it at once."""
+    buf = np.empty(layout.file_bytes, np.uint8)
+    h, end = len(layout.head), len(layout.head) + layout.body_bytes
+    buf[:h] = np.frombuffer(layout.head, np.uint8)
+    fill_random(buf[h:end], seed, stream, 0)
+    buf[end:] = np.frombuffer(layout.tail, np.uint8)
+    x_crc = zlib.crc32(buf[layout.header_bytes:end])
+    struct.pack_into("<I", buf, zipstore.LOCAL_CRC_AT, x_crc)
+    struct.pack_into("<I", buf, end + layout.tail_crc_at, x_crc)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, buf)
+    finally:
+        os.close(fd)
+    return layout.file_bytes, crc32c(buf)
+
+
+def _write_stored_streamed(path, layout, seed, stream):
+    """Stream x's data after its local header, then patch the header's CRC-32 in place.
+
+    The file's CRC-32C joins the header's (known last) with that of everything after it.
+    """
+    head = layout.head
+    x_crc = zlib.crc32(head[layout.header_bytes:])
+    rest_crc = crc32c(head[layout.header_bytes:])
+    buf = np.empty(CHUNK_BYTES, np.uint8)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, head)
+        for chunk in payload_chunks(seed, stream, 0, layout.body_bytes, buf):
+            x_crc = zlib.crc32(chunk, x_crc)
+            rest_crc = crc32c(chunk, rest_crc)
+            _write_all(fd, chunk)
+        tail = bytearray(layout.tail)
+        struct.pack_into("<I", tail, layout.tail_crc_at, x_crc)
+        rest_crc = crc32c(tail, rest_crc)
+        _write_all(fd, tail)
+        header = bytearray(head[:layout.header_bytes])
+        struct.pack_into("<I", header, zipstore.LOCAL_CRC_AT, x_crc)
+        os.pwrite(fd, bytes(header[zipstore.LOCAL_CRC_AT:zipstore.LOCAL_CRC_AT + 4]), zipstore.LOCAL_CRC_AT)
+    finally:
+        os.close(fd)
+    rest_bytes = layout.file_bytes - layout.header_bytes
+    return layout.file_bytes, crc_combine(crc32c(header), rest_crc, rest_bytes)
 
 
 def _member_info(name: str, method: int, level) -> zipfile.ZipInfo:
@@ -93,39 +171,33 @@ class NpzFormat(Format):
     # -- writing ----------------------------------------------------------------------------
 
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
-        """Stream x then y into a zip; the file CRC joins x's streamed CRC with the headers read back."""
+        """Stream x then y into a zip; the file's CRC-32C is computed from the bytes as written."""
         shape = (int(num_samples),) + self.record_shape(int(record_bytes))
         data_bytes = int(num_samples) * int(record_bytes)
         if math.prod(shape) * self.element_bytes != data_bytes:
             raise ValueError(f"record_bytes {record_bytes} does not fit record shape {shape[1:]}")
         header = npy_header(shape, self.record_dtype)
-        compressed = self.compression == "zip"
-        method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
-        level = self.compression_level if compressed else None
+        if self.compression == "zip":
+            return self._write_deflated(path, int(num_samples), header, data_bytes, seed, stream)
+        layout = _stored_layout(header, data_bytes, int(num_samples))
+        if layout.file_bytes <= _WHOLE_FILE_BYTES:
+            return _write_stored_whole(path, layout, seed, stream)
+        return _write_stored_streamed(path, layout, seed, stream)
+
+    def _write_deflated(self, path, num_samples, header, data_bytes, seed, stream):
+        """numpy.savez_compressed's layout through zipfile (deflate's own cost dwarfs zipfile's)."""
+        method, level = zipfile.ZIP_DEFLATED, self.compression_level
         buf = np.empty(CHUNK_BYTES, np.uint8)
-        x_info = _member_info("x.npy", method, level)
-        if not compressed:
-            x_info.extra = _align_extra("x.npy", len(header))
         with zipfile.ZipFile(path, "w", compression=method, compresslevel=level) as zf:
-            with zf.open(x_info, "w", force_zip64=True) as out:
+            with zf.open(_member_info("x.npy", method, level), "w", force_zip64=True) as out:
                 out.write(header)
-                x_crc = crc32c(header)
                 for chunk in payload_chunks(seed, stream, 0, data_bytes, buf):
-                    x_crc = crc32c(chunk, x_crc)
                     out.write(chunk)
-            # The local header (rewritten when the member closed) keeps the padding; the central
-            # directory needs none, as zipalign does it.
-            pad_bytes = len(x_info.extra)
-            x_info.extra = b""
-            labels = np.zeros(int(num_samples), np.int64)
+            labels = np.zeros(num_samples, np.int64)
             with zf.open(_member_info("y.npy", method, level), "w", force_zip64=True) as out:
                 out.write(npy_header(labels.shape, labels.dtype))
                 out.write(labels.tobytes())
-        size = os.stat(path).st_size
-        if compressed:
-            return size, file_crc32c(path)
-        x_start = _LOCAL_HEADER.size + len("x.npy") + pad_bytes + _ZIP64_EXTRA_BYTES
-        return size, file_crc32c(path, [(x_start, x_info.file_size, x_crc)])
+        return os.stat(path).st_size, file_crc32c(path)
 
     # -- finding the array ------------------------------------------------------------------
 
