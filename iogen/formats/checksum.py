@@ -9,6 +9,7 @@ pieces with `crc_combine` (zlib's method: multiply by x^(8n) modulo the polynomi
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from .._core._common import CRC32C_POLY  # the reflected Castagnoli polynomial, defined once
@@ -65,16 +66,22 @@ def _x2n(poly: int) -> list[int]:
     return table
 
 
-def crc_combine(crc1: int, crc2: int, len2: int, poly: int = CRC32C_POLY) -> int:
-    """CRC of A+B from crc(A), crc(B) and len(B), for a reflected CRC-32 with this polynomial."""
+@functools.lru_cache(maxsize=1024)
+def _x8n(len2: int, poly: int) -> int:
+    """x^(8 * len2) modulo the polynomial; cached, as a dataset's files repeat a few lengths."""
     table = _x2n(poly)
-    p, k, n = 1 << 31, 3, len2  # p = x^0; find x^(8 * len2)
+    p, k, n = 1 << 31, 3, len2  # p = x^0
     while n:
         if n & 1:
             p = _multmodp(table[k & 31], p, poly)
         n >>= 1
         k += 1
-    return _multmodp(p, crc1, poly) ^ crc2
+    return p
+
+
+def crc_combine(crc1: int, crc2: int, len2: int, poly: int = CRC32C_POLY) -> int:
+    """CRC of A+B from crc(A), crc(B) and len(B), for a reflected CRC-32 with this polynomial."""
+    return _multmodp(_x8n(len2, poly), crc1, poly) ^ crc2
 
 
 def crc32c_range(fd: int, start: int, length: int, crc: int = 0) -> int:

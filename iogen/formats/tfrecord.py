@@ -27,7 +27,7 @@ from .._core._common import FRAME_FOOTER_BYTES, FRAME_HEADER_BYTES, FRAME_OVERHE
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text,
                    fill_random, file_size_or_error, payload_chunks)
-from .checksum import crc32c
+from .checksum import crc32c, crc_combine
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix, image_span
 
 # The frame layout is defined once, beside the core that scans it.
@@ -86,6 +86,17 @@ class _Sink:
         while view:
             n = os.write(self.fd, view)
             view = view[n:]
+
+    def write_data(self, data) -> None:
+        """Append bytes to a plain file leaving the CRC to join_crc (the caller CRCs them itself)."""
+        view = memoryview(data).cast("B")
+        self.size += len(view)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def join_crc(self, crc: int, nbytes: int) -> None:
+        """Extend the file's CRC with that of the last nbytes passed to write_data."""
+        self.crc = crc_combine(self.crc, crc, nbytes)
 
     def close(self) -> None:
         """Flush the compressor and close the file."""
@@ -211,12 +222,18 @@ class TFRecordFormat(Format):
                 self._write_batched(sink, tf, n, rb, seed, stream, header + prefix, prefix_crc)
             else:
                 buf = np.empty(CHUNK_BYTES, np.uint8)
+                # Plain files: a record's data CRC is also the CRC of those bytes of the file, so the
+                # file's CRC joins it instead of reading the data a second time.
+                write = sink.write_data if sink.z is None else sink.write
                 for j in range(n):
-                    sink.write(header + prefix)
+                    sink.write(header)
+                    write(prefix)
                     crc = prefix_crc
                     for chunk in payload_chunks(seed, stream, j * rb, rb, buf):
                         crc = tf.crc32c(chunk, crc)
-                        sink.write(chunk)
+                        write(chunk)
+                    if sink.z is None:
+                        sink.join_crc(crc, data_len)
                     sink.write(_mask(np.array([crc])).tobytes())
         finally:
             sink.close()

@@ -54,7 +54,12 @@ def test_round_trip_frames_and_payload(tmp_path):
 def test_batched_and_streamed_writers_agree(tmp_path):
     # records larger than a write chunk are streamed piece by piece; small ones are batched
     big = (1 << 20) + 7
-    fmt, path, _, _ = write(tmp_path, n=2, record_bytes=big)
+    fmt, path, size, crc = write(tmp_path, n=2, record_bytes=big)
+    raw = path.read_bytes()
+    # the file's CRC joins the records' data CRCs instead of reading the data twice
+    assert size == len(raw) and crc == crc32c(raw)
+    _, gz, _, gz_crc = write(tmp_path, "big.tfrecord.gz", n=2, record_bytes=big, compression="gzip")
+    assert gzip.decompress(gz.read_bytes()) == raw and gz_crc == crc32c(gz.read_bytes())
     index = fmt.index_file(path)
     data = fmt.read_samples(path, [1])[0]
     assert decode_example(data)["image"][0] == sample_bytes(SEED, STREAM, 1, big).tobytes()
