@@ -1,0 +1,106 @@
+"""The data check's manifest comparison by file index and its path formatting: the same answers as by name."""
+import json
+import os
+
+import pytest
+
+from iogen.config import load_workload
+from iogen.datacheck import all_paths, check_dataset, listed_files, path_block, stat_layout_sizes
+from iogen.datagen import generate
+from iogen.dataset import DatasetLayout
+from iogen.errors import DataError
+from iogen.formats import get_format
+from iogen.manifest import MANIFEST_NAME
+
+
+def wl_of(tmp_path, **over):
+    """A tiny NPZ workload in tmp_path/data (8 files of 4 samples, 4 subfolders unless overridden)."""
+    base = {"dataset.format": "npz", "dataset.data_folder": str(tmp_path / "data"),
+            "dataset.num_files_train": 8, "dataset.num_samples_per_file": 4,
+            "dataset.record_length_bytes": 512, "dataset.record_length_bytes_stdev": 0,
+            "dataset.num_subfolders_train": 4, "reader.batch_size": 2, "workflow.generate_data": False}
+    base.update(over)
+    return load_workload("default", [f"{k}={v}" for k, v in base.items()])
+
+
+def check(wl):
+    return check_dataset(DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset))
+
+
+def edit_manifest(tmp_path, change):
+    """Rewrite the train manifest's file list through change(files) -> files."""
+    path = tmp_path / "data" / "train" / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    data["files"] = change(data["files"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("num_files,subfolders,on_disk,prefix", [
+    (10, 0, 10, "img"), (37, 12, 100, "img"), (1000, 7, 1000, "a%b"), (5, 1, 5, "x_1")])
+def test_path_block_is_the_layouts_paths(num_files, subfolders, on_disk, prefix):
+    layout = DatasetLayout("/data%", "train", num_files, 1, 64, 0, 0, "npz", prefix, subfolders, files_on_disk=on_disk)
+    assert all_paths(layout) == list(layout.paths)
+    assert path_block(layout, 3, 5) == list(layout.paths[3:5])
+
+
+@pytest.mark.parametrize("num_files,subfolders,on_disk", [(8, 0, 8), (37, 12, 100), (1000, 7, 1000)])
+def test_manifest_names_are_keyed_by_file_index(num_files, subfolders, on_disk):
+    layout = DatasetLayout("/d", "train", num_files, 1, 64, 0, 0, "npz", "img", subfolders, files_on_disk=on_disk)
+    cut = len(layout.folder) + 1
+    rel = [p[cut:] for p in layout.paths]
+    entries = [{"file": name, "size_bytes": i, "record_bytes": 64, "samples": 1} for i, name in enumerate(rel)]
+    # names that are not files of the layout: another N, a wrong subfolder, a non-digit, non-strings
+    entries[::-1] = entries
+    entries += [{"file": "img_1_of_9.npz", "size_bytes": 5}, {"file": "9/" + rel[0]}, {"file": rel[0][:-5] + "x.npz"},
+                {"file": None}, {"file": 3}, "not an entry"]
+    if subfolders > 1:  # file 1's name in file 0's subfolder
+        entries.append({"file": rel[0].split("/")[0] + "/" + rel[1].split("/")[1], "size_bytes": 99})
+    listed, known = listed_files(layout, entries, "m")
+    assert known.all()
+    assert listed[0].tolist() == list(range(num_files))
+
+
+def test_a_duplicated_entry_counts_as_its_last(tmp_path):
+    generate(wl_of(tmp_path))
+    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": 1}])
+    with pytest.raises(DataError) as err:
+        check(wl_of(tmp_path))
+    assert "lists 1" in str(err.value) and "img_3_of_8.npz" in str(err.value)
+    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": files[0]["size_bytes"]}])
+    assert check(wl_of(tmp_path)).num_files == 8
+
+
+def test_unlisted_file_is_named_in_index_order(tmp_path):
+    generate(wl_of(tmp_path))
+    edit_manifest(tmp_path, lambda files: [f for f in files if not f["file"].endswith(("_5_of_8.npz", "_6_of_8.npz"))])
+    with pytest.raises(DataError) as err:
+        check(wl_of(tmp_path))
+    assert str(err.value).startswith(str(tmp_path / "data" / "train" / "1" / "img_5_of_8.npz"))
+    assert "is not listed in" in str(err.value)
+
+
+def test_non_integer_size_in_manifest_is_a_data_error(tmp_path):
+    generate(wl_of(tmp_path))
+    edit_manifest(tmp_path, lambda files: files[:2] + [{**files[2], "size_bytes": "big"}] + files[3:])
+    with pytest.raises(DataError) as err:
+        check(wl_of(tmp_path))
+    assert MANIFEST_NAME in str(err.value) and "not an integer" in str(err.value)
+
+
+def test_an_entry_without_a_size_is_a_size_mismatch(tmp_path):
+    generate(wl_of(tmp_path))
+    edit_manifest(tmp_path, lambda files: files[:1] + [{k: v for k, v in files[1].items() if k != "size_bytes"}]
+                  + files[2:])
+    with pytest.raises(DataError) as err:
+        check(wl_of(tmp_path))
+    assert "img_1_of_8.npz" in str(err.value) and "lists -1" in str(err.value)
+
+
+def test_stat_of_the_layout_marks_missing_files(tmp_path):
+    generate(wl_of(tmp_path))
+    layout = DatasetLayout.from_workload(wl_of(tmp_path), "train")
+    os.unlink(layout.paths[6])
+    sizes = stat_layout_sizes(layout)
+    assert sizes[6] == -1
+    assert [int(s) for i, s in enumerate(sizes) if i != 6] == [os.stat(p).st_size for i, p in enumerate(layout.paths)
+                                                               if i != 6]
