@@ -22,6 +22,7 @@ import operator
 import os
 import re
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,6 +36,11 @@ PROBE_FILES = 8
 # answer many stats in flight much faster than one at a time).
 STAT_BLOCK = 2048
 STAT_THREADS = 16
+# A block whose stats take less than this each was answered from cached metadata: Python-bound
+# work, where 16 threads only contend for the GIL (on a 2-core machine 1.45x one thread's time,
+# docs/benchmarks.md "Data check"), so it stays in one thread; a slower block (a network file
+# system, cold metadata) is latency-bound and the rest go to the pool.
+STAT_POOL_MIN_NS = 20_000
 
 _FIX_DATA = "or generate matching data with `iogen datagen` (into another dataset.data_folder)"
 
@@ -300,25 +306,29 @@ def _stat_into(out: np.ndarray, start: int, paths) -> None:
 
 
 def _stat_blocks(num: int, block) -> np.ndarray:
+    """Run block(out, start) over blocks of STAT_BLOCK files: in this thread while the stats are
+    answered from cached metadata, in the pool of STAT_THREADS from the first slow block on."""
     out = np.empty(num, np.int64)
-    starts = range(0, num, STAT_BLOCK)
-    if num <= STAT_BLOCK:
-        for s in starts:
-            block(out, s)
-    else:
-        with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
-            list(pool.map(lambda s: block(out, s), starts))
+    for start in range(0, num, STAT_BLOCK):
+        t0_ns = time.perf_counter_ns()
+        block(out, start)
+        if time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start):
+            rest = range(start + STAT_BLOCK, num, STAT_BLOCK)
+            if len(rest):
+                with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
+                    list(pool.map(lambda s: block(out, s), rest))
+            break
     return out
 
 
 def stat_sizes(paths) -> np.ndarray:
-    """Size of each path (int64), -1 for a missing one; stat'ed in parallel blocks."""
+    """Size of each path (int64), -1 for a missing one; stat'ed in blocks (see _stat_blocks)."""
     return _stat_blocks(len(paths), lambda out, s: _stat_into(out, s, paths[s:s + STAT_BLOCK]))
 
 
 def stat_layout_sizes(layout) -> np.ndarray:
     """Size of each file of a layout (int64), -1 for a missing one: each block formats its own paths
-    in the stat thread and drops them (no list of every path; os.stat releases the GIL)."""
+    where it is stat'ed and drops them (no list of every path; os.stat releases the GIL)."""
     n = layout.num_files
     return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 

@@ -104,3 +104,16 @@ def test_stat_of_the_layout_marks_missing_files(tmp_path):
     assert sizes[6] == -1
     assert [int(s) for i, s in enumerate(sizes) if i != 6] == [os.stat(p).st_size for i, p in enumerate(layout.paths)
                                                                if i != 6]
+
+
+@pytest.mark.parametrize("pool_min_ns", [0, 10**12])
+def test_stat_in_the_pool_or_in_one_thread_gives_the_same_sizes(tmp_path, monkeypatch, pool_min_ns):
+    # 0: every block counts as slow, so blocks after the first go to the pool; 10^12: none does
+    import iogen.datacheck as dc
+
+    generate(wl_of(tmp_path))
+    layout = DatasetLayout.from_workload(wl_of(tmp_path), "train")
+    monkeypatch.setattr(dc, "STAT_BLOCK", 3)
+    monkeypatch.setattr(dc, "STAT_POOL_MIN_NS", pool_min_ns)
+    os.unlink(layout.paths[7])
+    assert stat_layout_sizes(layout).tolist() == [os.stat(p).st_size for p in layout.paths[:7]] + [-1]
