@@ -5,9 +5,10 @@
 Generates FILES one-sample NPZ files once (kept in FOLDER for reruns), then times, each REPS
 times (medians): the check with the manifest (manifest parse + one stat per file), the check
 without it (directory listing + stat + a probe of 8 files), and the baseline: json.load of the
-manifest and os.stat of every path in one thread (what the check does when the stats are answered
-from cached metadata, as here: see STAT_POOL_MIN_NS) and, beside it, the same loop in STAT_THREADS
-threads over blocks of STAT_BLOCK paths (what the check does on a slow file system). Linear
+manifest and os.stat of every path in one thread (what the check does when the stats are
+answered from cached metadata, as here: see iogen.datafiles.STAT_POOL_MIN_NS) and, beside it, the
+same loop in STAT_THREADS threads over blocks of STAT_BLOCK paths (the check on a slow file
+system). Linear
 extrapolation to 1M files is printed beside each figure: per-file costs (stat, parse) dominate.
 """
 from __future__ import annotations
@@ -31,7 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
     from iogen.config import load_workload
-    from iogen.datacheck import STAT_BLOCK, STAT_THREADS, all_paths, check_dataset
+    from iogen.datacheck import check_dataset
+    from iogen.datafiles import STAT_BLOCK, STAT_THREADS, all_paths
     from iogen.datagen import generate
     from iogen.dataset import DatasetLayout
     from iogen.formats import get_format

@@ -13,34 +13,24 @@ number of files, and a bounded sample of files is probed through the format's `p
 A run may read the first num_files of a larger dataset (MLPerf Storage allows a subset; file i
 lies in subfolder i % num_subfolders, so the subset is spread evenly over the subfolders);
 asking for more files than the data holds is an error. Every mismatch names the config key,
-the workload's value, the data's value and the fix.
+the workload's value, the data's value and the fix. The per-file work (manifest entries keyed
+by file index, paths and stats a block at a time) lives in iogen/datafiles.py.
 """
 from __future__ import annotations
 
 import math
-import operator
 import os
 import re
 import stat
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import manifest as mf
+from .datafiles import listed_files, stat_layout_sizes
 from .errors import ConfigError, DataError
 
 # Files probed when there is no manifest: the first, the last and evenly spaced ones between.
 PROBE_FILES = 8
-# Paths stat'ed per task of the stat pool (os.stat releases the GIL; network file systems
-# answer many stats in flight much faster than one at a time).
-STAT_BLOCK = 2048
-STAT_THREADS = 16
-# A block whose stats take less than this each was answered from cached metadata: Python-bound
-# work, where 16 threads only contend for the GIL (on a 2-core machine 1.45x one thread's time,
-# docs/benchmarks.md "Data check"), so it stays in one thread; a slower block (a network file
-# system, cold metadata) is latency-bound and the rest go to the pool.
-STAT_POOL_MIN_NS = 20_000
 
 _FIX_DATA = "or generate matching data with `iogen datagen` (into another dataset.data_folder)"
 
@@ -159,178 +149,11 @@ def _check_with_manifest(layout, fmt, manifest: dict):
     return reading
 
 
-# Manifest entries turned into arrays at a time (bounds the temporary name array: ~4 bytes a character).
-ENTRY_BLOCK = 1 << 16
-
-
-def listed_files(layout, entries, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """((3, num_files) int64, (num_files,) bool): size, record bytes and samples the manifest lists for
-    each file of the layout (-1 where an entry lacks one), and whether an entry lists the file.
-
-    Keyed by file index, not by name: each entry's name is matched against the layout's name
-    pattern as a block of characters in numpy (constant parts equal, index digits decoded, the
-    subfolder digits equal to index % num_subfolders), so there is no path string or dict per
-    file. Entries that are not the layout's files (other names, files past a subset) are ignored;
-    of two entries of one file the later wins, as a dict built from the list would keep it.
-    """
-    n = layout.num_files
-    out = np.full((3, n), -1, np.int64)
-    known = np.zeros(n, bool)
-    if not isinstance(entries, list) or n == 0:
-        return out, known
-    pattern = _NamePattern(layout)
-    for lo in range(0, len(entries), ENTRY_BLOCK):
-        names, values = _entry_columns(entries[lo:lo + ENTRY_BLOCK], where)
-        rows, index = pattern.match(names)
-        if not rows.size:
-            continue
-        values = values[:, rows]
-        # the last entry of a file wins (np.unique on the reversed indices finds each one's last)
-        last = index.size - 1 - np.unique(index[::-1], return_index=True)[1]
-        out[:, index[last]] = values[:, last]
-        known[index] = True
-    return out, known
-
-
-_VALUE_KEYS = ("size_bytes", "record_bytes", "samples")
-
-
-def _entry_columns(block: list, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(names as a numpy str array, (3, len) int64 values) of manifest entries, -1 for a missing value.
-
-    The entries iogen writes hold every key: C-level itemgetter columns (half the time of a
-    .get per value); anything else (a missing key, an entry that is not a dict, a name that is
-    not a string) takes the careful pass, where such an entry cannot match a file.
-    """
-    try:
-        names = np.array(list(map(_FILE, block)), dtype=str)
-        values = np.array([list(map(get, block)) for get in _VALUES], np.int64)
-        if names.ndim == 1:
-            return names, values
-    except (KeyError, TypeError, ValueError, OverflowError):
-        pass
-    block = [e if isinstance(e, dict) else {} for e in block]
-    names = np.array([f if isinstance(f := e.get("file"), str) else "" for e in block], dtype=str)
-    try:
-        values = np.array([[e.get(k, -1) for e in block] for k in _VALUE_KEYS], np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise DataError(where, "a file entry's size_bytes, record_bytes or samples is not an integer; "
-                               "regenerate with `iogen datagen`") from None
-    return names, values
-
-
-_FILE = operator.itemgetter("file")
-_VALUES = tuple(operator.itemgetter(k) for k in _VALUE_KEYS)
-
-
-class _NamePattern:
-    """The layout's relative names, `[<sub>/]<prefix>_<index>_of_<N>.<suffix>`, as fixed-width characters."""
-
-    def __init__(self, layout):
-        self.num_files = layout.num_files
-        self.num_subfolders = layout.num_subfolders if layout.num_subfolders > 1 else 0
-        self.sub_digits = len(str(self.num_subfolders)) if self.num_subfolders else 0
-        self.index_digits = len(str(layout.files_on_disk))
-        first = _rel_template(layout) % ((0, 0) if self.num_subfolders else 0)
-        self.width = len(first)
-        self.index_at = (self.sub_digits + 1 if self.num_subfolders else 0) + len(layout.file_prefix) + 1
-        self.expected = np.array([first]).view(np.uint32)  # numpy's str: one code point per 4 bytes
-        self.constant = np.ones(self.width, bool)
-        self.constant[:self.sub_digits] = False
-        self.constant[self.index_at:self.index_at + self.index_digits] = False
-
-    def match(self, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in arr, file indices) of the names (a numpy str array) that are files of the layout."""
-        chars = arr.dtype.itemsize // 4
-        if not arr.size or chars < self.width:
-            return np.empty(0, np.intp), np.empty(0, np.int64)
-        rows = np.flatnonzero(np.char.str_len(arr) == self.width)
-        codes = arr[rows].view(np.uint32).reshape(rows.size, chars)[:, :self.width]
-        ok = (codes[:, self.constant] == self.expected[self.constant]).all(axis=1)
-        index = _decimal(codes[:, self.index_at:self.index_at + self.index_digits], ok)
-        if self.num_subfolders:
-            sub = _decimal(codes[:, :self.sub_digits], ok)
-            ok &= sub == index % self.num_subfolders
-        ok &= index < self.num_files
-        return rows[ok], index[ok]
-
-
-def _decimal(digits: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """The int64 value of rows of ASCII digit code points; clears ok where a row holds a non-digit."""
-    values = digits.astype(np.int64) - ord("0")
-    ok &= ((values >= 0) & (values <= 9)).all(axis=1)
-    return values @ (10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64))
-
-
-def _rel_template(layout) -> str:
-    """A %-template of a file's path below layout.folder: `% index`, or `% (index % subfolders, index)`.
-
-    The same text as dataset.dlio_path, built once: formatting a path is then one `%` operation.
-    """
-    name = (f"{layout.file_prefix.replace('%', '%%')}_%0{len(str(layout.files_on_disk))}d_of_"
-            f"{layout.files_on_disk}.{layout.suffix.replace('%', '%%')}")
-    if layout.num_subfolders > 1:
-        return f"%0{len(str(layout.num_subfolders))}d/{name}"
-    return name
-
-
-def path_block(layout, start: int, stop: int) -> list[str]:
-    """The paths of files start..stop-1 of a layout (the text of layout.paths[i], formatted in one pass)."""
-    tmpl = layout.folder.replace("%", "%%") + "/" + _rel_template(layout)
-    if layout.num_subfolders > 1:
-        subs = layout.num_subfolders
-        return [tmpl % (i % subs, i) for i in range(start, stop)]
-    return [tmpl % i for i in range(start, stop)]
-
-
-def all_paths(layout) -> list[str]:
-    """Every path of a layout as one list (formatted in one pass: layouts format paths on demand)."""
-    return path_block(layout, 0, layout.num_files)
-
-
 def _too_many(layout, on_disk: int, where: str) -> str:
     key = _key(layout, "num_files")
     return (f"{key}: the workload asks for {layout.num_files} files, the data in {where} holds "
             f"{on_disk}; set {key} to at most {on_disk} (a run may read a subset), or generate "
             f"{layout.num_files} files with `iogen datagen`")
-
-
-def _stat_into(out: np.ndarray, start: int, paths) -> None:
-    for j, path in enumerate(paths, start):
-        try:
-            out[j] = os.stat(path).st_size
-        except FileNotFoundError:
-            out[j] = -1
-        except OSError as exc:
-            raise DataError(path, f"cannot be stat'ed: {exc.strerror}") from None
-
-
-def _stat_blocks(num: int, block) -> np.ndarray:
-    """Run block(out, start) over blocks of STAT_BLOCK files: in this thread while the stats are
-    answered from cached metadata, in the pool of STAT_THREADS from the first slow block on."""
-    out = np.empty(num, np.int64)
-    for start in range(0, num, STAT_BLOCK):
-        t0_ns = time.perf_counter_ns()
-        block(out, start)
-        if time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start):
-            rest = range(start + STAT_BLOCK, num, STAT_BLOCK)
-            if len(rest):
-                with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
-                    list(pool.map(lambda s: block(out, s), rest))
-            break
-    return out
-
-
-def stat_sizes(paths) -> np.ndarray:
-    """Size of each path (int64), -1 for a missing one; stat'ed in blocks (see _stat_blocks)."""
-    return _stat_blocks(len(paths), lambda out, s: _stat_into(out, s, paths[s:s + STAT_BLOCK]))
-
-
-def stat_layout_sizes(layout) -> np.ndarray:
-    """Size of each file of a layout (int64), -1 for a missing one: each block formats its own paths
-    where it is stat'ed and drops them (no list of every path; os.stat releases the GIL)."""
-    n = layout.num_files
-    return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 
 
 # -- without a manifest ---------------------------------------------------------------------

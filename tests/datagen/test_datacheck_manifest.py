@@ -5,7 +5,8 @@ import os
 import pytest
 
 from iogen.config import load_workload
-from iogen.datacheck import all_paths, check_dataset, listed_files, path_block, stat_layout_sizes
+from iogen.datacheck import check_dataset
+from iogen.datafiles import all_paths, listed_files, path_block, stat_layout_sizes
 from iogen.datagen import generate
 from iogen.dataset import DatasetLayout
 from iogen.errors import DataError
@@ -109,7 +110,7 @@ def test_stat_of_the_layout_marks_missing_files(tmp_path):
 @pytest.mark.parametrize("pool_min_ns", [0, 10**12])
 def test_stat_in_the_pool_or_in_one_thread_gives_the_same_sizes(tmp_path, monkeypatch, pool_min_ns):
     # 0: every block counts as slow, so blocks after the first go to the pool; 10^12: none does
-    import iogen.datacheck as dc
+    import iogen.datafiles as dc
 
     generate(wl_of(tmp_path))
     layout = DatasetLayout.from_workload(wl_of(tmp_path), "train")
