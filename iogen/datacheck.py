@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import stat
 
 import numpy as np
 
 from . import manifest as mf
-from .datafiles import listed_files, stat_layout_sizes
+from .datafiles import dlio_name_counts, listed_files, stat_layout_sizes
 from .errors import ConfigError, DataError
 
 # Files probed when there is no manifest: the first, the last and evenly spaced ones between.
@@ -158,24 +157,17 @@ def _too_many(layout, on_disk: int, where: str) -> str:
 
 # -- without a manifest ---------------------------------------------------------------------
 
-_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9]+)$")
-
-
 def dataset_file_counts(layout) -> dict[tuple[str, str, int], int]:
     """{(prefix, suffix, N): files} of names like DLIO's `<prefix>_<i>_of_<N>.<suffix>` in the split."""
     counts: dict = {}
     folders = [layout.folder] + layout.subfolders
     for folder in folders:
         try:
-            with os.scandir(folder) as it:
-                names = [e.name for e in it]
+            names = os.listdir(folder)
         except FileNotFoundError:
             continue
-        for name in names:
-            m = _NAME.match(name)
-            if m:
-                k = (m["prefix"], m["suffix"], int(m["n"]))
-                counts[k] = counts.get(k, 0) + 1
+        for k, c in dlio_name_counts(names).items():
+            counts[k] = counts.get(k, 0) + c
     return counts
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -194,3 +195,28 @@ def stat_layout_sizes(layout) -> np.ndarray:
     where it is stat'ed and drops them (no list of every path; os.stat releases the GIL)."""
     n = layout.num_files
     return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
+
+
+DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9]+)$")
+
+
+def dlio_name_counts(names: list[str]) -> dict[tuple[str, str, int], int]:
+    """{(prefix, suffix, N): names} of the names that are DLIO's `<prefix>_<i>_of_<N>.<suffix>` (DLIO_NAME).
+
+    In numpy by blocks: each name is split at its last `_of_` and the `_` before it, and the
+    (prefix, `_of_<N>.<suffix>`) pairs are counted; DLIO_NAME then checks one name per distinct
+    pair instead of every name (the `_of_` of a match is the last: nothing after it holds a `_`).
+    """
+    out: dict = {}
+    for lo in range(0, len(names), ENTRY_BLOCK):
+        arr = np.array(names[lo:lo + ENTRY_BLOCK], dtype=str)
+        head, sep, tail = np.strings.rpartition(arr, "_of_")
+        prefix, sep2, index = np.strings.rpartition(head, "_")
+        ok = (sep != "") & (sep2 != "") & (np.strings.str_len(prefix) > 0) & np.strings.isdigit(index)
+        keys, counts = np.unique(np.strings.add(np.strings.add(prefix[ok], "_0_of_"), tail[ok]), return_counts=True)
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            m = DLIO_NAME.match(key)
+            if m:
+                k = (m["prefix"], m["suffix"], int(m["n"]))
+                out[k] = out.get(k, 0) + count
+    return out

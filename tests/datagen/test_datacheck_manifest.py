@@ -6,7 +6,7 @@ import pytest
 
 from iogen.config import load_workload
 from iogen.datacheck import check_dataset
-from iogen.datafiles import all_paths, listed_files, path_block, stat_layout_sizes
+from iogen.datafiles import DLIO_NAME, all_paths, dlio_name_counts, listed_files, path_block, stat_layout_sizes
 from iogen.datagen import generate
 from iogen.dataset import DatasetLayout
 from iogen.errors import DataError
@@ -118,3 +118,30 @@ def test_stat_in_the_pool_or_in_one_thread_gives_the_same_sizes(tmp_path, monkey
     monkeypatch.setattr(dc, "STAT_POOL_MIN_NS", pool_min_ns)
     os.unlink(layout.paths[7])
     assert stat_layout_sizes(layout).tolist() == [os.stat(p).st_size for p in layout.paths[:7]] + [-1]
+
+
+def _regex_counts(names):
+    counts = {}
+    for name in names:
+        m = DLIO_NAME.match(name)
+        if m:
+            key = (m["prefix"], m["suffix"], int(m["n"]))
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+TRICKY_NAMES = ["img_001_of_10.npz", "a_1_23_of_5.npz", "a__of_5.npz", "_1_of_2.x", "x_1_of_2.", "x_1_of_.npz",
+                "x_a_of_2.npz", "x_1_of_2.np_z", "x_1_of_2_of_3.h5", "p_of_q_1_of_2.tfrecord", "", "_of_",
+                "é_1_of_2.npz", "x_01_of_002.npz", "x_1_of_2.npz.tmp", ".iogen-manifest.json", "y_5_of_10.hdf5"]
+
+
+def test_name_counts_in_numpy_are_the_regexs():
+    import random
+
+    assert dlio_name_counts(TRICKY_NAMES) == _regex_counts(TRICKY_NAMES)
+    assert dlio_name_counts(TRICKY_NAMES)[("a_1", "npz", 5)] == 1
+    rnd = random.Random(1)
+    for _ in range(200):
+        names = ["".join(rnd.choice("ab_of0123.9xé") for _ in range(rnd.randint(0, 14))) for _ in range(40)]
+        names += rnd.sample(TRICKY_NAMES, 4)
+        assert dlio_name_counts(names) == _regex_counts(names)
