@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -320,16 +321,26 @@ print(json.dumps({"s": time.perf_counter() - t0,
 """
 
 
+def _cpu_since(before) -> tuple[float, float]:
+    """(user s, system s) that child processes used since the rusage `before`."""
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return now.ru_utime - before.ru_utime, now.ru_stime - before.ru_stime
+
+
 def bench_datagen(args) -> dict:
     size = args.file_bytes
     rates = {"iogen": [], "plain": [], "iogen_gen": []}
+    cpu = {"iogen": [], "plain": []}  # (user s, system s) of each writer process, from its rusage
     for _ in range(args.reps):
         work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
         try:
             subprocess.run(["sync"], check=True)
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             doc, _ = child(BASELINE_CODE, f"{work}/plain", args.files, size, args.threads)
+            cpu["plain"].append(_cpu_since(r0))
             rates["plain"].append(args.files / doc["s"])
             subprocess.run(["sync"], check=True)
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             proc = subprocess.run([PY, "-m", "iogen", "datagen", "default", f"dataset.data_folder={work}/iogen",
                                    f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
@@ -337,6 +348,7 @@ def bench_datagen(args) -> dict:
                                    "dataset.num_files_eval=0", "--workers", str(args.threads), "--quiet"],
                                   check=True, capture_output=True, text=True)
             rates["iogen"].append(args.files / (time.perf_counter() - t0))
+            cpu["iogen"].append(_cpu_since(r0))
             # its own report: "... written, ...; X GiB in S s": generation without interpreter and imports
             rates["iogen_gen"].append(args.files / float(re.search(r" in ([\d.]+) s", proc.stdout).group(1)))
         finally:
@@ -346,12 +358,15 @@ def bench_datagen(args) -> dict:
     print(f"small-file generation: {args.files:,} files of {size:,} B, {args.threads} threads, "
           f"median of {args.reps}; iogen = whole `iogen datagen` process (npz, content, CRCs, manifest)")
     print()
-    print("| writer | files/s | ratio |")
-    print("|---|---|---|")
-    print(f"| plain create+write+rename loop (same threads, one random buffer) | {pl:,.0f} | 1.00 |")
-    print(f"| iogen datagen, whole process (interpreter, imports, layout, manifest) | {it:,.0f} | {it / pl:.2f} |")
+    us = {k: (statistics.median(u for u, _ in v), statistics.median(s for _, s in v)) for k, v in cpu.items()}
+    print("| writer | files/s | ratio | CPU s, user + system (medians) |")
+    print("|---|---|---|---|")
+    print(f"| plain create+write+rename loop (same threads, one random buffer) | {pl:,.0f} | 1.00 | "
+          f"{us['plain'][0]:.2f} + {us['plain'][1]:.2f} |")
+    print(f"| iogen datagen, whole process (interpreter, imports, layout, manifest) | {it:,.0f} | {it / pl:.2f} | "
+          f"{us['iogen'][0]:.2f} + {us['iogen'][1]:.2f} |")
     print(f"| iogen datagen, generation as it reports it (`... in S s`, 0.1 s resolution) | {gen:,.0f} | "
-          f"{gen / pl:.2f} |")
+          f"{gen / pl:.2f} | |")
     print()
     return {"iogen_files_s": it, "iogen_generation_files_s": gen, "plain_files_s": pl}
 
