@@ -197,6 +197,8 @@ def stat_layout_sizes(layout) -> np.ndarray:
     return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 
 
+# numpy's string ufuncs (rpartition since numpy 2.2)
+_NP_STRINGS = all(hasattr(getattr(np, "strings", None), f) for f in ("rpartition", "add", "isdigit", "str_len"))
 DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9]+)$")
 
 
@@ -208,6 +210,13 @@ def dlio_name_counts(names: list[str]) -> dict[tuple[str, str, int], int]:
     pair instead of every name (the `_of_` of a match is the last: nothing after it holds a `_`).
     """
     out: dict = {}
+    if not _NP_STRINGS:  # numpy < 2.2 (pyproject allows 1.24): the regex on every name
+        for name in names:
+            m = DLIO_NAME.match(name)
+            if m:
+                k = (m["prefix"], m["suffix"], int(m["n"]))
+                out[k] = out.get(k, 0) + 1
+        return out
     for lo in range(0, len(names), ENTRY_BLOCK):
         arr = np.array(names[lo:lo + ENTRY_BLOCK], dtype=str)
         head, sep, tail = np.strings.rpartition(arr, "_of_")
