@@ -1,0 +1,152 @@
+"""Checkpoint-only runs on S3: iogen's ObjectCheckpointIO against a plain boto3 loop, write and read.
+
+One rank's checkpoint files of a small llama3-8b (--hidden; torch layout) are written as objects
+and read back, --threads requests in flight, alternating, medians of --reps: iogen through
+ObjectCheckpointIO (what `iogen run` uses: parts stamped and framed from reused buffers, one
+bytes copy per part, every request counted; restore by ranged GETs into reused buffers) and a
+plain loop (the same objects and part size: create_multipart_upload / upload_part of slices of
+prepared bytes / complete, or one put_object; reads: ranged get_object of the same parts,
+Body.read(), from a ThreadPoolExecutor). Without --endpoint a local moto server is started (a
+test server in Python: absolute figures mean nothing; the ratios are the figures).
+
+    .venv/bin/python bench/objectstore_checkpoint_only.py --hidden 512 --threads 4 --reps 3
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import command_line, machine_line  # noqa: E402
+from objectstore_reads import s3_endpoint  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint")
+    ap.add_argument("--hidden", type=int, default=512, help="model.transformer.hidden_size (2 layers)")
+    ap.add_argument("--transfer-mib", type=int, default=4, help="checkpoint.transfer_size")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    with s3_endpoint(args.endpoint) as (endpoint, moto):
+        return _bench(args, endpoint, moto=moto)
+
+
+def _bench(args, endpoint, moto: bool) -> int:
+    import boto3
+    import botocore.config
+    import numpy as np
+
+    from iogen.checkpoint.model import ModelSpec
+    from iogen.checkpoint.objects import ObjectCheckpointIO
+    from iogen.checkpoint.phases import RankFiles
+    from iogen.config import load_workload
+
+    print(f"before: {machine_line()}")
+    print(f"command: {command_line(__file__)}")
+    bucket = "iogen-ckpt-" + uuid.uuid4().hex[:8]
+    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
+    client.create_bucket(Bucket=bucket)
+    h = args.hidden
+    wl = load_workload("llama3-8b", [
+        "storage.storage_type=s3", f"storage.storage_root={bucket}", "checkpoint.checkpoint_folder=ck",
+        "checkpoint.fsync=False", "model.num_layers=2", f"model.transformer.hidden_size={h}",
+        f"model.transformer.ffn_hidden_size={2 * h}", "model.transformer.vocab_size=512",
+        "model.transformer.num_attention_heads=4", "model.transformer.num_kv_heads=2",
+        f"checkpoint.transfer_size={args.transfer_mib << 20}"])
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    io = ObjectCheckpointIO(wl, threads=args.threads, transfer_bytes=args.transfer_mib << 20, seed=1,
+                            read_threads=args.threads)
+    part = io.part_bytes
+    sizes = [lay.size_bytes for lay in files.layouts]
+    total = sum(sizes)
+    content = np.random.default_rng(3).integers(0, 256, max(sizes), dtype=np.uint8).tobytes()
+    pool = ThreadPoolExecutor(args.threads)
+    n = [0]
+
+    def iogen_write() -> float:
+        n[0] += 1
+        uris = files.paths(f"s3://{bucket}/ck", n[0])
+        t0 = time.perf_counter()
+        io.write_files(list(zip(uris, files.layouts)), stamp=n[0] << 20 | 1)
+        return time.perf_counter() - t0
+
+    def iogen_read() -> float:
+        uris = files.paths(f"s3://{bucket}/ck", n[0])
+        t0 = time.perf_counter()
+        assert io.read_files(list(zip(uris, sizes))) == total
+        return time.perf_counter() - t0
+
+    def plain_write() -> float:
+        keys = [f"plain/{name}" for name in files.names]
+        t0 = time.perf_counter()
+        ups = {}
+        for key, size in zip(keys, sizes):
+            if size > part:
+                ups[key] = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+        def one(task):
+            key, size, i = task
+            if key not in ups:
+                client.put_object(Bucket=bucket, Key=key, Body=content[:size])
+                return key, None
+            r = client.upload_part(Bucket=bucket, Key=key, UploadId=ups[key], PartNumber=i + 1,
+                                   Body=content[i * part:min(size, (i + 1) * part)])
+            return key, {"ETag": r["ETag"], "PartNumber": i + 1}
+
+        tasks = [(k, s, i) for k, s in zip(keys, sizes) for i in range(max(1, -(-s // part)))]
+        parts = {}
+        for key, p in pool.map(one, tasks):
+            if p:
+                parts.setdefault(key, []).append(p)
+        for key, up in ups.items():
+            client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts[key]})
+        return time.perf_counter() - t0
+
+    def plain_read() -> float:
+        keys = [f"plain/{name}" for name in files.names]
+        t0 = time.perf_counter()
+
+        def one(task):
+            key, off, m = task
+            return len(client.get_object(Bucket=bucket, Key=key, Range=f"bytes={off}-{off + m - 1}")["Body"].read())
+
+        got = sum(pool.map(one, [(k, off, min(part, s - off)) for k, s in zip(keys, sizes) for off in range(0, s, part)]))
+        assert got == total
+        return time.perf_counter() - t0
+
+    io.prepare_write()
+    iogen_write(), plain_write(), iogen_read(), plain_read()  # warm-up: clients, connections
+    res = {k: [] for k in ("iw", "pw", "ir", "pr")}
+    for rep in range(args.reps):  # the order alternates, so neither always follows the other
+        order = [("iw", iogen_write), ("pw", plain_write), ("ir", iogen_read), ("pr", plain_read)]
+        if rep % 2:
+            order = [order[1], order[0], order[3], order[2]]
+        for key, fn in order:
+            res[key].append(fn())
+    io.close()
+    pool.shutdown()
+    med = {k: statistics.median(v) for k, v in res.items()}
+    mib = total / 2**20
+    print(f"after: {machine_line()}")
+    print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; one rank's checkpoint: "
+          f"{len(sizes)} files, {mib:.1f} MiB, parts of {part >> 20} MiB, {args.threads} threads, medians of "
+          f"{args.reps}")
+    print()
+    print("| contender | write MiB/s | read MiB/s |")
+    print("|---|---:|---:|")
+    print(f"| iogen ObjectCheckpointIO | {mib / med['iw']:.1f} | {mib / med['ir']:.1f} |")
+    print(f"| plain boto3 loop | {mib / med['pw']:.1f} | {mib / med['pr']:.1f} |")
+    print()
+    print(f"ratio iogen / baseline (throughput): write {med['pw'] / med['iw']:.2f}x, read {med['pr'] / med['ir']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
