@@ -117,7 +117,8 @@ def _bench(args, endpoint, moto: bool) -> int:
             key, off, m = task
             return len(client.get_object(Bucket=bucket, Key=key, Range=f"bytes={off}-{off + m - 1}")["Body"].read())
 
-        got = sum(pool.map(one, [(k, off, min(part, s - off)) for k, s in zip(keys, sizes) for off in range(0, s, part)]))
+        tasks = [(k, off, min(part, s - off)) for k, s in zip(keys, sizes) for off in range(0, s, part)]
+        got = sum(pool.map(one, tasks))
         assert got == total
         return time.perf_counter() - t0
 
