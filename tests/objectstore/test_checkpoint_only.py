@@ -113,3 +113,19 @@ def test_two_ranks_write_and_restore_their_objects(s3, tmp_path):
     block = doc["iogen"]["object_store"]  # both ranks' requests, merged
     assert block["checkpoint_write"]["put"]["bytes"] == block["checkpoint_read"]["get"]["bytes"] == sum(sizes.values())
     assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == sum(sizes.values())
+
+
+@pytest.mark.slow  # about 20 s: botocore's backoff over 5 attempts
+def test_failed_part_aborts_the_upload_exit_2_naming_the_key(s3, throttling_proxy, tmp_path, iogen_cmd):
+    """A part answered 503 SlowDown every time (a real proxy in front of the server): exit 2 naming
+    the object and the status; its multipart upload is aborted, nothing under its final key."""
+    _, throttler = throttling_proxy
+    throttler.always_for = "partNumber=2"  # the optimizer file's second part (the only 2-part object)
+    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    r = iogen_cmd("run", "llama3-8b", *over)
+    key = _key(1, NAMES[1])
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and throttler.throttled >= 2
+    assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
+    listed = [o["Key"] for o in s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])]
+    assert key not in listed
