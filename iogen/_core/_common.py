@@ -53,6 +53,14 @@ def writable_byte_view(buf):
     return view.cast("B")
 
 
+def check_frame_batch(frame_bytes, count, buf_bytes):
+    """Raise ValueError unless `count` frames of frame_bytes (>= 16) fit in buf_bytes."""
+    if frame_bytes < FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES:
+        raise ValueError(f"frame_bytes must be >= {FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES}, got {frame_bytes}")
+    if count < 0 or count * frame_bytes > buf_bytes:
+        raise ValueError(f"{count} frames of {frame_bytes} bytes do not fit in a buffer of {buf_bytes} bytes")
+
+
 def aligned_buffer(nbytes, alignment=4096):
     """Return a zeroed uint8 array of nbytes whose data pointer is aligned (usable for O_DIRECT)."""
     nbytes = int(nbytes)

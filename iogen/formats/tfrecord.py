@@ -219,7 +219,7 @@ class TFRecordFormat(Format):
         sink = _Sink(path, self._gzip_level())
         try:
             if frame_bytes <= CHUNK_BYTES:
-                self._write_batched(sink, tf, n, rb, seed, stream, header + prefix, prefix_crc)
+                self._write_batched(sink, tf, n, rb, seed, stream, header + prefix)
             else:
                 buf = np.empty(CHUNK_BYTES, np.uint8)
                 # Plain files: a record's data CRC is also the CRC of those bytes of the file, so the
@@ -240,11 +240,12 @@ class TFRecordFormat(Format):
         return sink.size, sink.crc
 
     @staticmethod
-    def _write_batched(sink, tf, n, rb, seed, stream, head: bytes, prefix_crc: int) -> None:
+    def _write_batched(sink, tf, n, rb, seed, stream, head: bytes) -> None:
         # k frames are assembled as rows of a (k, frame) array: the shared header and Example
         # prefix are set once; images are filled (sample j's payload starts at j * rb in the
-        # content stream), then each CRC goes in its row's last 4 bytes. Per-call overhead
-        # (~1 us) matters for small records, so those are filled k at a time and copied in.
+        # content stream), then the core writes every row's CRC into its last 4 bytes in one
+        # call. Per-call overhead (~1 us) matters for small records, so those are filled k at a
+        # time and copied in.
         h = len(head)
         frame_bytes = h + rb + FOOTER_BYTES
         k = max(1, min(n, CHUNK_BYTES // frame_bytes))
@@ -254,8 +255,6 @@ class TFRecordFormat(Format):
         images = [flat[r * frame_bytes + h:r * frame_bytes + h + rb] for r in range(k)]
         small = rb < _SMALL_RECORD_BYTES
         staging = np.empty(k * rb if small else 0, np.uint8)
-        crcs = np.empty(k, np.uint64)
-        crc32c = tf.crc32c
         for j0 in range(0, n, k):
             m = min(k, n - j0)
             if small:
@@ -264,9 +263,7 @@ class TFRecordFormat(Format):
             else:
                 for r in range(m):
                     fill_random(images[r], seed, stream, (j0 + r) * rb)
-            for r in range(m):
-                crcs[r] = crc32c(images[r], prefix_crc)
-            out[:m, -FOOTER_BYTES:] = _mask(crcs[:m]).view(np.uint8).reshape(m, FOOTER_BYTES)
+            tf.set_data_crcs(flat, frame_bytes, m)
             sink.write(out[:m].reshape(-1))
 
     # -- indexing ---------------------------------------------------------------------------

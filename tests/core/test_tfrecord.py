@@ -367,3 +367,30 @@ def test_match_layout_refuses_ranges_outside_the_buffer(core, starts, length, he
     buf = np.zeros(30, np.uint8)
     with pytest.raises(ValueError):
         core.tfrecord.match_layout(buf, np.array(starts, np.int64), length, head, b"")
+
+
+@pytest.mark.parametrize("data_bytes, count", [(0, 3), (1, 1), (300, 7), (70_000, 2), (5, 0)])
+def test_set_data_crcs_seals_frames_end_to_end(core, data_bytes, count):
+    # frames laid end to end with their footers unset: each gets frame()'s masked data CRC
+    rng = np.random.default_rng(data_bytes + count)
+    payloads = [rng.integers(0, 256, data_bytes, dtype=np.uint8).tobytes() for _ in range(count)]
+    expected = b"".join(core.tfrecord.frame(p) for p in payloads)
+    frame_bytes = data_bytes + 16
+    buf = bytearray(expected)
+    for r in range(count):
+        buf[(r + 1) * frame_bytes - 4:(r + 1) * frame_bytes] = b"\xff" * 4
+    buf += b"tail"  # bytes after the frames stay as they are
+    assert core.tfrecord.set_data_crcs(buf, frame_bytes, count) is None
+    assert bytes(buf) == expected + b"tail"
+
+
+@pytest.mark.parametrize("frame_bytes, count, size, match", [
+    (15, 1, 100, "frame_bytes must be >= 16"),
+    (16, 2, 31, "do not fit"),
+    (16, -1, 100, "do not fit"),
+])
+def test_set_data_crcs_refuses_bad_batches(core, frame_bytes, count, size, match):
+    with pytest.raises(ValueError, match=match):
+        core.tfrecord.set_data_crcs(bytearray(size), frame_bytes, count)
+    with pytest.raises(ValueError, match="writable"):
+        core.tfrecord.set_data_crcs(bytes(64), 16, 1)

@@ -9,7 +9,8 @@ import struct
 
 import numpy as np
 
-from iogen._core._common import CRC32C_POLY, INDEX_WINDOW_BYTES, MASK_DELTA, check_crc
+from iogen._core._common import (CRC32C_POLY, INDEX_WINDOW_BYTES, MASK_DELTA, check_crc, check_frame_batch,
+                                 writable_byte_view)
 from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
 from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
@@ -119,6 +120,16 @@ def index_records(fd, file_size, check_length_crc=True):
         lengths.append(length)
         off += HEADER_BYTES + length + FOOTER_BYTES
     return np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64)
+
+
+def set_data_crcs(buf, frame_bytes, count):
+    """Write each frame's masked data CRC into its last 4 bytes: `count` frames of frame_bytes end to end."""
+    view = writable_byte_view(buf)
+    check_frame_batch(frame_bytes, count, len(view))
+    for r in range(count):
+        start = r * frame_bytes
+        struct.pack_into("<I", view, start + frame_bytes - FOOTER_BYTES,
+                         masked_crc32c(view[start + HEADER_BYTES:start + frame_bytes - FOOTER_BYTES]))
 
 
 def check_data_crcs(buf, data_offsets, lengths, expected_crc_offsets):
