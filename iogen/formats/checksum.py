@@ -2,10 +2,11 @@
 
 The manifest's checksum is CRC-32C (Castagnoli, the TFRecord CRC) of the file's bytes in order,
 computed by iogen.core.tfrecord.crc32c: the CPU's crc32 instruction where there is one (tens of
-GB/s), so checksumming costs next to nothing beside writing. Writers that patch a header after
-streaming the data (zip local headers) or let a library write parts of the file (h5py) report
-the CRC of the ranges they streamed; `file_crc32c` reads back only the rest and joins the
-pieces with `crc_combine` (zlib's method: multiply by x^(8n) modulo the polynomial).
+GB/s), so checksumming costs next to nothing beside writing. A writer that patches a header
+after streaming the data (a large stored NPZ's zip local header) joins the header's CRC with the
+rest's; writers that let a library write parts of the file (h5py, zipfile for deflated NPZ)
+report the CRC of the ranges they streamed, and `file_crc32c` reads back only the rest. Pieces
+are joined with `crc_combine` (zlib's method: multiply by x^(8n) modulo the polynomial).
 """
 from __future__ import annotations
 
