@@ -117,7 +117,13 @@ def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_
             for i, buf in enumerate(bufs[:max(1, min(len(bufs), len(jobs)))])]
     for t in pool:
         t.start()
-    for t in pool:
-        t.join()
+    try:
+        for t in pool:
+            t.join()
+    except BaseException as exc:  # an interrupt (SIGINT/SIGTERM) while waiting
+        errors.append(exc)  # the threads stop after their current file...
+        for t in pool:
+            t.join()  # ...and are done before the caller cleans up what they wrote
+        raise
     if errors:
         raise errors[0]
