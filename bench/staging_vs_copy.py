@@ -15,7 +15,7 @@ page cache.
 - shutil.copyfile: the same threads, each calling shutil.copyfile (sendfile in the kernel on
   Linux: no user-space buffer at all, the fastest a plain copy gets here).
 
-    .venv/bin/python bench/staging_vs_copy.py --files 32 --file-mib 8 --threads 2 --reps 5
+    .venv/bin/python bench/staging_vs_copy.py --files 32 --file-mib 8 --threads 2 --reps 5 --transfer-mib 1
 
 Prints a Markdown table of medians (GiB/s) and the ratios iogen / baseline.
 """
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=32)
     ap.add_argument("--file-mib", type=float, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--transfer-mib", type=float, default=4)
+    ap.add_argument("--transfer-mib", type=float, default=1, help="staging.transfer_size in MiB (its default, 1)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to put the files (default: a temporary folder under /var/tmp)")
     args = ap.parse_args(argv)

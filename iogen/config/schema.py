@@ -329,7 +329,7 @@ class Staging(Section):
     folder: Optional[FolderPath] = None  # node-local; `{node}` is replaced by the node's name
     scope: Literal["node", "full"] = "node"
     threads: PosInt = 4
-    transfer_size: PosInt = 1 << 22
+    transfer_size: PosInt = 1 << 20  # 1 MiB: two copies of it stay in cache (docs/benchmarks.md, staging)
     odirect_read: bool = False
     odirect_write: bool = False
     keep: bool = False
