@@ -5,7 +5,8 @@ is written as `<final name>.tmp.<pid>` and renamed into place once complete, so 
 sees half a file. This module is the one place that knows that pattern:
 
 - `temp_path(final)` names the temporary file of this process;
-- `write_atomic(path, data)` writes, fsyncs and renames, and removes the temporary file on
+- `replacing(path)` yields the temporary name to write and renames it into place, removing it
+  on any failure; `write_atomic(path, data)` writes, fsyncs and renames through it, and on
   any failure; a full disk (ENOSPC, EDQUOT) becomes an OutputError naming the path, the
   bytes needed and the bytes free;
 - `parse_temp(name)` and `stale_temps(folder)` recognise temporary files left by a process
@@ -15,6 +16,7 @@ sees half a file. This module is the one place that knows that pattern:
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -122,15 +124,28 @@ def is_full_disk(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
-def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str = "") -> None:
-    """Write `data` under a temporary name, fsync, rename: readers never see half a file.
+@contextlib.contextmanager
+def replacing(path: str, *, needed_bytes: int | None = None, what: str = "", approx: bool = False):
+    """Yield the temporary name to write `path` under; rename it into place when the block ends.
 
     On any failure the temporary file is removed and the final name is untouched; a full disk
-    raises OutputError naming `path` and the bytes needed.
+    raises OutputError naming `path` and the bytes needed (`approx`: about that many).
     """
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     tmp = temp_path(path)
     try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as exc:
+        unlink_quietly(tmp)
+        if is_full_disk(exc):
+            raise full_disk_error(exc, path, needed_bytes, what or os.path.basename(path), approx=approx) from None
+        raise
+
+
+def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str = "") -> None:
+    """Write `data` under a temporary name, fsync, rename: readers never see half a file."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    with replacing(path, needed_bytes=len(raw), what=what) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             view = memoryview(raw)
@@ -140,12 +155,6 @@ def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str 
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        unlink_quietly(tmp)
-        if is_full_disk(exc):
-            raise full_disk_error(exc, path, len(raw), what or os.path.basename(path)) from None
-        raise
 
 
 def folder_problem(path: str, *, write: bool = True) -> str | None:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from . import manifest as mf
-from .atomic import TMP_MARK, full_disk_error, is_full_disk, stale_temps, temp_path, unlink_quietly
+from .atomic import TMP_MARK, replacing, stale_temps
 from .dataset import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
@@ -157,9 +157,8 @@ def ensure_split_folders(layout) -> None:
 
 def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
     """Write file i under a temporary name, then rename it into place; return (size, crc)."""
-    path = layout.paths[i]
-    tmp = temp_path(path)
-    try:
+    needed = layout.samples_per_file * int(layout.record_bytes[i])  # a full disk names what it needed
+    with replacing(layout.paths[i], needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
         size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
                                        layout.seed, layout.stream_of(i))
         if fsync:
@@ -168,13 +167,6 @@ def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        unlink_quietly(tmp)
-        if is_full_disk(exc):  # name the file and what it needed, not just "[Errno 28]"
-            needed = layout.samples_per_file * int(layout.record_bytes[i])
-            raise full_disk_error(exc, path, needed, f"data file {i}", approx=True) from None
-        raise
     return size, format_crc(crc)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .atomic import temp_path
+from .atomic import temp_path, write_atomic
 from .errors import ConfigError, DataError
 from .filecopy import ALIGN, CopyJob, copy_files
 
@@ -213,10 +213,7 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
         for src, dst in manifests:
             if not _same_file(src, dst):
                 with open(src, "rb") as f:
-                    data = f.read()
-                with open(temp_path(dst), "wb") as f:
-                    f.write(data)
-                os.replace(temp_path(dst), dst)
+                    write_atomic(dst, f.read(), what="the staged manifest")
                 report.created.append(dst)
     except BaseException:
         remove_staged(report)
