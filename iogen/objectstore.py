@@ -267,14 +267,22 @@ class ObjectStore:
                     parts.append({"ETag": r["ETag"], "PartNumber": number})
             c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
         except BaseException as exc:
-            try:  # no half-written object under the final name: the upload is dropped
-                c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
-            except Exception:
-                pass
-            if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
-                raise self._failed("put", uri, exc, "multipart upload") from None
+            self._abandon(c, uri, upload, exc)
             raise
         return size
+
+    def _abandon(self, c, uri: str, upload: str, exc: BaseException) -> None:
+        """A multipart upload failed: abort it (no partial object appears under the key) and raise
+        the client's error as exit 2 naming the key; other exceptions are the caller's to re-raise."""
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        try:
+            c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+        except Exception:
+            pass
+        if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
+            raise self._failed("put", uri, exc, "multipart upload") from None
 
     def put_parts(self, uri: str, size: int, part_bytes: int, part_of, pool) -> None:
         """Upload size bytes as one object: part i's bytes from part_of(i) (a buffer, called in a pool
@@ -306,12 +314,7 @@ class ObjectStore:
             parts = list(pool.map(one, range(nparts)))
             c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
         except BaseException as exc:
-            try:
-                c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
-            except Exception:
-                pass
-            if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
-                raise self._failed("put", uri, exc, "multipart upload") from None
+            self._abandon(c, uri, upload, exc)
             raise
 
     def put_objects(self, items, part_bytes: int, part_of, pool) -> None:

@@ -27,6 +27,20 @@ from .base import Batch, Loader
 DEFAULT_PART_BYTES = 8 << 20
 
 
+def checked_spans(layout, fmt, check, buf, files, offs, starts, lens):
+    """Check a batch's records as they landed (CRC-32C where the format has one, then the payload
+    framing) and return the payload spans; a bad record is a DataError naming its object and offset."""
+    if check is not None:
+        bad = check(buf, starts, lens)
+        if bad >= 0:
+            raise DataError(layout.paths[int(files[bad])], "record data CRC-32C mismatch (corrupt object)",
+                            int(offs[bad]))
+    try:
+        return fmt.payload_spans(buf, starts, lens)
+    except RecordError as exc:
+        raise DataError(layout.paths[int(files[exc.index])], exc.reason, int(offs[exc.index])) from None
+
+
 class ObjectLoader(Loader):
     """Ranged GETs into reusable buffers (see the module doc)."""
 
@@ -76,15 +90,7 @@ class ObjectLoader(Loader):
         futures, buf, files, offs, starts, lens, total = item
         for fut in futures:
             fut.result()  # a DataError names the bucket, key and status
-        if self._check is not None:
-            bad = self._check(buf, starts, lens)
-            if bad >= 0:
-                raise DataError(self.layout.paths[int(files[bad])], "record data CRC-32C mismatch (corrupt object)",
-                                int(offs[bad]))
-        try:
-            self.fmt.payload_spans(buf, starts, lens)
-        except RecordError as exc:
-            raise DataError(self.layout.paths[int(files[exc.index])], exc.reason, int(offs[exc.index])) from None
+        checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
         return Batch(int(lens.size), total, buf[:total])
 
     def epoch(self, plan):
@@ -234,13 +240,5 @@ class ObjectSampleReader:
             for p in range(0, ln, self.part_bytes):
                 part = min(self.part_bytes, ln - p)
                 store.readinto(uri, off + p, buf[st + p:st + p + part])
-        if self._check is not None:
-            bad = self._check(buf, starts, lens)
-            if bad >= 0:
-                raise DataError(self.layout.paths[int(files[bad])], "record data CRC-32C mismatch (corrupt object)",
-                                int(offs[bad]))
-        try:
-            pstarts, plens = self.fmt.payload_spans(buf, starts, lens)
-        except RecordError as exc:
-            raise DataError(self.layout.paths[int(files[exc.index])], exc.reason, int(offs[exc.index])) from None
+        pstarts, plens = checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
         return BatchRead(buf, pstarts, plens, total)
