@@ -53,12 +53,13 @@ def data_uri(wl) -> str:
     return folder_uri(wl.storage.storage_root, wl.dataset.data_folder)
 
 
-def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style) -> list[str]:
+def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style,
+                     s3_client: str = "boto3") -> list[str]:
     """What is wrong with the storage section's keys (config messages naming the key)."""
     problems = []
     if storage_type != "s3":
         for key, value, default in (("endpoint_url", endpoint_url, None), ("region", region, None),
-                                    ("addressing_style", addressing_style, "auto")):
+                                    ("addressing_style", addressing_style, "auto"), ("s3_client", s3_client, "boto3")):
             if value != default:
                 problems.append(f"storage.{key} = {value!r} applies to storage.storage_type s3 only; remove it")
         return problems
@@ -107,6 +108,7 @@ def workload_problems(wl) -> list[str]:
                             "object key")
     if wf.stage_data:
         problems.append(f"workflow.stage_data = True: staging is {why}")
+    problems += _s3_client_problems(wl)
     if not rd.preprocess_time.is_zero and rd.data_loader == "native":
         problems.append(f"reader.preprocess_time: the emulated preprocessing is {why}; remove it")
     for key in ("odirect", "evict_page_cache", "reopen_files"):
@@ -114,4 +116,23 @@ def workload_problems(wl) -> list[str]:
             problems.append(f"reader.{key} = True applies to files, not to objects; set it to False")
     if ".." in posixpath.normpath(ds.data_folder.replace("\\", "/")).split("/"):
         problems.append(f"dataset.data_folder = {ds.data_folder!r}: '..' has no meaning in an object key")
+    return problems
+
+
+def _s3_client_problems(wl) -> list[str]:
+    """What storage.s3_client = s3torchconnector does not drive yet: refused naming the key."""
+    if wl.storage.s3_client != "s3torchconnector":
+        return []
+    problems = []
+    wf, rd = wl.workflow, wl.reader
+    reads = wf.train or wf.evaluation
+    if reads and rd.data_loader != "pytorch":
+        problems.append(f"storage.s3_client = 's3torchconnector' reads through s3torchconnector's PyTorch datasets: "
+                        f"set reader.data_loader=pytorch (it is {rd.data_loader!r}) or storage.s3_client=boto3")
+    if reads and rd.data_loader == "pytorch":
+        problems.append("storage.s3_client = 's3torchconnector': the pytorch loader through s3torchconnector's "
+                        "datasets is not implemented yet; use storage.s3_client=boto3")
+    if wf.checkpoint:
+        problems.append("storage.s3_client = 's3torchconnector': checkpoints through s3torchconnector are not "
+                        "implemented yet; use storage.s3_client=boto3 or workflow.checkpoint=False")
     return problems

@@ -370,13 +370,16 @@ class Storage(Section):
     endpoint_url: Optional[NonEmptyStr] = None
     region: Optional[NonEmptyStr] = None
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
+    # what a client does not implement yet is refused (objectkeys.workload_problems).
+    s3_client: Literal["boto3", "s3torchconnector"] = "boto3"
 
     @model_validator(mode="after")
     def _s3_keys(self):
         from ..objectkeys import storage_problems
 
         problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
-                                    self.addressing_style)
+                                    self.addressing_style, self.s3_client)
         if problems:
             raise rule(*problems)
         return self
