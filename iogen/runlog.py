@@ -66,3 +66,20 @@ class RunLog:
 def log_path(run_dir: str, log_file: str) -> str:
     """Where output.log_file goes: inside the run folder (it is a plain file name)."""
     return os.path.join(run_dir, log_file)
+
+
+def open_log(progress, run_dir: str, log_file: str, first_line: str) -> RunLog:
+    """Rank 0's log of a run of any kind, opened with its first line (what runs, where)."""
+    log = RunLog(progress, log_path(run_dir, log_file))
+    log.write(first_line)
+    return log
+
+
+def close_log(log, error) -> None:
+    """Write the log's last line and close it; a failure here never hides the run's own error."""
+    try:
+        log.write("run complete" if error is None else f"run incomplete: {error}")
+        log.close()
+    except OSError:
+        if error is None:
+            raise

@@ -168,7 +168,9 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     finally:
         finish_staging(wl, st.staging)
         if st.log is not None:
-            _close_log(st.log, error)
+            from .runlog import close_log
+
+            close_log(st.log, error)
     if error is None and st.result is not None and (st.result.drain or {}).get("error"):
         # the summary records the failed drain; the run still ends as bad storage does: exit 2
         error = DataError(wl.checkpoint.checkpoint_folder, f"checkpoint drain failed: {st.result.drain['error']}")
@@ -218,12 +220,17 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
 
     progress = RunProgress(stream, quiet, world.rank)
     if world.rank == 0:
-        from .runlog import RunLog, log_path
+        from .runlog import open_log
 
-        progress = st.log = RunLog(progress, log_path(st.run_dir, wl.output.log_file))
-        st.log.write(f"run {wl.name} started in {st.run_dir}: {wl.dataset.format} read by the "
-                     f"{wl.reader.data_loader} loader from {st.train_layout.folder}, {world.size} rank(s), "
-                     f"core {core.core_description()}")
+        progress = st.log = open_log(progress, st.run_dir, wl.output.log_file,
+                                     f"run {wl.name} started in {st.run_dir}: {wl.dataset.format} read by the "
+                                     f"{wl.reader.data_loader} loader from {st.train_layout.folder}, "
+                                     f"{world.size} rank(s), core {core.core_description()}")
+        if st.staging is not None:  # staged before the run folder (and its log) existed
+            sb = st.facts["staging"]
+            st.log.write(f"staged ({sb['scope']} scope) into {sb['folder']}: {sb['staged_files']} file(s), "
+                         f"{sb['staged_bytes']:,} bytes in {sb['t_staging_s']:.2f} s "
+                         f"(reused {sb['reused_files']} file(s))")
     st.steplog = StepLog(rundir.steplog_path(st.run_dir, world.rank), world.rank)
     if st.staging is not None:
         from .staging import log_staging
@@ -260,12 +267,3 @@ def _finish(wl, world, st: _RunState, error):
         world.fail(exc)
         raise
 
-
-def _close_log(log, error) -> None:
-    """Write the log's last line and close it; a failure here never hides the run's own error."""
-    try:
-        log.write("run complete" if error is None else f"run incomplete: {error}")
-        log.close()
-    except OSError:
-        if error is None:
-            raise

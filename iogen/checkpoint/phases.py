@@ -137,17 +137,54 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
 
 def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream, io=None):
     from ..config import resolved_dict
-    from ..metrics.device import device_read_bytes
     from ..report import rundir, summary
 
     ck = wl.checkpoint
     run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label) if world.rank == 0 else None
     run_dir = world.bcast(run_dir)
     facts = summary.run_facts(wl, world, seed=int(wl.train.seed), label=label, core_impl=core.core_description())
+    log = None
     if world.rank == 0:
+        from ..progress import RunProgress
+        from ..runlog import open_log
+
         summary.write_config(run_dir, resolved_dict(wl), facts)
-    say = (lambda text: print(f"iogen: {text}", file=stream, flush=True)) if world.rank == 0 and not quiet else (
-        lambda text: None)
+        log = open_log(RunProgress(stream, quiet, world.rank), run_dir, wl.output.log_file,
+                       f"run {wl.name} started in {run_dir}: checkpoint-only, {n_write} write(s) and {n_read} "
+                       f"read(s) of {ck.format} checkpoints in {folder}, {world.size} rank(s), "
+                       f"core {core.core_description()}")
+    error = None
+    try:
+        return _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts,
+                       _Say(log), io)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        if log is not None:
+            from ..runlog import close_log
+            from ..signals import describe_interrupt
+
+            close_log(log, describe_interrupt(error) if isinstance(error, KeyboardInterrupt) else error)
+
+
+class _Say:
+    """Rank 0's lines: to the terminal ("iogen: ...", unless quiet) and to the run's log file."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __call__(self, text: str) -> None:
+        if self.log is not None:
+            self.log.progress.message(f"iogen: {text}")
+            self.log.write(text)
+
+
+def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts, say, io):
+    from ..metrics.device import device_read_bytes
+    from ..report import rundir
+
+    ck = wl.checkpoint
     if shift_note and world.rank == 0:
         say(shift_note)
     objects = io is not None  # on object storage: ObjectCheckpointIO, made by run_checkpoints

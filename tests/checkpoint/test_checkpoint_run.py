@@ -160,3 +160,38 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_write(tmp_path):
     assert not stale.exists() and foreign.exists()
     assert sorted(os.listdir(folder)) == ["notes.txt", "zero_pp_rank_0_mp_rank_0_model_states.pt",
                                           "zero_pp_rank_0_mp_rank_0_optim_states.pt"]
+
+
+def _lines(run_dir, name):
+    with open(os.path.join(run_dir, name), encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def test_checkpoint_only_runs_write_their_log_file(tmp_path):
+    """output.log_file is written by write+read and by read-only checkpoint runs, as by training runs."""
+    wl = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 1,
+                          "output.log_file": "dlio.log"})
+    out = run(wl, SingleWorld(), quiet=True)
+    lines = _lines(out.run_dir, "dlio.log")
+    assert "checkpoint-only, 2 write(s) and 1 read(s)" in lines[0] and out.run_dir in lines[0]
+    assert [line.split(" ", 1)[1] for line in lines[1:]] == [
+        "checkpoint 1/2 written: global_epoch1_step1", "checkpoint 2/2 written: global_epoch1_step2",
+        "checkpoint 1/1 read: global_epoch1_step1", "run complete"]
+    assert not os.path.exists(os.path.join(out.run_dir, "iogen.log"))
+    reader = run(_wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 2}),
+                 SingleWorld(), quiet=True)
+    lines = _lines(reader.run_dir, "iogen.log")
+    assert "0 write(s) and 2 read(s)" in lines[0] and lines[-1].endswith(" run complete")
+
+
+def test_a_failed_checkpoint_run_says_so_in_its_log(tmp_path):
+    """A run that fails after its folder exists ends its log with the error."""
+    wl = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1})
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "global_epoch1_step1").write_text("a file where the checkpoint's folder goes")
+    with pytest.raises(OSError):
+        run(wl, SingleWorld(), quiet=True)
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    last = _lines(run_dir, "iogen.log")[-1]
+    assert "run incomplete: " in last and "global_epoch1_step1" in last

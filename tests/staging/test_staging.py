@@ -56,6 +56,10 @@ def test_full_scope_stages_times_and_reads_only_the_copy(tiny, tmp_path, iogen_c
     assert (row["t_step_end"] - row["t_request"]) / 1e9 == pytest.approx(st["t_staging_s"])
     assert row["samples"] == 8 and row["bytes"] == sizes
     assert not (tmp_path / "local").exists()  # removed at the end (staging.keep is off)
+    # a staging run writes output.log_file like any run, with its staging line
+    with open(os.path.join(_run_dir(tmp_path), "iogen.log"), encoding="utf-8") as f:
+        log = f.read().splitlines()
+    assert "staged (full scope) into " in log[1] and "8 file(s)" in log[1] and log[-1].endswith(" run complete")
 
 
 def test_keep_then_reuse(tiny, tmp_path, iogen_cmd):
