@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from ..histogram import LatencyHistogram, bucket_bounds
-from .text import (device_per_epoch, flag_lines, fmt_bytes, fmt_ns, fmt_num, measured_lines, page_cache_lines,
-                   reads_source)
+from .text import (dataset_size_lines, device_per_epoch, flag_lines, fmt_bytes, fmt_ns, fmt_num, measured_lines,
+                   page_cache_lines, reads_source)
 
 __all__ = ["TIMELINE_MAX_STEPS", "render_html", "write_html"]
 
@@ -321,6 +321,7 @@ def render_html(report: dict, text: str) -> str:
         report=report, runs=report["runs"], campaign=report["campaign"], figures=build_figures(report),
         text=text, version=__version__, flag_lines=flag_lines(report["campaign"]),
         setup=setup_table(report["runs"]), warnings=page_cache_lines(report["runs"]),
+        size_notes=dataset_size_lines(report["runs"]),
         differ=len(measured_lines(report["runs"])) > 1,
         metrics=(("au_percentage", "AU", "%", 2), ("throughput_samples_s", "Throughput", "samples/s", 1),
                  ("io_mib_s", "I/O", "MiB/s", 1)),

@@ -153,6 +153,15 @@ def page_cache_lines(runs) -> list[str]:
     return out
 
 
+def dataset_size_lines(runs) -> list[str]:
+    """Runs whose dataset is below MLPerf Storage's size rule (iogen.sizing): one line per message, its runs first."""
+    below: dict[str, list[str]] = {}
+    for r in runs:
+        if (r.get("dataset_size_rule") or {}).get("met") is False:
+            below.setdefault(r["dataset_size_rule"]["message"], []).append(r["label"])
+    return [f"{', '.join(labels)}: {message}" for message, labels in below.items()]
+
+
 def device_per_epoch(run) -> str:
     """Mean device bytes per epoch of a run (every rank), or n/a."""
     dev = [d for d in (run.get("device_read_bytes_per_epoch") or []) if d is not None]
@@ -249,12 +258,7 @@ def render_report(report: dict) -> str:
         ])
     lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max",
                         "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrll"))
-    below: dict[str, list[str]] = {}  # MLPerf Storage's dataset-size rule (iogen.sizing), one line per message
-    for r in runs:
-        if (r.get("dataset_size_rule") or {}).get("met") is False:
-            below.setdefault(r["dataset_size_rule"]["message"], []).append(r["label"])
-    for message, labels in below.items():
-        lines.append(f"note: {', '.join(labels)}: {message}")
+    lines.extend(f"note: {line}" for line in dataset_size_lines(runs))
     lines.append("")
     n = len(camp["measured_runs"])
     lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"

@@ -163,3 +163,39 @@ def test_html_renders_in_headless_chromium(html_report, tmp_path):
         gray = np.asarray(img.convert("L"))
     assert int(gray.max()) - int(gray.min()) > 100  # not a blank page: text and plots drawn
     assert (gray < 128).mean() > 0.005  # a fair share of the page is ink, not background
+
+
+class _WarnBox(HTMLParser):
+    """The text inside the page's warning box (div class="warn"), outside the text report's <pre>."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.text = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "div" and (self.depth or ("class", "warn") in attrs):
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.text.append(data)
+
+
+def test_a_small_dataset_is_a_warning_in_the_html_report(iogen_cmd, tiny):
+    """A real run below MLPerf Storage's dataset-size rule: the HTML shows it in the warning box."""
+    # no compute: no AU gate, so neither the run nor the report fails it on a loaded machine
+    res = iogen_cmd("run", "default", *tiny(**{"train.computation_time": 0}), "--generate", "-q", "train.epochs=1")
+    assert res.returncode == 0, res.stderr
+    run_dir = res.stdout.split("results: ", 1)[1].split()[0]
+    report = iogen_cmd("report", run_dir)
+    assert report.returncode == 0, report.stderr
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
+        box = _WarnBox()
+        box.feed(fh.read())
+    warned = " ".join(box.text)
+    assert "Dataset size:" in warned
+    assert "dataset smaller than MLPerf Storage's size rule for 1 accelerator(s)" in warned
