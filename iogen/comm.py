@@ -127,6 +127,8 @@ class SingleWorld:
     size = 1
     kind = "single"
     failed = False
+    node_size = 1  # ranks on this rank's node
+    node_leader = True  # this rank is its node's lowest rank
 
     @property
     def node(self) -> str:
@@ -146,6 +148,26 @@ class SingleWorld:
     def allgather_obj(self, obj) -> list:
         """[obj]."""
         return [obj]
+
+    def gather_obj(self, obj, root: int = 0) -> list:
+        """[obj]."""
+        return [obj]
+
+    def node_gather_obj(self, obj) -> list:
+        """[obj]: this rank is its node's lowest rank."""
+        return [obj]
+
+    def node_bcast(self, obj):
+        """Return obj."""
+        return obj
+
+    def leaders_gather_obj(self, obj) -> list:
+        """[obj]: one node, led by this rank."""
+        return [obj]
+
+    def reduce_array(self, arr: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
+        """Return a copy of arr."""
+        return np.array(arr, copy=True)
 
     def gather_array(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         """Stack this rank's array as the only row."""
@@ -200,6 +222,15 @@ class MPIWorld:
         self._abort_message = ""
         self._sends = []
         self.local_ranks, self.local_cpus = self._node_shape(base)
+        # Ranks grouped by node name (IOGEN_NODE simulates nodes on one host): per-node data goes
+        # to the node's lowest rank, per-node summaries from those to rank 0, never to every rank.
+        node = self._split_by_name(base, self.node)
+        self.node_size = node.Get_size()
+        self.node_leader = node.Get_rank() == 0
+        leaders = base.Split(0 if self.node_leader else MPI.UNDEFINED, self.rank)
+        # (normal, after a failure): as for the world, an abandoned operation never pairs up later
+        self._groups = {"node": (node, node.Dup()),
+                        "leaders": (leaders, leaders.Dup() if self.node_leader else leaders)}
         self.oversubscribed = self.local_ranks > self.local_cpus
         self.policy = policy or WaitPolicy.from_env(cores_per_rank=self.local_cpus / self.local_ranks)
         self._heartbeat = None
@@ -219,6 +250,26 @@ class MPIWorld:
             return node.Get_size(), max(1, len(union))
         finally:
             node.Free()
+
+    def _split_by_name(self, base, name: str):
+        """The ranks whose node has this name, lowest rank first (blocking: only at start-up).
+
+        Split by a hash of the name, then within that group by the names themselves (a hash
+        collision): a rank receives the names of its group only, never every rank's.
+        """
+        import zlib
+
+        group = base.Split(zlib.crc32(name.encode()) & 0x7FFFFFFF, self.rank)
+        names = sorted(set(group.allgather(name)))
+        if len(names) == 1:
+            return group
+        try:
+            return group.Split(names.index(name), self.rank)
+        finally:
+            group.Free()
+
+    def _group(self, name: str):
+        return self._groups[name][1 if self.failed else 0]
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -273,13 +324,53 @@ class MPIWorld:
 
     def bcast(self, obj, root: int = 0):
         """Broadcast a small picklable value from root."""
-        data = pickle.dumps(obj) if self.rank == root else b""
+        return self._bcast(self._coll, obj, root)
+
+    def _bcast(self, comm, obj, root: int):
+        mine = comm.Get_rank() == root
+        data = pickle.dumps(obj) if mine else b""
         n = np.array([len(data)], np.int64)
-        self._wait(self._coll.Ibcast(n, root=root), "a broadcast")
-        buf = bytearray(data) if self.rank == root else bytearray(int(n[0]))
+        self._wait(comm.Ibcast(n, root=root), "a broadcast")
+        buf = bytearray(data) if mine else bytearray(int(n[0]))
         if n[0]:
-            self._wait(self._coll.Ibcast([buf, self._MPI.BYTE], root=root), "a broadcast")
+            self._wait(comm.Ibcast([buf, self._MPI.BYTE], root=root), "a broadcast")
         return pickle.loads(bytes(buf))
+
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        """Every rank's picklable value, in rank order, on root only (None elsewhere)."""
+        return self._gather_obj(self._coll, obj, root)
+
+    def node_gather_obj(self, obj) -> list | None:
+        """The values of this node's ranks, in rank order, on the node's lowest rank (None elsewhere)."""
+        return self._gather_obj(self._group("node"), obj, 0)
+
+    def node_bcast(self, obj):
+        """The node's lowest rank's value, on every rank of the node."""
+        return self._bcast(self._group("node"), obj, 0)
+
+    def leaders_gather_obj(self, obj) -> list | None:
+        """On rank 0, the value of each node's lowest rank, nodes in the order of those ranks.
+
+        Every rank calls it; only the nodes' lowest ranks send (obj is ignored elsewhere), so
+        rank 0 receives one value per node, not per rank. None on every other rank.
+        """
+        if not self.node_leader:
+            return None
+        return self._gather_obj(self._group("leaders"), obj, 0)
+
+    def _gather_obj(self, comm, obj, root: int) -> list | None:
+        data = pickle.dumps(obj)
+        mine = comm.Get_rank() == root
+        counts = np.empty(comm.Get_size(), np.int64) if mine else None
+        self._wait(comm.Igather(np.array([len(data)], np.int64), counts, root=root), "a gather")
+        if not mine:
+            self._wait(comm.Igatherv([data, self._MPI.BYTE], None, root=root), "a gather")
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        out = bytearray(int(counts.sum()))
+        self._wait(comm.Igatherv([data, self._MPI.BYTE], [out, (counts.tolist(), displs.tolist()), self._MPI.BYTE],
+                                 root=root), "a gather")
+        return [pickle.loads(bytes(out[d:d + c])) for d, c in zip(displs.tolist(), counts.tolist())]
 
     def allgather_obj(self, obj) -> list:
         """Every rank's small picklable value, in rank order, on every rank."""
@@ -305,6 +396,13 @@ class MPIWorld:
         arr = np.ascontiguousarray(arr)
         out = np.empty_like(arr)
         self._wait(self._coll.Iallreduce(arr, out, op=self._ops[op]), "an allreduce")
+        return out
+
+    def reduce_array(self, arr: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray | None:
+        """Element-wise reduction of equally shaped arrays, result on root only (None elsewhere)."""
+        arr = np.ascontiguousarray(arr)
+        out = np.empty_like(arr) if self.rank == root else None
+        self._wait(self._coll.Ireduce(arr, out, op=self._ops[op], root=root), "a reduction")
         return out
 
     def hostnames(self) -> list[str]:

@@ -162,7 +162,7 @@ def generate_objects(store, layouts, fmt, world, *, workers=None, progress=None,
             result.files_skipped = result.files_total - len(mine)
             entries = _write_split(store, layout, fmt, mine, workers or default_workers(), part_bytes,
                                    progress, result, t0)
-            gathered = world.allgather_obj(entries)  # every rank's entries, for rank 0's manifest
+            gathered = world.gather_obj(entries)  # every rank's entries, to rank 0 (it writes the manifest)
             if world.rank == 0:
                 everything = dict(kept)
                 for part in gathered:

@@ -270,16 +270,17 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
 
     monotonic_ns = core.clock.now_ns
     st = wl.staging
-    nodes = world.allgather_obj(world.node)
-    node = nodes[world.rank]
-    stager = nodes.index(node) == world.rank
+    node = world.node
+    stager = world.node_leader  # the node's lowest rank
     folder = staging_folder(st.folder, node)
     phases = ["train", "eval"][:len(layouts)]
     if st.scope == "node":
+        # The node's ranks send their files to the stager, which sends the union back: no rank
+        # receives another node's lists.
         mine = [run_files(wl, layout, world, seed, phase) for layout, phase in zip(layouts, phases)]
-        everyone = world.allgather_obj(mine)
-        files = [np.unique(np.concatenate([everyone[r][i] for r in range(world.size) if nodes[r] == node]))
-                 for i in range(len(layouts))]
+        on_node = world.node_gather_obj(mine)
+        files = world.node_bcast(None if on_node is None else
+                                 [np.unique(np.concatenate([r[i] for r in on_node])) for i in range(len(layouts))])
     else:
         files = [np.arange(layout.num_files) for layout in layouts]
     report = StageReport(node, stager, folder, st.scope)

@@ -10,19 +10,33 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 GIB = 1 << 30
 
 
-def reduce_staging(per_rank: list[dict], scope: str, folder: str, keep: bool, reuse: bool) -> dict:
-    """Per-rank StageReport dicts -> the staging block (without the epoch ratio)."""
-    stagers = [r for r in per_rank if r["stager"]]
+def reduce_staging(world, report, scope: str, folder: str, keep: bool, reuse: bool) -> dict | None:
+    """The staging block on rank 0, None elsewhere (a collective: every rank calls it).
+
+    Rank 0 receives each node's stager's figures (one dict per node) and the longest staging
+    window any rank saw (a max reduction), never one dict per rank.
+    """
+    stagers = world.leaders_gather_obj(report.as_dict())  # the stager is the node's lowest rank
+    longest = world.reduce_array(np.array([report.t_end_ns - report.t_start_ns], np.int64), "max")
+    if world.rank != 0:
+        return None
+    return staging_block(stagers, int(longest[0]) / 1e9, scope, folder, keep, reuse)
+
+
+def staging_block(stagers: list[dict], t_staging_s: float, scope: str, folder: str, keep: bool,
+                  reuse: bool) -> dict:
+    """Each node's stager's StageReport dict and T_staging -> the staging block (without the epoch ratio)."""
     nodes = []
     for r in stagers:
         copy_s = (r["t_copy_end_ns"] - r["t_start_ns"]) / 1e9
         nodes.append({"node": r["node"], "folder": r["folder"], "copy_s": copy_s, "files": r["files"],
                       "bytes": r["bytes"], "reused_files": r["reused_files"], "reused_bytes": r["reused_bytes"],
                       "gib_s": r["bytes"] / GIB / copy_s if copy_s > 0 else None})
-    t_staging_s = max((r["t_end_ns"] - r["t_start_ns"]) / 1e9 for r in per_rank) if per_rank else 0.0
     staged = sum(n["bytes"] for n in nodes)
     copies = [n["copy_s"] for n in nodes]
     return {

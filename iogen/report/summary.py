@@ -35,8 +35,10 @@ def _iso(ts_s: float) -> str:
 
 def run_facts(wl, world, *, seed: int, label: str, core_impl: str) -> dict:
     """Facts that belong with every result: versions, core, hosts, dataset, what the run is."""
-    nodes = _nodes(world.allgather_obj(dict(rundir.host_facts(), hostname=world.node)))
-    hosts = [n["hostname"] for n in nodes for _ in n["ranks"]]
+    # Each node's lowest rank collects its ranks, rank 0 one entry per node (no per-rank dicts).
+    ranks = world.node_gather_obj(world.rank)
+    nodes = world.leaders_gather_obj(dict(rundir.host_facts(), hostname=world.node, ranks=ranks)) or []
+    hosts = {n["hostname"]: len(n["ranks"]) for n in nodes}
     facts = {
         "iogen_version": __version__,
         "core_implementation": core_impl,
@@ -45,23 +47,15 @@ def run_facts(wl, world, *, seed: int, label: str, core_impl: str) -> dict:
         "start_time_s": time.time(),
         "num_ranks": world.size,
         "world_kind": world.kind,
-        "hosts": sorted(set(hosts)),
-        "ranks_per_host": {h: hosts.count(h) for h in sorted(set(hosts))},
+        "hosts": sorted(hosts),
+        "ranks_per_host": {h: hosts[h] for h in sorted(hosts)},
         "host": rundir.host_facts(),
-        # one entry per node: hostname, cpu_count, memory_total_bytes, ... and its ranks
+        # one entry per node: hostname, cpu_count, memory_total_bytes, ... and its ranks (rank 0
+        # only: an empty list on the others, which write nothing)
         "nodes": nodes,
         "shuffle_seed": seed,
     }
     return facts
-
-
-def _nodes(per_rank: list[dict]) -> list[dict]:
-    """Host facts of every rank (in rank order) -> one entry per host, with the ranks it runs."""
-    nodes: dict[str, dict] = {}
-    for rank, host in enumerate(per_rank):
-        node = nodes.setdefault(host["hostname"], dict(host, ranks=[]))
-        node["ranks"].append(rank)
-    return list(nodes.values())
 
 
 def write_config(run_dir: str, resolved: dict, facts: dict) -> None:

@@ -30,5 +30,12 @@ buf = np.full(1 << 14, float(r + 1))
 world.allreduce_bytes(buf)
 res["allreduce_bytes"] = [float(buf[0]), float(buf[-1])]
 res["hostnames"] = world.hostnames()
+res["gather_obj"] = world.gather_obj({"rank": r})
+reduced = world.reduce_array(np.array([r + 1, -r], np.int64), "max")
+res["reduce_max"] = None if reduced is None else reduced.tolist()
+res["node"] = [world.node, world.node_size, world.node_leader]
+res["node_gather"] = world.node_gather_obj(r)
+res["node_bcast"] = world.node_bcast(f"led by {r}")
+res["leaders"] = world.leaders_gather_obj([world.node, r])
 with open(f"{out}/rank{r}.json", "w") as fh:
     json.dump(res, fh)
