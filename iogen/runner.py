@@ -173,7 +173,8 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
             close_log(st.log, error)
     if error is None and st.result is not None and (st.result.drain or {}).get("error"):
         # the summary records the failed drain; the run still ends as bad storage does: exit 2
-        error = DataError(wl.checkpoint.checkpoint_folder, f"checkpoint drain failed: {st.result.drain['error']}")
+        error = DataError(st.result.drain.get("shared_folder") or wl.checkpoint.checkpoint_folder,
+                          f"checkpoint drain failed: {st.result.drain['error']}")
     if error is not None:
         raise error
     return RunOutcome(st.run_dir, doc, True)
@@ -213,8 +214,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         from .metrics.staging import reduce_staging
 
         sc = wl.staging
-        st.facts["staging"] = reduce_staging(world.allgather_obj(st.staging.as_dict()), sc.scope, sc.folder,
-                                             sc.keep, sc.reuse)
+        st.facts["staging"] = reduce_staging(world, st.staging, sc.scope, sc.folder, sc.keep, sc.reuse)
     if world.rank == 0:
         summary.write_config(st.run_dir, resolved_dict(wl), st.facts)
 
