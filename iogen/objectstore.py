@@ -25,7 +25,10 @@ from .errors import ConfigError, DataError
 from .histogram import LatencyHistogram
 from .objectkeys import SCHEME, split_uri
 
-OPS = ("get", "put", "head", "list", "delete")
+# put: single PUTs and the parts of multipart uploads; the three multipart control requests apart
+# (they carry no data, and their latency is the server's bookkeeping, not a transfer).
+MULTIPART_OPS = ("create_multipart", "complete_multipart", "abort_multipart")
+OPS = ("get", "put", "head", "list", "delete") + MULTIPART_OPS
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
 DEFAULT_PART_BYTES = 8 << 20
@@ -143,6 +146,14 @@ class ObjectStore:
             s.first_byte.record(np.array([t_first - t0], np.int64))
             s.total.record(np.array([t_end - t0], np.int64))
 
+    def _control(self, op: str, call, **kw):
+        """A multipart upload's create, complete or abort request (no data), counted under op; errors are the caller's."""
+        t0 = time.perf_counter_ns()
+        r = call(**kw)
+        t1 = time.perf_counter_ns()
+        self._count(op, 0, t0, t1, t1, r)
+        return r
+
     def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
         with self._lock:
             self._stats[op].errors += 1
@@ -252,9 +263,10 @@ class ObjectStore:
         bucket, key = split_uri(uri)
         c = self.client()
         try:
-            upload = c.create_multipart_upload(Bucket=bucket, Key=key, Metadata=metadata or {})["UploadId"]
+            upload = self._control("create_multipart", c.create_multipart_upload, Bucket=bucket, Key=key,
+                                   Metadata=metadata or {})["UploadId"]
         except (bex.ClientError, bex.BotoCoreError) as exc:
-            raise self._failed("put", uri, exc, "multipart upload start") from None
+            raise self._failed("create_multipart", uri, exc, "multipart upload start") from None
         try:
             parts = []
             with open(path, "rb") as f:
@@ -265,7 +277,8 @@ class ObjectStore:
                     t1 = time.perf_counter_ns()
                     self._count("put", len(data), t0, t1, t1, r)
                     parts.append({"ETag": r["ETag"], "PartNumber": number})
-            c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+            self._control("complete_multipart", c.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=upload,
+                          MultipartUpload={"Parts": parts})
         except BaseException as exc:
             self._abandon(c, uri, upload, exc)
             raise
@@ -278,7 +291,7 @@ class ObjectStore:
 
         bucket, key = split_uri(uri)
         try:
-            c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+            self._control("abort_multipart", c.abort_multipart_upload, Bucket=bucket, Key=key, UploadId=upload)
         except Exception:
             pass
         if isinstance(exc, (bex.ClientError, bex.BotoCoreError)):
@@ -297,9 +310,9 @@ class ObjectStore:
             return
         c = self.client()
         try:
-            upload = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+            upload = self._control("create_multipart", c.create_multipart_upload, Bucket=bucket, Key=key)["UploadId"]
         except (bex.ClientError, bex.BotoCoreError) as exc:
-            raise self._failed("put", uri, exc, "multipart upload start") from None
+            raise self._failed("create_multipart", uri, exc, "multipart upload start") from None
 
         def one(i: int) -> dict:
             # botocore takes bytes or a file, not a buffer: one copy per part
@@ -312,7 +325,8 @@ class ObjectStore:
 
         try:
             parts = list(pool.map(one, range(nparts)))
-            c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+            self._control("complete_multipart", c.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=upload,
+                          MultipartUpload={"Parts": parts})
         except BaseException as exc:
             self._abandon(c, uri, upload, exc)
             raise
@@ -329,8 +343,8 @@ class ObjectStore:
         c = self.client()
         uploads = {}  # j -> UploadId
 
-        def failed(uri, exc, what):
-            return self._failed("put", uri, exc, what) if isinstance(exc, (bex.ClientError, bex.BotoCoreError)) else exc
+        def failed(uri, exc, what, op="put"):
+            return self._failed(op, uri, exc, what) if isinstance(exc, (bex.ClientError, bex.BotoCoreError)) else exc
 
         def one(task):
             j, i = task
@@ -354,9 +368,10 @@ class ObjectStore:
                 if nparts[j] > 1:
                     bucket, key = split_uri(uri)
                     try:
-                        uploads[j] = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+                        uploads[j] = self._control("create_multipart", c.create_multipart_upload, Bucket=bucket,
+                                                   Key=key)["UploadId"]
                     except (bex.ClientError, bex.BotoCoreError) as exc:
-                        raise failed(uri, exc, "multipart upload start") from None
+                        raise failed(uri, exc, "multipart upload start", "create_multipart") from None
             tasks = [(j, i) for j in range(len(items)) for i in range(nparts[j])]
             parts: dict[int, list] = {}
             for (j, _), part in zip(tasks, pool.map(one, tasks)):  # leaving early cancels the queued parts
@@ -366,16 +381,16 @@ class ObjectStore:
                 uri = items[j][0]
                 bucket, key = split_uri(uri)
                 try:
-                    c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uploads[j],
-                                                MultipartUpload={"Parts": parts[j]})
+                    self._control("complete_multipart", c.complete_multipart_upload, Bucket=bucket, Key=key,
+                                  UploadId=uploads[j], MultipartUpload={"Parts": parts[j]})
                 except (bex.ClientError, bex.BotoCoreError) as exc:
-                    raise failed(uri, exc, "multipart upload completion") from None
+                    raise failed(uri, exc, "multipart upload completion", "complete_multipart") from None
                 del uploads[j]
         finally:
             for j, upload in uploads.items():  # unfinished: dropped, nothing under the final key
                 bucket, key = split_uri(items[j][0])
                 try:
-                    c.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+                    self._control("abort_multipart", c.abort_multipart_upload, Bucket=bucket, Key=key, UploadId=upload)
                 except Exception:
                     pass
 
@@ -394,12 +409,16 @@ class ObjectStore:
 
     def readinto(self, uri: str, offset: int, buf) -> int:
         """One ranged GET of len(buf) bytes at offset, read straight into buf (a writable buffer); return the bytes."""
+        return self.read_range(uri, offset, buf)[0]
+
+    def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
+        """readinto, and the object's whole size from the response's Content-Range (None if not given)."""
         import botocore.exceptions as bex
 
         mv = memoryview(buf).cast("B")
         length = mv.nbytes
         if length == 0:
-            return 0
+            return 0, None
         bucket, key = split_uri(uri)
         t0 = time.perf_counter_ns()
         try:
@@ -420,7 +439,8 @@ class ObjectStore:
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
-        return got
+        total = str(r.get("ContentRange") or "").rpartition("/")[2]
+        return got, int(total) if total.isdigit() else None
 
     def get_chunks(self, uri: str, chunk_bytes: int = 1 << 20):
         """The whole object, streamed in chunks (for checksums); one GET."""
@@ -479,8 +499,10 @@ def _read_body(body, mv: memoryview) -> int:
 def _op_of(name: str) -> str:
     if name in ("GetObject",):
         return "get"
-    if name in ("PutObject", "UploadPart", "CreateMultipartUpload", "CompleteMultipartUpload"):
+    if name in ("PutObject", "UploadPart"):
         return "put"
+    if name.endswith("MultipartUpload"):  # CreateMultipartUpload -> create_multipart, ...
+        return name[:-len("MultipartUpload")].lower() + "_multipart"
     if name.startswith("List"):
         return "list"
     if name.startswith("Delete"):

@@ -167,9 +167,9 @@ class ObjectCheckpointIO:
             loc.dirty = []
         return loc.wbuf
 
-    def write_files(self, paths_layouts, stamp: int) -> int:
-        """Upload every (URI, layout) as one object; returns the bytes in them. DataError naming one on failure."""
-        self.prepare_write()
+    def part_maker(self, paths_layouts, stamp: int):
+        """part(j, i): part i of object j, the bytes CheckpointIO writes at that offset of the file, as a
+        view of the calling thread's part buffer (stamped and framed in place; valid until its next call)."""
         p, t = self.part_bytes, self.transfer
         sizes = [lay.size_bytes for _, lay in paths_layouts]
         frames = []  # per object: part -> [(offset in part, bytes)]
@@ -185,7 +185,7 @@ class ObjectCheckpointIO:
             frames.append(by_part)
         pristine = self._pristine
 
-        def part_of(j: int, i: int) -> bytes:
+        def part_of(j: int, i: int):
             buf = self._write_buf()
             loc = self._local
             for a, b in loc.dirty:  # undo the previous part's stamps and framing
@@ -200,9 +200,20 @@ class ObjectCheckpointIO:
             for inner, data in frames[j].get(i, ()):
                 buf[inner:inner + len(data)] = np.frombuffer(data, np.uint8)
                 loc.dirty.append((inner, inner + len(data)))
-            return buf[:n].tobytes()  # botocore takes bytes, not a buffer: one copy per part
+            return buf[:n]
 
-        self.store.put_objects([(uri, size) for (uri, _), size in zip(paths_layouts, sizes)], p, part_of,
+        return part_of
+
+    def write_files(self, paths_layouts, stamp: int) -> int:
+        """Upload every (URI, layout) as one object; returns the bytes in them. DataError naming one on failure."""
+        self.prepare_write()
+        sizes = [lay.size_bytes for _, lay in paths_layouts]
+        part = self.part_maker(paths_layouts, stamp)
+
+        def part_of(j: int, i: int) -> bytes:
+            return part(j, i).tobytes()  # botocore takes bytes, not a buffer: one copy per part
+
+        self.store.put_objects([(uri, size) for (uri, _), size in zip(paths_layouts, sizes)], self.part_bytes, part_of,
                                self._write_pool)
         return sum(sizes)
 
