@@ -8,6 +8,7 @@ the bucket and the key. No boto3 here: config validation must not need it.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from urllib.parse import urlsplit
@@ -92,17 +93,14 @@ def workload_problems(wl) -> list[str]:
     ds, rd, wf = wl.dataset, wl.reader, wl.workflow
     why = "not implemented for object storage (storage.storage_type s3) yet"
     problems = []
-    if ds.format not in ("npz", "tfrecord"):
-        problems.append(f"dataset.format = {ds.format!r}: {why}; supported: npz, tfrecord")
-    if ds.compression != "none":
-        problems.append(f"dataset.compression = {ds.compression!r}: {why}; use none")
     ck = wl.checkpoint
     if wf.checkpoint:
-        for key in ("fsync", "odirect"):
-            if getattr(ck, key):
-                problems.append(f"checkpoint.{key} = True applies to files, not to objects; set it to False")
-        if ck.local_folder:
-            problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the local tier and its drain are {why}")
+        # checkpoint.fsync is accepted: on objects the durability point is the completed upload (PUT or
+        # CompleteMultipartUpload answered 200), which every checkpoint's time includes (docs/objectstore.md).
+        for key in ("odirect",):
+            if getattr(ck, key) and not ck.local_folder:  # with a local tier they apply to its files
+                problems.append(f"checkpoint.{key} = True applies to files, not to objects; set it to False "
+                                "(or write to a local tier: checkpoint.local_folder)")
         if ".." in posixpath.normpath(ck.checkpoint_folder.replace("\\", "/")).split("/"):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
@@ -129,10 +127,28 @@ def _s3_client_problems(wl) -> list[str]:
     if reads and rd.data_loader != "pytorch":
         problems.append(f"storage.s3_client = 's3torchconnector' reads through s3torchconnector's PyTorch datasets: "
                         f"set reader.data_loader=pytorch (it is {rd.data_loader!r}) or storage.s3_client=boto3")
-    if reads and rd.data_loader == "pytorch":
-        problems.append("storage.s3_client = 's3torchconnector': the pytorch loader through s3torchconnector's "
-                        "datasets is not implemented yet; use storage.s3_client=boto3")
-    if wf.checkpoint:
-        problems.append("storage.s3_client = 's3torchconnector': checkpoints through s3torchconnector are not "
-                        "implemented yet; use storage.s3_client=boto3 or workflow.checkpoint=False")
+    if reads and wl.dataset.compression != "none":
+        problems.append(f"dataset.compression = {wl.dataset.compression!r}: storage.s3_client = 's3torchconnector' "
+                        "reads samples as byte ranges of their objects; use uncompressed data or "
+                        "storage.s3_client=boto3")
+    size = rd.transfer_size
+    if reads and size is not None and not (5 << 20) <= size <= (5 << 30):
+        problems.append(f"reader.transfer_size = {size}: with storage.s3_client = 's3torchconnector' it is the "
+                        "connector's part size, 5 MiB (5242880) to 5 GiB; set it in that range or unset it")
+    ck = wl.checkpoint
+    if wf.checkpoint and ck.local_folder and ck.drain != "off":
+        problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the drain to the bucket goes through boto3, "
+                        "not s3torchconnector; use storage.s3_client=boto3 (or write to the bucket directly)")
     return problems
+
+
+def connector_settings(storage) -> tuple[str, str | None, bool]:
+    """(region, endpoint, force_path_style) for s3torchconnector's client from the storage keys and the AWS
+    environment (the CRT client takes them as arguments): the region from storage.region, AWS_REGION,
+    AWS_DEFAULT_REGION, then us-east-1; the endpoint from storage.endpoint_url, AWS_ENDPOINT_URL_S3, then
+    AWS_ENDPOINT_URL; path-style addressing with `path`, and with `auto` when an endpoint is given (MinIO,
+    Ceph RGW and test servers expect it; AWS itself gets virtual-host addressing)."""
+    region = storage.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    endpoint = storage.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    style = storage.addressing_style
+    return region, endpoint or None, style == "path" or (style == "auto" and bool(endpoint))

@@ -14,13 +14,18 @@ finished checkpoint to a Drainer:
 - `off` leaves the checkpoints on the local tier.
 
 Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py:
-the same parallel copy as data staging, iogen's temporary name, renamed when complete). A failed drain is recorded (the summary carries it)
-and reported once the run's summary is written, naming the shared folder.
+the same parallel copy as data staging, iogen's temporary name, renamed when complete). With
+storage_type s3 the shared tier is the bucket: each file becomes the object of the same name
+under the checkpoint folder's URI (iogen/objectcopy.py: parts pread into reused buffers,
+`drain_threads` part uploads in flight, a failed upload aborted so no partial object appears).
+A failed drain is recorded (the summary carries it) and reported once the run's summary is
+written, naming the shared folder (and, on a bucket, the object and the HTTP status).
 """
 from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from ..atomic import unlink_quietly
 from ..errors import DataError
@@ -30,15 +35,20 @@ from ..filecopy import ALIGN, CopyJob, buffers, copy_files
 class Drainer:
     """Background copies of finished checkpoints from the local to the shared folder."""
 
-    def __init__(self, shared_folder: str, threads: int, transfer_bytes: int, mode: str):
+    def __init__(self, shared_folder: str, threads: int, transfer_bytes: int, mode: str, store=None):
         from .. import core
 
-        self.shared = os.path.abspath(shared_folder)
         self.threads = max(1, int(threads))
         self.transfer = max(ALIGN, int(transfer_bytes) // ALIGN * ALIGN)
         self.mode = mode
         self._core = core
-        self._buffers = buffers(self.threads, self.transfer)  # reused by every drain of the run
+        self.store = store  # an ObjectStore: the shared tier is a bucket, shared_folder its s3:// URI
+        if store is None:
+            self.shared = os.path.abspath(shared_folder)
+            self._buffers = buffers(self.threads, self.transfer)  # reused by every drain of the run
+        else:
+            self.shared = shared_folder.rstrip("/")
+            self._start_objects()
         self._idle = threading.Event()
         self._idle.set()
         self._thread = None
@@ -67,13 +77,39 @@ class Drainer:
         self._idle.clear()
         jobs = [(src, os.path.join(self.shared, os.path.relpath(src, root) if root else os.path.basename(src)))
                 for src in paths]
+        if self.store is not None:  # on the coordinating thread, whose client is made
+            drained = self._coordinator.submit(self._drain, jobs, event)
+            if self.mode == "sync":
+                drained.result()
+            return
         if self.mode == "sync":
             self._drain(jobs, event)
             return
         self._thread = threading.Thread(target=self._drain, args=(jobs, event), name="iogen-drain", daemon=True)
         self._thread.start()
 
+    def _start_objects(self) -> None:
+        """The upload threads, their clients and part buffers, and the coordinating thread, made now
+        (a client costs ~0.1 s): outside every checkpoint's drain time."""
+        from ..objectcopy import PartBuffers
+        from .objects import part_size_bytes
+
+        self._parts = PartBuffers(part_size_bytes(self.transfer))
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-drain-put")
+        self._coordinator = ThreadPoolExecutor(1, thread_name_prefix="iogen-drain")  # creates and completes
+        ready = threading.Barrier(self.threads)
+
+        def warm(_):
+            self.store.client()
+            self._parts.get()
+            ready.wait(timeout=60)
+
+        list(self._pool.map(warm, range(self.threads)))
+        self._coordinator.submit(self.store.client).result()
+
     def _drain(self, pairs: list[tuple[str, str]], event: dict) -> None:
+        if self.store is not None:
+            return self._drain_objects(pairs, event)
         try:
             jobs = [CopyJob(src, dst, os.path.getsize(src)) for src, dst in pairs]
             for folder in sorted({os.path.dirname(job.dst) for job in jobs} | {self.shared}):
@@ -89,8 +125,27 @@ class Drainer:
             event["drain_end_ns"] = self._core.clock.now_ns()
             self._idle.set()
 
+    def _drain_objects(self, pairs: list[tuple[str, str]], event: dict) -> None:
+        from ..objectcopy import upload_files
+
+        try:
+            event["drain_bytes"] = upload_files(self.store, [(uri, src) for src, uri in pairs], self._pool, self._parts)
+        except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
+            event["drain_error"] = self.error = str(exc)
+        finally:
+            event["drain_end_ns"] = self._core.clock.now_ns()
+            self._idle.set()
+
     def remove_shared(self, local_path: str) -> None:
         """Delete the shared copy of a superseded local checkpoint (both tiers keep the same set)."""
+        if self.store is not None:
+            from ..errors import IogenError
+
+            try:
+                self.store.delete(f"{self.shared}/{os.path.basename(local_path)}")
+            except IogenError:
+                pass  # a failed drain or delete is the bucket's problem; the failed drain is recorded
+            return
         try:
             unlink_quietly(os.path.join(self.shared, os.path.basename(local_path)))
         except OSError:
@@ -99,6 +154,11 @@ class Drainer:
     def finish(self) -> dict:
         """Wait for the last drain; the per-checkpoint events, waits and error for the summary."""
         self.wait_idle()
-        return {"mode": self.mode, "shared_folder": self.shared, "events": list(self.events),
-                "waits": self.waits, "error": self.error}
+        record = {"mode": self.mode, "shared_folder": self.shared, "events": list(self.events),
+                  "waits": self.waits, "error": self.error}
+        if self.store is not None:
+            self._pool.shutdown(wait=True)
+            self._coordinator.shutdown(wait=True)
+            record["object_store"] = self.store.drain()  # the drain's requests (and deletes)
+        return record
 

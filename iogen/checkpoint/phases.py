@@ -51,8 +51,7 @@ def read_rank(world, shift: bool) -> tuple[int, str | None]:
     """The rank whose files this rank reads: itself, or with recovery_rank_shift the next node's."""
     if not shift:
         return world.rank, None
-    hosts = world.hostnames()
-    per_node = hosts.count(hosts[world.rank])
+    per_node = world.node_size
     if world.size // max(1, per_node) < 2:
         return world.rank, ("checkpoint.recovery_rank_shift = True has no effect on a single client: every rank "
                             "reads its own files (DLIO says the same)")
@@ -118,13 +117,15 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     try:
         if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
             from .objects import ObjectCheckpointIO
+            from .s3torch import ConnectorCheckpointIO
 
-            io = ObjectCheckpointIO(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
-                                    seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                                    read_threads=ck.read_threads)
+            kind = ConnectorCheckpointIO if wl.storage.s3_client == "s3torchconnector" else ObjectCheckpointIO
+            io = kind(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
+                      seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                      read_threads=ck.read_threads)
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
-                          range(n_write + 1, n_read + 1), io)
+                          range(n_write + 1, n_read + 1), None if stays_local else io)
     except BaseException as exc:
         if io is not None:
             io.close()
@@ -188,22 +189,32 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     if shift_note and world.rank == 0:
         say(shift_note)
     objects = io is not None  # on object storage: ObjectCheckpointIO, made by run_checkpoints
-    if io is None:
-        io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
-                          fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                          read_threads=ck.read_threads)
+    # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
+    # (drain.py; on object storage to the bucket); the read phase restores from the shared tier
+    # once every drain has ended.
+    local = os.path.abspath(ck.local_folder) if ck.local_folder else None
+    file_io = None
+    if io is None or local:  # files: the run's own, or the local tier's in front of a bucket
+        file_io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                               fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                               read_threads=ck.read_threads)
     # objects: the requests of each phase, apart ("setup": the bucket's and a read-only run's HEADs)
     object_figures = {"setup": io.figures()} if objects else {}
-    # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
-    # (drain.py); the read phase restores from the shared tier once every drain has ended.
-    local = os.path.abspath(ck.local_folder) if ck.local_folder else None
     write_folder = local or folder
     drainer = None
     if local and ck.drain != "off":
         from .drain import Drainer
 
-        drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain)
+        store = None
+        if objects:  # the drain's own store: its requests are the drain's figures
+            from ..objectstore import ObjectStore
+
+            store = ObjectStore.from_workload(wl, ck.drain_threads)
+        drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)
     read_folder = folder if drainer is not None or not local else local
+    writer = file_io or io
+    reader = io if objects and read_folder == folder else writer
+    writes_objects, reads_objects = objects and writer is io, objects and reader is io
     drain_record = None
     compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
     spin = core.clock.calibrate_spin_ns() if compute_ns else 0
@@ -212,11 +223,11 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     evicted = True
     device_bytes = None
     try:
-        io.prepare_write()  # the content, generated once, outside the timed window
+        writer.prepare_write()  # the content, generated once, outside the timed window
         for i in range(n_write):
             paths = mine.paths(write_folder, i + 1)
             # a killed run's half-written files of this rank (its temp names, dead pid) hold space
-            if not objects:
+            if not writes_objects:
                 remove_stale_temps(os.path.join(write_folder, checkpoint_id(i + 1)), set(mine.names))
             if compute_ns:
                 core.clock.sleep_ns(compute_ns, spin)
@@ -226,10 +237,10 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 drainer.waits += bool(waited)
             world.barrier()
             t0 = core.clock.now_ns()
-            if not objects:
+            if not writes_objects:
                 os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
                             exist_ok=True)
-            nbytes = io.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
+            nbytes = writer.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
             written[i] = (nbytes, core.clock.now_ns() - t0)
             if drainer is not None:
                 event["local_write_ns"] = event["elapsed_ns"] = int(written[i][1])
@@ -238,18 +249,20 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
         if drainer is not None:
             drain_record = drainer.finish()  # the last drain ends before any read or summary
-        if objects:
+            if objects:
+                object_figures["checkpoint_drain"] = drain_record.pop("object_store", None)
+        if writes_objects:
             object_figures["checkpoint_write"] = io.figures()
         if n_read:
             world.barrier()  # every rank's files are complete before any rank reads or evicts
             # Outside every timed window: drop what will be read from the page cache.
-            if not objects:  # objects: no page cache in the way
+            if not reads_objects:  # objects: no page cache in the way
                 evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
-            check_present(theirs, read_folder, range(1, n_read + 1), io)
-            if objects:  # the HEADs above are not part of the read phase's figures
+            check_present(theirs, read_folder, range(1, n_read + 1), reader)
+            if reads_objects:  # the HEADs above are not part of the read phase's figures
                 object_figures["checkpoint_check"] = io.figures()
             world.barrier()
-            io.release_write_buffers()  # reads have their own buffers; the two never add up
+            writer.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
             for i in range(n_read):
                 if compute_ns:
@@ -257,12 +270,12 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 world.barrier()
                 t0 = core.clock.now_ns()
                 sizes = [lay.size_bytes for lay in theirs.layouts]
-                nbytes = io.read_files(list(zip(theirs.paths(read_folder, i + 1), sizes)))
+                nbytes = reader.read_files(list(zip(theirs.paths(read_folder, i + 1), sizes)))
                 read[i] = (nbytes, core.clock.now_ns() - t0)
                 say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
             after = device_read_bytes()
             device_bytes = None if before is None or after is None else after - before
-            if objects:
+            if reads_objects:
                 object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
         world.fail(exc)
@@ -274,24 +287,26 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
     finally:
-        io.close()
+        for one in {id(x): x for x in (io, file_io) if x is not None}.values():
+            one.close()
     facts_rank = np.array([peak_rss_bytes(), -1 if device_bytes is None else device_bytes, int(evicted),
                            theirs.rank], np.int64)
     all_written = world.gather_array(written)
     all_read = world.gather_array(read)
     all_facts = world.gather_array(facts_rank)
     drains = world.allgather_obj(drain_record) if local else None
-    all_objects = world.allgather_obj(object_figures) if objects else None
+    object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
+    all_objects = None
+    if objects:  # every rank's requests merged by reductions, on rank 0
+        from ..metrics.objectstore import reduce_figures
+
+        all_objects = reduce_figures(world, [object_figures.get(phase) for phase in object_phases])
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         if all_objects is not None:
-            from ..metrics.objectstore import merge_figures
-
-            doc["iogen"]["object_store"] = {"client": "boto3", **{
-                phase: merge_figures(r.get(phase) for r in all_objects)
-                for phase in ("setup", "checkpoint_write", "checkpoint_check", "checkpoint_read")
-                if any(r.get(phase) for r in all_objects)}}
+            doc["iogen"]["object_store"] = {"client": wl.storage.s3_client, **{
+                phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
         if drains is not None and any(drains):
             from ..metrics.drain import ranks_drain_block
 
@@ -390,6 +405,13 @@ def headline(doc) -> str:
             lines.append(f"object store {phase[11:]}: {fig['requests']} {op.upper()}s, {_size(fig['bytes'])}, "
                          f"p50 {lat['p50_ns'] / 1e6:.1f} ms, p99 {lat['p99_ns'] / 1e6:.1f} ms, "
                          f"{fig['retries']} retries, {fig['throttled_503']} throttled")
+    for phase, op in (("checkpoint_write", "put_object_stream"), ("checkpoint_read", "get_object_stream")):
+        fig = (doc["iogen"].get("object_store") or {}).get(phase, {}).get(op)
+        if fig:  # s3torchconnector: per object (its requests are hidden)
+            lat = fig["object_latency"]
+            lines.append(f"object store {phase[11:]} (s3torchconnector): {fig['objects']} objects, "
+                         f"{_size(fig['bytes'])}, per object p50 {lat['p50_ns'] / 1e6:.1f} ms, "
+                         f"max {lat['max_ns'] / 1e6:.1f} ms; requests not visible")
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
     return "\n".join(lines)
 

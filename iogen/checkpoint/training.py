@@ -46,12 +46,20 @@ class Checkpointer:
         self.count = 0
         # Two tiers (checkpoint.local_folder): write locally, drain to checkpoint_folder (drain.py).
         self.drainer = None
+        self.drain_figures = None
         if ck.local_folder:
             self.folder = os.path.abspath(ck.local_folder)
             if ck.drain != "off" and world.rank == 0:
                 from .drain import Drainer
 
-                self.drainer = Drainer(ck.checkpoint_folder, ck.drain_threads, ck.transfer_size, ck.drain)
+                shared, store = ck.checkpoint_folder, None
+                if wl.storage.storage_type == "s3":  # the shared tier is the bucket (same keys as direct uploads)
+                    from ..objectkeys import folder_uri
+                    from ..objectstore import ObjectStore
+
+                    shared = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
+                    store = ObjectStore.from_workload(wl, ck.drain_threads)
+                self.drainer = Drainer(shared, ck.drain_threads, ck.transfer_size, ck.drain, store)
         # Rank 0 writes: its writer's content is generated here, once, outside every timed window.
         self.io = None
         if world.rank == 0:
@@ -120,4 +128,8 @@ class Checkpointer:
         """End of run: wait for the last drain, stop the writer; what the drains did (None without a drain)."""
         if self.io is not None:
             self.io.close()
-        return self.drainer.finish() if self.drainer is not None else None
+        if self.drainer is None:
+            return None
+        record = self.drainer.finish()
+        self.drain_figures = record.get("object_store")  # a drain to a bucket: its requests
+        return record

@@ -6,34 +6,102 @@ their buckets, iogen/histogram.py) and build the run's block.
 """
 from __future__ import annotations
 
-from ..objectstore import OPS, OpStats
+import numpy as np
+
+from ..objectstore import OPS, STREAM_OPS, OpStats, StreamStats
+from .latency import reduce_histograms
 
 
 def merge_figures(figures) -> dict:
     """Figures of several drains (ranks, threads) as one: counts summed, histograms merged exactly."""
-    out: dict[str, OpStats] = {}
+    out: dict = {}
     for fig in figures:
         for op, doc in (fig or {}).items():
-            out.setdefault(op, OpStats()).add(OpStats.from_dict(doc))
-    return {op: out[op].to_dict() for op in OPS if op in out}
+            kind = StreamStats if op in STREAM_OPS else OpStats  # per-object figures of s3torchconnector
+            out.setdefault(op, kind()).add(kind.from_dict(doc))
+    return {op: out[op].to_dict() for op in OPS + STREAM_OPS if op in out}
 
 
-def run_block(world, train_loader, eval_loader, checkpointer=None) -> dict:
-    """summary.json's `iogen.object_store`: per epoch and for indexing, every rank's requests merged.
+ALL_OPS = OPS + STREAM_OPS
+COUNTERS_MAX = max(len(OpStats.COUNTERS), len(StreamStats.COUNTERS))
+
+
+def _kind(op: str):
+    return StreamStats if op in STREAM_OPS else OpStats
+
+
+def reduce_figures(world, cells) -> list[dict] | None:
+    """Per cell, merge_figures over every rank's figures of that cell, on rank 0 (None elsewhere).
+
+    A collective: every rank passes the same number of cells (figures dicts, None for none).
+    Which (cell, op) any rank has is agreed by a max allreduce; then the counters are summed
+    and the histograms merged by reductions (metrics.latency.reduce_histograms): rank 0 receives
+    O(cells x ops x buckets), not one dict per rank.
+    """
+    stats = [[_kind(op).from_dict(c[op]) if c and op in c else None for op in ALL_OPS] for c in cells]
+    present = np.array([[s is not None for s in row] for row in stats], np.int64).reshape(len(cells), len(ALL_OPS))
+    present = world.allreduce_array(present, "max")
+    slots = [(int(i), int(j)) for i, j in np.argwhere(present > 0)]
+    mine = [stats[i][j] or _kind(ALL_OPS[j])() for i, j in slots]
+    rows = [[getattr(s, k) for k in s.COUNTERS] + [0] * (COUNTERS_MAX - len(s.COUNTERS)) for s in mine]
+    counts = world.reduce_array(np.array(rows, np.int64).reshape(len(mine), COUNTERS_MAX), "sum")
+    hists = reduce_histograms(world, [getattr(s, h) for s in mine for h in s.HISTOGRAMS])
+    if world.rank != 0:
+        return None
+    out: list[dict] = [{} for _ in cells]
+    at = 0
+    for n, (i, j) in enumerate(slots):
+        merged = _kind(ALL_OPS[j])()
+        for k, v in zip(merged.COUNTERS, counts[n]):
+            setattr(merged, k, int(v))
+        for h in merged.HISTOGRAMS:
+            setattr(merged, h, hists[at])
+            at += 1
+        out[i][ALL_OPS[j]] = merged.to_dict()
+    return out
+
+
+def run_block(world, train_loader, eval_loader, checkpointer=None) -> dict | None:
+    """summary.json's `iogen.object_store` on rank 0 (None elsewhere): per epoch and for indexing, every rank's requests merged.
 
     Collective: every rank calls it after its loop.
     """
-    mine = {"index": [getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None],
-            "train": list(getattr(train_loader, "epoch_figures", [])),
-            "eval": list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else []),
-            "checkpoint": getattr(checkpointer, "figures", None)}
-    ranks = world.allgather_obj(mine)
-    block = {"client": "boto3", "loader": train_loader.name if train_loader is not None else None,
-             "index": merge_figures(f for r in ranks for f in r["index"])}
-    for phase in ("train", "eval"):
-        n = max(len(r[phase]) for r in ranks)
-        block[f"{phase}_epochs"] = [dict(epoch=e + 1, **merge_figures(r[phase][e] for r in ranks if e < len(r[phase])))
-                                   for e in range(n)]
-    if any(r["checkpoint"] for r in ranks):  # checkpoint uploads, deletes (rank 0 writes)
-        block["checkpoint"] = merge_figures(r["checkpoint"] for r in ranks)
+    index = merge_figures(getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None)
+    train = list(getattr(train_loader, "epoch_figures", []))
+    evals = list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])
+    n_train, n_eval = (int(n) for n in world.allreduce_array(np.array([len(train), len(evals)], np.int64), "max"))
+    cells = [index, *train, *[None] * (n_train - len(train)), *evals, *[None] * (n_eval - len(evals)),
+             getattr(checkpointer, "figures", None), getattr(checkpointer, "drain_figures", None)]
+    merged = reduce_figures(world, cells)
+    if merged is None:
+        return None
+    client = getattr(train_loader or eval_loader, "object_client", "boto3")
+    block = {"client": client, "loader": train_loader.name if train_loader is not None else None,
+             "index": merged[0],
+             "train_epochs": [dict(epoch=e + 1, **merged[1 + e]) for e in range(n_train)],
+             "eval_epochs": [dict(epoch=e + 1, **merged[1 + n_train + e]) for e in range(n_eval)]}
+    if client == "s3torchconnector":  # the epochs' reads: what iogen measures around the connector's calls
+        _connector_reads(block)
+    if merged[-2]:  # checkpoint uploads, deletes (rank 0 writes)
+        block["checkpoint"] = merged[-2]
+    if merged[-1]:  # local-tier checkpoints drained to the bucket (rank 0), superseded ones deleted
+        block["checkpoint_drain"] = merged[-1]
+    streams = getattr(checkpointer, "stream_figures", None)  # s3torchconnector's per-object figures: rank 0's own
+    if streams:
+        block.setdefault("checkpoint", {}).update(streams)
+        block["checkpoint_client"] = "s3torchconnector"
     return block
+
+
+def _connector_reads(block: dict) -> None:
+    """The pytorch loader through s3torchconnector (iogen/loaders/s3torch.py): retries, 503s and
+    the first byte are not exposed by the connector: null, with the reason under `not_measured`."""
+    from ..loaders.s3torch import NOT_MEASURED
+
+    block["index_client"] = "boto3"
+    block["not_measured"] = dict(NOT_MEASURED)
+    for ep in block["train_epochs"] + block["eval_epochs"]:
+        for op in OPS:
+            if op in ep:
+                ep[op].update(retries=None, throttled_503=None, first_byte_latency=None,
+                              first_byte_latency_histogram=None)

@@ -88,12 +88,57 @@ def test_read_only_run_restores_objects_and_names_a_missing_or_short_one(s3, tmp
     assert r.returncode == 2 and "no-such-bucket-iogen" in r.stderr, r.stderr
 
 
-def test_local_tier_stays_refused_on_objects(s3, tmp_path, iogen_cmd):
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_local_tier_drains_to_the_bucket_and_restores_from_it(s3, tmp_path, mode):
+    """checkpoint.local_folder on object storage: written locally, drained to the same keys as a
+    direct upload (byte for byte the local files), read back from the bucket."""
+    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{
+        "checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 1,
+        "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
+        "checkpoint.drain_threads": 2}))
+    doc = run(wl, SingleWorld(), quiet=True).summary
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
+    assert listed == {_key(s, n): lay.size_bytes for s in (1, 2) for n, lay in zip(NAMES, files.layouts)}
+    for step in (1, 2):
+        for name in NAMES:
+            got = s3.client.get_object(Bucket=s3.bucket, Key=_key(step, name))["Body"].read()
+            with open(tmp_path / "local" / f"global_epoch1_step{step}" / name, "rb") as f:
+                assert got == f.read(), (step, name)
+    dr = doc["iogen"]["checkpoint_drain"]
+    assert dr["mode"] == mode and dr["error"] is None and dr["shared_folder"] == f"s3://{s3.bucket}/pre/ckpt"
+    assert len(dr["checkpoints"]) == 2 and dr["drain_bytes"] == 2 * files.file_bytes
+    assert all(c["drain_s"] > 0 and c["drain_gib_s"] > 0 for c in dr["checkpoints"])
+    block = doc["iogen"]["object_store"]
+    assert "checkpoint_write" not in block  # the write phase is local
+    put = block["checkpoint_drain"]["put"]
+    # per checkpoint: the model file in one PUT, the optimizer file in 2 parts of 5 MiB
+    assert put["requests"] == 2 * 3 and put["bytes"] == 2 * files.file_bytes and put["errors"] == 0
+    assert block["checkpoint_read"]["get"]["bytes"] == files.file_bytes
+    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
+
+
+@pytest.mark.slow  # about 20 s: botocore's backoff over 5 attempts
+def test_failed_drain_aborts_the_upload_exit_2_naming_the_key(s3, throttling_proxy, tmp_path, iogen_cmd):
+    """A drained part answered 503 SlowDown every time: the summary records the failed drain,
+    the run is exit 2 naming s3://bucket/key and the status, and no partial object is left."""
+    _, throttler = throttling_proxy
+    throttler.always_for = "partNumber=2"  # the optimizer file's second part
     over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0,
-                                  "checkpoint.local_folder": str(tmp_path / "local")})
+                                  "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": "async"})
     r = iogen_cmd("run", "llama3-8b", *over)
-    assert r.returncode == 2 and "checkpoint.local_folder" in r.stderr, r.stderr
-    assert not os.path.exists(tmp_path / "local")
+    key = _key(1, NAMES[1])
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert "checkpoint drain failed" in r.stderr and "Traceback" not in r.stderr
+    assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
+    listed = [o["Key"] for o in s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])]
+    assert key not in listed
+    assert os.path.getsize(tmp_path / "local" / "global_epoch1_step1" / NAMES[1]) > 5 << 20  # the local tier has it
+    (run_dir,) = os.listdir(tmp_path / "results")
+    with open(tmp_path / "results" / run_dir / "summary.json") as f:
+        import json
+
+        assert "HTTP 503" in json.load(f)["iogen"]["checkpoint_drain"]["error"]
 
 
 @pytest.mark.mpi
