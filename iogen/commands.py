@@ -231,7 +231,7 @@ def cmd_search(args) -> int:
     check_range(wl, args.max)
     from .deps import require, workload_needs
 
-    needs = dict(workload_needs(wl), scipy="95% intervals of each count")  # what every probe imports too
+    needs = dict(workload_needs(wl))  # what every probe imports too
     if args.max > 1:
         needs["mpi4py"] = "probes of 2 or more ranks"
     if not args.no_plot:
@@ -375,10 +375,8 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     """Regression gate between two runs or campaigns: exit 1 on a slowdown beyond --threshold with confidence."""
-    from .deps import require
     from .report.compare import compare, load_side, render_comparison
 
-    require({"scipy": "Welch's t-test"}, "compare")
     if not 0 <= args.threshold < 100:
         print("iogen: error: --threshold must be a percentage in [0, 100)", file=sys.stderr)
         return EXIT_USAGE

@@ -17,10 +17,10 @@ EXTRAS = {
     "torch": "torch",
     "tensorflow": "tensorflow",
     "mpi4py": "mpi",
-    "scipy": "report",
     "matplotlib": "report",
     "jinja2": "report",
     "boto3": "s3",
+    "s3torchconnector": "s3torch",
 }
 
 
@@ -57,6 +57,8 @@ def workload_needs(wl) -> dict[str, str]:
     needs = {}
     if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
         needs["boto3"] = "storage.storage_type=s3"
+        if getattr(wl.storage, "s3_client", "boto3") == "s3torchconnector":
+            needs["s3torchconnector"] = "storage.s3_client=s3torchconnector"
     if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "hdf5":
         needs["h5py"] = "dataset.format=hdf5"
     loader = str(getattr(wl.reader.data_loader, "value", wl.reader.data_loader))

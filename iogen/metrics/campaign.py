@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checkpoint import CHECKPOINT_METRICS, checkpoint_values
+from .tdist import t_quantile
 
 __all__ = [
     "DEVIATION_FLAG_FRACTION",
@@ -91,52 +92,6 @@ class SeriesStats:
         }
 
 
-def t_cdf(t: float, df: int) -> float:
-    """Student-t CDF for a whole number of degrees of freedom, in closed form.
-
-    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df): with theta = atan(t / sqrt(df)),
-    A(t|df) = P(|T| <= t) is a finite series in cos(theta)^2; CDF = (1 + sign(t) A) / 2.
-    """
-    if df < 1 or int(df) != df:
-        raise ValueError(f"df must be a whole number >= 1, got {df}")
-    df = int(df)
-    theta = math.atan(abs(t) / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...)), df - 3 powers
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        a = 2 / math.pi * (theta + s * math.cos(theta) * total)
-    else:  # even: sin (1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...), up to c2^((df - 2) / 2)
-        term = total = 1.0
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        a = s * total
-    return 0.5 + math.copysign(0.5 * a, t)
-
-
-def _t_quantile(p: float, df: int) -> float:
-    """Student-t quantile: t_cdf inverted by bisection to double precision (no scipy needed)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if p < 0.5:
-        return -_t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid in (lo, hi):
-            break
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
 def describe(values) -> SeriesStats:
     """Statistics of one metric's per-run values (finite numbers; None/NaN entries are dropped)."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -155,7 +110,7 @@ def describe(values) -> SeriesStats:
     pop = float(x.std(ddof=0))
     if n >= 2:
         sample = float(x.std(ddof=1))
-        half = _t_quantile(0.5 + CONFIDENCE / 2, n - 1) * sample / math.sqrt(n)
+        half = t_quantile(0.5 + CONFIDENCE / 2, n - 1) * sample / math.sqrt(n)
         low, high = mean - half, mean + half
     else:
         sample = low = high = None

@@ -6,7 +6,8 @@ runs are left out. The gate metric is one of throughput (samples/s), au (AU %) o
 higher is better for all three, and the threshold is relative to the baseline mean.
 
 Decision (docs/reports.md):
-- both sides have >= 2 runs: Welch's t-test (scipy.stats.ttest_ind, unequal variances) of
+- both sides have >= 2 runs: Welch's t-test (unequal variances; scipy.stats.ttest_ind's figures,
+  computed with iogen.metrics.tdist, numpy only) of
   H0: mean(candidate) >= (1 - threshold) x mean(baseline) against H1: it is lower, run on the
   candidate values and the baseline values scaled by (1 - threshold). A regression is reported
   (exit 1) when p < alpha (0.05): the candidate is slower than the baseline by more than the
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics.campaign import METRICS, RunValues, config_differences, run_values_from_summary
+from ..metrics.tdist import t_cdf, t_quantile
 from ..errors import DataError
 from .text import fmt_num, table
 
@@ -131,19 +133,28 @@ def _stdev(x):
     return float(np.std(x, ddof=1)) if len(x) >= 2 else None
 
 
-def _welch_change_ci(b, c):
-    """95% Welch interval of mean(c) - mean(b), as % of mean(b)."""
-    from scipy import stats
-
+def _welch(b, c):
+    """(mean(c) - mean(b), its standard error, Welch-Satterthwaite df) of two samples of >= 2 values."""
     vb, vc = np.var(b, ddof=1) / len(b), np.var(c, ddof=1) / len(c)
     se = math.sqrt(vb + vc)
+    df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1)) if se > 0.0 else math.inf
+    return float(c.mean() - b.mean()), se, df
+
+
+def _welch_change_ci(b, c):
+    """95% Welch interval of mean(c) - mean(b), as % of mean(b)."""
+    d, se, df = _welch(b, c)
     if se == 0.0:
-        d = c.mean() - b.mean()
         return (d / b.mean() * 100.0,) * 2
-    df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1))
-    half = float(stats.t.ppf(0.975, df)) * se
-    d = c.mean() - b.mean()
+    half = t_quantile(0.975, df) * se
     return ((d - half) / b.mean() * 100.0, (d + half) / b.mean() * 100.0)
+
+
+def welch_p_less(c, b) -> float:
+    """One-sided Welch t-test p-value of H1: mean(c) < mean(b) (scipy's ttest_ind(c, b, equal_var=False,
+    alternative="less")), with iogen's own Student-t CDF for Welch's non-integer df (iogen.metrics.tdist)."""
+    d, se, df = _welch(b, c)
+    return t_cdf(d / se, df)
 
 
 def side_differences(baseline: Side, candidate: Side) -> list[str]:
@@ -220,10 +231,7 @@ def _decide(b, c, threshold_pct: float, alpha: float):
         return "exact", regression, None, ci, (
             "neither side varies, so the means are compared exactly: candidate "
             f"{'below' if regression else 'not below'} (1 - {thr}) x baseline")
-    from scipy import stats
-
-    p_value = float(stats.ttest_ind(c, b * (1.0 - threshold_pct / 100.0), equal_var=False,
-                                    alternative="less").pvalue)
+    p_value = welch_p_less(c, b * (1.0 - threshold_pct / 100.0))
     regression = p_value < alpha
     return "welch", regression, p_value, ci, (
         f"Welch t-test, H1: candidate mean < (1 - {thr}) x baseline mean: p = {p_value:.4g} "

@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-pytest.importorskip("scipy")
 pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")
 

@@ -3,13 +3,11 @@ import json
 
 import pytest
 
-pytest.importorskip("scipy")
+from iogen.cli import main
+from iogen.errors import DataError
+from iogen.report.compare import compare, load_side, render_comparison
 
-from iogen.cli import main  # noqa: E402
-from iogen.errors import DataError  # noqa: E402
-from iogen.report.compare import compare, load_side, render_comparison  # noqa: E402
-
-from .conftest import make_campaign, make_run  # noqa: E402
+from .conftest import make_campaign, make_run
 
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5]
 

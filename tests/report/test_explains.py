@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-pytest.importorskip("scipy")
+pytest.importorskip("matplotlib")
+pytest.importorskip("jinja2")
 
 from iogen.cli import main  # noqa: E402
 from iogen.errors import DataError  # noqa: E402

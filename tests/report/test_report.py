@@ -11,7 +11,8 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-pytest.importorskip("scipy")
+pytest.importorskip("matplotlib")
+pytest.importorskip("jinja2")
 
 from iogen.cli import main  # noqa: E402
 from iogen.errors import DataError  # noqa: E402
