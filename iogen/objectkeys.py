@@ -104,8 +104,10 @@ def workload_problems(wl) -> list[str]:
         if ".." in posixpath.normpath(ck.checkpoint_folder.replace("\\", "/")).split("/"):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
-    if wf.stage_data:
-        problems.append(f"workflow.stage_data = True: staging is {why}")
+    if wf.stage_data and getattr(wl.storage, "s3_client", "boto3") != "boto3":
+        problems.append("workflow.stage_data = True: staging downloads through boto3 and the run then reads the "
+                        f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
+                        "use storage.s3_client=boto3")
     problems += _s3_client_problems(wl)
     if not rd.preprocess_time.is_zero and rd.data_loader == "native":
         problems.append(f"reader.preprocess_time: the emulated preprocessing is {why}; remove it")

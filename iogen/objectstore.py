@@ -39,6 +39,8 @@ class OpStats:
     """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
 
     __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
+    COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")  # summed across ranks
+    HISTOGRAMS = ("first_byte", "total")  # merged across ranks
 
     def __init__(self):
         self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
@@ -72,6 +74,52 @@ class OpStats:
         self.throttled += other.throttled
         self.errors += other.errors
         self.first_byte = self.first_byte + other.first_byte
+        self.total = self.total + other.total
+
+
+# A client that hides its requests (s3torchconnector's CRT: parts, retries, 503s) is measured per object.
+STREAM_OPS = ("put_object_stream", "get_object_stream")
+STREAM_HIDDEN = ("the AWS CRT under s3torchconnector issues and retries the requests itself and reports none of "
+                 "them: request counts, retries, 503s and per-request latency are not measurable from iogen")
+
+
+class StreamStats:
+    """Per-object figures of one kind of streamed transfer: objects, bytes, errors, each object's time."""
+
+    __slots__ = ("objects", "bytes", "errors", "total")
+    COUNTERS = ("objects", "bytes", "errors")
+    HISTOGRAMS = ("total",)
+
+    def __init__(self):
+        self.objects = self.bytes = self.errors = 0
+        self.total = LatencyHistogram()
+
+    def record(self, nbytes: int, duration_ns: int) -> None:
+        """One object transferred: its bytes and its time (open to completion)."""
+        self.objects += 1
+        self.bytes += int(nbytes)
+        self.total.record(np.array([duration_ns], np.int64))
+
+    def to_dict(self) -> dict:
+        """JSON-ready; the request-level figures are null, with the reason."""
+        return {"objects": self.objects, "bytes": self.bytes, "errors": self.errors,
+                "object_latency": self.total.summary(), "object_latency_histogram": self.total.to_dict(),
+                "requests": None, "retries": None, "throttled_503": None, "first_byte_latency": None,
+                "null_because": STREAM_HIDDEN}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "StreamStats":
+        """Rebuild from to_dict() output."""
+        s = cls()
+        s.objects, s.bytes, s.errors = doc["objects"], doc["bytes"], doc["errors"]
+        s.total = LatencyHistogram.from_dict(doc["object_latency_histogram"])
+        return s
+
+    def add(self, other: "StreamStats") -> None:
+        """Add another's counts and histogram to these."""
+        self.objects += other.objects
+        self.bytes += other.bytes
+        self.errors += other.errors
         self.total = self.total + other.total
 
 

@@ -61,7 +61,7 @@ def reduce_figures(world, cells) -> list[dict] | None:
     return out
 
 
-def run_block(world, train_loader, eval_loader, checkpointer=None) -> dict | None:
+def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None) -> dict | None:
     """summary.json's `iogen.object_store` on rank 0 (None elsewhere): per epoch and for indexing, every rank's requests merged.
 
     Collective: every rank calls it after its loop.
@@ -71,6 +71,7 @@ def run_block(world, train_loader, eval_loader, checkpointer=None) -> dict | Non
     evals = list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])
     n_train, n_eval = (int(n) for n in world.allreduce_array(np.array([len(train), len(evals)], np.int64), "max"))
     cells = [index, *train, *[None] * (n_train - len(train)), *evals, *[None] * (n_eval - len(evals)),
+             getattr(staging, "object_figures", None),
              getattr(checkpointer, "figures", None), getattr(checkpointer, "drain_figures", None)]
     merged = reduce_figures(world, cells)
     if merged is None:
@@ -82,6 +83,8 @@ def run_block(world, train_loader, eval_loader, checkpointer=None) -> dict | Non
              "eval_epochs": [dict(epoch=e + 1, **merged[1 + n_train + e]) for e in range(n_eval)]}
     if client == "s3torchconnector":  # the epochs' reads: what iogen measures around the connector's calls
         _connector_reads(block)
+    if merged[-3]:  # data staged from the bucket (each node's stager)
+        block["staging"] = merged[-3]
     if merged[-2]:  # checkpoint uploads, deletes (rank 0 writes)
         block["checkpoint"] = merged[-2]
     if merged[-1]:  # local-tier checkpoints drained to the bucket (rank 0), superseded ones deleted
