@@ -42,6 +42,9 @@ class GenerateResult:
     payload_bytes_written: int = 0
     elapsed_s: float = 0.0
     manifests: list = field(default_factory=list)
+    # {split folder: {file index: manifest entry}} of every file this call journaled (written or
+    # kept): finalize takes them from here instead of reading the journal back and stat'ing again.
+    entries: dict = field(default_factory=dict)
 
     @property
     def write_gib_s(self) -> float:
@@ -155,12 +158,11 @@ def ensure_split_folders(layout) -> None:
     os.makedirs(f"{layout.data_folder.rstrip('/')}/{SPLIT_FOLDERS['eval']}", exist_ok=True)
 
 
-def _write_one(layout, fmt, i: int, fsync: bool) -> tuple[int, str]:
-    """Write file i under a temporary name, then rename it into place; return (size, crc)."""
-    needed = layout.samples_per_file * int(layout.record_bytes[i])  # a full disk names what it needed
-    with replacing(layout.paths[i], needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
-        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
-                                       layout.seed, layout.stream_of(i))
+def _write_one(layout, fmt, i: int, path: str, record_bytes: int, fsync: bool) -> tuple[int, str]:
+    """Write file i (at path) under a temporary name, then rename it into place; return (size, crc)."""
+    needed = layout.samples_per_file * record_bytes  # a full disk names what it needed
+    with replacing(path, needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
+        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
         if fsync:
             fd = os.open(tmp, os.O_RDONLY)
             try:
@@ -200,7 +202,7 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
             journal.close()
     if finalize_manifest:
         for layout, f in splits:
-            result.manifests.append(finalize(layout, f))
+            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder)))
     result.elapsed_s = time.perf_counter() - t0
     return result
 
@@ -219,39 +221,44 @@ def _files_to_write(layout, f, rank: int, world_size: int, journals: list, resul
         _unlink(mf.manifest_path(layout))  # it describes other data now
     known = mf.known_entries(layout, params)
     mine = range(rank, layout.num_files, world_size)
-    mine_set = set(layout.paths[i] for i in mine)
-    for tmp in _leftovers(layout):
-        if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
-            _unlink(tmp)
+    leftovers = _leftovers(layout)
+    if leftovers:
+        mine_set = set(layout.paths[i] for i in mine)
+        for tmp in leftovers:
+            if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
+                _unlink(tmp)
     journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
     journals.append(journal)
+    journaled = result.entries.setdefault(layout.folder, {})
     tasks = []
     for i in mine:
         result.files_total += 1
-        entry = known.get(layout.rel_path(i))
+        entry = known.get(layout.rel_path(i)) if known else None  # a fresh folder: no path formatted
         if entry is not None and _still_valid(layout, i, entry):
             journal.append(entry)
+            journaled[i] = entry
             result.files_skipped += 1
         else:
-            tasks.append((layout, f, i, journal))
+            tasks.append((layout, f, i, journal, journaled))
     return tasks
 
 
 def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
     """Write and journal every task's file on `workers` threads, counting into result."""
-    bytes_total = sum(int(l.record_bytes[i]) * l.samples_per_file for l, _, i, _ in tasks)
+    bytes_total = sum(_payload_bytes(tasks))
     files_done = bytes_done = 0
     lock = threading.Lock()
 
     def run(task):
         """Write one file and journal it; return (file bytes, payload bytes)."""
-        layout, f, i, journal = task
-        size, crc = _write_one(layout, f, i, fsync)
-        entry = mf.file_entry(layout.rel_path(i), size, crc, int(layout.record_bytes[i]),
-                              layout.samples_per_file)
+        layout, f, i, journal, journaled = task
+        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+        size, crc = _write_one(layout, f, i, path, record_bytes, fsync)
+        entry = mf.file_entry(path[len(layout.folder) + 1:], size, crc, record_bytes, layout.samples_per_file)
         with lock:
             journal.append(entry)
-        return size, int(layout.record_bytes[i]) * layout.samples_per_file
+            journaled[i] = entry
+        return size, record_bytes * layout.samples_per_file
 
     if workers == 1 or len(tasks) <= 1:
         done_iter = (run(t) for t in tasks)
@@ -275,6 +282,15 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _payload_bytes(tasks):
+    """Payload bytes of each task's file: one array operation per split, not one look-up per file."""
+    by_split = {}
+    for task in tasks:
+        by_split.setdefault(id(task[0]), (task[0], []))[1].append(task[2])
+    for layout, files in by_split.values():
+        yield int(layout.record_bytes[files].sum()) * layout.samples_per_file
+
+
 def _still_valid(layout, i: int, entry: dict) -> bool:
     """A listed file is kept when its sizes match the layout and the file has the listed size."""
     if entry.get("record_bytes") != int(layout.record_bytes[i]) or entry.get("samples") != layout.samples_per_file:
@@ -292,18 +308,24 @@ def _unlink(path) -> None:
         pass
 
 
-def finalize(layout, fmt) -> str:
+def finalize(layout, fmt, journaled: dict | None = None) -> str:
     """Merge the journals of a split into its manifest (written last, atomically); return its path.
 
+    journaled: {file index: entry} this process journaled in this generation (GenerateResult.entries);
+    those files are taken as they are, the others come from the journals and are checked on disk.
     Raises DataError naming the first file that no rank finished.
     """
-    params = mf.dataset_params(layout, fmt)
-    known = mf.known_entries(layout, params)
+    journaled = journaled or {}
+    known = None
     entries = []
     for i in range(layout.num_files):
-        entry = known.get(layout.rel_path(i))
-        if entry is None or not _still_valid(layout, i, entry):
-            raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
+        entry = journaled.get(i)
+        if entry is None:
+            if known is None:
+                known = mf.known_entries(layout, mf.dataset_params(layout, fmt))
+            entry = known.get(layout.rel_path(i))
+            if entry is None or not _still_valid(layout, i, entry):
+                raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
         entries.append(entry)
     path = mf.write_manifest(layout, fmt, entries)
     mf.remove_journals(layout)

@@ -93,8 +93,39 @@ def write_manifest(layout, fmt, entries: list[dict], extra: dict | None = None) 
     # A killed writer's temporary manifest would hold space (and, on a full disk, fail every
     # rerun): remove those of dead processes, then write; a failure leaves no temporary file.
     remove_stale_temps(layout.folder, [MANIFEST_NAME])
-    write_atomic(path, json.dumps(data, indent=1) + "\n", what="the dataset manifest")
+    write_atomic(path, manifest_text(data), what="the dataset manifest")
     return path
+
+
+_ascii = json.encoder.encode_basestring_ascii  # json.dumps' own string encoder (C)
+
+
+def _entry_text(entry) -> str:
+    """One file entry as json.dumps(..., indent=1) writes it inside the manifest's "files" list."""
+    if type(entry) is dict:
+        parts = []
+        for key, value in entry.items():
+            kind = type(value)
+            if type(key) is not str or kind not in (str, int):
+                break
+            parts.append(f"   {_ascii(key)}: {_ascii(value) if kind is str else int.__repr__(value)}")
+        else:
+            return "  {\n" + ",\n".join(parts) + "\n  }" if parts else "  {}"
+    # Anything else: json's own text, indented to the list's depth (indentation is per level).
+    return "\n".join("  " + line for line in json.dumps(entry, indent=1).split("\n"))
+
+
+def manifest_text(data: dict) -> str:
+    """json.dumps(data, indent=1) + newline, byte for byte, with the "files" list (last key) built fast.
+
+    json's indented output is its pure-Python encoder, about 25 us an entry: 0.25 s for 10^4 files.
+    The entries (flat dicts of strings and integers) are formatted directly instead.
+    """
+    files = data.get("files")
+    if not files or list(data)[-1] != "files":
+        return json.dumps(data, indent=1) + "\n"
+    head = json.dumps({**data, "files": []}, indent=1)
+    return head[:-4] + "[\n" + ",\n".join(map(_entry_text, files)) + "\n ]\n}\n"
 
 
 class Journal:

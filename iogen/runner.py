@@ -55,7 +55,7 @@ def generate_data(layouts, fmt, world, *, workers=None, progress=None, overwrite
         world.sync()  # every rank's share is on disk
         if world.rank == 0:
             for layout, result in zip(layouts, results):
-                result.manifests.append(finalize(layout, fmt))
+                result.manifests.append(finalize(layout, fmt, result.entries.get(layout.folder)))
     except BaseException as exc:
         world.fail(exc)
         raise
@@ -201,8 +201,14 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         st.train_layout, eval_layout = staged[0], (staged[1] if eval_layout is not None else None)
     # Loaders are built (and frameworks imported) before the run folder exists: a missing
     # framework is a usage error, not an empty run.
-    st.train_loader = get_loader(wl, st.train_layout, fmt, world)
-    st.eval_loader = get_loader(wl, eval_layout, fmt, world) if eval_layout is not None else None
+    if st.staging is not None:  # staged (from a bucket too): the loaders read local files
+        from .staging import staged_workload
+
+        lwl = staged_workload(wl)
+    else:
+        lwl = wl
+    st.train_loader = get_loader(lwl, st.train_layout, fmt, world)
+    st.eval_loader = get_loader(lwl, eval_layout, fmt, world) if eval_layout is not None else None
     world.sync()  # every rank is ready: only now may rank 0 create the run folder
 
     run_dir = None
@@ -241,7 +247,8 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     if wl.storage.storage_type == "s3":
         from .metrics.objectstore import run_block
 
-        st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer)
+        st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer,
+                                           staging=st.staging)
 
 
 def _finish(wl, world, st: _RunState, error):

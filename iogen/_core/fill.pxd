@@ -1,4 +1,5 @@
-# Interface of iogen._core.fill: counter-based pseudo-random content for data generation.
+# Interface of iogen._core.fill: counter-based pseudo-random content for data generation, and the
+# CRC-32 (zip) that fill_random_crc32 computes over it in the same pass (crc32.h).
 from libc.stdint cimport int64_t, uint64_t
 
 # The per-(seed, stream) key that selects a stream of words.

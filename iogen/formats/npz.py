@@ -21,6 +21,7 @@ import io
 import math
 import os
 import struct
+import threading
 import zipfile
 import zlib
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
-                   file_size_or_error, fill_random, parsing, payload_chunks, pread_exact)
+                   is_fileobj, parsing, payload_chunks, read_at, source_name, source_size)
 from . import zipstore
 from .checksum import crc32c, crc_combine, file_crc32c
 
@@ -38,9 +39,6 @@ _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _ZIP64_EXTRA_BYTES = 20  # zipfile appends it to the local header when force_zip64
 _PAD_EXTRA_ID = 0xD935
 
-
-# What index_ranges asks a remote reader for at each end of an archive (zip and .npy headers).
-INDEX_SPAN_BYTES = 64 << 10
 
 def npy_header(shape, dtype) -> bytes:
     """The .npy preamble (magic, version, padded dict) numpy writes for this shape and dtype."""
@@ -92,14 +90,33 @@ def _write_all(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_stored_whole(path, layout, seed, stream):
-    """Assemble the file in one buffer, patch x's CRC-32 in, CRC-32C it and write it at once."""
+# Each writer thread's file buffer, holding the head and tail of the layout it last wrote.
+_thread_buffers = threading.local()
+
+
+def _whole_file_buffer(layout) -> np.ndarray:
+    """This thread's buffer for a file of `layout`: its head and tail already in place, so a file
+    costs only its body and two CRC fields (the thread keeps one buffer, at most _WHOLE_FILE_BYTES)."""
+    held = getattr(_thread_buffers, "held", None)
+    if held is not None and held[0] is layout:
+        return held[1]
     buf = np.empty(layout.file_bytes, np.uint8)
-    h, end = len(layout.head), len(layout.head) + layout.body_bytes
+    h = len(layout.head)
     buf[:h] = np.frombuffer(layout.head, np.uint8)
-    fill_random(buf[h:end], seed, stream, 0)
-    buf[end:] = np.frombuffer(layout.tail, np.uint8)
-    x_crc = zlib.crc32(buf[layout.header_bytes:end])
+    buf[h + layout.body_bytes:] = np.frombuffer(layout.tail, np.uint8)
+    _thread_buffers.held = (layout, buf)
+    return buf
+
+
+def _write_stored_whole(path, layout, seed, stream):
+    """Assemble the file in one buffer (content and x's CRC-32 in one pass of the core), patch the
+    CRC in, CRC-32C the file and write it at once."""
+    from .. import core
+
+    buf = _whole_file_buffer(layout)
+    h = len(layout.head)
+    end = h + layout.body_bytes
+    x_crc = core.fill.fill_random_crc32(buf[h:end], seed, stream, 0, layout.lead_crc32)
     struct.pack_into("<I", buf, zipstore.LOCAL_CRC_AT, x_crc)
     struct.pack_into("<I", buf, end + layout.tail_crc_at, x_crc)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -115,15 +132,18 @@ def _write_stored_streamed(path, layout, seed, stream):
 
     The file's CRC-32C joins the header's (known last) with that of everything after it.
     """
+    from .. import core
+
     head = layout.head
-    x_crc = zlib.crc32(head[layout.header_bytes:])
+    x_crc = layout.lead_crc32
     rest_crc = crc32c(head[layout.header_bytes:])
-    buf = np.empty(CHUNK_BYTES, np.uint8)
+    buf = memoryview(np.empty(CHUNK_BYTES, np.uint8))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, head)
-        for chunk in payload_chunks(seed, stream, 0, layout.body_bytes, buf):
-            x_crc = zlib.crc32(chunk, x_crc)
+        for pos in range(0, layout.body_bytes, CHUNK_BYTES):
+            chunk = buf[:min(CHUNK_BYTES, layout.body_bytes - pos)]
+            x_crc = core.fill.fill_random_crc32(chunk, seed, stream, pos, x_crc)
             rest_crc = crc32c(chunk, rest_crc)
             _write_all(fd, chunk)
         tail = bytearray(layout.tail)
@@ -219,7 +239,7 @@ class NpzFormat(Format):
         m = _Member()
         m.compressed = info.compress_type != zipfile.ZIP_STORED
         m.member_bytes = info.file_size
-        hdr = pread_exact(fobj.fileno(), path, info.header_offset, _LOCAL_HEADER.size)
+        hdr = read_at(fobj, path, info.header_offset, _LOCAL_HEADER.size)
         fields = _LOCAL_HEADER.unpack(hdr)
         if fields[0] != b"PK\x03\x04":
             raise DataError(path, f"bad zip local header of {name!r}", offset=info.header_offset)
@@ -262,25 +282,29 @@ class NpzFormat(Format):
         return None
 
     def _open(self, path):
-        size = file_size_or_error(path)
-        return open(path, "rb"), size
+        """(an open binary file, its size, its name) of a path or a file object (ObjectFile)."""
+        size = source_size(path)
+        if is_fileobj(path):
+            return path, size, source_name(path)
+        return open(path, "rb"), size, path
 
-    def index_ranges(self, size_bytes):
-        """The zip's local header and .npy header lie at the start, its central directory at the end:
-        the first and last INDEX_SPAN_BYTES (an archive whose headers lie elsewhere fails to index
-        from them, and the reader then fetches it whole)."""
+    def fixed_index(self, num_samples, record_bytes):
+        """Stored archives are laid out by zipstore from the shape alone: x's data follows its local
+        header and .npy header, rows back to back."""
         if not self.byte_addressable:
             return None
-        size = int(size_bytes)
-        if size <= 2 * INDEX_SPAN_BYTES:
-            return [(0, size)]
-        return [(0, INDEX_SPAN_BYTES), (size - INDEX_SPAN_BYTES, INDEX_SPAN_BYTES)]
+        n, rb = int(num_samples), int(record_bytes)
+        shape = (n,) + self.record_shape(rb)
+        layout = _stored_layout(npy_header(shape, self.record_dtype), n * rb, n)
+        data_offset = len(layout.head)
+        return FileIndex(data_offset + np.arange(n, dtype=np.int64) * rb, np.full(n, rb, np.int64), "raw",
+                         layout.file_bytes, {"data_offset": data_offset})
 
     def index_file(self, path):
         """Row ranges of x: data offset (found once, from the zip and npy headers) + i * row bytes."""
         if not self.byte_addressable:
             return None
-        fobj, size = self._open(path)
+        fobj, size, path = self._open(path)
         with fobj:
             m = self._member(fobj, path, size)
         if m.compressed:
@@ -301,7 +325,7 @@ class NpzFormat(Format):
 
     def read_samples(self, path, sample_ids):
         """Samples as numpy arrays shaped like one record (rows of x, or DLIO's x[..., i])."""
-        fobj, size = self._open(path)
+        fobj, size, path = self._open(path)
         with fobj:
             m = self._member(fobj, path, size)
             rows = self._rows(m)
@@ -311,19 +335,30 @@ class NpzFormat(Format):
             ids = check_sample_ids(path, sample_ids, count)
             if m.compressed:
                 with parsing(path, "cannot decompress member 'x.npy'", m.member_offset):
-                    return self._read_compressed(path, m, ids, rows)
+                    return self._read_compressed(fobj, path, m, ids, rows)
+            if is_fileobj(fobj):  # no map of a remote object: x's bytes read whole
+                total = math.prod(m.shape) * m.dtype.itemsize
+                arr = np.frombuffer(read_at(fobj, path, m.data_offset, total), m.dtype).reshape(
+                    m.shape, order="F" if m.fortran else "C")
+                return self._pick(arr, ids, rows)
             with parsing(path, "cannot map member 'x.npy'", m.data_offset):
                 arr = np.memmap(fobj, dtype=m.dtype, mode="r", offset=m.data_offset, shape=tuple(m.shape),
                                 order="F" if m.fortran else "C")
-                if rows is not None:
-                    return [np.array(arr[i]) for i in ids]
-                if self.samples_per_file == 1:
-                    return [np.array(arr) for _ in ids]
-                return [np.array(arr[..., i]) for i in ids]
+                return self._pick(arr, ids, rows)
 
-    def _read_compressed(self, path, m: _Member, ids, rows):
+    def _pick(self, arr, ids, rows):
+        """Samples ids of x: its rows, the whole array (one sample per file) or DLIO's x[..., i]."""
+        if rows is not None:
+            return [np.array(arr[i]) for i in ids]
+        if self.samples_per_file == 1:
+            return [np.array(arr) for _ in ids]
+        return [np.array(arr[..., i]) for i in ids]
+
+    def _read_compressed(self, fobj, path, m: _Member, ids, rows):
+        """Inflate x from its start to the last row asked for (the whole member when rows are strided);
+        zipfile reads the deflated bytes in pieces as large as the reads asked of it."""
         try:
-            with zipfile.ZipFile(path) as zf, zf.open("x.npy") as member:
+            with zipfile.ZipFile(fobj) as zf, zf.open("x.npy") as member:
                 version = np.lib.format.read_magic(member)
                 reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                           else np.lib.format.read_array_header_2_0)
@@ -356,7 +391,7 @@ class NpzFormat(Format):
     def check_file(self, path, num_samples, record_bytes):
         """Zip readable, members x and y present with the expected npy headers and sizes."""
         try:
-            fobj, size = self._open(path)
+            fobj, size, path = self._open(path)
             with fobj:
                 m = self._member(fobj, path, size)
                 labels = self._member(fobj, path, size, "y.npy")
@@ -379,7 +414,7 @@ class NpzFormat(Format):
 
     def probe_file(self, path):
         """x's shape from the zip and npy headers: iogen's (samples, *record) or DLIO's (d1, d2, samples)."""
-        fobj, size = self._open(path)
+        fobj, size, path = self._open(path)
         with fobj:
             m = self._member(fobj, path, size)
         shape = tuple(int(d) for d in m.shape)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import zipfile
+import zlib
 
 _FILE_HEADER = struct.Struct("<4s2B4HL2L2H")
 _CENTRAL_DIR = struct.Struct("<4s4B4HL2L5H2L")
@@ -72,12 +73,12 @@ class StoredLayout:
     """Where everything lies in an archive of a first member of unknown CRC and fixed later members.
 
     head: the first member's local header (CRC 0, patch at LOCAL_CRC_AT) and its data's first
-    bytes (`lead`); the first member's remaining `body_bytes` follow; tail: the later members
-    (header and whole data each) and the central directory and end records, the first member's
-    CRC to patch at tail_crc_at.
+    bytes (`lead`, whose CRC-32 is lead_crc32: the first member's CRC continues from it); the first
+    member's remaining `body_bytes` follow; tail: the later members (header and whole data each)
+    and the central directory and end records, the first member's CRC to patch at tail_crc_at.
     """
 
-    __slots__ = ("head", "header_bytes", "body_bytes", "tail", "tail_crc_at", "file_bytes")
+    __slots__ = ("head", "header_bytes", "lead_crc32", "body_bytes", "tail", "tail_crc_at", "file_bytes")
 
     def __init__(self, first: bytes, lead: bytes, body_bytes: int, first_extra: bytes, later):
         """first: the first member's name; later: (name, data bytes, crc32) of the other members."""
@@ -85,6 +86,7 @@ class StoredLayout:
         header = local_header(first, first_size, 0, first_extra)
         self.head = header + lead
         self.header_bytes = len(header)
+        self.lead_crc32 = zlib.crc32(lead)
         self.body_bytes = body_bytes
         members, offset = [], len(self.head) + body_bytes
         entries = [central_entry(first, first_size, 0)]

@@ -94,3 +94,54 @@ def test_bad_integers_are_rejected(core, kwargs, error):
 def test_largest_seed_and_stream_are_accepted(cython_core, python_core):
     top = 2**64 - 1
     assert np.array_equal(filled(cython_core, 24, top, top, 3), filled(python_core, 24, top, top, 3))
+
+
+# -- CRC-32 (zip) and the fused fill + CRC-32 -------------------------------------------------------
+
+CRC_LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 16_384, 16_399, 65_536, 112_640]
+
+
+@pytest.mark.parametrize("nbytes", CRC_LENGTHS)
+def test_crc32_is_zlibs(core, nbytes):
+    data = np.random.default_rng(nbytes).integers(0, 256, nbytes + 3, dtype=np.uint8).tobytes()
+    for start in (0, 3):  # unaligned starts too
+        piece = memoryview(data)[start:start + nbytes]
+        for crc in (0, 1, 0xFFFFFFFF, 0x1234ABCD):
+            want = zlib.crc32(piece, crc)
+            assert core.fill.crc32(piece, crc) == want
+            assert core.fill.crc32_software(piece, crc) == want
+
+
+def test_crc32_continues_across_pieces(core):
+    data = np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
+    for cut in (0, 1, 64, 5_000, 9_999):
+        assert core.fill.crc32(data[cut:], core.fill.crc32(data[:cut])) == zlib.crc32(data)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 9, 64, 16_384, 16_385, 112_640, 3 * 16_384 + 77])
+@pytest.mark.parametrize("offset_bytes", [0, 5, 4096])
+def test_fill_random_crc32_fills_as_fill_random_and_returns_zlibs_crc(core, nbytes, offset_bytes):
+    buf = np.zeros(nbytes, np.uint8)
+    crc = core.fill.fill_random_crc32(buf, 42, 7, offset_bytes, 0xDEADBEEF)
+    assert np.array_equal(buf, filled(core, nbytes, 42, 7, offset_bytes))
+    assert crc == zlib.crc32(buf, 0xDEADBEEF)
+
+
+def test_fused_fill_gives_the_same_bytes_and_crc_in_both_implementations(cython_core, python_core):
+    a, b = np.empty(100_003, np.uint8), np.empty(100_003, np.uint8)
+    assert (cython_core.fill.fill_random_crc32(a, 3, 4, 11, 99)
+            == python_core.fill.fill_random_crc32(b, 3, 4, 11, 99))
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 32])
+def test_crc32_rejects_a_continuation_out_of_range(core, bad):
+    with pytest.raises(ValueError, match="crc"):
+        core.fill.crc32(b"abc", bad)
+    with pytest.raises(ValueError, match="crc"):
+        core.fill.fill_random_crc32(np.zeros(8, np.uint8), 1, 2, 0, bad)
+
+
+def test_hardware_crc32_is_reported(cython_core, python_core):
+    assert python_core.fill.has_hw_crc32() is False
+    assert cython_core.fill.has_hw_crc32() in (True, False)

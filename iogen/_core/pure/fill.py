@@ -3,10 +3,16 @@
 Byte p of stream (seed, stream) is byte p % 8 (little-endian) of the 64-bit word
     word(b) = mix64((b * GAMMA) ^ key),  b = p // 8,  key = mix64(mix64(seed ^ SEED_SALT) ^ stream)
 with mix64 the splitmix64 finaliser (Steele, Lea, Flood, OOPSLA 2014). See fill.pyx for why.
+The CRC-32 (zip) is zlib's.
 """
+import zlib
+
 import numpy as np
 
-from iogen._core._common import GAMMA, MASK64, MIX_C1, MIX_C2, check_fill_args, mix64_array, writable_byte_view
+from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, mix64_array,
+                                 writable_byte_view)
+
+__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32"]
 
 SEED_SALT = 0x6A09E667F3BCC909
 
@@ -50,3 +56,25 @@ def fill_random(buf, seed, stream, offset_bytes=0):
         count = (skip + take + 7) >> 3
         out[pos:pos + take] = _words_le_bytes(first_block, count, key)[skip:skip + take]
         pos += take
+
+
+def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
+    """Fill buf as fill_random does; return the CRC-32 (zlib.crc32) of its new bytes, continuing from crc."""
+    c = check_crc(crc)
+    fill_random(buf, seed, stream, offset_bytes)
+    return zlib.crc32(writable_byte_view(buf), c)
+
+
+def crc32(data, crc=0):
+    """Return the CRC-32 of data continuing from crc, as zlib.crc32(data, crc)."""
+    return zlib.crc32(memoryview(data).cast("B"), check_crc(crc))
+
+
+def crc32_software(data, crc=0):
+    """CRC-32 by the table path (in this twin, zlib's)."""
+    return crc32(data, crc)
+
+
+def has_hw_crc32():
+    """Return True when CRC-32 runs on the CPU's carry-less multiply (never, in this twin)."""
+    return False

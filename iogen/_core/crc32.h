@@ -1,0 +1,166 @@
+/* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), the zip and zlib CRC: zlib.crc32's values.
+ *
+ * Two paths with the same results:
+ *  - software: slicing-by-8 tables (eight table lookups per 8 input bytes);
+ *  - hardware: carry-less multiplication (PCLMULQDQ), folding four 128-bit lanes over 64-byte
+ *    blocks, then one lane, then a Barrett reduction to 32 bits: Gopal et al., "Fast CRC
+ *    Computation for Generic Polynomials Using PCLMULQDQ Instruction", Intel, 2009, with the
+ *    bit-reflected constants of the Linux kernel's crc32-pclmul (x^(4*128+-32), x^(128+-32),
+ *    x^64 mod P, P and floor(x^64 / P), reflected). Compiled with a target attribute so the module
+ *    builds without -mpclmul, and chosen at run time only when the CPU has the instruction.
+ * The functions take and return the finished CRC (pre/post inversion included), as zlib.crc32:
+ * crc(b, crc(a)) == crc(a + b). iogen_crc32_init() must run once before any other call.
+ */
+#ifndef IOGEN_CRC32_H
+#define IOGEN_CRC32_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define IOGEN_CRC32_POLY 0xEDB88320u
+/* The hardware path folds whole 16-byte lanes and needs at least four of them. */
+#define IOGEN_CRC32_HW_MIN 64
+
+static uint32_t iogen_crc32_table[8][256];
+static int iogen_crc32_hw_ok = 0;
+
+static inline uint64_t iogen_crc32_load_le64(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* The raw register (no inversions) over n bytes. */
+static uint32_t iogen_crc32_sw_raw(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        c = iogen_crc32_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w = iogen_crc32_load_le64(p) ^ c;
+        c = iogen_crc32_table[7][w & 0xff] ^ iogen_crc32_table[6][(w >> 8) & 0xff]
+            ^ iogen_crc32_table[5][(w >> 16) & 0xff] ^ iogen_crc32_table[4][(w >> 24) & 0xff]
+            ^ iogen_crc32_table[3][(w >> 32) & 0xff] ^ iogen_crc32_table[2][(w >> 40) & 0xff]
+            ^ iogen_crc32_table[1][(w >> 48) & 0xff] ^ iogen_crc32_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = iogen_crc32_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+static uint32_t iogen_crc32_sw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return ~iogen_crc32_sw_raw(~crc, p, n);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define IOGEN_CRC32_HAVE_HW_CODE 1
+#include <emmintrin.h>
+#include <smmintrin.h>
+#include <wmmintrin.h>
+
+/* a.lo * k.lo xor a.hi * k.hi xor next: one lane folded 128 (or 512) bits forward onto next. */
+__attribute__((target("pclmul,sse4.1"), always_inline))
+static inline __m128i iogen_crc32_fold(__m128i a, __m128i k, __m128i next)
+{
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11)),
+                         next);
+}
+
+/* The raw register over n >= IOGEN_CRC32_HW_MIN bytes, n a multiple of 16. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t iogen_crc32_clmul_raw(uint32_t c, const unsigned char *p, size_t n)
+{
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly_mu = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)c));
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        x0 = iogen_crc32_fold(x0, k1k2, _mm_loadu_si128((const __m128i *)p));
+        x1 = iogen_crc32_fold(x1, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = iogen_crc32_fold(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = iogen_crc32_fold(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    x0 = iogen_crc32_fold(x0, k3k4, x1);
+    x0 = iogen_crc32_fold(x0, k3k4, x2);
+    x0 = iogen_crc32_fold(x0, k3k4, x3);
+    while (n >= 16) {
+        x0 = iogen_crc32_fold(x0, k3k4, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    /* 128 -> 64 bits (appending 32 zero bits), then 64 -> 32 by x^64 mod P. */
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), _mm_srli_si128(x0, 8));
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), _mm_srli_si128(x0, 4));
+    /* Barrett reduction, bit-reflected. */
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly_mu, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x0, t), 1);
+}
+
+static uint32_t iogen_crc32_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint32_t c = ~crc;
+    if (n >= IOGEN_CRC32_HW_MIN) {
+        size_t bulk = n & ~(size_t)15;
+        c = iogen_crc32_clmul_raw(c, p, bulk);
+        p += bulk;
+        n -= bulk;
+    }
+    return ~iogen_crc32_sw_raw(c, p, n);
+}
+
+static int iogen_cpu_has_pclmul(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("pclmul") != 0 && __builtin_cpu_supports("sse4.1") != 0;
+}
+#else
+#define IOGEN_CRC32_HAVE_HW_CODE 0
+static uint32_t iogen_crc32_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return iogen_crc32_sw(crc, p, n);
+}
+static int iogen_cpu_has_pclmul(void) { return 0; }
+#endif
+
+static void iogen_crc32_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1u) ? (c >> 1) ^ IOGEN_CRC32_POLY : c >> 1;
+        iogen_crc32_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = iogen_crc32_table[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = iogen_crc32_table[0][c & 0xff] ^ (c >> 8);
+            iogen_crc32_table[k][n] = c;
+        }
+    }
+    iogen_crc32_hw_ok = iogen_cpu_has_pclmul();
+}
+
+/* The dispatching entry point: carry-less multiply when the CPU has it, tables otherwise. */
+static inline uint32_t iogen_crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return iogen_crc32_hw_ok ? iogen_crc32_hw(crc, p, n) : iogen_crc32_sw(crc, p, n);
+}
+
+#endif
