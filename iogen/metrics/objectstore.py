@@ -89,10 +89,6 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None)
         block["checkpoint"] = merged[-2]
     if merged[-1]:  # local-tier checkpoints drained to the bucket (rank 0), superseded ones deleted
         block["checkpoint_drain"] = merged[-1]
-    streams = getattr(checkpointer, "stream_figures", None)  # s3torchconnector's per-object figures: rank 0's own
-    if streams:
-        block.setdefault("checkpoint", {}).update(streams)
-        block["checkpoint_client"] = "s3torchconnector"
     return block
 
 

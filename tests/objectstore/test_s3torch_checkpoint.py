@@ -118,3 +118,31 @@ def test_connector_refuses_a_local_tier_drain(s3, tmp_path, iogen_cmd):
     r = iogen_cmd("run", "llama3-8b", *_over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1,
                                                                "checkpoint.local_folder": str(tmp_path / "l")}))
     assert r.returncode == 2 and "checkpoint.local_folder" in r.stderr and "boto3" in r.stderr, r.stderr
+
+
+@pytest.mark.torch
+def test_training_checkpoints_through_the_connector(s3, tmp_path, iogen_cmd):
+    """Rank 0 streams model.model_size_bytes per checkpoint through S3Checkpoint.writer: the boto3
+    path's bytes (stamped parts), the newest kept (the delete through boto3)."""
+    pytest.importorskip("torch")
+    from .test_datagen_verify import s3_overrides
+
+    size = 12_000_000  # three parts of 5 MiB, the last shorter
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 2,
+                                                "workflow.checkpoint": True, "model.model_size_bytes": size,
+                                                "checkpoint.checkpoint_folder": "ck", "reader.data_loader": "pytorch",
+                                                "reader.read_threads": 1})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    r = iogen_cmd("run", "default", *over, "storage.s3_client=s3torchconnector")
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    events = doc["iogen"]["checkpoints"]
+    assert [e["path"] for e in events] == [f"s3://{s3.bucket}/pre/ck/default-epoch{e}-step0.ckpt" for e in (1, 2)]
+    block = doc["iogen"]["object_store"]
+    streams = block["checkpoint"]["put_object_stream"]
+    assert streams["objects"] == 2 and streams["bytes"] == 2 * size and "put" not in block["checkpoint"]
+    assert block["checkpoint"]["delete"]["requests"] == 1
+    mine = s3.client.get_object(Bucket=s3.bucket, Key="pre/ck/default-epoch2-step0.ckpt")["Body"].read()
+    r = iogen_cmd("run", "default", *over, "checkpoint.checkpoint_folder=ck-boto3")
+    assert r.returncode == 0, r.stderr
+    assert mine == s3.client.get_object(Bucket=s3.bucket, Key="pre/ck-boto3/default-epoch2-step0.ckpt")["Body"].read()
