@@ -327,48 +327,83 @@ def _cpu_since(before) -> tuple[float, float]:
     return now.ru_utime - before.ru_utime, now.ru_stime - before.ru_stime
 
 
+def _clear(folder) -> None:
+    """Remove every file a previous run left under folder, then flush the kernel's dirty pages: the
+    next contender pays neither for the other's write-back nor for deleting its files."""
+    for name in os.listdir(folder):
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    os.sync()
+
+
+def _plain_run(work, args) -> tuple[float, tuple[float, float]]:
+    """(seconds of the plain loop, (user s, system s) of its process)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    doc, _ = child(BASELINE_CODE, f"{work}/plain", args.files, args.file_bytes, args.threads)
+    return doc["s"], _cpu_since(r0)
+
+
+def _iogen_run(work, args) -> tuple[float, float, tuple[float, float]]:
+    """(seconds of the whole `iogen datagen` process, seconds it reports for generation, CPU)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([PY, "-m", "iogen", "datagen", "default", f"dataset.data_folder={work}/iogen",
+                           f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
+                           f"dataset.record_length_bytes={args.file_bytes}", "dataset.record_length_bytes_stdev=0",
+                           "dataset.num_files_eval=0", "--workers", str(args.threads), "--quiet"],
+                          check=True, capture_output=True, text=True)
+    whole_s = time.perf_counter() - t0
+    # its own report: "... written, ...; X GiB in S s": generation without interpreter and imports
+    gen_s = float(re.search(r" in ([\d.]+) s", proc.stdout).group(1))
+    return whole_s, gen_s, _cpu_since(r0)
+
+
 def bench_datagen(args) -> dict:
+    """Small-file generation: iogen datagen vs a plain create+write+rename loop, same threads.
+
+    Both contenders are treated alike: before each timed run the previous run's files are removed
+    and os.sync() flushes what is dirty (neither pays the other's write-back); the order
+    alternates per repetition (plain first in odd ones, iogen first in even ones).
+    """
     size = args.file_bytes
-    rates = {"iogen": [], "plain": [], "iogen_gen": []}
-    cpu = {"iogen": [], "plain": []}  # (user s, system s) of each writer process, from its rusage
-    for _ in range(args.reps):
-        work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
-        try:
-            subprocess.run(["sync"], check=True)
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            doc, _ = child(BASELINE_CODE, f"{work}/plain", args.files, size, args.threads)
-            cpu["plain"].append(_cpu_since(r0))
-            rates["plain"].append(args.files / doc["s"])
-            subprocess.run(["sync"], check=True)
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            proc = subprocess.run([PY, "-m", "iogen", "datagen", "default", f"dataset.data_folder={work}/iogen",
-                                   f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
-                                   f"dataset.record_length_bytes={size}", "dataset.record_length_bytes_stdev=0",
-                                   "dataset.num_files_eval=0", "--workers", str(args.threads), "--quiet"],
-                                  check=True, capture_output=True, text=True)
-            rates["iogen"].append(args.files / (time.perf_counter() - t0))
-            cpu["iogen"].append(_cpu_since(r0))
-            # its own report: "... written, ...; X GiB in S s": generation without interpreter and imports
-            rates["iogen_gen"].append(args.files / float(re.search(r" in ([\d.]+) s", proc.stdout).group(1)))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    it, pl = statistics.median(rates["iogen"]), statistics.median(rates["plain"])
-    gen = statistics.median(rates["iogen_gen"])
-    print(f"small-file generation: {args.files:,} files of {size:,} B, {args.threads} threads, "
-          f"median of {args.reps}; iogen = whole `iogen datagen` process (npz, content, CRCs, manifest)")
+    work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
+    reps = []
+    try:
+        for rep in range(args.reps):
+            order = ("plain", "iogen") if rep % 2 == 0 else ("iogen", "plain")
+            row = {"rep": rep + 1, "first": order[0]}
+            for who in order:
+                _clear(work)
+                row.setdefault("load_1min", os.getloadavg()[0])
+                if who == "plain":
+                    row["plain_s"], row["plain_cpu"] = _plain_run(work, args)
+                else:
+                    row["iogen_s"], row["iogen_gen_s"], row["iogen_cpu"] = _iogen_run(work, args)
+            reps.append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    n = args.files
+    print(f"small-file generation: {n:,} files of {size:,} B, {args.threads} threads, {args.reps} repetitions; "
+          f"iogen = whole `iogen datagen` process (interpreter, imports, config, npz, content, CRCs, "
+          f"manifest); before each timed run the previous files are removed and os.sync() called; "
+          f"the order alternates")
     print()
-    us = {k: (statistics.median(u for u, _ in v), statistics.median(s for _, s in v)) for k, v in cpu.items()}
-    print("| writer | files/s | ratio | CPU s, user + system (medians) |")
-    print("|---|---|---|---|")
-    print(f"| plain create+write+rename loop (same threads, one random buffer) | {pl:,.0f} | 1.00 | "
-          f"{us['plain'][0]:.2f} + {us['plain'][1]:.2f} |")
-    print(f"| iogen datagen, whole process (interpreter, imports, layout, manifest) | {it:,.0f} | {it / pl:.2f} | "
-          f"{us['iogen'][0]:.2f} + {us['iogen'][1]:.2f} |")
-    print(f"| iogen datagen, generation as it reports it (`... in S s`, 0.1 s resolution) | {gen:,.0f} | "
-          f"{gen / pl:.2f} | |")
+    print("| rep | first | load (1 min) | plain files/s | iogen files/s, whole process | ratio | iogen files/s, "
+          "generation as reported | ratio | CPU s user + system: plain / iogen |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in reps:
+        pl, it, gen = n / r["plain_s"], n / r["iogen_s"], n / r["iogen_gen_s"]
+        print(f"| {r['rep']} | {r['first']} | {r['load_1min']:.2f} | {pl:,.0f} | {it:,.0f} | {it / pl:.2f} | "
+              f"{gen:,.0f} | {gen / pl:.2f} | {r['plain_cpu'][0]:.2f} + {r['plain_cpu'][1]:.2f} / "
+              f"{r['iogen_cpu'][0]:.2f} + {r['iogen_cpu'][1]:.2f} |")
+    med = {k: statistics.median(n / r[k] for r in reps) for k in ("plain_s", "iogen_s", "iogen_gen_s")}
+    ratios = [r["plain_s"] / r["iogen_s"] for r in reps]
+    gen_ratios = [r["plain_s"] / r["iogen_gen_s"] for r in reps]
+    print(f"| median | | | {med['plain_s']:,.0f} | {med['iogen_s']:,.0f} | {statistics.median(ratios):.2f} | "
+          f"{med['iogen_gen_s']:,.0f} | {statistics.median(gen_ratios):.2f} | |")
     print()
-    return {"iogen_files_s": it, "iogen_generation_files_s": gen, "plain_files_s": pl}
+    return {"plain_files_s": med["plain_s"], "iogen_files_s": med["iogen_s"],
+            "iogen_generation_files_s": med["iogen_gen_s"], "ratio_median": statistics.median(ratios),
+            "ratios": ratios, "generation_ratios": gen_ratios}
 
 
 def plot(path, plan_rows, validate_rows, table_rows, reduce_rows) -> None:
