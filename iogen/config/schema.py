@@ -254,6 +254,9 @@ class Reader(Section):
     verify_checksums: bool = True
     # iogen: open and close the file for every sample read (map-style datasets), not once per run.
     reopen_files: bool = False
+    # iogen: the pytorch loader's dataset style through s3torchconnector (S3MapDataset or
+    # S3IterableDataset); other byte sources read map-style only (objectkeys.workload_problems).
+    pytorch_dataset: Literal["map", "iterable"] = "map"
 
 
 class Train(Section):
@@ -497,6 +500,12 @@ class Workload(Section):
                 "checkpoint would be written; set workflow.checkpoint=True or unset it"
             )
         problems += self._checkpoint_modes()
+        if rd.pytorch_dataset != "map" and self.storage.s3_client != "s3torchconnector":
+            problems.append(
+                f"reader.pytorch_dataset = {rd.pytorch_dataset!r} is implemented through s3torchconnector's "
+                "S3IterableDataset only: set storage.storage_type=s3 and storage.s3_client=s3torchconnector, or "
+                "reader.pytorch_dataset=map"
+            )
         if self.storage.storage_type == "s3":
             from ..objectkeys import workload_problems
 

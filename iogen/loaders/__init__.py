@@ -46,6 +46,11 @@ def get_loader(wl, layout, fmt, world) -> Loader:
         from .objects import ObjectLoader  # the native loader's plan over ranged GETs
 
         return ObjectLoader(wl, layout, fmt, world)
+    if getattr(getattr(wl, "storage", None), "s3_client", "boto3") == "s3torchconnector":
+        loader_class(wl.reader.data_loader)  # torch missing: the same message as without s3
+        from .s3torch import S3TorchLoader  # s3torchconnector's datasets as the byte source
+
+        return S3TorchLoader(wl, layout, fmt, world)
     return loader_class(wl.reader.data_loader)(wl, layout, fmt, world)
 
 

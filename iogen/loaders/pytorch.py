@@ -236,14 +236,7 @@ class PyTorchLoader(Loader):
         self.sampler = PlanSampler()
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
-        if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
-            from .objects import ObjectSampleReader  # the same byte source as the native object reads
-
-            reader = ObjectSampleReader(wl, layout, fmt)
-            self.index_figures, self.epoch_figures = reader.index_figures, []
-        else:
-            reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
-                                  reopen=bool(r.reopen_files))
+        reader = self.sample_reader(wl, layout, fmt)
         dataset = PlanDataset(reader, SampleShaper(fmt, resize),
                               layout.total_samples, ring_depth=prefetch_factor + 1)
         kwargs = {}
@@ -263,6 +256,22 @@ class PyTorchLoader(Loader):
                                          collate_fn=_first, pin_memory=bool(r.pin_memory), **kwargs)
         self._iter = None
 
+    def sample_reader(self, wl, layout, fmt):
+        """The byte source: files, or objects through boto3 (iogen/loaders/s3torch.py: s3torchconnector)."""
+        r = wl.reader
+        if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+            from .objects import ObjectSampleReader  # the same byte source as the native object reads
+
+            reader = ObjectSampleReader(wl, layout, fmt)
+            self.index_figures, self.epoch_figures = reader.index_figures, []
+            return reader
+        return SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
+                            reopen=bool(r.reopen_files))
+
+    def data_loader_for(self, plan, preprocess_ns):
+        """The DataLoader that reads this epoch: one for the loader's lifetime (the sampler carries the plan)."""
+        return self.dataloader
+
     def epoch(self, plan):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with torch tensors."""
         self.sampler.batches = plan.batches
@@ -270,7 +279,7 @@ class PyTorchLoader(Loader):
         self.sampler.preprocess_ns = None if pre is None else pre.reshape(plan.batches.shape)
         with warnings.catch_warnings():  # the same warning, again when workers start
             warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
-            self._iter = iter(self.dataloader)
+            self._iter = iter(self.data_loader_for(plan, self.sampler.preprocess_ns))
         it = self._iter
         figures = []
         for step in range(plan.steps):
@@ -283,10 +292,13 @@ class PyTorchLoader(Loader):
                 raise item.exception()
             ids, x, nbytes, requests = item
             if requests is not None:
+                from ..metrics.objectstore import merge_figures
+
+                index = requests.pop("index", None)  # a worker's indexing requests (iogen/loaders/objecttable.py)
+                if index:
+                    self.index_figures = merge_figures([self.index_figures, index])
                 figures.append(requests)
                 if step == plan.steps - 1:
-                    from ..metrics.objectstore import merge_figures
-
                     self.epoch_figures.append(merge_figures(figures))
             yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
 

@@ -87,7 +87,8 @@ def reads_lines(it: dict) -> list[str]:
         if get.get("requests"):
             lines.append(f"object store, epoch {ep['epoch']}: {get['requests']} GETs, {fmt_bytes(get['bytes'])}, "
                          f"latency p50 {lat['p50_ns'] / 1e6:.2f} ms, p99 {lat['p99_ns'] / 1e6:.2f} ms, "
-                         f"{get['retries']} retries, {get['throttled_503']} throttled (503)")
+                         + (f"{get['retries']} retries, {get['throttled_503']} throttled (503)"
+                            if get.get("retries") is not None else "retries and 503s not reported by the client"))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     if it.get("staging"):

@@ -1,0 +1,305 @@
+"""The pytorch loader reading through s3torchconnector's own datasets (`storage.s3_client: s3torchconnector`).
+
+The plan, batches, shuffles, sharding and step metrics are the pytorch loader's
+(iogen/loaders/pytorch.py); only the byte source differs: each sample's span inside its object
+(an NPZ row, a TFRecord frame, from the format's index) is read through an `S3Reader` that one
+of AWS's datasets hands out, with the range-based reader and no reader buffer
+(`S3ReaderConstructor.range_based(buffer_size=0)`): `seek(offset)` then one `readinto` of the
+span, one ranged GET issued by iogen (the connector's CRT client may split a GET larger than its
+part size, `reader.transfer_size`, into several HTTP requests).
+
+- `reader.pytorch_dataset: map` (default): an `S3MapDataset` over the split's objects; the
+  DataLoader's batch sampler is iogen's plan and a batch's samples are read from
+  `dataset[file]` readers (one reader per object and batch), `reader.read_threads` workers,
+  persistent, as with files.
+- `reader.pytorch_dataset: iterable`: an `S3IterableDataset` per worker and epoch, sharded by
+  iogen's plan (not by the connector's `enable_sharding`): worker w of W takes the plan's
+  batches w, w+W, ... (the DataLoader interleaves its workers round-robin, so batches arrive in
+  plan order) and its dataset lists, batch after batch, the objects each batch reads from.
+  The plan reaches the workers when they start, so they start every epoch
+  (`persistent_workers` off), as a DataLoader over an IterableDataset without persistent
+  workers does.
+
+Records are checked as on every other path (`loaders.objects.checked_spans`: TFRecord CRC-32C,
+then the payload framing). Where each sample lies comes from ObjectSampleReader's object table
+(iogen/loaders/objecttable.py: by arithmetic for fixed layouts, else its requests go through
+boto3 and are reported apart, `object_store.index`). Before any work the bucket, endpoint and
+credentials are checked through boto3 (`open_store`), then one connector request (a HEAD of the
+first object) checks that the connector reaches the same store.
+
+Figures: the connector exposes neither per-request HTTP status, retries, 503s nor the time to
+the first byte. What iogen measures around its own calls is reported: GETs (each `readinto`),
+HEADs (a reader from a dataset's `from_objects` knows no object size, so its first `seek` is a
+HEAD), bytes, and the total latency of each call; retries, throttled_503 and first-byte latency
+are null with the reason (`iogen.object_store.not_measured`).
+"""
+from __future__ import annotations
+
+import os
+import time
+from urllib.parse import urlsplit
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..errors import ConfigError, DataError
+from ..objectkeys import split_uri
+from ..objectstore import OpStats
+from .objects import ObjectSampleReader, checked_spans
+from .pytorch import PyTorchLoader, _first
+
+NOT_MEASURED = {
+    "retries": "s3torchconnector retries inside its CRT client and does not report them",
+    "throttled_503": "s3torchconnector does not expose the HTTP status of the responses it retried",
+    "first_byte_latency": "s3torchconnector's readinto returns when the whole range has arrived",
+}
+
+
+def connector_args(wl, store) -> dict:
+    """region, endpoint and S3ClientConfig for s3torchconnector, from the same storage keys as boto3's."""
+    from s3torchconnector import S3ClientConfig
+
+    st, rd = wl.storage, wl.reader
+    endpoint = st.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    client = store.client()
+    if endpoint is None:  # an endpoint from the AWS config file, as boto3 resolved it; AWS itself: none
+        resolved = client.meta.endpoint_url
+        if resolved and not (urlsplit(resolved).hostname or "").endswith("amazonaws.com"):
+            endpoint = resolved
+    region = st.region or client.meta.region_name
+    if not region:
+        raise ConfigError("storage.region: s3torchconnector needs a region; set storage.region or AWS_REGION")
+    if st.addressing_style == "auto":  # boto3's auto: path style for an endpoint other than AWS's
+        path_style = endpoint is not None and not (urlsplit(endpoint).hostname or "").endswith("amazonaws.com")
+    else:
+        path_style = st.addressing_style == "path"
+    config = {"force_path_style": path_style}
+    if rd.transfer_size:  # validated: 5 MiB .. 5 GiB with this client (objectkeys._s3_client_problems)
+        config["part_size"] = int(rd.transfer_size)
+    return {"region": region, "endpoint": endpoint, "s3client_config": S3ClientConfig(**config)}
+
+
+class _Figures:
+    """This process's connector calls (get: readinto, head: a reader's first seek), as OpStats."""
+
+    def __init__(self):
+        self.ops = {"get": OpStats(), "head": OpStats()}
+        self._ns = {"get": [], "head": []}
+
+    def count(self, op: str, nbytes: int, elapsed_ns: int) -> None:
+        s = self.ops[op]
+        s.requests += 1
+        s.bytes += int(nbytes)
+        self._ns[op].append(elapsed_ns)
+
+    def failed(self, op: str) -> None:
+        self.ops[op].errors += 1
+
+    def drain(self) -> dict:
+        out = {}
+        for op, s in self.ops.items():
+            if self._ns[op]:
+                s.total.record(np.array(self._ns[op], np.int64))
+            if s.requests or s.errors:
+                out[op] = s.to_dict()
+        self.ops, self._ns = {"get": OpStats(), "head": OpStats()}, {"get": [], "head": []}
+        return out
+
+
+def _connector_error(uri: str, exc, what: str, offset=None) -> DataError:
+    """A connector failure as exit 2 naming the object (the connector reports no HTTP status field)."""
+    text = " ".join(str(exc).split())
+    if "NoSuchKey" in text or "not found" in text.lower() or "404" in text:
+        return DataError(uri, f"{what} through s3torchconnector: the object does not exist (HTTP 404: {text})",
+                         offset)
+    return DataError(uri, f"{what} through s3torchconnector failed: {text}", offset)
+
+
+class ConnectorSampleReader(ObjectSampleReader):
+    """The framework SampleReader (`read(gids, alloc) -> BatchRead`) over s3torchconnector's readers.
+
+    Indexing and the object list are ObjectSampleReader's; `read` takes each object's S3Reader
+    from `open_object(file)`: the S3MapDataset's `dataset[file]` (map-style), or the next reader
+    of the worker's S3IterableDataset (iterable, set by PlanIterable for an epoch).
+    """
+
+    def __init__(self, wl, layout, fmt):
+        super().__init__(wl, layout, fmt)
+        self._args = connector_args(wl, self._store)
+        self._figures = _Figures()
+        self._map = None
+        self._stream = None  # an S3IterableDataset's iterator (iterable mode), with its URIs
+        self._check_connector()
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_map": None, "_stream": None}
+
+    def _constructor(self):
+        from s3torchconnector import S3ReaderConstructor
+
+        return S3ReaderConstructor.range_based(buffer_size=0)  # each readinto: one ranged GET of the span
+
+    def uris(self, files) -> list[str]:
+        """The URIs of objects by file index."""
+        return [self.layout.paths[int(f)] for f in files]
+
+    def map_dataset(self):
+        """This process's S3MapDataset over the split's objects (file i = object i)."""
+        if self._map is None:
+            from s3torchconnector import S3MapDataset
+
+            self._map = S3MapDataset.from_objects(self.uris(range(self.layout.num_files)),
+                                                  reader_constructor=self._constructor(), **self._args)
+        return self._map
+
+    def start_stream(self, files: list[int]) -> None:
+        """Iterable mode: the readers of `files`, in that order, come from one S3IterableDataset."""
+        from s3torchconnector import S3IterableDataset
+
+        uris = self.uris(files)
+        ds = S3IterableDataset.from_objects(uris, reader_constructor=self._constructor(), **self._args)
+        self._stream = (iter(ds), uris)
+
+    def open_object(self, f: int):
+        """The S3Reader of file f: from the map dataset, or the next one of the stream."""
+        if self._stream is None:
+            return self.map_dataset()[int(f)]
+        it, _ = self._stream
+        reader = next(it)
+        uri = self.layout.paths[int(f)]
+        if split_uri(uri) != (reader.bucket, reader.key):  # the stream and the plan must agree
+            raise RuntimeError(f"S3IterableDataset yielded s3://{reader.bucket}/{reader.key}, the plan reads {uri}")
+        return reader
+
+    def _check_connector(self) -> None:
+        """One HEAD through the connector before any work: the same store must answer it."""
+        from s3torchconnector import S3Exception
+
+        uri = self.layout.paths[0]
+        try:
+            self.map_dataset()[0].seek(0)
+        except S3Exception as exc:
+            where = self._args["endpoint"] or "the AWS default endpoint"
+            raise ConfigError(f"storage.s3_client = 's3torchconnector': a HEAD of {uri} at {where} through "
+                              f"s3torchconnector failed: {' '.join(str(exc).split())}") from None
+        finally:
+            self._map = None  # workers make their own
+
+    def _ranges(self, files, samples):
+        """(offsets, lengths) of the samples, from this process's object table (ObjectSampleReader's index)."""
+        self.store()  # this process's boto3 store and table: the index's requests, none for fixed layouts
+        table = self._table
+        if table.decoded(files):  # refused by the config check; a foreign object must not slip through
+            f = int(files[0])
+            raise DataError(self.layout.paths[f], "samples are not byte ranges (compressed?); "
+                                                  "storage.s3_client=s3torchconnector reads uncompressed samples")
+        return table.ranges(files, samples)
+
+    def drain(self) -> dict:
+        """This process's connector figures since the last drain; the index's (boto3) under "index"."""
+        figures = self._figures.drain()
+        index = super().drain().get("index")
+        if index:
+            figures["index"] = index
+        return figures
+
+    def read(self, gids, alloc=None):
+        """Read samples gids (in that order) into one buffer, each span by one readinto of a connector reader."""
+        from s3torchconnector import S3Exception
+
+        from .sampling import BatchRead
+
+        gids = np.asarray(gids, np.int64).reshape(-1)
+        files, samples = gids // self.samples_per_file, gids % self.samples_per_file
+        offs, lens = self._ranges(files, samples)
+        starts = np.zeros(lens.size, np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        total = int(lens.sum())
+        buf = alloc(total) if alloc is not None else np.empty(total, np.uint8)
+        mv = memoryview(buf).cast("B")
+        readers = {}
+        order = files.tolist()
+        for f in dict.fromkeys(order):  # one reader per object and batch, objects in first-use order
+            readers[f] = self.open_object(f)
+        fig, headed = self._figures, set()
+        for f, off, ln, st in zip(order, offs.tolist(), lens.tolist(), starts.tolist()):
+            uri, reader, op = self.layout.paths[f], readers[f], "get"
+            try:
+                if f not in headed:  # a fresh reader knows no size: its first seek is a HEAD
+                    op = "head"
+                    t0 = time.perf_counter_ns()
+                    reader.seek(off)
+                    fig.count("head", 0, time.perf_counter_ns() - t0)
+                    headed.add(f)
+                    op = "get"
+                else:
+                    reader.seek(off)
+                t0 = time.perf_counter_ns()
+                got = reader.readinto(mv[st:st + ln])
+                fig.count("get", got, time.perf_counter_ns() - t0)
+            except S3Exception as exc:
+                fig.failed(op)
+                if op == "head":
+                    raise _connector_error(uri, exc, "HEAD") from None
+                raise _connector_error(uri, exc, f"GET of bytes {off}-{off + ln - 1}", off) from None
+            if got != ln:
+                raise DataError(uri, f"object ends before byte {off + ln} (s3torchconnector returned {got} of {ln} "
+                                     "bytes); truncated?", off + got)
+        pstarts, plens = checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
+        return BatchRead(buf, pstarts, plens, total)
+
+
+class PlanIterable(IterableDataset):
+    """An epoch's plan as an IterableDataset: worker w reads batches w, w+W, ... through an S3IterableDataset."""
+
+    def __init__(self, dataset, batches: np.ndarray, preprocess_ns):
+        self.dataset = dataset  # the loader's PlanDataset: the same batch read, shaping and shared ring
+        self.batches = batches
+        self.preprocess_ns = preprocess_ns
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        mine = range(w, len(self.batches), n)
+        files = []
+        spf = self.dataset.reader.samples_per_file
+        for k in mine:  # the objects of each batch, in first-use order: the worker's S3IterableDataset
+            files += dict.fromkeys((self.batches[k] // spf).tolist())
+        self.dataset.reader.start_stream(files)
+        for k in mine:
+            task = self.batches[k] if self.preprocess_ns is None else np.stack((self.batches[k],
+                                                                               self.preprocess_ns[k]))
+            yield self.dataset.__getitems__(task)
+
+
+class S3TorchLoader(PyTorchLoader):
+    """The pytorch loader with s3torchconnector's datasets as the byte source (see the module doc)."""
+
+    name = "pytorch"
+
+    def sample_reader(self, wl, layout, fmt):
+        reader = ConnectorSampleReader(wl, layout, fmt)
+        self.index_figures, self.epoch_figures = reader.index_figures, []
+        self.object_client = "s3torchconnector"
+        return reader
+
+    def __init__(self, wl, layout, fmt, world):
+        super().__init__(wl, layout, fmt, world)
+        self.iterable = wl.reader.pytorch_dataset == "iterable"
+
+    def data_loader_for(self, plan, preprocess_ns):
+        """Map-style: the loader's DataLoader. Iterable: a DataLoader over this epoch's PlanIterable
+        (its workers start for the epoch; the previous epoch's are stopped first)."""
+        base = self.dataloader
+        if not self.iterable:
+            return base
+        shutdown = getattr(self._iter, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        kwargs = {}
+        if self.workers > 0:
+            kwargs = {"prefetch_factor": base.prefetch_factor, "multiprocessing_context": base.multiprocessing_context,
+                      "timeout": base.timeout, "worker_init_fn": base.worker_init_fn}
+        return DataLoader(PlanIterable(base.dataset, plan.batches, preprocess_ns), batch_size=None,
+                          num_workers=self.workers, collate_fn=_first, pin_memory=base.pin_memory, **kwargs)
