@@ -72,12 +72,24 @@ CHECKPOINT_METRICS = (
 )
 
 
+# What a checkpoint run keeps for campaigns and `iogen compare`: CHECKPOINT_METRICS, the GiB/s
+# figures beside the GB/s ones, and (not a metric: what makes two runs comparable) the job's bytes
+# per checkpoint of each phase.
+CHECKPOINT_RUN_KEYS = tuple(key for key, _, _ in CHECKPOINT_METRICS) + (
+    "save_checkpoint_io_mean_GiB_per_second", "load_checkpoint_io_mean_GiB_per_second")
+CHECKPOINT_SIZE_KEYS = ("write_bytes_per_checkpoint", "read_bytes_per_checkpoint")
+
+
 def checkpoint_values(doc: dict) -> dict | None:
-    """A checkpoint run's figures for a campaign (None for a training run)."""
+    """A checkpoint run's figures for a campaign or a comparison (None for a training run)."""
     if doc.get("kind") != "checkpoint":
         return None
     metric = doc.get("metric") or {}
-    return {key: metric.get(key) for key, _, _ in CHECKPOINT_METRICS}
+    ck = (doc.get("iogen") or {}).get("checkpoint") or {}
+    out = {key: metric.get(key) for key in CHECKPOINT_RUN_KEYS}
+    for key, phase in zip(CHECKPOINT_SIZE_KEYS, ("write", "read")):
+        out[key] = (ck.get(phase) or {}).get("bytes_per_checkpoint")
+    return out
 
 
 def checkpoint_series(doc: dict) -> dict | None:

@@ -183,7 +183,8 @@ def _step_log_entry(run_dir: str, interval_s: float | None) -> dict:
     }
 
 
-def _values(entry) -> _stats.RunValues:
+def entry_values(entry) -> _stats.RunValues:
+    """A report.json run entry back into the RunValues it was made from (campaigns, `iogen compare`)."""
     return _stats.RunValues(
         label=entry["label"], path=entry["run_dir"], warmup=entry["warmup"], complete=entry["complete"],
         au_percentage=entry["au_percentage"], throughput_samples_s=entry["throughput_samples_s"],
@@ -217,7 +218,7 @@ def build_report(paths, *, reduction: str = "mean", latency: bool = True, interv
     run_dirs = find_run_dirs(paths)
     runs = [load_run(d, latency=latency, interval_s=interval_s) for d in run_dirs]
     _unique_labels(runs)
-    stats = _stats.campaign_stats([_values(r) for r in runs], reduction)
+    stats = _stats.campaign_stats([entry_values(r) for r in runs], reduction)
     camp = stats.to_dict()
     measured = [r for r in runs if not r["warmup"] and r["complete"] and r["wait_histogram"]]
     if measured:

@@ -2,14 +2,18 @@
 
 Each side is a run folder, a campaign folder, a folder of run folders, or a report.json written
 by `iogen report` (a small file a CI job can keep as its baseline). Warm-ups and incomplete
-runs are left out. The gate metric is one of throughput (samples/s), au (AU %) or io (MiB/s);
-higher is better for all three, and the threshold is relative to the baseline mean.
+runs are left out. The gate metric is one of throughput (samples/s), au (AU %) or io (MiB/s)
+for training runs, and for checkpoint-only runs MLPerf Storage's checkpoint figures from
+summary.json (mean over checkpoints of each checkpoint's GiB/s or duration: ckpt-write,
+ckpt-read, ckpt-write-s, ckpt-read-s). The threshold is relative to the baseline mean; a
+slowdown is a lower value, or for a duration a higher one.
 
 Decision (docs/reports.md):
 - both sides have >= 2 runs: Welch's t-test (unequal variances; scipy.stats.ttest_ind's figures,
   computed with iogen.metrics.tdist, numpy only) of
   H0: mean(candidate) >= (1 - threshold) x mean(baseline) against H1: it is lower, run on the
-  candidate values and the baseline values scaled by (1 - threshold). A regression is reported
+  candidate values and the baseline values scaled by (1 - threshold) (for a duration:
+  H1: mean(candidate) > (1 + threshold) x mean(baseline)). A regression is reported
   (exit 1) when p < alpha (0.05): the candidate is slower than the baseline by more than the
   threshold with 95% confidence. If neither side varies at all, the comparison is exact.
 - one side has a single run: no variance can be estimated, so the plain rule applies: a
@@ -27,15 +31,34 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics.campaign import METRICS, RunValues, config_differences, run_values_from_summary
+from ..metrics.checkpoint import CHECKPOINT_SIZE_KEYS
 from ..metrics.tdist import t_cdf, t_quantile
 from ..errors import DataError
 from .text import fmt_num, table
 
 __all__ = ["ALPHA", "GATE_METRICS", "Comparison", "Side", "compare", "load_side", "render_comparison"]
 
-GATE_METRICS = {"throughput": "throughput_samples_s", "au": "au_percentage", "io": "io_mib_s"}
-_UNITS = {key: unit for key, _, unit in METRICS}
-_NAMES = {key: name for key, name, _ in METRICS}
+# MLPerf Storage's checkpoint figures (summary.json `metric` of a checkpoint-only run, mean over its
+# checkpoints; iogen.metrics.checkpoint): key, name, unit, higher is better
+CHECKPOINT_COMPARED = (
+    ("save_checkpoint_io_mean_GiB_per_second", "checkpoint write", "GiB/s", True),
+    ("save_checkpoint_duration_mean_seconds", "checkpoint write duration", "s", False),
+    ("load_checkpoint_io_mean_GiB_per_second", "checkpoint read", "GiB/s", True),
+    ("load_checkpoint_duration_mean_seconds", "checkpoint read duration", "s", False),
+)
+# every metric compare reports: key, name, unit, decimals, higher is better
+COMPARED = tuple((key, name, unit, 2 if key == "au_percentage" else 1, True) for key, name, unit in METRICS) + tuple(
+    (key, name, unit, 3, higher) for key, name, unit, higher in CHECKPOINT_COMPARED)
+GATE_METRICS = {"throughput": "throughput_samples_s", "au": "au_percentage", "io": "io_mib_s",
+                "ckpt-write": "save_checkpoint_io_mean_GiB_per_second",
+                "ckpt-read": "load_checkpoint_io_mean_GiB_per_second",
+                "ckpt-write-s": "save_checkpoint_duration_mean_seconds",
+                "ckpt-read-s": "load_checkpoint_duration_mean_seconds"}
+_UNITS = {key: unit for key, _, unit, _, _ in COMPARED}
+_NAMES = {key: name for key, name, _, _, _ in COMPARED}
+_DIGITS = {key: digits for key, _, _, digits, _ in COMPARED}
+_HIGHER = {key: higher for key, _, _, _, higher in COMPARED}
+_TRAINING = {key for key, _, _ in METRICS}
 ALPHA = 0.05
 
 
@@ -57,7 +80,8 @@ class Side:
 def _side_from_runs(path, runs: list[RunValues]) -> Side:
     used = [r for r in runs if not r.warmup and r.complete]
     left = [r.label for r in runs if r.warmup or not r.complete]
-    values = {key: [r.value(key) for r in used] for key, _, _ in METRICS}
+    values = {key: [r.value(key) if key in _TRAINING else (r.checkpoint or {}).get(key) for r in used]
+              for key, _, _, _, _ in COMPARED}
     return Side(path, [r.label for r in used], values, left, used)
 
 
@@ -71,10 +95,9 @@ def load_side(path) -> Side:
         except ValueError as exc:
             raise DataError(path, f"not valid JSON: {exc}") from None
         if doc.get("format") == "iogen report":
-            runs = [RunValues(r["label"], r["run_dir"], r["warmup"], r["complete"], r["au_percentage"],
-                              r["throughput_samples_s"], r["io_mib_s"], r["au_met"], r["au_threshold_percentage"],
-                              setup=r.get("setup"), reads_source=(r.get("reads_from") or {}).get("source"))
-                    for r in doc.get("runs", [])]
+            from .aggregate import entry_values
+
+            runs = [entry_values(r) for r in doc.get("runs", [])]
         elif "metric" in doc and "iogen" in doc:  # a summary.json
             runs = [run_values_from_summary(doc, os.path.dirname(path))]
         else:
@@ -138,7 +161,7 @@ def _welch(b, c):
     vb, vc = np.var(b, ddof=1) / len(b), np.var(c, ddof=1) / len(c)
     se = math.sqrt(vb + vc)
     df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1)) if se > 0.0 else math.inf
-    return float(c.mean() - b.mean()), se, df
+    return float(c.mean() - b.mean()), se, float(df)
 
 
 def _welch_change_ci(b, c):
@@ -154,34 +177,54 @@ def welch_p_less(c, b) -> float:
     """One-sided Welch t-test p-value of H1: mean(c) < mean(b) (scipy's ttest_ind(c, b, equal_var=False,
     alternative="less")), with iogen's own Student-t CDF for Welch's non-integer df (iogen.metrics.tdist)."""
     d, se, df = _welch(b, c)
-    return t_cdf(d / se, df)
+    return float(t_cdf(d / se, float(df)))
+
+
+# What checkpoint-only runs (no iogen.setup) must share to be compared, besides what the setup holds
+_RUN_FACTS = (
+    ("run kind", lambda r: "checkpoint-only" if r.checkpoint is not None else "training"),
+    ("ranks", lambda r: r.num_accelerators if r.checkpoint is not None else None),
+    *((key, lambda r, key=key: (r.checkpoint or {}).get(key)) for key in CHECKPOINT_SIZE_KEYS),
+)
 
 
 def side_differences(baseline: Side, candidate: Side) -> list[str]:
-    """Configuration keys on which the two sides' runs differ (format, loader, dataset, ranks, compute, ...)."""
+    """Configuration keys on which the two sides' runs differ (format, loader, dataset, ranks, compute, ...;
+    for checkpoint-only runs: ranks and the bytes of a checkpoint)."""
     runs = [dataclasses.replace(r, label=f"{name} {r.label}")
             for name, side in (("baseline", baseline), ("candidate", candidate)) for r in side.runs]
-    return config_differences(runs)
+    out = config_differences(runs)
+    for key, get in _RUN_FACTS:
+        groups: dict[str, list[str]] = {}
+        for r in runs:
+            if get(r) is not None:  # not recorded (or no such phase): compared on nothing
+                groups.setdefault(str(get(r)), []).append(r.label)
+        if len(groups) > 1:
+            out.append(f"{key}: " + " vs ".join(f"{v} ({', '.join(labels)})" for v, labels in groups.items()))
+    return out
 
 
-def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", threshold_pct: float = 5.0,
+def compare(baseline: Side, candidate: Side, *, metric: str | None = None, threshold_pct: float = 5.0,
             alpha: float = ALPHA, force: bool = False) -> Comparison:
     """Decide whether the candidate is slower than the baseline beyond threshold_pct, with confidence.
 
     Runs of different configurations measure different things: DataError (exit 2) naming the
     differences, unless `force`, when the comparison is made and the differences are reported.
+    metric None: throughput for training runs, checkpoint write GiB/s (read GiB/s for read-only
+    runs) for checkpoint-only runs.
     """
     differ = side_differences(baseline, candidate)
     if differ and not force:
         raise DataError(candidate.path, "baseline and candidate differ in configuration: " + "; ".join(differ)
                         + " (compare them anyway with --force)")
+    metric = default_metric(baseline) if metric is None else metric
     if metric not in GATE_METRICS:
         raise ValueError(f"metric must be one of {', '.join(GATE_METRICS)}, got {metric!r}")
     if not 0.0 <= threshold_pct < 100.0:
         raise ValueError(f"threshold must be a percentage in [0, 100), got {threshold_pct}")
     key = GATE_METRICS[metric]
     b, c = _gate_series(baseline, candidate, key)
-    method, regression, p_value, ci, why = _decide(b, c, threshold_pct, alpha)
+    method, regression, p_value, ci, why = _decide(b, c, threshold_pct, alpha, _HIGHER[key])
     verdict = _verdict(key, (c.mean() - b.mean()) / b.mean() * 100.0, threshold_pct, alpha, method, regression)
     return Comparison(metric=key, threshold_pct=threshold_pct, baseline=baseline, candidate=candidate,
                       rows=_metric_rows(baseline, candidate, key), method=method, p_value=p_value,
@@ -189,17 +232,30 @@ def compare(baseline: Side, candidate: Side, *, metric: str = "throughput", thre
                       config_differences=differ)
 
 
+def default_metric(side: Side) -> str:
+    """The gate metric when none is named: throughput, or for checkpoint-only runs their write (else read) GiB/s."""
+    if len(side.series("throughput_samples_s")) == 0:
+        for name in ("ckpt-write", "ckpt-read"):
+            if len(side.series(GATE_METRICS[name])):
+                return name
+    return "throughput"
+
+
 def _metric_rows(baseline: Side, candidate: Side, key: str) -> list[dict]:
-    """One row per reported metric: both sides' means and stdevs and the change; `gate` marks key."""
+    """One row per metric either side has (training or checkpoint): means, stdevs, the change; `gate` marks key."""
     rows = []
-    for k, _, _ in METRICS:
+    for k, _, _, _, higher in COMPARED:
         b, c = baseline.series(k), candidate.series(k)
+        if k != key and len(b) == 0 and len(c) == 0 and k not in _TRAINING:
+            continue  # checkpoint figures of training runs: nothing to show
         bm = float(b.mean()) if len(b) else None
         cm = float(c.mean()) if len(c) else None
         change = (cm - bm) / bm * 100.0 if bm and cm is not None else None
-        rows.append({"key": k, "gate": k == key, "baseline_n": len(b), "candidate_n": len(c),
-                     "baseline_mean": bm, "candidate_mean": cm, "baseline_stdev": _stdev(b),
+        rows.append({"key": k, "gate": k == key, "higher_is_better": higher, "baseline_n": len(b),
+                     "candidate_n": len(c), "baseline_mean": bm, "candidate_mean": cm, "baseline_stdev": _stdev(b),
                      "candidate_stdev": _stdev(c), "change_percentage": change})
+    if all(r["baseline_n"] == r["candidate_n"] == 0 for r in rows if r["key"] in _TRAINING):
+        rows = [r for r in rows if r["key"] not in _TRAINING]  # checkpoint-only runs: no training figures
     return rows
 
 
@@ -215,41 +271,50 @@ def _gate_series(baseline: Side, candidate: Side, key: str):
     return b, c
 
 
-def _decide(b, c, threshold_pct: float, alpha: float):
-    """(method, regression, p_value, change interval, why): is mean(c) below (1 - threshold) x mean(b)?"""
-    floor = (1.0 - threshold_pct / 100.0) * float(b.mean())
+def _decide(b, c, threshold_pct: float, alpha: float, higher: bool = True):
+    """(method, regression, p_value, change interval, why): is mean(c) below (1 - threshold) x mean(b)?
+
+    For a metric where lower is better (a duration): is mean(c) above (1 + threshold) x mean(b)?
+    """
+    factor = 1.0 - threshold_pct / 100.0 if higher else 1.0 + threshold_pct / 100.0
+    limit = factor * float(b.mean())
     thr = f"{threshold_pct:g}%"
+    side, beyond = ("-", "below") if higher else ("+", "above")
+    bound = f"(1 {side} {thr}) x baseline"
+    worse = bool(c.mean() < limit) if higher else bool(c.mean() > limit)
     if len(b) < 2 or len(c) < 2:
-        regression = bool(c.mean() < floor)
-        return "threshold", regression, None, None, (
+        return "threshold", worse, None, None, (
             f"single run on {'both sides' if len(b) == len(c) == 1 else 'one side'}: no variance to test, "
-            f"plain threshold on the values (candidate {'below' if regression else 'not below'} "
-            f"(1 - {thr}) x baseline); no statistical confidence")
+            f"plain threshold on the values (candidate {beyond if worse else 'not ' + beyond} "
+            f"{bound}); no statistical confidence")
     ci = _welch_change_ci(b, c)
     if np.ptp(b) == 0 and np.ptp(c) == 0:
-        regression = bool(c.mean() < floor)
-        return "exact", regression, None, ci, (
+        return "exact", worse, None, ci, (
             "neither side varies, so the means are compared exactly: candidate "
-            f"{'below' if regression else 'not below'} (1 - {thr}) x baseline")
-    p_value = welch_p_less(c, b * (1.0 - threshold_pct / 100.0))
-    regression = p_value < alpha
+            f"{beyond if worse else 'not ' + beyond} {bound}")
+    # H1 "candidate worse than the scaled baseline", one-sided: mean(c) < limit, or mean(c) > limit
+    p_value = welch_p_less(c, b * factor) if higher else welch_p_less(b * factor, c)
+    regression = bool(p_value < alpha)
     return "welch", regression, p_value, ci, (
-        f"Welch t-test, H1: candidate mean < (1 - {thr}) x baseline mean: p = {p_value:.4g} "
-        f"{'<' if regression else '>='} {alpha:g}")
+        f"Welch t-test, H1: candidate mean {'<' if higher else '>'} (1 {side} {thr}) x baseline mean: "
+        f"p = {p_value:.4g} {'<' if regression else '>='} {alpha:g}")
 
 
 def _verdict(key: str, change: float, threshold_pct: float, alpha: float, method: str, regression: bool) -> str:
     """The decision's first line."""
     thr = f"{threshold_pct:g}%"
+    worse_by = -change if _HIGHER[key] else change  # how much worse the candidate is, in %
+    direction = "below" if _HIGHER[key] else "above"
     if regression:
-        verdict = f"REGRESSION: candidate {_NAMES[key]} is {fmt_num(-change, 2)}% below the baseline, beyond {thr}"
+        verdict = (f"REGRESSION: candidate {_NAMES[key]} is {fmt_num(worse_by, 2)}% {direction} the baseline, "
+                   f"beyond {thr}")
         if method == "welch":
             verdict += f" with {100 * (1 - alpha):g}% confidence"
         return verdict
-    if change < -threshold_pct:
-        return (f"no regression established: candidate is {fmt_num(-change, 2)}% slower, but not beyond {thr} "
-                f"with {100 * (1 - alpha):g}% confidence")
-    return f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold -{thr})"
+    if worse_by > threshold_pct:
+        return (f"no regression established: candidate is {fmt_num(worse_by, 2)}% "
+                f"{'slower' if _HIGHER[key] else 'longer'}, but not beyond {thr} with {100 * (1 - alpha):g}% confidence")
+    return f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold {'-' if _HIGHER[key] else '+'}{thr})"
 
 
 def render_comparison(cmp: Comparison) -> str:
@@ -267,7 +332,7 @@ def render_comparison(cmp: Comparison) -> str:
     lines.append("")
     rows = []
     for r in cmp.rows:
-        d = 2 if r["key"] == "au_percentage" else 1
+        d = _DIGITS[r["key"]]
         rows.append([
             ("* " if r["gate"] else "  ") + f"{_NAMES[r['key']]} ({_UNITS[r['key']]})",
             fmt_num(r["baseline_mean"], d), fmt_num(r["baseline_stdev"], d),
@@ -276,6 +341,8 @@ def render_comparison(cmp: Comparison) -> str:
         ])
     lines.append(table(["metric", "baseline mean", "stdev", "candidate mean", "stdev", "change"], rows))
     lines.append("* gate metric; stdev: sample (n - 1), n/a for a single run")
+    if any(not r["higher_is_better"] for r in cmp.rows):
+        lines.append("durations (s): lower is better; MLPerf Storage's checkpoint figures are means over checkpoints")
     if cmp.change_ci_pct is not None:
         lo, hi = cmp.change_ci_pct
         lines.append(f"95% interval of the change (Welch): {fmt_num(lo, 2, signed=True)}% .. {fmt_num(hi, 2, signed=True)}%")
