@@ -6,7 +6,13 @@ ObjectCheckpointIO (what `iogen run` uses: parts stamped and framed from reused 
 bytes copy per part, every request counted; restore by ranged GETs into reused buffers) and a
 plain loop (the same objects and part size: create_multipart_upload / upload_part of slices of
 prepared bytes / complete, or one put_object; reads: ranged get_object of the same parts,
-Body.read(), from a ThreadPoolExecutor). Without --endpoint a local moto server is started (a
+Body.read(), from a ThreadPoolExecutor). With s3torchconnector installed, two more: iogen through
+ConnectorCheckpointIO (`storage.s3_client: s3torchconnector`: S3Checkpoint.writer per object fed
+with the same stamped parts, restore by the connector's unbuffered range reader into reused
+buffers) and a plain S3Checkpoint loop (the same objects, the same part size, --threads objects
+at once from a ThreadPoolExecutor: writer(uri).write() of part-sized slices of prepared bytes,
+close(); reads: the same range reader, readinto a buffer per thread). Each object is one stream
+in both, so at most min(--threads, files) objects move at once. Without --endpoint a local moto server is started (a
 test server in Python: absolute figures mean nothing; the ratios are the figures).
 
     .venv/bin/python bench/objectstore_checkpoint_only.py --hidden 512 --threads 4 --reps 3
@@ -14,9 +20,11 @@ test server in Python: absolute figures mean nothing; the ratios are the figures
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-mib", type=int, default=4, help="checkpoint.transfer_size")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-connector", action="store_true", help="leave out the s3torchconnector contenders")
     args = ap.parse_args(argv)
     with s3_endpoint(args.endpoint) as (endpoint, moto):
         return _bench(args, endpoint, moto=moto)
@@ -122,15 +131,20 @@ def _bench(args, endpoint, moto: bool) -> int:
         assert got == total
         return time.perf_counter() - t0
 
+    pairs = [(("iw", iogen_write), ("pw", plain_write)), (("ir", iogen_read), ("pr", plain_read))]
+    connector = None
+    if not args.no_connector and importlib.util.find_spec("s3torchconnector"):
+        connector = _connector_contenders(wl, files, bucket, args.threads, content, pool)
+        pairs += connector
     io.prepare_write()
-    iogen_write(), plain_write(), iogen_read(), plain_read()  # warm-up: clients, connections
-    res = {k: [] for k in ("iw", "pw", "ir", "pr")}
+    for pair in pairs:  # warm-up: clients, connections
+        for _, fn in pair:
+            fn()
+    res = {k: [] for pair in pairs for k, _ in pair}
     for rep in range(args.reps):  # the order alternates, so neither always follows the other
-        order = [("iw", iogen_write), ("pw", plain_write), ("ir", iogen_read), ("pr", plain_read)]
-        if rep % 2:
-            order = [order[1], order[0], order[3], order[2]]
-        for key, fn in order:
-            res[key].append(fn())
+        for pair in pairs:
+            for key, fn in (pair if rep % 2 == 0 else pair[::-1]):
+                res[key].append(fn())
     io.close()
     pool.shutdown()
     med = {k: statistics.median(v) for k, v in res.items()}
@@ -144,9 +158,85 @@ def _bench(args, endpoint, moto: bool) -> int:
     print("|---|---:|---:|")
     print(f"| iogen ObjectCheckpointIO | {mib / med['iw']:.1f} | {mib / med['ir']:.1f} |")
     print(f"| plain boto3 loop | {mib / med['pw']:.1f} | {mib / med['pr']:.1f} |")
+    if connector:
+        print(f"| iogen ConnectorCheckpointIO (s3torchconnector) | {mib / med['cw']:.1f} | {mib / med['cr']:.1f} |")
+        print(f"| plain S3Checkpoint loop | {mib / med['qw']:.1f} | {mib / med['qr']:.1f} |")
+    else:
+        print("| s3torchconnector contenders | not measured (not installed, or --no-connector) | |")
     print()
     print(f"ratio iogen / baseline (throughput): write {med['pw'] / med['iw']:.2f}x, read {med['pr'] / med['ir']:.2f}x")
+    if connector:
+        print(f"ratio iogen / baseline through s3torchconnector: write {med['qw'] / med['cw']:.2f}x, "
+              f"read {med['qr'] / med['cr']:.2f}x")
     return 0
+
+
+def _connector_contenders(wl, files, bucket, threads, content, pool):
+    """(write pair, read pair) through s3torchconnector: iogen's ConnectorCheckpointIO, a plain S3Checkpoint loop."""
+    import numpy as np
+    from s3torchconnector import S3ReaderConstructor
+
+    from iogen.checkpoint.s3torch import ConnectorCheckpointIO, open_connector
+
+    cio = ConnectorCheckpointIO(wl, threads=threads, transfer_bytes=wl.checkpoint.transfer_size, seed=1,
+                                read_threads=threads)
+    part = cio.part_bytes
+    s3 = open_connector(wl, part)  # the plain loop's own S3Checkpoint: same endpoint, part size, path style
+    sizes = [lay.size_bytes for lay in files.layouts]
+    total = sum(sizes)
+    unbuffered = S3ReaderConstructor.range_based(buffer_size=0)
+    local = threading.local()
+    n = [0]
+    cio.prepare_write()
+
+    def iogen_write() -> float:
+        n[0] += 1
+        uris = files.paths(f"s3://{bucket}/ck-s3tc", n[0])
+        t0 = time.perf_counter()
+        cio.write_files(list(zip(uris, files.layouts)), stamp=n[0] << 20 | 1)
+        return time.perf_counter() - t0
+
+    def iogen_read() -> float:
+        uris = files.paths(f"s3://{bucket}/ck-s3tc", n[0])
+        t0 = time.perf_counter()
+        assert cio.read_files(list(zip(uris, sizes))) == total
+        return time.perf_counter() - t0
+
+    uris = [f"s3://{bucket}/plain-s3tc/{name}" for name in files.names]
+
+    def plain_write() -> float:
+        def one(item):
+            uri, size = item
+            with s3.writer(uri) as w:
+                for off in range(0, size, part):
+                    w.write(content[off:min(size, off + part)])
+            return size
+
+        t0 = time.perf_counter()
+        assert sum(pool.map(one, zip(uris, sizes))) == total
+        return time.perf_counter() - t0
+
+    def plain_read() -> float:
+        def one(item):
+            uri, size = item
+            buf = getattr(local, "buf", None)
+            if buf is None:
+                buf = local.buf = memoryview(np.empty(part, np.uint8))
+            bucket_, _, key = uri[5:].partition("/")
+            r = s3._client.get_object(bucket_, key, reader_constructor=unbuffered)
+            got = 0
+            while got < size:
+                m = r.readinto(buf[:min(part, size - got)])
+                if not m:
+                    break
+                got += m
+            return got
+
+        t0 = time.perf_counter()
+        assert sum(pool.map(one, zip(uris, sizes))) == total
+        return time.perf_counter() - t0
+
+    return [(("cw", iogen_write), ("qw", plain_write)), (("cr", iogen_read), ("qr", plain_read))]
 
 
 if __name__ == "__main__":
