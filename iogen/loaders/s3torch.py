@@ -31,7 +31,7 @@ Figures: the connector exposes neither per-request HTTP status, retries, 503s no
 the first byte. What iogen measures around its own calls is reported: GETs (each `readinto`),
 HEADs (a reader from a dataset's `from_objects` knows no object size, so its first `seek` is a
 HEAD), bytes, and the total latency of each call; retries, throttled_503 and first-byte latency
-are null with the reason (`iogen.object_store.not_measured`).
+are null with the reason (`iogen.object_store.not_measured`, metrics/objectstore.py).
 """
 from __future__ import annotations
 
@@ -48,13 +48,6 @@ from ..objectkeys import split_uri
 from ..objectstore import OpStats
 from .objects import ObjectSampleReader, checked_spans
 from .pytorch import PyTorchLoader, _first
-
-NOT_MEASURED = {
-    "retries": "s3torchconnector retries inside its CRT client and does not report them",
-    "throttled_503": "s3torchconnector does not expose the HTTP status of the responses it retried",
-    "first_byte_latency": "s3torchconnector's readinto returns when the whole range has arrived",
-}
-
 
 def connector_args(wl, store) -> dict:
     """region, endpoint and S3ClientConfig for s3torchconnector, from the same storage keys as boto3's."""

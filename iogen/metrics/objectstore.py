@@ -92,13 +92,18 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None)
     return block
 
 
+CONNECTOR_READS_NOT_MEASURED = {
+    "retries": "s3torchconnector retries inside its CRT client and does not report them",
+    "throttled_503": "s3torchconnector does not expose the HTTP status of the responses it retried",
+    "first_byte_latency": "s3torchconnector's readinto returns when the whole range has arrived",
+}
+
+
 def _connector_reads(block: dict) -> None:
     """The pytorch loader through s3torchconnector (iogen/loaders/s3torch.py): retries, 503s and
     the first byte are not exposed by the connector: null, with the reason under `not_measured`."""
-    from ..loaders.s3torch import NOT_MEASURED
-
     block["index_client"] = "boto3"
-    block["not_measured"] = dict(NOT_MEASURED)
+    block["not_measured"] = dict(CONNECTOR_READS_NOT_MEASURED)
     for ep in block["train_epochs"] + block["eval_epochs"]:
         for op in OPS:
             if op in ep:
