@@ -28,7 +28,13 @@ cdef extern from "crc32.h" nogil:
     uint32_t iogen_crc32_sw(uint32_t crc, const unsigned char *p, size_t n)
     int iogen_crc32_hw_ok
 
+cdef extern from "fill_words.h" nogil:
+    void iogen_fill_words_init()
+    void iogen_fill_words(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
+    int iogen_fill_avx512_ok
+
 iogen_crc32_init()
+iogen_fill_words_init()
 
 __all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32"]
 
@@ -67,7 +73,7 @@ cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t 
     cdef uint64_t block = offset_bytes >> 3
     cdef int64_t skip = <int64_t>(offset_bytes & 7)
     cdef int64_t pos = 0
-    cdef int64_t head
+    cdef int64_t head, nwords
     cdef unsigned char part[8]
     if nbytes <= 0:
         return
@@ -80,10 +86,11 @@ cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t 
         memcpy(dst, part + skip, <size_t>head)
         pos = head
         block += 1
-    while pos + 8 <= nbytes:
-        store_le64(dst + pos, word(block, key))
-        pos += 8
-        block += 1
+    # the whole words: fill_words.h (AVX-512 where the CPU has it; the same values as word())
+    nwords = (nbytes - pos) >> 3
+    iogen_fill_words(dst + pos, block, <size_t>nwords, key)
+    pos += nwords * 8
+    block += <uint64_t>nwords
     if pos < nbytes:
         store_le64(part, word(block, key))
         memcpy(dst + pos, part, <size_t>(nbytes - pos))
@@ -155,3 +162,13 @@ def crc32_software(data, crc=0):
 def has_hw_crc32():
     """Return True when CRC-32 runs on the CPU's carry-less multiply (PCLMULQDQ)."""
     return bool(iogen_crc32_hw_ok)
+
+
+def _use_vector_fill(enabled):
+    """Tests: choose the AVX-512 (when the CPU has it) or the scalar word loop; return the old choice."""
+    global iogen_fill_avx512_ok
+    old = bool(iogen_fill_avx512_ok)
+    iogen_fill_words_init()
+    if not enabled:
+        iogen_fill_avx512_ok = 0
+    return old

@@ -145,3 +145,15 @@ def test_crc32_rejects_a_continuation_out_of_range(core, bad):
 def test_hardware_crc32_is_reported(cython_core, python_core):
     assert python_core.fill.has_hw_crc32() is False
     assert cython_core.fill.has_hw_crc32() in (True, False)
+
+
+@pytest.mark.parametrize("nbytes", [0, 7, 8, 63, 64, 65, 8 * 17 + 5, 112_640])
+@pytest.mark.parametrize("offset_bytes", [0, 3, 8 * 9])
+def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, offset_bytes):
+    """The compiled fill's AVX-512 loop (where the CPU has it) and its scalar loop: the same bytes."""
+    old = cython_core.fill._use_vector_fill(False)
+    try:
+        scalar = filled(cython_core, nbytes, 42, 7, offset_bytes)
+    finally:
+        cython_core.fill._use_vector_fill(old)
+    assert np.array_equal(filled(cython_core, nbytes, 42, 7, offset_bytes), scalar)
