@@ -26,7 +26,7 @@ import numpy as np
 from .._core._common import FRAME_FOOTER_BYTES, FRAME_HEADER_BYTES, FRAME_OVERHEAD_BYTES, MASK_DELTA
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text,
-                   fill_random, file_size_or_error, payload_chunks)
+                   fill_random, file_size_or_error, is_fileobj, payload_chunks, read_at, source_name, source_size)
 from .checksum import crc32c, crc_combine
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix, image_span
 
@@ -270,6 +270,8 @@ class TFRecordFormat(Format):
 
     def _scan(self, path) -> tuple[np.ndarray, np.ndarray, int]:
         """(data offsets, data lengths, file size) from the framing; errors name path and offset."""
+        if is_fileobj(path):
+            return self._scan_headers(path)
         size = file_size_or_error(path)
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -279,6 +281,35 @@ class TFRecordFormat(Format):
         finally:
             os.close(fd)
         return np.asarray(offsets, np.int64), np.asarray(lengths, np.int64), size
+
+    @staticmethod
+    def _scan_headers(fobj):
+        """_scan of a file object (a remote object): one read of each frame's header, in order."""
+        tf, name, size = _tf(), source_name(fobj), source_size(fobj)
+        offsets, lengths = [], []
+        pos = 0
+        while pos < size:
+            if size - pos < HEADER_BYTES:
+                raise DataError(name, "truncated record header", pos)
+            header = read_at(fobj, name, pos, HEADER_BYTES)
+            length, length_crc = struct.unpack("<QI", header)
+            if tf.masked_crc32c(header[:8]) != length_crc:
+                raise DataError(name, "record length CRC mismatch", pos)
+            if length > size - pos - FRAME_OVERHEAD:
+                raise DataError(name, f"record of {length} bytes cut short (truncated?)", pos)
+            offsets.append(pos + HEADER_BYTES)
+            lengths.append(length)
+            pos += FRAME_OVERHEAD + length
+        return np.array(offsets, np.int64), np.array(lengths, np.int64), size
+
+    def fixed_index(self, num_samples, record_bytes):
+        """Plain files of iogen's records: every frame holds the same Example bytes around an image
+        of record_bytes, so frame i starts at i * frame bytes."""
+        if not self.byte_addressable:
+            return None
+        n, rb = int(num_samples), int(record_bytes)
+        frame = FRAME_OVERHEAD + len(image_example_prefix(rb, rb)) + rb
+        return FileIndex(np.arange(n, dtype=np.int64) * frame, np.full(n, frame, np.int64), "tfrecord", n * frame)
 
     def index_file(self, path):
         """Whole frames (header, data, data CRC): see FileIndex; None for gzip files."""
@@ -294,10 +325,23 @@ class TFRecordFormat(Format):
         with a valid CRC and crashes on 2**60. Plain files: the index scan (headers only);
         gzip files: the decompressed stream's headers, the data skipped, not kept.
         """
+        return self.count_frames(path)[0]
+
+    def count_frames(self, path) -> tuple[int, int]:
+        """(records, offset where the last one ends: the file's size, or in a gzip file the
+        decompressed stream's), the whole framing checked as count_records does."""
         if self.byte_addressable:
-            return int(self._scan(path)[0].size)
+            offsets, _, size = self._scan(path)
+            return int(offsets.size), int(size)
         file_size_or_error(path)
-        return sum(1 for _ in self._frames_gzip(path))
+        # streamed whatever the file's size: a small file of compressible records may inflate to GiBs
+        frames, records = self._frames_gzip(path, stream=True), 0
+        while True:
+            try:
+                next(frames)
+            except StopIteration as end:  # the generator returns the stream's end offset
+                return records, int(end.value)
+            records += 1
 
     # -- the payload: the `image` feature's bytes ---------------------------------------------
 
@@ -359,10 +403,23 @@ class TFRecordFormat(Format):
     # -- decoding ---------------------------------------------------------------------------
 
     def read_samples(self, path, sample_ids):
-        """Each asked record's data (a serialized tf.train.Example) as bytes, CRC-checked."""
-        file_size_or_error(path)
+        """Each asked record's data (a serialized tf.train.Example) as bytes, CRC-checked.
+
+        path may be a file object (a remote object): a gzip one is read whole, in order."""
+        source_size(path)
         if self.compression == "gzip":
             return self._read_gzip(path, sample_ids)
+        if is_fileobj(path):
+            index = self.index_file(path)
+            ids = check_sample_ids(path.name, sample_ids, len(index))
+            out = []
+            for i in ids:
+                start, n = int(index.offsets[i]), int(index.lengths[i])
+                raw = read_at(path, path.name, start, n)
+                if self.check_read(np.frombuffer(raw, np.uint8), [0], [n]) >= 0:
+                    raise DataError(path.name, f"record {i}: data CRC mismatch", start)
+                out.append(raw[HEADER_BYTES:n - FOOTER_BYTES])
+            return out
         offsets, lengths = self._cached_index(path)
         ids = check_sample_ids(path, sample_ids, offsets.size)
         tf = _tf()
@@ -383,12 +440,22 @@ class TFRecordFormat(Format):
         return out
 
     @staticmethod
-    def _gunzipped(path):
-        """A readable decompressed stream: inflated in one GIL-free call when the file is small."""
-        if os.stat(path).st_size > _INFLATE_WHOLE_BYTES:
+    def _gunzipped(path, stream: bool = False):
+        """A readable decompressed stream: inflated in one GIL-free call when the file is small.
+
+        stream: always decompressed as read (memory bounded by the reads, not by the file).
+        A file object (a remote object) is read from its start to its end, as tf.data's zlib
+        stream reader reads a gzip file: it cannot start anywhere else."""
+        if stream or source_size(path) > _INFLATE_WHOLE_BYTES:
+            if is_fileobj(path):  # read in the object's parts, not gzip's small reads
+                return gzip.GzipFile(fileobj=io.BufferedReader(path, getattr(path, "part_bytes", CHUNK_BYTES)))
             return gzip.open(path, "rb")
-        with open(path, "rb") as f:
-            raw = f.read()
+        if is_fileobj(path):
+            path.seek(0)
+            raw = path.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
         parts = []
         while raw:  # a gzip file may hold several members back to back
             z = zlib.decompressobj(zlib.MAX_WBITS | 16)
@@ -398,54 +465,59 @@ class TFRecordFormat(Format):
             raw = z.unused_data
         return io.BytesIO(b"".join(parts))
 
-    def _frames_gzip(self, path, want=None, check_all=False):
-        """Yield (record number, decompressed frame offset, data or None) streaming a gzip file."""
+    def _frames_gzip(self, path, want=None, check_all=False, stream=False):
+        """Yield (record number, decompressed frame offset, data or None) streaming a gzip file.
+
+        stream: never inflate the whole file at once (_gunzipped); data not kept is skipped in
+        CHUNK_BYTES reads, so memory stays bounded whatever the file holds."""
         tf = _tf()
+        name = source_name(path)
         pos = 0
         last = max(want) if want else None
         try:
-            with self._gunzipped(path) as f:
+            with self._gunzipped(path, stream) as f:
                 i = 0
                 while last is None or i <= last:
                     header = f.read(HEADER_BYTES)
                     if not header:
-                        return
+                        return pos  # the decompressed stream's end
                     if len(header) < HEADER_BYTES:
-                        raise DataError(path, "truncated record header (in the decompressed stream)", pos)
+                        raise DataError(name, "truncated record header (in the decompressed stream)", pos)
                     length, length_crc = struct.unpack("<QI", header)
                     if tf.masked_crc32c(header[:8]) != length_crc:
-                        raise DataError(path, "record length CRC mismatch (in the decompressed stream)", pos)
+                        raise DataError(name, "record length CRC mismatch (in the decompressed stream)", pos)
                     keep = check_all or (want is not None and i in want)
                     if keep:
                         raw = _read_upto(f, length + FOOTER_BYTES)
                         if len(raw) != length + FOOTER_BYTES:
-                            raise DataError(path, "truncated record (in the decompressed stream)", pos)
+                            raise DataError(name, "truncated record (in the decompressed stream)", pos)
                         data = raw[:length]
                         if tf.masked_crc32c(data) != struct.unpack_from("<I", raw, length)[0]:
-                            raise DataError(path, f"record {i}: data CRC mismatch (in the decompressed stream)", pos)
+                            raise DataError(name, f"record {i}: data CRC mismatch (in the decompressed stream)", pos)
                     else:
                         data, left = None, length + FOOTER_BYTES
                         while left:
                             got = len(f.read(min(left, CHUNK_BYTES)))
                             if not got:
-                                raise DataError(path, "truncated record (in the decompressed stream)", pos)
+                                raise DataError(name, "truncated record (in the decompressed stream)", pos)
                             left -= got
                     yield i, pos, data
                     pos += FRAME_OVERHEAD + length
                     i += 1
         except (EOFError, OSError, zlib.error) as exc:
-            raise DataError(path, f"gzip stream is corrupt or cut short ({exc}); decompressed "
+            raise DataError(name, f"gzip stream is corrupt or cut short ({exc}); decompressed "
                                   f"offset {pos}", pos) from None
 
     def _read_gzip(self, path, sample_ids):
+        name = source_name(path)
         ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
         if ids.size and ids.min() < 0:
-            raise DataError(path, f"sample {int(ids.min())} asked for")
+            raise DataError(name, f"sample {int(ids.min())} asked for")
         want = set(int(i) for i in ids)
         found = {i: data for i, _, data in self._frames_gzip(path, want) if i in want}
         missing = want - set(found)
         if missing:
-            raise DataError(path, f"sample {min(missing)} asked for, the file holds {len(found) and max(found) + 1 or 0}"
+            raise DataError(name, f"sample {min(missing)} asked for, the file holds {len(found) and max(found) + 1 or 0}"
                                   " or fewer records")
         return [found[int(i)] for i in ids]
 

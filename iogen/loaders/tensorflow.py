@@ -84,12 +84,13 @@ class TensorFlowLoader(Loader):
         self._order = None  # ids in the order the pipeline delivers them, when known up front
         self._errors = []
         self._errors_lock = threading.Lock()
-        # file -> ((size, mtime_ns), records) of the files whose framing iogen checked. Plain files
-        # only: tf.data's zlib stream reader fails cleanly on a bad length (DataLossError, tested),
-        # and checking a compressed file means inflating it, a second read of the whole dataset;
-        # compressed files are read `take(count)` per file and a short one is named afterwards.
+        # file -> ((size, mtime_ns), records) of the files whose framing iogen checked, plain and
+        # gzip alike: tf.data's zlib reader fails cleanly on a bad length, but it ends a short file
+        # silently, found only after that epoch's reads. A gzip file is checked by decompressing
+        # it as a stream (formats.tfrecord.count_records: headers parsed, data skipped, memory
+        # bounded), once per file version, before tf.data reads it.
         self._framed = {}
-        self._prescan = self.stream and not self.compression
+        self._prescan = self.stream
         if self._prescan and layout.num_files <= PREINDEX_MAX_FILES:
             # bad data found before the run, as native does (a node-local staged copy: its files)
             present = getattr(layout, "staged_files", None)
@@ -114,9 +115,10 @@ class TensorFlowLoader(Loader):
             known = self._framed.get(f)
             if known is not None and known[0] == version:
                 continue
-            records = self.fmt.count_records(path)
-            if records < spf:
-                raise DataError(path, f"holds {records} records, the workload reads {spf} from it")
+            records, end = self.fmt.count_frames(path)
+            if records < spf:  # the offset: where the first missing record would start
+                stream = " (in the decompressed stream)" if self.compression else ""
+                raise DataError(path, f"holds {records} records, the workload reads {spf} from it{stream}", end)
             self._framed[f] = (version, records)
 
     # -- reading through SampleReader (every format) -------------------------------------
@@ -297,8 +299,12 @@ class TensorFlowLoader(Loader):
             # Drop the iterator now, so its prefetch and parallel-read threads stop: a traceback
             # holding this frame would otherwise keep the pipeline reading in the background.
             it = None
-            if hasattr(self, "epoch_figures"):  # object storage: this epoch's requests
-                self.epoch_figures.append(self.reader.drain())
+            if hasattr(self, "epoch_figures"):  # object storage: this epoch's requests, indexing apart
+                from ..metrics.objectstore import merge_figures
+
+                figures = self.reader.drain()
+                self.index_figures = merge_figures([self.index_figures, figures.pop("index", None)])
+                self.epoch_figures.append(figures)
 
     def _short(self, plan, what: str) -> Exception:
         """Fewer records than the plan reads: the file that changed since it was checked, or the folder."""
@@ -312,7 +318,7 @@ class TensorFlowLoader(Loader):
                 return DataError(path, "data file is missing (generate it with `iogen datagen`)")
             if known is not None and known[0] != (st.st_size, st.st_mtime_ns):
                 return DataError(path, f"file changed during the run: {what} (epoch {plan.epoch})")
-        for f in files:  # not checked before the run (compressed): count each file's records now
+        for f in files:  # not checked before the epoch (a dataset too large to pre-index): count now
             path, spf = self.layout.paths[f], self.layout.samples_per_file
             records = self.fmt.count_records(path)
             if records < spf:

@@ -131,3 +131,31 @@ def test_truncated_gzip_is_a_data_error(tmp_path):
         fmt.read_samples(path, [4])
     assert err.value.path == str(path) and err.value.offset is not None
     assert fmt.check_file(path, 5, 300)
+
+
+def test_count_frames_of_gzip_streams_in_bounded_memory(tmp_path):
+    """A small gzip file of compressible records inflates to far more than it holds: counted as a stream."""
+    import tracemalloc
+
+    from iogen.core import tfrecord
+
+    fmt = make_format("tfrecord", samples_per_file=4, compression="gzip")
+    data = bytes(16 << 20)  # 16 MiB of zeros per record: 64 MiB decompressed, ~65 KiB compressed
+    frame = tfrecord.frame(data)
+    path = tmp_path / "zeros.tfrecord.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for _ in range(4):
+            f.write(frame)
+    assert path.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        assert fmt.count_frames(path) == (4, 4 * len(frame))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # not the 64 MiB stream, nor one 16 MiB record
+    # cut inside its compressed bytes: the error names the file and the decompressed offset
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError) as err:
+        fmt.count_frames(path)
+    assert err.value.path == str(path) and err.value.offset is not None

@@ -246,6 +246,31 @@ def test_damaged_framing_is_refused_before_tfdata_reads_it(datasets, lt, tmp_pat
         assert info.value.offset == 0
 
 
+@pytest.mark.parametrize("how", ["len60", "len63", "cut", "droplast", "empty"])
+def test_damaged_gzip_framing_is_refused_before_tfdata_reads_it(datasets, lt, tmp_path, how):
+    """gzip files are checked as plain ones are: streamed before the run, named with the decompressed offset."""
+    import gzip
+
+    wl = _own_copy(datasets, lt, tmp_path, "gzip")
+    layout, fmt = lt.parts(wl)
+    victim = layout.paths[2]
+    lt.damage_tfrecord(victim, how)
+    with pytest.raises(DataError) as info:
+        get_loader(wl, layout, fmt, SingleWorld())
+    assert info.value.path == victim and "decompressed stream" in str(info.value)
+    if how.startswith("len"):
+        assert info.value.offset == 0  # record 0's length runs past the stream's end
+        return
+    spf = layout.samples_per_file
+    with open(victim, "rb") as f:
+        end = len(gzip.decompress(f.read()))
+    with open(layout.paths[0], "rb") as f:
+        frame = len(gzip.decompress(f.read())) // spf
+    # a short file: named at the offset where its first missing record would start, the stream's end
+    assert info.value.offset == end
+    assert f"holds {end // frame} records, the workload reads {spf} from it" in str(info.value)
+
+
 @pytest.mark.parametrize("sample_shuffle", ["off", "seed"])
 @pytest.mark.parametrize("how", ["len60", "len63", "cut", "droplast", "empty"])
 def test_damaged_gzip_tfrecord_fails_the_epoch_naming_the_file(datasets, lt, tmp_path, how, sample_shuffle):
