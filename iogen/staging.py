@@ -73,6 +73,7 @@ class StageReport:
     created: list = field(default_factory=list)  # files this invocation wrote (removed at the end)
     created_dirs: list = field(default_factory=list)
     layouts_files: list = field(default_factory=list)  # (source layout, file indices) staged
+    object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
 
     @property
     def copy_s(self) -> float:
@@ -96,35 +97,54 @@ def check_config(wl) -> None:
     if not st.folder:
         problems.append("staging.folder: workflow.stage_data is on but no staging folder is set "
                         "(a node-local path, e.g. /local/nvme/iogen; `{node}` is replaced by the node name)")
-    else:
+    elif wl.storage.storage_type != "s3":  # with s3, data_folder is a key prefix: no local path to overlap
         data = os.path.realpath(wl.dataset.data_folder)
         local = os.path.realpath(staging_folder(st.folder, "node"))
         if local == data or local.startswith(data + os.sep) or data.startswith(local + os.sep):
             problems.append(f"staging.folder = {st.folder!r}: must not be, contain or lie inside "
                             f"dataset.data_folder ({wl.dataset.data_folder!r})")
+    if wl.storage.storage_type == "s3" and st.odirect_read:
+        problems.append("staging.odirect_read = True applies to a file source; with storage.storage_type s3 the "
+                        "source is a bucket (ranged GETs): set it to False")
     if st.transfer_size % ALIGN:
         problems.append(f"staging.transfer_size = {st.transfer_size}: must be a multiple of {ALIGN} bytes")
     if problems:
         raise ConfigError(problems)
 
 
-def plan_jobs(layouts_files, folder: str) -> list[CopyJob]:
+def plan_jobs(layouts_files, folder: str, objects: dict | None = None) -> list[CopyJob]:
     """Copy jobs for (source layout, file indices) pairs into `folder`, same relative paths.
 
     Where the split has a manifest, each job carries the file's CRC-32C from it, so a copy of a
-    file whose bytes changed since generation is caught (exit 2 naming the source).
+    file whose bytes changed since generation is caught (exit 2 naming the source). From a
+    bucket, `objects` holds each split's manifest object's bytes (by layout folder); it also
+    gives each object's size (checked against every GET's Content-Range as it is staged).
     """
-    from .manifest import read_manifest
+    import json
+
+    from .manifest import MANIFEST_NAME, read_manifest
 
     jobs = []
     for layout, files in layouts_files:
         dst_split = f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}"
-        manifest = read_manifest(layout) or {}
-        crcs = {e.get("file"): e.get("crc32c") for e in manifest.get("files", [])}
+        if objects is None:
+            manifest = read_manifest(layout) or {}
+        else:
+            try:
+                manifest = json.loads(objects[layout.folder] or b"")
+                manifest["files"][0:0]
+            except (ValueError, TypeError, KeyError):
+                raise DataError(f"{layout.folder}/{MANIFEST_NAME}", "no manifest object, or not an iogen manifest: "
+                                "generate the dataset with `iogen datagen`") from None
+        entries = {e.get("file"): e for e in manifest.get("files", [])}
         for f in files:
             src = layout.paths[int(f)]
             rel = src[len(layout.folder) + 1:]
-            jobs.append(CopyJob(src, f"{dst_split}/{rel}", 0, crcs.get(rel)))
+            entry = entries.get(rel, {})
+            if objects is not None and "size_bytes" not in entry:
+                raise DataError(src, "the manifest object does not list this object (regenerate the dataset with "
+                                     "`iogen datagen`)")
+            jobs.append(CopyJob(src, f"{dst_split}/{rel}", int(entry.get("size_bytes", 0)), entry.get("crc32c")))
     return jobs
 
 
@@ -167,23 +187,38 @@ def _manifest_pairs(layouts, folder: str):
         yield src, f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}/{MANIFEST_NAME}"
 
 
-def _same_file(a: str, b: str) -> bool:
+def _read_bytes(path: str, store=None) -> bytes | None:
+    """A small file's bytes (an object's with a store), or None when it cannot be read."""
+    if store is not None:
+        return store.get_bytes(path)
     try:
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            return fa.read() == fb.read()
+        with open(path, "rb") as f:
+            return f.read()
     except OSError:
-        return False
+        return None
 
 
 def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
-    """The stager's work: copy (or reuse) the node's files into report.folder."""
+    """The stager's work: copy (or reuse) the node's files into report.folder.
+
+    With storage_type s3 the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py),
+    their request figures kept in report.object_figures.
+    """
     st = wl.staging
-    jobs = plan_jobs(layouts_files, report.folder)
-    _stat_sources(jobs)
-    manifests = [(s, d) for s, d in _manifest_pairs([lay for lay, _ in layouts_files], report.folder)
-                 if os.path.exists(s)]
+    store = None
+    if wl.storage.storage_type == "s3":
+        from .objectstore import ObjectStore
+
+        store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked when the data was
+    layouts = [lay for lay, _ in layouts_files]
+    sources = {lay.folder: _read_bytes(s, store) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
+    jobs = plan_jobs(layouts_files, report.folder, sources if store is not None else None)
+    if store is None:
+        _stat_sources(jobs)
+    manifests = [(sources[lay.folder], d) for lay, (_, d) in zip(layouts, _manifest_pairs(layouts, report.folder))
+                 if sources[lay.folder] is not None]
     todo = jobs
-    if st.reuse and all(_same_file(s, d) for s, d in manifests):
+    if st.reuse and all(_read_bytes(d) == data for data, d in manifests):
         todo = []
         for job in jobs:
             try:
@@ -208,16 +243,24 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
             progress(copied[0], len(todo), copied[1], total, (time.monotonic_ns() - t0_ns) / 1e9)
 
     try:
-        copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
-                   direct_write=st.odirect_write, done=done, what="the staged copy")
-        for src, dst in manifests:
-            if not _same_file(src, dst):
-                with open(src, "rb") as f:
-                    write_atomic(dst, f.read(), what="the staged manifest")
+        if store is not None:
+            from .objectcopy import download_objects
+
+            download_objects(store, todo, st.threads, st.transfer_size, direct_write=st.odirect_write, done=done,
+                             what="the staged copy")
+        else:
+            copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
+                       direct_write=st.odirect_write, done=done, what="the staged copy")
+        for data, dst in manifests:
+            if _read_bytes(dst) != data:
+                write_atomic(dst, data, what="the staged manifest")
                 report.created.append(dst)
     except BaseException:
         remove_staged(report)
         raise
+    finally:
+        if store is not None:
+            report.object_figures = store.drain()
     report.files, report.bytes = copied
 
 
@@ -260,6 +303,26 @@ def staged_layout(layout, folder: str, files=None):
     return staged
 
 
+def staged_workload(wl):
+    """The workload as the loaders see it once the data is staged: storage is local files (from a
+    bucket too: every loader reads the staged copies, never an object)."""
+    if wl.storage.storage_type != "s3":
+        return wl
+    storage = wl.storage.model_copy(update={"storage_type": "local_fs", "s3_client": "boto3"})
+    return wl.model_copy(update={"storage": storage})
+
+
+def node_files(world, mine: list) -> list:
+    """Per layout, the sorted union of the file indices of every rank on this node (a collective).
+
+    The node's ranks send their lists to its lowest rank, which sends the union back: no rank
+    receives another node's lists, and the node's share, not the job's, crosses its ranks.
+    """
+    on_node = world.node_gather_obj(mine)
+    return world.node_bcast(None if on_node is None else
+                            [np.unique(np.concatenate([r[i] for r in on_node])) for i in range(len(mine))])
+
+
 def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageReport, list]:
     """Stage the run's data on every node; return this rank's report and the staged layouts.
 
@@ -275,12 +338,8 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     folder = staging_folder(st.folder, node)
     phases = ["train", "eval"][:len(layouts)]
     if st.scope == "node":
-        # The node's ranks send their files to the stager, which sends the union back: no rank
-        # receives another node's lists.
-        mine = [run_files(wl, layout, world, seed, phase) for layout, phase in zip(layouts, phases)]
-        on_node = world.node_gather_obj(mine)
-        files = world.node_bcast(None if on_node is None else
-                                 [np.unique(np.concatenate([r[i] for r in on_node])) for i in range(len(layouts))])
+        files = node_files(world, [run_files(wl, layout, world, seed, phase)
+                                   for layout, phase in zip(layouts, phases)])
     else:
         files = [np.arange(layout.num_files) for layout in layouts]
     report = StageReport(node, stager, folder, st.scope)

@@ -12,7 +12,7 @@ from ..histogram import LatencyHistogram
 from ..steplog import PHASE_TRAIN
 from .epoch import window_bounds
 
-__all__ = ["wait_histograms", "window_mask"]
+__all__ = ["reduce_histograms", "wait_histograms", "window_mask"]
 
 
 def window_mask(rows, exclude_start_steps: int = 1, exclude_end_steps: int = 0) -> np.ndarray:
@@ -48,3 +48,33 @@ def wait_histograms(logs, phase: int = PHASE_TRAIN, exclude_start_steps: int = 1
             h.record(wait[rows["epoch"] == epoch])
     per_epoch = dict(sorted(per_epoch.items()))
     return per_epoch, LatencyHistogram.merged(per_epoch.values())
+
+
+def reduce_histograms(world, hists) -> list | None:
+    """Histogram i of every rank merged into one, for each i, on rank 0 (None elsewhere); exact.
+
+    A collective: every rank passes the same number of histograms. Only the span of buckets
+    some rank used crosses ranks (found by one small max allreduce), with the sums, then the
+    max and min: three reductions of O(histograms x span) per rank, whatever the world size.
+    """
+    if not hists:
+        return [] if world.rank == 0 else None
+    used = [np.flatnonzero(h.counts) for h in hists]
+    lo = min((int(u[0]) for u in used if u.size), default=len(hists[0].counts))
+    hi = max((int(u[-1]) for u in used if u.size), default=-1)
+    neg_lo, hi = (int(v) for v in world.allreduce_array(np.array([-lo, hi], np.int64), "max"))
+    span = slice(-neg_lo, max(hi + 1, -neg_lo))
+    big = np.iinfo(np.int64).max
+    sums = world.reduce_array(np.array([np.r_[h.counts[span], h.sum_ns] for h in hists], np.int64), "sum")
+    # empty histograms hold max_ns = min_ns = -1: as min, stand for +inf (negated, for one max reduction)
+    ext = world.reduce_array(np.array([[h.max_ns, -(big if h.min_ns < 0 else h.min_ns)] for h in hists],
+                                      np.int64), "max")
+    if world.rank != 0:
+        return None
+    out = []
+    for row, (max_ns, neg_min) in zip(sums, ext):
+        counts = np.zeros(len(hists[0].counts), np.int64)
+        counts[span] = row[:-1]
+        out.append(LatencyHistogram(counts, max_ns=int(max_ns), min_ns=-1 if -neg_min == big else int(-neg_min),
+                                    sum_ns=int(row[-1])))
+    return out
