@@ -77,20 +77,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     total = sum(sizes)
     content = np.random.default_rng(3).integers(0, 256, max(sizes), dtype=np.uint8).tobytes()
     pool = ThreadPoolExecutor(args.threads)
-    n = [0]
-
-    def iogen_write() -> float:
-        n[0] += 1
-        uris = files.paths(f"s3://{bucket}/ck", n[0])
-        t0 = time.perf_counter()
-        io.write_files(list(zip(uris, files.layouts)), stamp=n[0] << 20 | 1)
-        return time.perf_counter() - t0
-
-    def iogen_read() -> float:
-        uris = files.paths(f"s3://{bucket}/ck", n[0])
-        t0 = time.perf_counter()
-        assert io.read_files(list(zip(uris, sizes))) == total
-        return time.perf_counter() - t0
+    iogen_write, iogen_read = _iogen_timers(io, files, f"s3://{bucket}/ck")
 
     def plain_write() -> float:
         keys = [f"plain/{name}" for name in files.names]
@@ -171,6 +158,27 @@ def _bench(args, endpoint, moto: bool) -> int:
     return 0
 
 
+def _iogen_timers(io, files, folder):
+    """(write, read) timers of an iogen checkpoint IO: each write a new checkpoint, each read the newest."""
+    n = [0]
+    sizes = [lay.size_bytes for lay in files.layouts]
+
+    def write() -> float:
+        n[0] += 1
+        uris = files.paths(folder, n[0])
+        t0 = time.perf_counter()
+        io.write_files(list(zip(uris, files.layouts)), stamp=n[0] << 20 | 1)
+        return time.perf_counter() - t0
+
+    def read() -> float:
+        uris = files.paths(folder, n[0])
+        t0 = time.perf_counter()
+        assert io.read_files(list(zip(uris, sizes))) == sum(sizes)
+        return time.perf_counter() - t0
+
+    return write, read
+
+
 def _connector_contenders(wl, files, bucket, threads, content, pool):
     """(write pair, read pair) through s3torchconnector: iogen's ConnectorCheckpointIO, a plain S3Checkpoint loop."""
     import numpy as np
@@ -186,21 +194,8 @@ def _connector_contenders(wl, files, bucket, threads, content, pool):
     total = sum(sizes)
     unbuffered = S3ReaderConstructor.range_based(buffer_size=0)
     local = threading.local()
-    n = [0]
     cio.prepare_write()
-
-    def iogen_write() -> float:
-        n[0] += 1
-        uris = files.paths(f"s3://{bucket}/ck-s3tc", n[0])
-        t0 = time.perf_counter()
-        cio.write_files(list(zip(uris, files.layouts)), stamp=n[0] << 20 | 1)
-        return time.perf_counter() - t0
-
-    def iogen_read() -> float:
-        uris = files.paths(f"s3://{bucket}/ck-s3tc", n[0])
-        t0 = time.perf_counter()
-        assert cio.read_files(list(zip(uris, sizes))) == total
-        return time.perf_counter() - t0
+    iogen_write, iogen_read = _iogen_timers(cio, files, f"s3://{bucket}/ck-s3tc")
 
     uris = [f"s3://{bucket}/plain-s3tc/{name}" for name in files.names]
 

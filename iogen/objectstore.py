@@ -35,12 +35,27 @@ DEFAULT_PART_BYTES = 8 << 20
 MAX_ATTEMPTS = 5
 
 
-class OpStats:
+class _Figures:
+    """Counters and latency histograms that add up across threads, drains and ranks."""
+
+    __slots__ = ()
+    COUNTERS: tuple = ()  # summed
+    HISTOGRAMS: tuple = ()  # merged exactly
+
+    def add(self, other) -> None:
+        """Add another's counts and histograms to these."""
+        for k in self.COUNTERS:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        for h in self.HISTOGRAMS:
+            setattr(self, h, getattr(self, h) + getattr(other, h))
+
+
+class OpStats(_Figures):
     """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
 
     __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
-    COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")  # summed across ranks
-    HISTOGRAMS = ("first_byte", "total")  # merged across ranks
+    COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")
+    HISTOGRAMS = ("first_byte", "total")
 
     def __init__(self):
         self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
@@ -66,16 +81,6 @@ class OpStats:
         s.total = LatencyHistogram.from_dict(doc["total_latency_histogram"])
         return s
 
-    def add(self, other: "OpStats") -> None:
-        """Add another's counts and histograms to these."""
-        self.requests += other.requests
-        self.bytes += other.bytes
-        self.retries += other.retries
-        self.throttled += other.throttled
-        self.errors += other.errors
-        self.first_byte = self.first_byte + other.first_byte
-        self.total = self.total + other.total
-
 
 # A client that hides its requests (s3torchconnector's CRT: parts, retries, 503s) is measured per object.
 STREAM_OPS = ("put_object_stream", "get_object_stream")
@@ -83,7 +88,7 @@ STREAM_HIDDEN = ("the AWS CRT under s3torchconnector issues and retries the requ
                  "them: request counts, retries, 503s and per-request latency are not measurable from iogen")
 
 
-class StreamStats:
+class StreamStats(_Figures):
     """Per-object figures of one kind of streamed transfer: objects, bytes, errors, each object's time."""
 
     __slots__ = ("objects", "bytes", "errors", "total")
@@ -114,13 +119,6 @@ class StreamStats:
         s.objects, s.bytes, s.errors = doc["objects"], doc["bytes"], doc["errors"]
         s.total = LatencyHistogram.from_dict(doc["object_latency_histogram"])
         return s
-
-    def add(self, other: "StreamStats") -> None:
-        """Add another's counts and histogram to these."""
-        self.objects += other.objects
-        self.bytes += other.bytes
-        self.errors += other.errors
-        self.total = self.total + other.total
 
 
 def _status(exc) -> tuple[int | None, str]:

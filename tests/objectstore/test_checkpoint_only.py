@@ -143,8 +143,13 @@ def test_failed_drain_aborts_the_upload_exit_2_naming_the_key(s3, throttling_pro
 
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py")
-def test_two_ranks_write_and_restore_their_objects(s3, tmp_path):
-    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1})
+@pytest.mark.parametrize("client", ["boto3", "s3torchconnector"])
+def test_two_ranks_write_and_restore_their_objects(s3, tmp_path, client):
+    """Each rank writes and restores its own files (through boto3, or streamed through s3torchconnector)."""
+    if client == "s3torchconnector":
+        pytest.importorskip("s3torchconnector")
+    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
+                                  "storage.s3_client": client})
     r = mpirun(2, "run", "llama3-8b", *over, "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = summary_of(r)
@@ -155,8 +160,11 @@ def test_two_ranks_write_and_restore_their_objects(s3, tmp_path):
         sizes.update({_key(1, n): lay.size_bytes for n, lay in zip(files.names, files.layouts)})
     listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
     assert listed == sizes and len(sizes) == 4
-    block = doc["iogen"]["object_store"]  # both ranks' requests, merged
-    assert block["checkpoint_write"]["put"]["bytes"] == block["checkpoint_read"]["get"]["bytes"] == sum(sizes.values())
+    block = doc["iogen"]["object_store"]  # both ranks' requests (the connector's: objects), merged
+    put, get = ("put", "get") if client == "boto3" else ("put_object_stream", "get_object_stream")
+    assert block["checkpoint_write"][put]["bytes"] == block["checkpoint_read"][get]["bytes"] == sum(sizes.values())
+    if client == "s3torchconnector":
+        assert block["checkpoint_write"][put]["objects"] == block["checkpoint_read"][get]["objects"] == 4
     assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == sum(sizes.values())
 
 

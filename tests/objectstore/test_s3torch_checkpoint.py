@@ -1,7 +1,6 @@
 """Checkpoints through s3torchconnector's checkpoint API (storage.s3_client s3torchconnector), and the
-multipart request counts and checkpoint.fsync of the boto3 path, against a real S3 server (moto's)."""
-import importlib.util
-
+multipart request counts and checkpoint.fsync of the boto3 path, against a real S3 server (moto's).
+Two ranks through the connector: tests/objectstore/test_checkpoint_only.py."""
 import pytest
 
 from iogen.checkpoint.model import ModelSpec
@@ -11,7 +10,6 @@ from iogen.config import load_workload
 from iogen.runner import run
 
 from .test_checkpoint_only import MODEL, NAMES, _key
-from .test_mpi import MPIEXEC, mpirun
 from .test_run import summary_of
 
 pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector for the connector's checkpoint tests")
@@ -115,27 +113,6 @@ def test_connector_failed_upload_leaves_no_object(s3, throttling_proxy, tmp_path
     assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
     listed = [o["Key"] for o in s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])]
     assert key not in listed
-
-
-@pytest.mark.mpi
-@pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py")
-def test_two_ranks_stream_and_restore_through_the_connector(s3, tmp_path):
-    """Each rank streams its own files; the per-object figures of both ranks are merged."""
-    over = _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1})
-    r = mpirun(2, "run", "llama3-8b", *over, "-q")
-    assert r.returncode == 0, r.stdout + r.stderr
-    doc = summary_of(r)
-    wl = load_workload("llama3-8b", over)
-    sizes = {}
-    for rank in (0, 1):
-        files = RankFiles(ModelSpec.from_workload(wl), rank, 2, "torch")
-        sizes.update({_key(1, n): lay.size_bytes for n, lay in zip(files.names, files.layouts)})
-    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
-    assert listed == sizes and len(sizes) == 4
-    block = doc["iogen"]["object_store"]
-    put, get = block["checkpoint_write"]["put_object_stream"], block["checkpoint_read"]["get_object_stream"]
-    assert put["objects"] == get["objects"] == 4 and put["object_latency"]["count"] == 4
-    assert put["bytes"] == get["bytes"] == sum(sizes.values())
 
 
 def test_connector_refuses_a_local_tier_drain(s3, tmp_path, iogen_cmd):
