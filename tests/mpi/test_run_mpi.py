@@ -92,3 +92,20 @@ def test_allreduce_of_configured_bytes_per_step(mpi):
     doc = mpi.load_json(os.path.join(run_dir, "summary.json"))
     assert doc["iogen"]["complete"] is True
     assert all(c > 0 for c in doc["iogen"]["metrics"]["train"]["per_epoch"]["comm_mean_ns"])
+
+
+@pytest.mark.slow  # each spawned worker imports torch
+@pytest.mark.torch
+def test_the_run_driver_under_spawned_dataloader_workers(mpi, tmp_path):
+    """PyTorch workers started with "spawn" import the driver again: it must not run itself in them."""
+    record = tmp_path / "gids"
+    record.mkdir()
+    overrides = mpi.tiny(**{"workflow.generate_data": True, "train.epochs": 1, "reader.data_loader": "pytorch",
+                            "reader.multiprocessing_context": "spawn", "reader.read_threads": 1})
+    res = mpi.launch(2, [mpi.driver("run.py"), "run", "default", *overrides, "-q"],
+                     env={"IOGEN_TEST_RECORD": str(record)})
+    assert res.returncode == 0 and res.rank_codes == {0: 0, 1: 0}, res
+    assert "exited unexpectedly" not in res.output and "bootstrapping phase" not in res.output
+    (run_dir,) = mpi.run_dirs()
+    assert mpi.load_json(os.path.join(run_dir, "summary.json"))["iogen"]["complete"] is True
+    assert sorted(os.listdir(record)) == ["gids-rank0.npz", "gids-rank1.npz"]
