@@ -342,15 +342,17 @@ def _plain_run(work, args) -> tuple[float, tuple[float, float]]:
     return doc["s"], _cpu_since(r0)
 
 
-def _iogen_run(work, args) -> tuple[float, float, tuple[float, float]]:
-    """(seconds of the whole `iogen datagen` process, seconds it reports for generation, CPU)."""
+def _iogen_run(work, args, tree=None) -> tuple[float, float, tuple[float, float]]:
+    """(seconds of the whole `iogen datagen` process, seconds it reports for generation, CPU);
+    tree: run the iogen of that source tree (built in place) instead of the installed one."""
+    env = dict(os.environ, PYTHONPATH=tree) if tree else None
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([PY, "-m", "iogen", "datagen", "default", f"dataset.data_folder={work}/iogen",
                            f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
                            f"dataset.record_length_bytes={args.file_bytes}", "dataset.record_length_bytes_stdev=0",
                            "dataset.num_files_eval=0", "--workers", str(args.threads), "--quiet"],
-                          check=True, capture_output=True, text=True)
+                          check=True, capture_output=True, text=True, env=env)
     whole_s = time.perf_counter() - t0
     # its own report: "... written, ...; X GiB in S s": generation without interpreter and imports
     gen_s = float(re.search(r" in ([\d.]+) s", proc.stdout).group(1))
@@ -362,22 +364,27 @@ def bench_datagen(args) -> dict:
 
     Both contenders are treated alike: before each timed run the previous run's files are removed
     and os.sync() flushes what is dirty (neither pays the other's write-back); the order
-    alternates per repetition (plain first in odd ones, iogen first in even ones).
+    rotates per repetition (plain first in the first, iogen in the second, ...). With --tree, that
+    source tree's iogen (an earlier commit, built in place) is a third contender in the rotation.
     """
     size = args.file_bytes
     work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
     reps = []
     try:
+        contenders = ["plain", "iogen"] + (["tree"] if args.tree else [])
         for rep in range(args.reps):
-            order = ("plain", "iogen") if rep % 2 == 0 else ("iogen", "plain")
+            k = rep % len(contenders)
+            order = contenders[k:] + contenders[:k]  # who runs first rotates
             row = {"rep": rep + 1, "first": order[0]}
             for who in order:
                 _clear(work)
                 row.setdefault("load_1min", os.getloadavg()[0])
                 if who == "plain":
                     row["plain_s"], row["plain_cpu"] = _plain_run(work, args)
-                else:
+                elif who == "iogen":
                     row["iogen_s"], row["iogen_gen_s"], row["iogen_cpu"] = _iogen_run(work, args)
+                else:
+                    row["tree_s"], _, row["tree_cpu"] = _iogen_run(work, args, args.tree)
             reps.append(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -385,7 +392,7 @@ def bench_datagen(args) -> dict:
     print(f"small-file generation: {n:,} files of {size:,} B, {args.threads} threads, {args.reps} repetitions; "
           f"iogen = whole `iogen datagen` process (interpreter, imports, config, npz, content, CRCs, "
           f"manifest); before each timed run the previous files are removed and os.sync() called; "
-          f"the order alternates")
+          f"the order rotates")
     print()
     print("| rep | first | load (1 min) | plain files/s | iogen files/s, whole process | ratio | iogen files/s, "
           "generation as reported | ratio | CPU s user + system: plain / iogen |")
@@ -401,6 +408,17 @@ def bench_datagen(args) -> dict:
     print(f"| median | | | {med['plain_s']:,.0f} | {med['iogen_s']:,.0f} | {statistics.median(ratios):.2f} | "
           f"{med['iogen_gen_s']:,.0f} | {statistics.median(gen_ratios):.2f} | |")
     print()
+    if args.tree:
+        print(f"the same repetitions, `iogen datagen` of the tree {args.tree} (whole process), in the rotation:")
+        print()
+        print("| rep | tree files/s | ratio to plain | CPU s user + system |")
+        print("|---|---|---|---|")
+        for r in reps:
+            print(f"| {r['rep']} | {n / r['tree_s']:,.0f} | {r['plain_s'] / r['tree_s']:.2f} | "
+                  f"{r['tree_cpu'][0]:.2f} + {r['tree_cpu'][1]:.2f} |")
+        print(f"| median | {statistics.median(n / r['tree_s'] for r in reps):,.0f} | "
+              f"{statistics.median(r['plain_s'] / r['tree_s'] for r in reps):.2f} | |")
+        print()
     return {"plain_files_s": med["plain_s"], "iogen_files_s": med["iogen_s"],
             "iogen_generation_files_s": med["iogen_gen_s"], "ratio_median": statistics.median(ratios),
             "ratios": ratios, "generation_ratios": gen_ratios}
@@ -460,6 +478,7 @@ def main(argv=None) -> int:
     ap.add_argument("--file-bytes", type=int, default=112_640, help="datagen: bytes per file (ImageNet-like)")
     ap.add_argument("--threads", type=int, default=2, help="datagen: writer threads, both writers")
     ap.add_argument("--tmp", default=None, help="folder for generated data")
+    ap.add_argument("--tree", default=None, help="datagen: also time the iogen of this source tree (built in place)")
     ap.add_argument("--plot", default=None, help="write the curves to this PNG")
     ap.add_argument("--data", default=None, help="all: save the figures to this JSON; replot: read them")
     args = ap.parse_args(argv)
