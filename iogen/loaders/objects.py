@@ -5,16 +5,18 @@ step metrics are the native loader's; only the byte source differs: each sample'
 (from the format's index) is read by ranged GETs of at most `reader.transfer_size` bytes
 (8 MiB by default), `reader.read_threads` of them in flight, straight into one of the loader's
 reusable batch buffers (prefetch_size + 2 of them, grown only when a batch needs more).
-TFRecord frames are CRC-checked after the read, as the native loader does on files.
+TFRecord frames are CRC-checked after the read, as the native loader does on files. Objects
+whose samples are not byte ranges (compressed variants) are decoded by their format through an
+ObjectFile (iogen/objectfile.py), one task per object of a batch on the same threads.
 
-Indexing: the formats index a file by its headers and framing, read from a local file. Before
-the run (outside every epoch's figures), each object is fetched once into scratch (an
-anonymous memory file, iogen.objectdata.scratch_path), indexed and dropped; those GETs are
-reported apart (`object_store.index`).
+Indexing (iogen/loaders/objecttable.py): lazily, only the objects a batch touches, by
+arithmetic where the format's layout is fixed (no request), else through the format's reader
+on an ObjectFile; those requests are reported apart (`object_store.index`).
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,8 +25,10 @@ import numpy as np
 from ..errors import DataError
 from ..formats.base import RecordError
 from .base import Batch, Loader
+from .objecttable import ObjectTable
 
 DEFAULT_PART_BYTES = 8 << 20
+_MAKE_LOCK = threading.Lock()  # one store and table per process, however many threads ask first
 
 
 def checked_spans(layout, fmt, check, buf, files, offs, starts, lens):
@@ -48,29 +52,31 @@ class ObjectLoader(Loader):
 
     def __init__(self, wl, layout, fmt, world):
         super().__init__(wl, layout, fmt, world)
-        from ..objectstore import open_store
+        from ..objectstore import ObjectStore, open_store
 
         rd = wl.reader
         self.threads = max(1, int(rd.read_threads))
         self.prefetch = max(0, int(rd.prefetch_size))
         self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
         self.store = open_store(wl, self.threads)
+        self._index_store = ObjectStore.from_workload(wl, self.threads)  # its requests: object_store.index
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
-        self.offsets, self.lengths = index_objects(self.store, layout, fmt, self._pool)
-        self.index_figures = self.store.drain()
+        self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
+        self.index_figures = merge_index(None, self.store.drain(), self._index_store.drain())
         self.epoch_figures: list[dict] = []
-        batch = rd.batch_size if layout.split == "train" else rd.batch_size_eval
-        per_sample = int(self.lengths.max()) if self.lengths.size else 0
-        self._buffers = [np.zeros(batch * per_sample, np.uint8) for _ in range(self.prefetch + 2)]
+        self._buffers = [np.zeros(0, np.uint8) for _ in range(self.prefetch + 2)]  # grown by the batches
 
     # -- an epoch ------------------------------------------------------------------------
 
     def _submit(self, step: int, gids: np.ndarray):
         spf = self.layout.samples_per_file
         files, samples = gids // spf, gids % spf
-        offs = self.offsets[files, samples]
-        lens = self.lengths[files, samples]
+        self.table.learn(files, self._pool)
+        if self.table.decoded(files):
+            return [self._pool.submit(decode_object, self.table, self.fmt, self.store, int(f), samples[files == f])
+                    for f in np.unique(files)], None, files, None, None, None, 0
+        offs, lens = self.table.ranges(files, samples)
         starts = np.zeros(lens.size, np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         total = int(lens.sum())
@@ -88,6 +94,9 @@ class ObjectLoader(Loader):
 
     def _finish(self, item) -> Batch:
         futures, buf, files, offs, starts, lens, total = item
+        if buf is None:  # decoded: the bytes are the decoded sizes, as the native loader counts them
+            decoded = [fut.result() for fut in futures]
+            return Batch(int(files.size), sum(n for n, _ in decoded), [p for _, ps in decoded for p in ps])
         for fut in futures:
             fut.result()  # a DataError names the bucket, key and status
         checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
@@ -117,6 +126,7 @@ class ObjectLoader(Loader):
                         except BaseException:
                             pass
             self.epoch_figures.append(self.store.drain())
+            self.index_figures = merge_index(self.index_figures, self._index_store.drain())
 
     def evict(self) -> None:
         """Nothing to evict: objects are not in this node's page cache."""
@@ -126,57 +136,29 @@ class ObjectLoader(Loader):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def index_objects(store, layout, fmt, pool) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, lengths) shaped (files, samples_per_file): each object's samples, from its index."""
-    spf, n = layout.samples_per_file, layout.num_files
-    offsets = np.zeros((n, spf), np.int64)
-    lengths = np.zeros((n, spf), np.int64)
-    for i, (off, ln) in enumerate(pool.map(lambda i: _index_one(store, layout, fmt, i), range(n))):
-        offsets[i], lengths[i] = off, ln
-    return offsets, lengths
+def merge_index(*figures) -> dict:
+    """Index request figures gathered so far, merged (None and empty parts skipped)."""
+    from ..metrics.objectstore import merge_figures
+
+    return merge_figures(f for f in figures if f)
 
 
-def _index_one(store, layout, fmt, i: int):
-    """Object i indexed by its format from a scratch copy (memory): only the ranges the format
-    names (Format.index_ranges, ranged GETs into a sparse copy) when it can, else the whole object."""
-    from ..objectdata import scratch_path
-
-    uri = layout.paths[i]
-    head = store.head(uri)
-    if head is None:
-        raise DataError(uri, "object does not exist (HTTP 404 on HEAD): generate it with `iogen datagen`")
-    size = head[0]
-    ranges = fmt.index_ranges(size)
-    with scratch_path(size, layout.suffix) as tmp:
-        index = None
-        if ranges is not None:
-            with open(tmp, "r+b" if os.path.exists(tmp) else "wb") as f:
-                f.truncate(size)  # a sparse copy: the ranges are the only bytes read
-                for off, n in ranges:
-                    buf = np.empty(n, np.uint8)
-                    store.readinto(uri, off, buf)
-                    f.seek(off)
-                    f.write(buf)
-            try:
-                index = fmt.index_file(tmp)
-            except DataError:
-                index = None  # headers outside the ranges: fetch it whole
-        if index is None:
-            with open(tmp, "wb") as f:
-                for chunk in store.get_chunks(uri):
-                    f.write(chunk)
-            try:
-                index = fmt.index_file(tmp)
-            except DataError as exc:  # name the object, not the scratch file
-                raise DataError(uri, exc.message, exc.offset) from None
-    if index is None:
-        raise DataError(uri, "samples are not byte-addressable (compressed?); object storage reads "
-                             "uncompressed npz and tfrecord only")
-    spf = layout.samples_per_file
-    if len(index) < spf:
-        raise DataError(uri, f"holds {len(index)} sample(s), the workload reads {spf} per file "
-                             "(dataset.num_samples_per_file)")
-    return index.offsets[:spf], index.lengths[:spf]
+def decode_object(table, fmt, store, f: int, samples) -> tuple[int, list]:
+    """(decoded bytes, payloads) of samples of object f, decoded by its format through an ObjectFile."""
+    uri = table.layout.paths[f]
+    with table.open(f, store) as fobj:
+        try:
+            decoded = fmt.read_samples(fobj, samples)
+        except DataError as exc:
+            fobj.reraise(exc)
+    nbytes, payloads = 0, []
+    for i, sample in zip(np.asarray(samples).tolist(), decoded):
+        try:
+            payloads.append(fmt.payload_of(sample))  # it must parse, as a framework's parser needs it to
+        except RecordError as exc:
+            raise DataError(uri, f"record {i}: {exc.reason}") from None
+        nbytes += getattr(sample, "nbytes", None) or len(sample)
+    return nbytes, payloads
 
 
 class ObjectSampleReader:
@@ -184,44 +166,59 @@ class ObjectSampleReader:
 
     Each sample's range is read by sequential ranged GETs of at most transfer_size bytes, in the
     calling process (a PyTorch DataLoader worker, as a map-style dataset's __getitem__ reads):
-    the parallelism is the workers'. The objects are indexed once, in the process that builds
-    the reader; each process makes its own client (boto3 clients do not survive a fork).
-    `drain()` hands back this process's request figures since the last call, so a worker's
-    figures travel to the main process with each batch.
+    the parallelism is the workers'. Each process makes its own client (boto3 clients do not
+    survive a fork) and its own ObjectTable: it indexes the objects it reads as it first reads
+    them (iogen/loaders/objecttable.py). Compressed objects are decoded by their format through
+    an ObjectFile. `drain()` hands back this process's request figures since the last call (the
+    indexing requests under the key "index"), so a worker's figures travel to the main process
+    with each batch.
     """
 
     def __init__(self, wl, layout, fmt):
         from ..objectstore import open_store
-        from .sampling import _LayoutView
 
         st, rd = wl.storage, wl.reader
         self._client_args = (st.endpoint_url, st.region, st.addressing_style)
-        self.layout = _LayoutView(layout)
+        self.layout = layout  # a DatasetLayout pickles as its parameters, no list of keys
         self.samples_per_file = layout.samples_per_file
         self.fmt = fmt
         self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         store = open_store(wl, max(1, int(rd.read_threads)))
-        with ThreadPoolExecutor(max(1, int(rd.read_threads)), thread_name_prefix="iogen-index") as pool:
-            self.offsets, self.lengths = index_objects(store, layout, fmt, pool)
         self.index_figures = store.drain()
-        self._store, self._pid = store, os.getpid()
+        self._store, self._index_store, self._table, self._pid = store, None, None, os.getpid()
 
     def __getstate__(self):
-        return {**self.__dict__, "_store": None, "_pid": None}
+        return {**self.__dict__, "_store": None, "_index_store": None, "_table": None, "_pid": None}
 
     def store(self):
-        """This process's store (made on first use after a fork or spawn)."""
-        if self._store is None or self._pid != os.getpid():
+        """This process's store (made on first use after a fork or spawn), and its table."""
+        if self._store is not None and self._pid == os.getpid() and self._table is not None:
+            return self._store
+        with _MAKE_LOCK:
+            if self._store is not None and self._pid == os.getpid() and self._table is not None:
+                return self._store
             from ..objectstore import ObjectStore
 
             endpoint, region, style = self._client_args
-            self._store, self._pid = ObjectStore(endpoint, region, style), os.getpid()
-        return self._store
+            if self._store is None or self._pid != os.getpid():
+                self._store = ObjectStore(endpoint, region, style)
+            self._index_store = ObjectStore(endpoint, region, style)
+            self._table = ObjectTable(self.layout, self.fmt, self._index_store, self.part_bytes)
+            self._pid = os.getpid()
+            return self._store
+
+    def path(self, f: int) -> str:
+        """The s3:// URI of object f."""
+        return self.layout.paths[int(f)]
 
     def drain(self) -> dict:
-        """This process's request figures since the last drain."""
-        return self.store().drain()
+        """This process's request figures since the last drain; its indexing requests under "index"."""
+        figures = self.store().drain()
+        index = self._index_store.drain()
+        if index:
+            figures["index"] = index
+        return figures
 
     def read(self, gids, alloc=None):
         """Read samples gids (in that order) into one buffer from alloc(nbytes) (default: a new array)."""
@@ -229,16 +226,44 @@ class ObjectSampleReader:
 
         gids = np.asarray(gids, np.int64).reshape(-1)
         files, samples = gids // self.samples_per_file, gids % self.samples_per_file
-        offs, lens = self.offsets[files, samples], self.lengths[files, samples]
+        store = self.store()
+        table = self._table
+        if table.decoded(files):
+            return self._decode(table, store, files, samples, alloc)
+        offs, lens = table.ranges(files, samples)
         starts = np.zeros(lens.size, np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         total = int(lens.sum())
         buf = alloc(total) if alloc is not None else np.empty(total, np.uint8)
-        store = self.store()
+        self._fill(store, buf, files, offs, lens, starts)
+        pstarts, plens = checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
+        return BatchRead(buf, pstarts, plens, total)
+
+    def _fill(self, store, buf, files, offs, lens, starts) -> None:
+        """Each sample's span into buf at its start: ranged GETs of at most transfer_size bytes
+        (the byte source; iogen/loaders/s3torch.py reads through s3torchconnector instead)."""
         for f, off, ln, st in zip(files.tolist(), offs.tolist(), lens.tolist(), starts.tolist()):
             uri = self.layout.paths[f]
             for p in range(0, ln, self.part_bytes):
                 part = min(self.part_bytes, ln - p)
                 store.readinto(uri, off + p, buf[st + p:st + p + part])
-        pstarts, plens = checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
-        return BatchRead(buf, pstarts, plens, total)
+
+    def _decode(self, table, store, files, samples, alloc):
+        """Compressed samples: decoded per object by the format through an ObjectFile, in the order asked."""
+        from .sampling import BatchRead
+
+        payloads = [None] * files.size
+        nbytes = 0
+        for f in dict.fromkeys(files.tolist()):
+            where = np.flatnonzero(files == f)
+            n, decoded = decode_object(table, self.fmt, store, f, samples[where])
+            nbytes += n
+            for i, p in zip(where.tolist(), decoded):
+                payloads[i] = p
+        lengths = np.array([p.size for p in payloads], np.int64)
+        starts = np.zeros(files.size, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        buf = alloc(int(lengths.sum())) if alloc is not None else np.empty(int(lengths.sum()), np.uint8)
+        for p, st in zip(payloads, starts.tolist()):
+            buf[st:st + p.size] = p
+        return BatchRead(buf, starts, lengths, nbytes)

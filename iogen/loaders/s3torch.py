@@ -46,8 +46,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..errors import ConfigError, DataError
 from ..objectkeys import split_uri
 from ..objectstore import OpStats
-from .objects import ObjectSampleReader, checked_spans
+from .objects import ObjectSampleReader
 from .pytorch import PyTorchLoader, _first
+
 
 def connector_args(wl, store) -> dict:
     """region, endpoint and S3ClientConfig for s3torchconnector, from the same storage keys as boto3's."""
@@ -112,9 +113,10 @@ def _connector_error(uri: str, exc, what: str, offset=None) -> DataError:
 class ConnectorSampleReader(ObjectSampleReader):
     """The framework SampleReader (`read(gids, alloc) -> BatchRead`) over s3torchconnector's readers.
 
-    Indexing and the object list are ObjectSampleReader's; `read` takes each object's S3Reader
-    from `open_object(file)`: the S3MapDataset's `dataset[file]` (map-style), or the next reader
-    of the worker's S3IterableDataset (iterable, set by PlanIterable for an epoch).
+    `read`, the object table and the record checks are ObjectSampleReader's; the byte source
+    (`_fill`) takes each object's S3Reader from `open_object(file)`: the S3MapDataset's
+    `dataset[file]` (map-style), or the next reader of the worker's S3IterableDataset
+    (iterable, started by PlanIterable for an epoch).
     """
 
     def __init__(self, wl, layout, fmt):
@@ -122,7 +124,7 @@ class ConnectorSampleReader(ObjectSampleReader):
         self._args = connector_args(wl, self._store)
         self._figures = _Figures()
         self._map = None
-        self._stream = None  # an S3IterableDataset's iterator (iterable mode), with its URIs
+        self._stream = None  # iterable mode: this epoch's S3IterableDataset iterator
         self._check_connector()
 
     def __getstate__(self):
@@ -150,16 +152,14 @@ class ConnectorSampleReader(ObjectSampleReader):
         """Iterable mode: the readers of `files`, in that order, come from one S3IterableDataset."""
         from s3torchconnector import S3IterableDataset
 
-        uris = self.uris(files)
-        ds = S3IterableDataset.from_objects(uris, reader_constructor=self._constructor(), **self._args)
-        self._stream = (iter(ds), uris)
+        ds = S3IterableDataset.from_objects(self.uris(files), reader_constructor=self._constructor(), **self._args)
+        self._stream = iter(ds)
 
     def open_object(self, f: int):
         """The S3Reader of file f: from the map dataset, or the next one of the stream."""
         if self._stream is None:
             return self.map_dataset()[int(f)]
-        it, _ = self._stream
-        reader = next(it)
+        reader = next(self._stream)
         uri = self.layout.paths[int(f)]
         if split_uri(uri) != (reader.bucket, reader.key):  # the stream and the plan must agree
             raise RuntimeError(f"S3IterableDataset yielded s3://{reader.bucket}/{reader.key}, the plan reads {uri}")
@@ -179,15 +179,10 @@ class ConnectorSampleReader(ObjectSampleReader):
         finally:
             self._map = None  # workers make their own
 
-    def _ranges(self, files, samples):
-        """(offsets, lengths) of the samples, from this process's object table (ObjectSampleReader's index)."""
-        self.store()  # this process's boto3 store and table: the index's requests, none for fixed layouts
-        table = self._table
-        if table.decoded(files):  # refused by the config check; a foreign object must not slip through
-            f = int(files[0])
-            raise DataError(self.layout.paths[f], "samples are not byte ranges (compressed?); "
-                                                  "storage.s3_client=s3torchconnector reads uncompressed samples")
-        return table.ranges(files, samples)
+    def _decode(self, table, store, files, samples, alloc):
+        """Refused by the config check (compressed samples are not byte ranges); a foreign object must not slip through."""
+        raise DataError(self.layout.paths[int(files[0])], "samples are not byte ranges (compressed?); "
+                                                          "storage.s3_client=s3torchconnector reads uncompressed samples")
 
     def drain(self) -> dict:
         """This process's connector figures since the last drain; the index's (boto3) under "index"."""
@@ -197,24 +192,14 @@ class ConnectorSampleReader(ObjectSampleReader):
             figures["index"] = index
         return figures
 
-    def read(self, gids, alloc=None):
-        """Read samples gids (in that order) into one buffer, each span by one readinto of a connector reader."""
+    def _fill(self, store, buf, files, offs, lens, starts) -> None:
+        """Each sample's span into buf: a seek and one readinto of its object's connector reader
+        (one reader per object of the batch, objects in first-use order; the boto3 store is unused)."""
         from s3torchconnector import S3Exception
 
-        from .sampling import BatchRead
-
-        gids = np.asarray(gids, np.int64).reshape(-1)
-        files, samples = gids // self.samples_per_file, gids % self.samples_per_file
-        offs, lens = self._ranges(files, samples)
-        starts = np.zeros(lens.size, np.int64)
-        np.cumsum(lens[:-1], out=starts[1:])
-        total = int(lens.sum())
-        buf = alloc(total) if alloc is not None else np.empty(total, np.uint8)
         mv = memoryview(buf).cast("B")
-        readers = {}
         order = files.tolist()
-        for f in dict.fromkeys(order):  # one reader per object and batch, objects in first-use order
-            readers[f] = self.open_object(f)
+        readers = {f: self.open_object(f) for f in dict.fromkeys(order)}
         fig, headed = self._figures, set()
         for f, off, ln, st in zip(order, offs.tolist(), lens.tolist(), starts.tolist()):
             uri, reader, op = self.layout.paths[f], readers[f], "get"
@@ -239,8 +224,6 @@ class ConnectorSampleReader(ObjectSampleReader):
             if got != ln:
                 raise DataError(uri, f"object ends before byte {off + ln} (s3torchconnector returned {got} of {ln} "
                                      "bytes); truncated?", off + got)
-        pstarts, plens = checked_spans(self.layout, self.fmt, self._check, buf, files, offs, starts, lens)
-        return BatchRead(buf, pstarts, plens, total)
 
 
 class PlanIterable(IterableDataset):
