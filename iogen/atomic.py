@@ -9,6 +9,9 @@ sees half a file. This module is the one place that knows that pattern:
   on any failure; `write_atomic(path, data)` writes, fsyncs and renames through it, and on
   any failure; a full disk (ENOSPC, EDQUOT) becomes an OutputError naming the path, the
   bytes needed and the bytes free;
+- `PendingFile(path)` is the same for a file that outlives one block of code: several threads
+  write it (the checkpoint writer), the one that finishes it calls `commit()`, and on a failure
+  `discard()` removes it and `full_disk(exc)` names it;
 - `parse_temp(name)` and `stale_temps(folder)` recognise temporary files left by a process
   that was killed (SIGKILL, power loss): iogen's pattern with the pid of no live process on
   this host. Writers remove the stale ones of the file they are about to write; `verify`
@@ -124,6 +127,34 @@ def is_full_disk(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
+class PendingFile:
+    """A file written under this process's temporary name until `commit` renames it into place.
+
+    For writes that do not fit one `with` block: several threads write the file and the one
+    that finishes it commits. The final name never holds a partial file: `discard` removes the
+    temporary one, and `full_disk(exc)` is the OutputError naming `path` and the bytes needed.
+    """
+
+    def __init__(self, path: str, *, needed_bytes: int | None = None, what: str = "", approx: bool = False):
+        self.path = path
+        self.tmp = temp_path(path)
+        self.needed_bytes = needed_bytes
+        self.what = what or os.path.basename(path)
+        self.approx = approx
+
+    def commit(self) -> None:
+        """Rename the complete file into place."""
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Remove the temporary file if it is there (the final name is untouched)."""
+        unlink_quietly(self.tmp)
+
+    def full_disk(self, exc: OSError) -> OutputError:
+        """The OutputError for a full disk or quota met writing this file."""
+        return full_disk_error(exc, self.path, self.needed_bytes, self.what, approx=self.approx)
+
+
 @contextlib.contextmanager
 def replacing(path: str, *, needed_bytes: int | None = None, what: str = "", approx: bool = False):
     """Yield the temporary name to write `path` under; rename it into place when the block ends.
@@ -131,14 +162,14 @@ def replacing(path: str, *, needed_bytes: int | None = None, what: str = "", app
     On any failure the temporary file is removed and the final name is untouched; a full disk
     raises OutputError naming `path` and the bytes needed (`approx`: about that many).
     """
-    tmp = temp_path(path)
+    pending = PendingFile(path, needed_bytes=needed_bytes, what=what, approx=approx)
     try:
-        yield tmp
-        os.replace(tmp, path)
+        yield pending.tmp
+        pending.commit()
     except BaseException as exc:
-        unlink_quietly(tmp)
+        pending.discard()
         if is_full_disk(exc):
-            raise full_disk_error(exc, path, needed_bytes, what or os.path.basename(path), approx=approx) from None
+            raise pending.full_disk(exc) from None
         raise
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from .. import core
-from ..atomic import full_disk_error, is_full_disk, temp_path
+from ..atomic import PendingFile, is_full_disk
 from ..errors import ConfigError, DataError, OutputError
 
 DIRECT_ALIGN = 4096
@@ -38,7 +38,7 @@ class _File:
     layout: object  # torchzip.FileLayout
     tasks_left: int = 0
     fd: int = -1
-    tmp: str = ""
+    out: PendingFile | None = None  # the file under its temporary name until its last task renames it
     error: BaseException | None = None
     framed_blocks: dict = field(default_factory=dict)  # block index -> [(offset in block, bytes)]
 
@@ -122,19 +122,19 @@ class CheckpointIO:
         files = [_File(p, lay) for p, lay in paths_layouts]
         for f in files:
             self._framed(f)
-            f.tmp = temp_path(f.path)
+            f.out = PendingFile(f.path, needed_bytes=f.layout.size_bytes, what="the checkpoint")
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
             if self.odirect:
                 flags |= getattr(os, "O_DIRECT", 0)
             try:
-                f.fd = os.open(f.tmp, flags, 0o644)
+                f.fd = os.open(f.out.tmp, flags, 0o644)
             except OSError as exc:
                 self._abort(files)
                 if self.odirect and exc.errno == 22:
                     raise ConfigError(f"checkpoint.odirect = True: the file system of {os.path.dirname(f.path)} "
                                       "does not support O_DIRECT; set checkpoint.odirect=False") from None
                 if is_full_disk(exc):
-                    raise full_disk_error(exc, f.path, f.layout.size_bytes, "the checkpoint") from None
+                    raise f.out.full_disk(exc) from None
                 raise OutputError(f.path, f"cannot create the checkpoint file: {exc.strerror}") from None
         try:
             self._run(self._tasks(files, self.threads), lambda buf, task: self._write_task(buf, task, stamp),
@@ -147,7 +147,7 @@ class CheckpointIO:
             self._abort(files)
             f = errors[0]
             if is_full_disk(f.error):  # name the file and what it needed, not just "[Errno 28]"
-                raise full_disk_error(f.error, f.path, f.layout.size_bytes, "the checkpoint") from None
+                raise f.out.full_disk(f.error) from None
             raise OutputError(f.path, f"checkpoint write failed: {getattr(f.error, 'strerror', None) or f.error}") \
                 from None
         return sum(f.layout.size_bytes for f in files)
@@ -233,7 +233,7 @@ class CheckpointIO:
                 os.fsync(f.fd)
             os.close(f.fd)
             f.fd = -1
-            os.replace(f.tmp, f.path)
+            f.out.commit()
         except OSError as exc:
             f.error = exc
 
@@ -242,8 +242,8 @@ class CheckpointIO:
             if f.fd >= 0:
                 os.close(f.fd)
                 f.fd = -1
-            if f.tmp and os.path.exists(f.tmp):
-                os.unlink(f.tmp)
+            if f.out is not None:
+                f.out.discard()
 
     def read_files(self, paths_sizes: list[tuple[str, int]]) -> int:
         """Read every file whole (pread, reused buffers); returns bytes read. DataError when one is short."""

@@ -214,3 +214,49 @@ def test_checkpoint_only_run_on_a_full_disk_names_the_file(tmp_path, small_disk)
     assert_one_clear_line(res, str(small_disk / "ckpt"), ".pt: no space left on the device writing the checkpoint",
                           "bytes needed", "bytes free")
     assert temporaries(small_disk) == []
+
+
+def test_pending_file_written_by_threads_appears_whole_or_not_at_all(tmp_path):
+    """atomic.PendingFile: threads write parts under the temporary name; the final name appears on commit only."""
+    import threading
+
+    from iogen.atomic import PendingFile, temp_path
+
+    final = str(tmp_path / "model.pt")
+    pending = PendingFile(final, needed_bytes=4 * MIB, what="the checkpoint")
+    assert pending.tmp == temp_path(final)
+    fd = os.open(pending.tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        parts = [threading.Thread(target=os.pwrite, args=(fd, bytes([i]) * MIB, i * MIB)) for i in range(4)]
+        for t in parts:
+            t.start()
+        for t in parts:
+            t.join()
+        assert not os.path.exists(final)  # written, not committed: no final name yet
+    finally:
+        os.close(fd)
+    pending.commit()
+    with open(final, "rb") as fh:
+        assert [fh.read(MIB) for _ in range(4)] == [bytes([i]) * MIB for i in range(4)]
+    assert os.listdir(tmp_path) == ["model.pt"]
+    failed = PendingFile(str(tmp_path / "other.pt"))
+    with open(failed.tmp, "wb") as fh:
+        fh.write(b"half")
+    failed.discard()
+    failed.discard()  # twice is harmless (another thread's failure may discard it too)
+    assert os.listdir(tmp_path) == ["model.pt"]
+
+
+def test_pending_file_on_a_full_disk_names_the_file_and_the_bytes_needed(small_disk):
+    from iogen.atomic import PendingFile, is_full_disk
+
+    pending = PendingFile(str(small_disk / "big.pt"), needed_bytes=4 * MIB, what="the checkpoint")
+    with pytest.raises(OSError) as err:
+        with open(pending.tmp, "wb") as fh:
+            fh.write(bytes(4 * MIB))
+    assert is_full_disk(err.value)
+    pending.discard()
+    message = str(pending.full_disk(err.value))
+    assert message.startswith(f"{small_disk / 'big.pt'}: no space left on the device writing the checkpoint")
+    assert "4,194,304 bytes needed" in message and "bytes free" in message
+    assert os.listdir(small_disk) == []
