@@ -203,14 +203,21 @@ def config_differences(runs) -> list[str]:
 
     Runs without a recorded setup (older iogen) are compared on nothing but what they recorded.
     """
+    return fact_differences(runs, [(key, lambda r, key=key: str(r.setup[key]) if r.setup is not None
+                                    and key in r.setup else None) for key in CONFIG_KEYS])
+
+
+def fact_differences(runs, facts) -> list[str]:
+    """One line per (name, get) in facts whose value differs between runs; get(run) None: not recorded, left out."""
     out = []
-    for key in CONFIG_KEYS:
+    for name, get in facts:
         groups: dict[str, list[str]] = {}
         for r in runs:
-            if r.setup is not None and key in r.setup:
-                groups.setdefault(str(r.setup[key]), []).append(r.label)
+            value = get(r)
+            if value is not None:
+                groups.setdefault(str(value), []).append(r.label)
         if len(groups) > 1:
-            out.append(f"{key}: " + " vs ".join(f"{v} ({', '.join(labels)})" for v, labels in groups.items()))
+            out.append(f"{name}: " + " vs ".join(f"{v} ({', '.join(labels)})" for v, labels in groups.items()))
     return out
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..metrics.campaign import METRICS, RunValues, config_differences, run_values_from_summary
+from ..metrics.campaign import METRICS, RunValues, config_differences, fact_differences, run_values_from_summary
 from ..metrics.checkpoint import CHECKPOINT_SIZE_KEYS
 from ..metrics.tdist import t_cdf, t_quantile
 from ..errors import DataError
@@ -193,15 +193,7 @@ def side_differences(baseline: Side, candidate: Side) -> list[str]:
     for checkpoint-only runs: ranks and the bytes of a checkpoint)."""
     runs = [dataclasses.replace(r, label=f"{name} {r.label}")
             for name, side in (("baseline", baseline), ("candidate", candidate)) for r in side.runs]
-    out = config_differences(runs)
-    for key, get in _RUN_FACTS:
-        groups: dict[str, list[str]] = {}
-        for r in runs:
-            if get(r) is not None:  # not recorded (or no such phase): compared on nothing
-                groups.setdefault(str(get(r)), []).append(r.label)
-        if len(groups) > 1:
-            out.append(f"{key}: " + " vs ".join(f"{v} ({', '.join(labels)})" for v, labels in groups.items()))
-    return out
+    return config_differences(runs) + fact_differences(runs, _RUN_FACTS)
 
 
 def compare(baseline: Side, candidate: Side, *, metric: str | None = None, threshold_pct: float = 5.0,
