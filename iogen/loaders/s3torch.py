@@ -75,29 +75,32 @@ def connector_args(wl, store) -> dict:
 
 
 class _Figures:
-    """This process's connector calls (get: readinto, head: a reader's first seek), as OpStats."""
+    """This process's connector calls (get: readinto, head: a reader's first seek); OpStats built at drain."""
 
     def __init__(self):
-        self.ops = {"get": OpStats(), "head": OpStats()}
-        self._ns = {"get": [], "head": []}
+        self._calls = {"get": [], "head": []}  # (bytes, elapsed ns) per call
+        self._errors = {"get": 0, "head": 0}
 
     def count(self, op: str, nbytes: int, elapsed_ns: int) -> None:
-        s = self.ops[op]
-        s.requests += 1
-        s.bytes += int(nbytes)
-        self._ns[op].append(elapsed_ns)
+        self._calls[op].append((int(nbytes), int(elapsed_ns)))
 
     def failed(self, op: str) -> None:
-        self.ops[op].errors += 1
+        self._errors[op] += 1
 
     def drain(self) -> dict:
+        """The calls since the last drain as OpStats dicts (only operations that ran), then reset."""
         out = {}
-        for op, s in self.ops.items():
-            if self._ns[op]:
-                s.total.record(np.array(self._ns[op], np.int64))
-            if s.requests or s.errors:
-                out[op] = s.to_dict()
-        self.ops, self._ns = {"get": OpStats(), "head": OpStats()}, {"get": [], "head": []}
+        for op, calls in self._calls.items():
+            if not calls and not self._errors[op]:
+                continue
+            s = OpStats()
+            s.requests, s.errors = len(calls), self._errors[op]
+            if calls:
+                done = np.array(calls, np.int64)
+                s.bytes = int(done[:, 0].sum())
+                s.total.record(done[:, 1])
+            out[op] = s.to_dict()
+        self._calls, self._errors = {"get": [], "head": []}, {"get": 0, "head": 0}
         return out
 
 
