@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     Exiting skips the interpreter's teardown: with torch or tensorflow imported, freeing every
     module takes 0.5-2.4 s on the loaded 2-core development VM (bench/failure_paths.py), which
     every run would wait for. Exit handlers still run (DataLoader worker shutdown), output is
-    flushed, files are closed. Under MPI the process ends the ordinary way (exit_now).
+    flushed, files are closed; under MPI, MPI is finalised first (exit_now).
     """
     if argv is not None:
         return run_command(argv)
@@ -149,28 +149,47 @@ def main(argv=None) -> int:
 def exit_now(code: int) -> None:
     """Run the exit handlers, flush the standard streams and end the process with `code`.
 
-    Under MPI the process ends the ordinary way instead: ranks that all leave at once by
-    os._exit race MPICH's launcher, which then kills the slower ones before they report their
-    own exit status (the job's outcome is the same, but no rank should end by a kill).
+    Under MPI, after the exit handlers (iogen.comm's: the failure epilogue's exit barrier, the
+    heartbeat's goodbye), MPI is finalised and the process ends through the C library's exit():
+    MPICH registers exit handlers of its own, and ranks that skip them by os._exit are, now and
+    then, killed by its launcher (Hydra) before they report their status (docs/mpi.md, "Exit").
     """
     import atexit
     import os
     import threading
 
-    if "mpi4py.MPI" in sys.modules:
-        sys.exit(code)
+    mpi = sys.modules.get("mpi4py.MPI")
     try:
         # What interpreter shutdown does first, in its order: wait for non-daemon threads (and
         # the executors' exit hooks), then the exit handlers; only the module teardown is skipped.
         threading._shutdown()  # noqa: SLF001
         atexit._run_exitfuncs()  # noqa: SLF001
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_std()
+        if mpi is not None:
+            _leave_mpi(mpi, code)
         os._exit(code)
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _leave_mpi(MPI, code: int) -> None:
+    """Finalise MPI (every rank meets there), then the C library's exit(code); does not return."""
+    import ctypes
+
+    try:
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+    finally:
+        _flush_std()
+        # PyDLL keeps the GIL through the call: no Python thread runs while C exit handlers do.
+        ctypes.PyDLL(None).exit(int(code))
 
 
 def run_command(argv=None) -> int:

@@ -336,10 +336,14 @@ def cmd_run(args) -> int:
         from .campaign import report_campaign, run_campaign
 
         campaign = run_campaign(wl, world, args.runs, args.warmup, quiet=args.quiet, stream=sys.stderr)
-        return report_campaign(campaign) if world.rank == 0 else EXIT_OK
+        # rank 0 judges; every rank ends with its verdict, so the launcher sees one exit status
+        return world.bcast(report_campaign(campaign) if world.rank == 0 else None)
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
-    if world.rank != 0:
-        return EXIT_OK
+    return world.bcast(_run_verdict(outcome) if world.rank == 0 else None)
+
+
+def _run_verdict(outcome) -> int:
+    """Rank 0: print the run's headline and where its results are; the gate's exit code."""
     if outcome.summary.get("kind") == "checkpoint":
         from .checkpoint.phases import headline as checkpoint_headline
 

@@ -1,0 +1,48 @@
+"""Every rank's exit code reaches the launcher: 0, 1 (gate or failure), 2 (bad data), 130 (interrupt).
+
+Ranks end without the interpreter's teardown: MPI_Finalize, then the C library's exit()
+(iogen.cli.exit_now). Each rank records its own code (the harness's `sh -c` wrapper); a rank
+the launcher killed records none.
+"""
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+BOUND_S = 120
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 130])
+def test_every_rank_ends_with_its_code_repeatedly(mpi, code):
+    """The bare exit path, three launches a code: a kill by the launcher would show as a missing rank."""
+    for _ in range(3):
+        res = mpi.launch(4, [mpi.driver("exits.py"), code], timeout=BOUND_S)
+        assert res.rank_codes == {r: code for r in range(4)}, res
+        assert res.returncode == code, res
+        assert "BAD TERMINATION" not in res.output or code != 0, res
+
+
+def _run(mpi, env=None, **extra):
+    overrides = mpi.tiny(**{"workflow.generate_data": True, "dataset.num_files_train": 16,
+                            "reader.file_shuffle": "off", "reader.sample_shuffle": "off", **extra})
+    return mpi.launch(4, [mpi.driver("run.py"), "run", "default", *overrides, "-q"], env=env, timeout=BOUND_S)
+
+
+def test_a_run_on_four_ranks_exits_0(mpi):
+    res = _run(mpi)
+    assert res.rank_codes == {r: 0 for r in range(4)} and res.returncode == 0, res
+    assert "Traceback" not in res.output, res
+
+
+def test_a_failed_gate_exits_1_on_every_rank(mpi):
+    res = _run(mpi, **{"metric.au": 1.0})  # no step is 100% compute: the AU gate fails
+    assert res.rank_codes == {r: 1 for r in range(4)} and res.returncode == 1, res
+
+
+@pytest.mark.parametrize("fail,code,says", [("2:step:3", 1, "injected failure at step barrier 3"),
+                                            ("1:generate", 2, "No space left on device"),
+                                            ("3:term:2", 130, "SIGTERM")])
+def test_one_ranks_failure_is_every_ranks_exit_code(mpi, fail, code, says):
+    res = _run(mpi, env={"IOGEN_TEST_FAIL": fail})
+    assert res.rank_codes == {r: code for r in range(4)}, res
+    assert res.returncode == code, res
+    assert says in res.output, res
