@@ -165,9 +165,10 @@ class Format:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError
 
-    def index_ranges(self, size_bytes: int) -> list[tuple[int, int]] | None:
-        """(offset, length) ranges of a file of size_bytes that index_file reads, when the format
-        can say without reading it (a reader of remote objects fetches only these); None: all."""
+    def fixed_index(self, num_samples: int, record_bytes: int) -> FileIndex | None:
+        """The index of a file iogen's writer wrote with these settings, by arithmetic (no read),
+        when the format's layout fixes it (a reader of remote objects then needs no request);
+        None when it does not (compressed variants, HDF5: the library places the data)."""
         return None
 
     def read_samples(self, path, sample_ids) -> list:
@@ -258,6 +259,43 @@ def parsing(path, what: str, offset=None):
     except Exception as exc:  # noqa: BLE001 - see above: any failure to parse untrusted bytes
         text = " ".join(str(exc).split()) or "no detail"
         raise DataError(path, f"{what} ({type(exc).__name__}: {text[:200]})", offset) from None
+
+
+def is_fileobj(source) -> bool:
+    """Whether a format method's `path` is an open binary file object (an object's
+    iogen.objectfile.ObjectFile) rather than a path: index_file and read_samples take either."""
+    return hasattr(source, "readinto")
+
+
+def source_name(source) -> str:
+    """What messages call a path or a file object (its `name`: an object's s3:// URI)."""
+    return source.name if is_fileobj(source) else os.fspath(source)
+
+
+def source_size(source) -> int:
+    """Size of a data file, or of a file object (its `size`, else its end)."""
+    if not is_fileobj(source):
+        return file_size_or_error(source)
+    size = getattr(source, "size", None)
+    return int(size) if size is not None else source.seek(0, os.SEEK_END)
+
+
+def read_at(fobj, name, offset: int, length: int) -> bytes:
+    """Exactly length bytes at offset of an open file (pread) or file object (seek, read); short is a DataError."""
+    try:
+        fd = fobj.fileno()
+    except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is an OSError
+        fd = None
+    if fd is not None:
+        return pread_exact(fd, name, offset, length)
+    if offset < 0 or length < 0:
+        raise DataError(name, f"a header points at {length} bytes at byte offset {offset}: corrupt", max(offset, 0))
+    fobj.seek(offset)
+    data = fobj.read(length)
+    if len(data) != length:
+        raise DataError(name, f"file ends after {offset + len(data)} bytes, "
+                              f"{length} bytes needed here (truncated?)", offset + len(data))
+    return data
 
 
 def check_sample_ids(path, sample_ids, num_samples: int) -> np.ndarray:

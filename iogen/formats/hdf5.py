@@ -24,8 +24,8 @@ import zlib
 import numpy as np
 
 from ..errors import DataError
-from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
-                   file_size_or_error, fill_random, parsing, payload_chunks)
+from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text, fill_random,
+                   parsing, payload_chunks, source_name, source_size)
 from .checksum import crc32c, file_crc32c
 
 RECORDS = "records"
@@ -104,7 +104,8 @@ class HDF5Format(Format):
     def _create_contiguous_locked(self, h5py, path, shape) -> int:
         # big allocations (the records) start on a page boundary, for O_DIRECT reads
         threshold = max(1, min(ALIGN_BYTES, math.prod(shape) * self.element_bytes))
-        with h5py.File(path, "w", alignment_threshold=threshold, alignment_interval=ALIGN_BYTES) as f:
+        with h5py.File(path, "w", alignment_threshold=threshold, alignment_interval=ALIGN_BYTES,
+                       **_driver(path)) as f:
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # space exists now: its offset is known
@@ -151,7 +152,7 @@ class HDF5Format(Format):
         whole_sample_gzip = self.compression == "gzip" and chunks[1:] == rshape
         buf = np.empty(rb if whole_sample_gzip else min(rb, CHUNK_BYTES), np.uint8)
         with H5_LOCK:
-            f = h5py.File(path, "w")
+            f = h5py.File(path, "w", **_driver(path))
         try:
             with H5_LOCK:
                 ds = f.create_dataset(RECORDS, shape, dtype=self.record_dtype, chunks=chunks,
@@ -188,11 +189,15 @@ class HDF5Format(Format):
 
     @contextlib.contextmanager
     def _opened(self, path):
-        """(file, records, file size) with H5_LOCK held; errors name the file."""
-        size = file_size_or_error(path)
+        """(file, records, file size) with H5_LOCK held; errors name the file.
+
+        path may be an open binary file object (an object's ObjectFile): h5py then reads through
+        it, each read HDF5 makes one read of the object."""
+        size = source_size(path)
+        source, path = path, source_name(path)
         with H5_LOCK:
             try:
-                f = _h5py().File(path, "r")
+                f = _h5py().File(source, "r")
             except Exception as exc:  # noqa: BLE001 - h5py raises OSError, KeyError, ... on corrupt files
                 text = " ".join(str(exc).split())[:300]  # HDF5's messages span lines
                 raise DataError(path, f"HDF5 cannot open it ({text}); truncated or corrupt?", offset=size) from None
@@ -206,6 +211,7 @@ class HDF5Format(Format):
     def index_file(self, path):
         """Sample byte ranges: contiguous data at its offset, or one whole-sample chunk each; else None."""
         with self._opened(path) as (f, ds, size):
+            path = source_name(path)
             n = ds.shape[0] if ds.shape else 0
             sample_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
             offset = ds.id.get_offset()
@@ -232,6 +238,7 @@ class HDF5Format(Format):
         raws = []
         i = None
         with self._opened(path) as (f, ds, _):
+            path = source_name(path)
             ids = check_sample_ids(path, sample_ids, ds.shape[0] if ds.shape else 0)
             shape, dtype = ds.shape[1:], ds.dtype
             direct = (ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.chunks is not None
@@ -304,6 +311,14 @@ class HDF5Format(Format):
             return FileShape(1, dtype.itemsize, (), dtype.name, compression)
         dims = shape[1:]
         return FileShape(shape[0], math.prod(dims) * dtype.itemsize, dims, dtype.name, compression)
+
+
+def _driver(path) -> dict:
+    """h5py.File's driver for a file to create: HDF5's default (sec2) resolves the file's real path,
+    which an anonymous memory file (/proc/self/fd/N of a memfd: objects are written there before
+    they are uploaded, iogen/objectdata.py) has none of; the stdio driver writes the same bytes
+    (tested) without it."""
+    return {"driver": "stdio"} if str(path).startswith("/proc/self/fd/") else {}
 
 
 def payload_bytes(buf: np.ndarray, seed: int, stream: int, offset_bytes: int) -> np.ndarray:

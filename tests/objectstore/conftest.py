@@ -143,8 +143,14 @@ class _Throttler:
         self.always_for = None  # 503 for every request whose path holds this string
         self.ranged_gets = 0
         self.throttled = 0
+        self.requests = []  # (method, path) of every request, in order
 
     def decide(self, method, path, headers) -> bool:
+        with self.lock:
+            self.requests.append((method, path))
+        return self._decide(method, path, headers)
+
+    def _decide(self, method, path, headers) -> bool:
         with self.lock:
             if self.always_for and self.always_for in path:
                 self.throttled += 1
@@ -199,7 +205,9 @@ def throttling_proxy(s3, monkeypatch):
                 for k, v in resp.getheaders():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD's answer has no body: its Content-Length is the object's size
+                length = resp.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+                self.send_header("Content-Length", length)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -57,14 +57,11 @@ def test_config_s3_keys_and_refusals():
         ("storage.region=eu-west-1",): "applies to storage.storage_type s3 only",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.preprocess_time=0.01"):
             "reader.preprocess_time",
-        ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=hdf5"): "dataset.format = 'hdf5'",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
          "checkpoint.fsync=True"): "checkpoint.fsync = True applies to files",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
-         "checkpoint.local_folder=/tmp/x"): "checkpoint.local_folder",
+         "checkpoint.odirect=True"): "checkpoint.odirect = True applies to files",  # fine with a local_folder
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.odirect=True"): "reader.odirect",
-        ("storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
-         "dataset.compression=zip"): "dataset.compression = 'zip'",
     }
     for overrides, expected in cases.items():
         with pytest.raises(ConfigError) as info:
