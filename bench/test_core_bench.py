@@ -86,3 +86,43 @@ def test_pread_loop_baseline_warm(benchmark, warm_file):
     total = benchmark(reader.pread_loop_baseline, warm_file, READ_BLOCK_BYTES, buf)
     assert total == FILE_BYTES == os.path.getsize(warm_file)
     record_rate(benchmark, FILE_BYTES)
+
+
+SMALL_FILE_BYTES = 112_640  # an ImageNet-like file: what small-file datagen fills and CRCs per file
+
+
+@pytest.mark.skipif(not fill.has_hw_crc32(), reason="CPU has no PCLMULQDQ")
+def test_crc32_hardware(benchmark, random_block):
+    benchmark(fill.crc32, random_block)
+    record_rate(benchmark, CRC_BYTES)
+
+
+def test_crc32_zlib_baseline(benchmark, random_block):
+    import zlib
+
+    benchmark(zlib.crc32, random_block)
+    record_rate(benchmark, CRC_BYTES)
+
+
+def test_fill_random_crc32_small_file(benchmark):
+    buf = np.ones(SMALL_FILE_BYTES, dtype=np.uint8)
+    benchmark(fill.fill_random_crc32, buf, 3, 4, 0, 0)
+    record_rate(benchmark, SMALL_FILE_BYTES)
+
+
+def test_fill_then_zlib_crc32_small_file_baseline(benchmark):
+    """What the NPZ writer did before the fused pass: the scalar fill, then zlib's CRC-32."""
+    import zlib
+
+    buf = np.ones(SMALL_FILE_BYTES, dtype=np.uint8)
+
+    def scalar_fill_then_zlib():
+        fill.fill_random(buf, 3, 4, 0)
+        return zlib.crc32(buf)
+
+    old = fill._use_vector_fill(False)
+    try:
+        benchmark(scalar_fill_then_zlib)
+    finally:
+        fill._use_vector_fill(old)
+    record_rate(benchmark, SMALL_FILE_BYTES)

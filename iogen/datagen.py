@@ -16,10 +16,11 @@ on one rank.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import manifest as mf
@@ -261,12 +262,9 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
         return size, record_bytes * layout.samples_per_file
 
     if workers == 1 or len(tasks) <= 1:
-        done_iter = (run(t) for t in tasks)
-        pool = None
+        done_iter, stop = (run(t) for t in tasks), None
     else:
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="iogen-gen")
-        futures = [pool.submit(run, t) for t in tasks]
-        done_iter = (fut.result() for fut in as_completed(futures))
+        done_iter, stop = _run_threaded(run, tasks, workers)
     try:
         for size, payload in done_iter:
             files_done += 1
@@ -277,9 +275,58 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
             if progress is not None:
                 progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
     finally:
-        if pool is not None:
+        if stop is not None:
             # An error or Ctrl-C: let running files finish or fail, start no new ones.
-            pool.shutdown(wait=True, cancel_futures=True)
+            stop()
+
+
+def _run_threaded(run, tasks, workers: int):
+    """(iterator of run(task)'s results in completion order, stop()) over `workers` threads.
+
+    Each thread takes the next task itself and hands its result back through one queue: no
+    future per file (a million files would hold a million futures). The first failure is raised
+    by the iterator and no thread starts another file; stop() waits for the running ones.
+    """
+    pending = iter(tasks)
+    take = threading.Lock()
+    halt = threading.Event()
+    done = queue.SimpleQueue()
+
+    def worker():
+        try:
+            while not halt.is_set():
+                with take:
+                    task = next(pending, None)
+                if task is None:
+                    break
+                done.put((True, run(task)))
+        except BaseException as exc:  # handed to the calling thread, which raises it
+            halt.set()
+            done.put((False, exc))
+        finally:
+            done.put(None)
+
+    threads = [threading.Thread(target=worker, name=f"iogen-gen_{k}") for k in range(workers)]
+    for thread in threads:
+        thread.start()
+
+    def results():
+        running = len(threads)
+        while running:
+            item = done.get()
+            if item is None:
+                running -= 1
+            elif item[0]:
+                yield item[1]
+            else:
+                raise item[1]
+
+    def stop():
+        halt.set()
+        for thread in threads:
+            thread.join()
+
+    return results(), stop
 
 
 def _payload_bytes(tasks):

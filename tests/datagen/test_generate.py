@@ -1,6 +1,7 @@
 """Generation: files, manifest, determinism, resume after interruption, ranks."""
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -142,3 +143,39 @@ def test_failed_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(OSError):
         generate(layout, Broken(), workers=1)
     assert [n for n in os.listdir(layout.folder) if not n.startswith(".iogen-")] == []
+
+
+def test_a_failing_file_stops_the_writer_threads_and_names_its_error(tmp_path):
+    layout = DatasetLayout(tmp_path / "d", "train", 40, 1, 100, 0, 1, "npz")
+    npz = type(make_format("npz"))
+
+    class FailsOnFive(npz):
+        def write_file_crc(self, path, *args):
+            if "_05_of_" in path:
+                raise ValueError("file five is bad")
+            return super().write_file_crc(path, *args)
+
+    with pytest.raises(ValueError, match="file five"):
+        generate(layout, FailsOnFive(), workers=3)
+    # no thread is left writing, no temporary file is left, and a rerun finishes the rest
+    assert not [t for t in threading.enumerate() if t.name.startswith("iogen-gen")]
+    assert not [n for n in os.listdir(layout.folder) if ".tmp." in n]
+    res = generate(layout, npz(), workers=3)
+    assert res.files_written + res.files_skipped == 40 and res.files_written >= 1
+    assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME))
+
+
+def test_interrupt_with_threads_keeps_every_finished_file_journaled(tmp_path, workload):
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=30, record_length_bytes=5000)
+
+    def interrupt(files_done, *_):
+        if files_done == 10:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generate(wl, workers=3, progress=interrupt)
+    assert not [t for t in threading.enumerate() if t.name.startswith("iogen-gen")]
+    res = generate(wl, workers=3)
+    assert res.files_skipped >= 10 and res.files_skipped + res.files_written == 30
+    generate(workload(data_folder=str(tmp_path / "fresh"), num_files_train=30, record_length_bytes=5000))
+    assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "fresh")
