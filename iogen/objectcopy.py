@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from dataclasses import dataclass
 
 from .atomic import full_disk_error, is_full_disk, temp_path, unlink_quietly
 from .errors import DataError, OutputError
+from .filecopy import CopyJob
 from .formats.checksum import crc32c, crc_combine, format_crc
 
 ALIGN = 4096  # alignment of the part buffers (O_DIRECT writes)
@@ -84,20 +84,10 @@ def upload_files(store, items, pool, bufs: PartBuffers) -> int:
     return sum(sizes)
 
 
-@dataclass
-class ObjectJob:
-    """One object to stage: its URI, the local destination, its size and (if known) its CRC-32C."""
-
-    src: str
-    dst: str
-    nbytes: int
-    crc32c: str | None = None  # 8 hex digits, as manifests store it
-
-
 class _Staged:
     """One object being downloaded: its temporary file and the CRC of each part."""
 
-    def __init__(self, job: ObjectJob, nparts: int):
+    def __init__(self, job: CopyJob, nparts: int):
         self.job = job
         self.tmp = temp_path(job.dst)
         self.fd = -1
@@ -107,7 +97,7 @@ class _Staged:
         self.error = False
 
 
-def download_objects(store, jobs: list[ObjectJob], threads: int, part_bytes: int, *, direct_write: bool = False,
+def download_objects(store, jobs: list[CopyJob], threads: int, part_bytes: int, *, direct_write: bool = False,
                      done=None, what: str = "the staged copy") -> None:
     """Download every job, `threads` ranged GETs of part_bytes in flight across the objects, biggest first.
 

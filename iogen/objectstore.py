@@ -32,6 +32,13 @@ OPS = ("get", "put", "head", "list", "delete") + MULTIPART_OPS
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
 DEFAULT_PART_BYTES = 8 << 20
+
+
+def part_size_bytes(block_bytes: int) -> int:
+    """The smallest multiple of block_bytes of at least 5 MiB (S3's smallest part): parts of whole
+    blocks (a checkpoint's transfer-size blocks, stamped as on files)."""
+    t = max(1, int(block_bytes))
+    return -(-MIN_PART_BYTES // t) * t
 MAX_ATTEMPTS = 5
 
 
@@ -566,6 +573,36 @@ def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
     if status is not None:
         return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
+
+
+def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None,
+                   max_attempts: int | None = None) -> dict:
+    """region, endpoint and S3ClientConfig for s3torchconnector (its datasets, its S3Checkpoint), from the
+    same storage keys as boto3's and resolved as boto3 resolves them (store's client: the AWS config file
+    included); path-style addressing with `path`, and with `auto` for an endpoint other than AWS's."""
+    from urllib.parse import urlsplit
+
+    from s3torchconnector import S3ClientConfig
+
+    endpoint = storage.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    client = store.client()
+    if endpoint is None:  # an endpoint from the AWS config file, as boto3 resolved it; AWS itself: none
+        resolved = client.meta.endpoint_url
+        if resolved and not (urlsplit(resolved).hostname or "").endswith("amazonaws.com"):
+            endpoint = resolved
+    region = storage.region or client.meta.region_name
+    if not region:
+        raise ConfigError("storage.region: s3torchconnector needs a region; set storage.region or AWS_REGION")
+    if storage.addressing_style == "auto":  # boto3's auto: path style for an endpoint other than AWS's
+        path_style = endpoint is not None and not (urlsplit(endpoint).hostname or "").endswith("amazonaws.com")
+    else:
+        path_style = storage.addressing_style == "path"
+    config = {"force_path_style": path_style}
+    if part_bytes:  # 5 MiB .. 5 GiB (objectkeys._s3_client_problems, checkpoint part sizes)
+        config["part_size"] = int(part_bytes)
+    if max_attempts:
+        config["max_attempts"] = int(max_attempts)
+    return {"region": region, "endpoint": endpoint, "s3client_config": S3ClientConfig(**config)}
 
 
 def open_store(wl, threads: int = 16) -> ObjectStore:

@@ -92,7 +92,7 @@ class Drainer:
         """The upload threads, their clients and part buffers, and the coordinating thread, made now
         (a client costs ~0.1 s): outside every checkpoint's drain time."""
         from ..objectcopy import PartBuffers
-        from .objects import part_size_bytes
+        from ..objectstore import part_size_bytes
 
         self._parts = PartBuffers(part_size_bytes(self.transfer))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-drain-put")

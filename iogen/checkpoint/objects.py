@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import core
+from ..objectstore import part_size_bytes  # a checkpoint-only run's part size: whole transfer-size blocks
 from .training import Checkpointer
 
 MIN_PART_BYTES = 5 << 20
@@ -101,13 +102,6 @@ class ObjectCheckpointer(Checkpointer):
             self._pool.shutdown(wait=True)
             self.figures = self.store.drain()
         return None
-
-
-def part_size_bytes(transfer_bytes: int) -> int:
-    """A checkpoint-only run's part size: the smallest multiple of checkpoint.transfer_size of at least
-    5 MiB (S3's smallest part), so each part is whole transfer-size blocks, stamped as on files."""
-    t = max(1, int(transfer_bytes))
-    return -(-MIN_PART_BYTES // t) * t
 
 
 class ObjectCheckpointIO:

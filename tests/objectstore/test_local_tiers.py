@@ -37,3 +37,62 @@ def test_training_checkpoints_drain_to_the_direct_upload_keys(s3, tmp_path, ioge
     assert drained["put"]["requests"] == 2 * 2 and drained["put"]["bytes"] == 2 * size
     assert drained["delete"]["requests"] == 1  # the superseded checkpoint's object
     assert f"checkpoint drain ({mode})" in r.stdout
+
+
+def _staging(s3, tmp_path, fmt, **extra):
+    return s3_overrides(s3, tmp_path, fmt, **{"workflow.stage_data": True, "staging.folder": str(tmp_path / "stage"),
+                                              "staging.threads": 3, "staging.transfer_size": 8192,
+                                              "train.computation_time": 0, "metric.au": 0.0, **extra})
+
+
+@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch)])
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path, iogen_cmd, file_opens, fmt, loader):
+    """The stager downloads its objects by ranged GETs of staging.transfer_size, byte for byte;
+    the loaders then open the staged files and send no request to the bucket."""
+    if loader != "native":
+        pytest.importorskip("torch")
+    over = _staging(s3, tmp_path, fmt, **{"reader.data_loader": loader, "reader.read_threads": 2,
+                                          "staging.keep": True})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    os.makedirs(tmp_path / "stage" / "train")
+    watch = file_opens([tmp_path / "stage" / "train"])
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    objects = {o["Key"].rpartition("/")[2]: o["Size"]
+               for o in s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ds/train/")["Contents"]}
+    data = {n: size for n, size in objects.items() if not n.startswith(".")}
+    assert sorted(os.listdir(tmp_path / "stage" / "train")) == sorted(objects)  # the data and the manifest
+    for name in objects:
+        body = s3.client.get_object(Bucket=s3.bucket, Key=f"pre/ds/train/{name}")["Body"].read()
+        assert (tmp_path / "stage" / "train" / name).read_bytes() == body
+    opened = {os.path.basename(p) for p, n in watch.counts().items() if n and ".tmp." not in p}
+    assert set(data) <= opened  # the loaders opened the staged copies
+    block = doc["iogen"]["object_store"]
+    gets = block["staging"]["get"]
+    # one GET of the manifest object, then ranged GETs of 8192 bytes
+    assert gets["requests"] == 1 + sum(-(-size // 8192) for size in data.values()) and gets["errors"] == 0
+    assert gets["bytes"] == sum(objects.values())
+    assert not block["index"] and not block["train_epochs"]  # no loader read an object
+    st = doc["iogen"]["staging"]
+    assert st["staged_files"] == len(data) and st["staged_bytes"] == sum(data.values())
+    assert st["t_staging_s"] > 0 and st["t_staging_over_t_epoch"] > 0
+    assert "the object store served every byte" not in r.stdout
+
+
+def test_staging_a_corrupt_or_missing_object_is_exit_2_naming_it_with_nothing_left(s3, tmp_path, iogen_cmd):
+    over = _staging(s3, tmp_path, "npz", **{"staging.scope": "full"})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    key = "pre/ds/train/img_2_of_4.npz"
+    body = bytearray(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read())
+    body[20000] ^= 0xFF  # same size, one byte changed
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=bytes(body))
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}: corrupt: its CRC-32C" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not os.path.exists(tmp_path / "stage") or not any(f for _, _, f in os.walk(tmp_path / "stage"))
+    s3.client.delete_object(Bucket=s3.bucket, Key=key)
+    r = iogen_cmd("run", "default", *over, "workflow.generate_data=False")  # else the run regenerates it
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "404" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "stage") or not any(f for _, _, f in os.walk(tmp_path / "stage"))
