@@ -4,9 +4,12 @@ Failure paths: 2 ranks under `mpiexec` run the tiny default workload through the
 (tests/mpi/drivers/run.py), which injects the failure on rank 1; the figure is the time from the
 failure's first line on stderr to mpiexec's exit (median of --repeat). Process exit: a Python
 that imported torch, ended the ordinary way (the baseline) and the way the `iogen` command ends
-(iogen.cli.exit_now: exit handlers, flush, os._exit), timed from its last output line to its exit.
+(iogen.cli.exit_now: exit handlers, flush, os._exit), timed from its last output line to its exit;
+and the same under `mpiexec -n 4` with iogen's MPI world started (exit_now: MPI_Finalize, then C
+exit()), timed from the last rank's last line to mpiexec's exit.
 
     .venv/bin/python bench/failure_paths.py --repeat 3
+    .venv/bin/python bench/failure_paths.py --repeat 10 --only-mpi-exit
 
 Prints two Markdown tables.
 """
@@ -88,10 +91,46 @@ def process_exit(repeat: int) -> list[str]:
     return rows
 
 
+def mpi_exit(repeat: int, ranks: int = 4) -> list[str]:
+    """`mpiexec -n ranks` of a Python with torch imported and iogen's MPI world started, ended the
+    ordinary way (the baseline: iogen's exit under MPI before exit_now finalised MPI itself) and by
+    iogen.cli.exit_now; seconds from the last rank's last line to mpiexec's exit, and any rank
+    the launcher killed (a rank that did not report exit code 0)."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    head = ("import torch\nfrom iogen.comm import get_world\nw = get_world()\nw.sync()\n"
+            "print('ready', flush=True)\n")
+    code = {"ordinary exit, MPI finalised at teardown (baseline)": "import sys; sys.exit(0)",
+            "iogen.cli.exit_now (MPI_Finalize, C exit())": "from iogen.cli import exit_now; exit_now(0)"}
+    rows = [f"| {ranks} ranks, torch imported | seconds from the last rank's last line to mpiexec's exit "
+            "(median, min-max) | launches with a rank killed |", "|---|---:|---:|"]
+    for name, tail in code.items():
+        times, killed = [], 0
+        for _ in range(repeat):
+            proc = subprocess.Popen([mpiexec, "-n", str(ranks), sys.executable, "-c", head + tail],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+            seen = 0
+            t0 = None
+            for line in proc.stdout:
+                seen += line.startswith("ready")
+                if seen == ranks and t0 is None:
+                    t0 = time.monotonic()
+            proc.wait()
+            times.append(time.monotonic() - (t0 or time.monotonic()))
+            killed += proc.returncode != 0
+        rows.append(f"| {name} | {statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f}) | "
+                    f"{killed} of {repeat} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only-mpi-exit", action="store_true", help="only the MPI process-exit table")
     args = ap.parse_args()
+    if args.only_mpi_exit:
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, median of {args.repeat}\n")
+        print("\n".join(mpi_exit(args.repeat)))
+        return
     work = tempfile.mkdtemp(prefix="iogen-failure-bench-")
     try:
         load = os.getloadavg()[0]
@@ -99,6 +138,8 @@ def main() -> None:
         print("\n".join(failure_paths(args.repeat, work)))
         print()
         print("\n".join(process_exit(args.repeat)))
+        print()
+        print("\n".join(mpi_exit(args.repeat)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

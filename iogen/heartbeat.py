@@ -45,6 +45,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._sends = []
         self._watching = True
+        self.max_silence_s = 0.0  # the longest the previous rank was silent, as this rank saw it
         self._thread = threading.Thread(target=self._loop, name="iogen-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
@@ -78,7 +79,9 @@ class Heartbeat:
             self._sends = [r for r in self._sends if not r.Test()]
             self._sends.append(self._comm.Isend([b"", self._MPI.BYTE], dest=self.next_rank, tag=TAG_BEAT))
             if self._drain():
-                last_heard = self._clock()
+                now = self._clock()
+                self.max_silence_s = max(self.max_silence_s, now - last_heard)
+                last_heard = now
             if self._watching and self._clock() - last_heard > self.liveness_s:
                 self._watching = False
                 self._on_silence(self.prev_rank, self._clock() - last_heard)
