@@ -189,7 +189,7 @@ def _connector_contenders(wl, files, bucket, threads, content, pool):
     cio = ConnectorCheckpointIO(wl, threads=threads, transfer_bytes=wl.checkpoint.transfer_size, seed=1,
                                 read_threads=threads)
     part = cio.part_bytes
-    s3 = open_connector(wl, part)  # the plain loop's own S3Checkpoint: same endpoint, part size, path style
+    s3 = open_connector(wl, cio.store, part)  # the plain loop's own S3Checkpoint: same settings
     sizes = [lay.size_bytes for lay in files.layouts]
     total = sum(sizes)
     unbuffered = S3ReaderConstructor.range_based(buffer_size=0)

@@ -8,7 +8,6 @@ the bucket and the key. No boto3 here: config validation must not need it.
 """
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from urllib.parse import urlsplit
@@ -142,15 +141,3 @@ def _s3_client_problems(wl) -> list[str]:
         problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the drain to the bucket goes through boto3, "
                         "not s3torchconnector; use storage.s3_client=boto3 (or write to the bucket directly)")
     return problems
-
-
-def connector_settings(storage) -> tuple[str, str | None, bool]:
-    """(region, endpoint, force_path_style) for s3torchconnector's client from the storage keys and the AWS
-    environment (the CRT client takes them as arguments): the region from storage.region, AWS_REGION,
-    AWS_DEFAULT_REGION, then us-east-1; the endpoint from storage.endpoint_url, AWS_ENDPOINT_URL_S3, then
-    AWS_ENDPOINT_URL; path-style addressing with `path`, and with `auto` when an endpoint is given (MinIO,
-    Ceph RGW and test servers expect it; AWS itself gets virtual-host addressing)."""
-    region = storage.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    endpoint = storage.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    style = storage.addressing_style
-    return region, endpoint or None, style == "path" or (style == "auto" and bool(endpoint))

@@ -36,18 +36,17 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from ..errors import DataError
-from ..objectkeys import connector_settings, root_parts, split_uri
-from ..objectstore import MAX_ATTEMPTS, StreamStats
+from ..objectkeys import root_parts, split_uri
+from ..objectstore import MAX_ATTEMPTS, StreamStats, connector_args
 from .objects import ObjectCheckpointer, ObjectCheckpointIO
 
 
-def open_connector(wl, part_bytes: int):
-    """An S3Checkpoint on the workload's endpoint, region and addressing, parts of part_bytes."""
-    from s3torchconnector import S3Checkpoint, S3ClientConfig
+def open_connector(wl, store, part_bytes: int):
+    """An S3Checkpoint on the workload's endpoint, region and addressing (as store's boto3 client resolves
+    them), parts of part_bytes, 5 attempts as boto3's."""
+    from s3torchconnector import S3Checkpoint
 
-    region, endpoint, path_style = connector_settings(wl.storage)
-    config = S3ClientConfig(part_size=int(part_bytes), force_path_style=path_style, max_attempts=MAX_ATTEMPTS)
-    return S3Checkpoint(region, endpoint=endpoint, s3client_config=config)
+    return S3Checkpoint(**connector_args(wl.storage, store, part_bytes=part_bytes, max_attempts=MAX_ATTEMPTS))
 
 
 def connector_error(uri: str, exc: BaseException, what: str) -> DataError:
@@ -67,6 +66,17 @@ def _abandon(writer) -> None:
     """Drop an unfinished S3Writer without completing its upload (see the module doc)."""
     writer._closed = True  # IOBase's finalizer would close() (complete) it
     writer.stream = None  # the native stream, released unclosed, aborts the multipart upload
+
+
+def warm_connector(s3, wl) -> None:
+    """Build the connector's native client, and its first connection, now: outside the timed windows."""
+    from s3torchconnector import S3Exception
+
+    bucket, prefix = root_parts(wl.storage.storage_root)
+    try:  # S3Checkpoint has no public call that does not move an object; a LIST of one key is the cheapest
+        next(iter(s3._client.list_objects(bucket, prefix, max_keys=1)), None)
+    except S3Exception as exc:
+        raise connector_error(f"s3://{bucket}/{prefix}", exc, "LIST") from None
 
 
 class StreamFigures:
@@ -143,19 +153,9 @@ class ConnectorCheckpointIO(ObjectCheckpointIO):
 
     def __init__(self, wl, **kw):
         super().__init__(wl, **kw)  # boto3: the bucket HEAD before any work, the presence HEADs
-        self.s3 = open_connector(wl, self.part_bytes)
-        self.bucket, self.prefix = root_parts(wl.storage.storage_root)
+        self.s3 = open_connector(wl, self.store, self.part_bytes)
         self.streams = StreamFigures()
-        self._warm()
-
-    def _warm(self) -> None:
-        """Build the connector's native client (and its first connection) now, outside the timed windows."""
-        from s3torchconnector import S3Exception
-
-        try:
-            next(iter(self.s3._client.list_objects(self.bucket, self.prefix, max_keys=1)), None)
-        except S3Exception as exc:
-            raise connector_error(f"s3://{self.bucket}/{self.prefix}", exc, "LIST") from None
+        warm_connector(self.s3, wl)
 
     def write_files(self, paths_layouts, stamp: int) -> int:
         """Stream every (URI, layout) as one object, write_threads objects at once; returns the bytes."""
@@ -220,7 +220,10 @@ class ConnectorCheckpointer(ObjectCheckpointer):
     def __init__(self, wl, world):
         super().__init__(wl, world)
         self.streams = StreamFigures()
-        self.s3 = open_connector(wl, self.part_bytes) if world.rank == 0 else None
+        self.s3 = None
+        if world.rank == 0:
+            self.s3 = open_connector(wl, self.store, self.part_bytes)
+            warm_connector(self.s3, wl)
 
     def _write_file(self, epoch: int, step: int) -> str:
         uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"

@@ -35,9 +35,7 @@ are null with the reason (`iogen.object_store.not_measured`, metrics/objectstore
 """
 from __future__ import annotations
 
-import os
 import time
-from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -45,33 +43,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import ConfigError, DataError
 from ..objectkeys import split_uri
-from ..objectstore import OpStats
+from ..objectstore import OpStats, connector_args
 from .objects import ObjectSampleReader
 from .pytorch import PyTorchLoader, _first
-
-
-def connector_args(wl, store) -> dict:
-    """region, endpoint and S3ClientConfig for s3torchconnector, from the same storage keys as boto3's."""
-    from s3torchconnector import S3ClientConfig
-
-    st, rd = wl.storage, wl.reader
-    endpoint = st.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    client = store.client()
-    if endpoint is None:  # an endpoint from the AWS config file, as boto3 resolved it; AWS itself: none
-        resolved = client.meta.endpoint_url
-        if resolved and not (urlsplit(resolved).hostname or "").endswith("amazonaws.com"):
-            endpoint = resolved
-    region = st.region or client.meta.region_name
-    if not region:
-        raise ConfigError("storage.region: s3torchconnector needs a region; set storage.region or AWS_REGION")
-    if st.addressing_style == "auto":  # boto3's auto: path style for an endpoint other than AWS's
-        path_style = endpoint is not None and not (urlsplit(endpoint).hostname or "").endswith("amazonaws.com")
-    else:
-        path_style = st.addressing_style == "path"
-    config = {"force_path_style": path_style}
-    if rd.transfer_size:  # validated: 5 MiB .. 5 GiB with this client (objectkeys._s3_client_problems)
-        config["part_size"] = int(rd.transfer_size)
-    return {"region": region, "endpoint": endpoint, "s3client_config": S3ClientConfig(**config)}
 
 
 class _Figures:
@@ -124,7 +98,7 @@ class ConnectorSampleReader(ObjectSampleReader):
 
     def __init__(self, wl, layout, fmt):
         super().__init__(wl, layout, fmt)
-        self._args = connector_args(wl, self._store)
+        self._args = connector_args(wl.storage, self._store, part_bytes=wl.reader.transfer_size)
         self._figures = _Figures()
         self._map = None
         self._stream = None  # iterable mode: this epoch's S3IterableDataset iterator
