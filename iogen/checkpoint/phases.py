@@ -149,11 +149,17 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         from ..progress import RunProgress
         from ..runlog import open_log
 
-        summary.write_config(run_dir, resolved_dict(wl), facts)
-        log = open_log(RunProgress(stream, quiet, world.rank), run_dir, wl.output.log_file,
-                       f"run {wl.name} started in {run_dir}: checkpoint-only, {n_write} write(s) and {n_read} "
-                       f"read(s) of {ck.format} checkpoints in {folder}, {world.size} rank(s), "
-                       f"core {core.core_description()}")
+        try:
+            summary.write_config(run_dir, resolved_dict(wl), facts)
+            log = open_log(RunProgress(stream, quiet, world.rank), run_dir, wl.output.log_file,
+                           f"run {wl.name} started in {run_dir}: checkpoint-only, {n_write} write(s) and {n_read} "
+                           f"read(s) of {ck.format} checkpoints in {folder}, {world.size} rank(s), "
+                           f"core {core.core_description()}")
+        except BaseException as exc:  # e.g. a full disk: the other ranks must not wait for rank 0
+            if io is not None:
+                io.close()
+            world.fail(exc)
+            raise
     error = None
     try:
         return _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts,

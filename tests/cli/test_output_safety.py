@@ -216,6 +216,20 @@ def test_checkpoint_only_run_on_a_full_disk_names_the_file(tmp_path, small_disk)
     assert temporaries(small_disk) == []
 
 
+@pytest.mark.parametrize("leave_bytes", [0, 4096, 8192])
+def test_checkpoint_only_run_output_on_a_full_disk_names_the_file(tmp_path, small_disk, leave_bytes):
+    """Its run folder, config.yaml or log meets the full disk: one clear line, exit 2, nothing half-written."""
+    tiny_model = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
+                  "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+                  "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+                  "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 2,
+                  "checkpoint.checkpoint_folder": tmp_path / "ckpt", "output.folder": small_disk / "results"}
+    fill(small_disk, leave_bytes)
+    res = run_iogen("run", "llama3-8b", "--quiet", *[f"{k}={v}" for k, v in tiny_model.items()])
+    assert_one_clear_line(res, str(small_disk / "results"), "no space left on the device")
+    assert temporaries(small_disk) == []
+
+
 def test_pending_file_written_by_threads_appears_whole_or_not_at_all(tmp_path):
     """atomic.PendingFile: threads write parts under the temporary name; the final name appears on commit only."""
     import threading
