@@ -45,13 +45,14 @@ def _staging(s3, tmp_path, fmt, **extra):
                                               "train.computation_time": 0, "metric.au": 0.0, **extra})
 
 
-@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch)])
+@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch),
+                                    pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
 @pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
 def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path, iogen_cmd, file_opens, fmt, loader):
     """The stager downloads its objects by ranged GETs of staging.transfer_size, byte for byte;
     the loaders then open the staged files and send no request to the bucket."""
     if loader != "native":
-        pytest.importorskip("torch")
+        pytest.importorskip({"pytorch": "torch"}.get(loader, loader))
     over = _staging(s3, tmp_path, fmt, **{"reader.data_loader": loader, "reader.read_threads": 2,
                                           "staging.keep": True})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
@@ -96,3 +97,37 @@ def test_staging_a_corrupt_or_missing_object_is_exit_2_naming_it_with_nothing_le
     r = iogen_cmd("run", "default", *over, "workflow.generate_data=False")  # else the run regenerates it
     assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "404" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "stage") or not any(f for _, _, f in os.walk(tmp_path / "stage"))
+
+
+@pytest.mark.mpi
+def test_two_simulated_nodes_stage_their_share_from_the_bucket(s3, tmp_path, iogen_cmd, monkeypatch):
+    """mpiexec -n 2 with IOGEN_NODE=a,b: each node's stager downloads the objects its rank reads,
+    once; the run reads the staged files only."""
+    import importlib.util
+
+    from .test_mpi import MPIEXEC, mpirun
+
+    if MPIEXEC is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpiexec and mpi4py")
+    over = _staging(s3, tmp_path, "tfrecord", **{"staging.folder": str(tmp_path / "stage" / "{node}"),
+                                                 "staging.keep": True, "dataset.num_files_train": 6})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    monkeypatch.setenv("IOGEN_NODE", "a,b")
+    r = mpirun(2, "run", "default", *over, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = summary_of(r)
+    sizes = {o["Key"].rpartition("/")[2]: o["Size"]
+             for o in s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ds/train/")["Contents"]}
+    staged = {node: sorted(n for n in os.listdir(tmp_path / "stage" / node / "train") if not n.startswith("."))
+              for node in ("a", "b")}
+    assert staged["a"] and staged["b"] and set(staged["a"]) | set(staged["b"]) == {n for n in sizes if n[0] != "."}
+    for node, names in staged.items():
+        for name in names:
+            body = s3.client.get_object(Bucket=s3.bucket, Key=f"pre/ds/train/{name}")["Body"].read()
+            assert (tmp_path / "stage" / node / "train" / name).read_bytes() == body
+    st = doc["iogen"]["staging"]
+    assert st["staged_files"] == len(staged["a"]) + len(staged["b"]) and len(st["nodes"]) == 2
+    block = doc["iogen"]["object_store"]
+    gets = block["staging"]["get"]  # one manifest GET per node, then each staged file's parts, once
+    assert gets["requests"] == 2 + sum(-(-sizes[n] // 8192) for names in staged.values() for n in names)
+    assert not block["train_epochs"] and not block["index"]
