@@ -1,4 +1,6 @@
 """The pytorch loader through s3torchconnector's S3MapDataset / S3IterableDataset, against a real S3 server (moto's)."""
+import os
+
 import pytest
 
 from iogen.config import load_workload
@@ -116,6 +118,11 @@ def test_run_reports_what_the_connector_lets_iogen_measure(s3, tmp_path, iogen_c
         assert get["first_byte_latency"] is None and get["total_latency"]["count"] == 16
     assert "retries and 503s not reported by the client" in r.stdout
     assert s3.secret not in r.stdout + r.stderr
+    run_dir = r.stdout.split("results: ")[1].strip()
+    for root, _, names in os.walk(run_dir):  # no credential in anything the run wrote
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                assert s3.secret.encode() not in f.read(), name
 
 
 def test_wrong_endpoint_or_credentials_exit_2_before_work(s3, s3_auth, tmp_path, iogen_cmd):
