@@ -73,22 +73,34 @@ CHECKPOINT_METRICS = (
 
 
 # What a checkpoint run keeps for campaigns and `iogen compare`: CHECKPOINT_METRICS, the GiB/s
-# figures beside the GB/s ones, and (not a metric: what makes two runs comparable) the job's bytes
-# per checkpoint of each phase.
+# figures beside the GB/s ones, and (not metrics) what makes two runs comparable, each None when
+# it does not apply (a phase the run did not do).
 CHECKPOINT_RUN_KEYS = tuple(key for key, _, _ in CHECKPOINT_METRICS) + (
     "save_checkpoint_io_mean_GiB_per_second", "load_checkpoint_io_mean_GiB_per_second")
-CHECKPOINT_SIZE_KEYS = ("write_bytes_per_checkpoint", "read_bytes_per_checkpoint")
+CHECKPOINT_SETUP_KEYS = ("write_bytes_per_checkpoint", "read_bytes_per_checkpoint", "format", "mode",
+                         "parallelism", "write_threads", "read_threads", "transfer_size_bytes")
 
 
 def checkpoint_values(doc: dict) -> dict | None:
-    """A checkpoint run's figures for a campaign or a comparison (None for a training run)."""
+    """A checkpoint run's figures and setup for a campaign or a comparison (None for a training run)."""
     if doc.get("kind") != "checkpoint":
         return None
     metric = doc.get("metric") or {}
     ck = (doc.get("iogen") or {}).get("checkpoint") or {}
+    plan = ck.get("plan") or {}
     out = {key: metric.get(key) for key in CHECKPOINT_RUN_KEYS}
-    for key, phase in zip(CHECKPOINT_SIZE_KEYS, ("write", "read")):
-        out[key] = (ck.get(phase) or {}).get("bytes_per_checkpoint")
+    wrote, read = ((ck.get(phase) or {}).get("checkpoints") for phase in ("write", "read"))
+    out.update({
+        "write_bytes_per_checkpoint": (ck.get("write") or {}).get("bytes_per_checkpoint"),
+        "read_bytes_per_checkpoint": (ck.get("read") or {}).get("bytes_per_checkpoint"),
+        "format": plan.get("format"),
+        "mode": plan.get("mode"),
+        "parallelism": (f"tensor {plan['tensor']}, pipeline {plan['pipeline']}, data {plan['data']}, "
+                        f"ZeRO stage {plan.get('zero_stage')}") if "tensor" in plan else None,
+        "write_threads": ck.get("write_threads") if wrote else None,
+        "read_threads": ck.get("read_threads") if read else None,
+        "transfer_size_bytes": ck.get("transfer_size_bytes"),
+    })
     return out
 
 

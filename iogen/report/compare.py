@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics.campaign import METRICS, RunValues, config_differences, fact_differences, run_values_from_summary
-from ..metrics.checkpoint import CHECKPOINT_SIZE_KEYS
+from ..metrics.checkpoint import CHECKPOINT_SETUP_KEYS
 from ..metrics.tdist import t_cdf, t_quantile
 from ..errors import DataError
 from .text import fmt_num, table
@@ -184,13 +184,13 @@ def welch_p_less(c, b) -> float:
 _RUN_FACTS = (
     ("run kind", lambda r: "checkpoint-only" if r.checkpoint is not None else "training"),
     ("ranks", lambda r: r.num_accelerators if r.checkpoint is not None else None),
-    *((key, lambda r, key=key: (r.checkpoint or {}).get(key)) for key in CHECKPOINT_SIZE_KEYS),
+    *((key, lambda r, key=key: (r.checkpoint or {}).get(key)) for key in CHECKPOINT_SETUP_KEYS),
 )
 
 
 def side_differences(baseline: Side, candidate: Side) -> list[str]:
     """Configuration keys on which the two sides' runs differ (format, loader, dataset, ranks, compute, ...;
-    for checkpoint-only runs: ranks and the bytes of a checkpoint)."""
+    for checkpoint-only runs: ranks, bytes per checkpoint, format, mode, parallelism, threads, transfer size)."""
     runs = [dataclasses.replace(r, label=f"{name} {r.label}")
             for name, side in (("baseline", baseline), ("candidate", candidate)) for r in side.runs]
     return config_differences(runs) + fact_differences(runs, _RUN_FACTS)

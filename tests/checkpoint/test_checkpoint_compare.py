@@ -69,13 +69,17 @@ def test_checkpoint_compare_on_the_command_line_and_from_report_json(tmp_path):
     assert doc["regression"] == (gate["candidate_mean"] > 1.99 * gate["baseline_mean"])
 
 
-def test_checkpoint_runs_of_another_size_are_refused(tmp_path):
+def test_checkpoint_runs_of_another_setup_are_refused(tmp_path):
     _side(tmp_path, "base", runs=1)
     _side(tmp_path, "cand", runs=1, **{"model.num_layers": 3})
     with pytest.raises(DataError, match="write_bytes_per_checkpoint: .* vs .*--force"):
         compare(load_side(tmp_path / "base"), load_side(tmp_path / "cand"))
     forced = compare(load_side(tmp_path / "base"), load_side(tmp_path / "cand"), force=True)
     assert any(d.startswith("write_bytes_per_checkpoint") for d in forced.config_differences)
+    # the writer's threads, as a training run's read_threads: another configuration
+    _side(tmp_path, "threads", runs=1, **{"checkpoint.write_threads": 1})
+    with pytest.raises(DataError, match=r"write_threads: 2 \(baseline run\) vs 1 \(candidate run\)"):
+        compare(load_side(tmp_path / "base"), load_side(tmp_path / "threads"))
     with pytest.raises(DataError, match="no throughput value"):  # a training metric of checkpoint runs
         compare(load_side(tmp_path / "base"), load_side(tmp_path / "base"), metric="throughput")
 
