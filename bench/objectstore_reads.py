@@ -5,7 +5,8 @@ Both read the same samples of the same objects (each sample's byte range, split 
 iogen: the loader's epoch over a plan (ranged GETs into its reusable batch buffers, TFRecord
 CRCs checked, request counting and latency histograms). Baseline: a ThreadPoolExecutor of
 --threads workers calling one shared boto3 client's get_object(Range=...) and .read() on the
-same ranges, in the same order. Indexing is outside both timings.
+same ranges, in the same order. Indexing is outside both timings (HDF5: h5py opens each object
+through iogen's ObjectFile to find its contiguous records' offset, once, before either runs).
 
 Without --endpoint the script starts moto's standalone server on 127.0.0.1 (pip install
 'moto[server]'): a local test server in Python, whose own cost dominates every request, so the
@@ -14,6 +15,7 @@ absolute figures say nothing about a real store; the ratio and the per-request o
 
     .venv/bin/python bench/objectstore_reads.py --files 16 --samples-per-file 8 --record-kib 256 --threads 4
     .venv/bin/python bench/objectstore_reads.py --format tfrecord --record-kib 1024 --transfer-kib 256
+    .venv/bin/python bench/objectstore_reads.py --format hdf5 --files 16 --samples-per-file 8 --record-kib 256
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
     ap.add_argument("--bucket", help="an existing bucket (default: a new one)")
-    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord"])
+    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord", "hdf5"])
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--samples-per-file", type=int, default=8)
     ap.add_argument("--record-kib", type=int, default=256)
@@ -127,10 +129,11 @@ def _bench(args, endpoint) -> int:
     gids = plan.batches.reshape(-1)
     spf = layout.samples_per_file
     part = args.transfer_kib * 1024
+    loader.table.learn(gids // spf)  # the objects' index, outside both timings
+    offsets, lengths = loader.table.ranges(gids // spf, gids % spf)
     ranges = []
-    for g in gids.tolist():
-        f, s = divmod(g, spf)
-        off, ln = int(loader.offsets[f, s]), int(loader.lengths[f, s])
+    for g, off, ln in zip(gids.tolist(), offsets.tolist(), lengths.tolist()):
+        f = g // spf
         key = layout.paths[f].split("/", 3)[3]
         ranges += [(key, off + p, min(part, ln - p)) for p in range(0, ln, part)]
     total_bytes = sum(r[2] for r in ranges)

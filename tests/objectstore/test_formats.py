@@ -88,7 +88,7 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
     assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("fmt,compression", [("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip")])
+@pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip")])
 def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, compression):
     """datagen writes the bytes the file datagen writes; verify passes; run reads them (native)."""
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
