@@ -134,3 +134,24 @@ def test_wrong_endpoint_or_credentials_exit_2_before_work(s3, s3_auth, tmp_path,
     r = iogen_cmd("run", "default", *over, env={"AWS_SECRET_ACCESS_KEY": "wrong" + s3_auth.secret[5:]})
     assert r.returncode == 2 and "refused the credentials" in r.stderr, r.stderr
     assert not (tmp_path / "results").exists() and "Traceback" not in r.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
+def test_two_ranks_read_every_sample_once_through_the_connector(s3, tmp_path, iogen_cmd, dataset):
+    from .test_mpi import MPIEXEC, mpirun
+
+    if MPIEXEC is None:
+        pytest.skip("needs mpiexec")
+    pytest.importorskip("mpi4py")
+    over = s3_overrides(s3, tmp_path, "tfrecord", **CONNECTOR, **{"dataset.num_files_train": 6,
+                                                                  "reader.read_threads": 1,
+                                                                  "reader.pytorch_dataset": dataset})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    r = mpirun(2, "run", "default", *over, "workflow.generate_data=False", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    block = summary_of(r)["iogen"]["object_store"]
+    assert block["client"] == "s3torchconnector"
+    # 6 files x 4 samples per epoch, read once over both ranks, each by one readinto
+    assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]
+    assert all(e["get"]["bytes"] >= 24 * 16384 and e["get"]["retries"] is None for e in block["train_epochs"])
