@@ -153,3 +153,50 @@ def test_a_rank_indexes_and_reads_only_its_objects(s3, throttling_proxy, tmp_pat
         assert len(mine) <= index["get"]["requests"] <= 2 * len(mine)
     else:
         assert "get" not in index and index["head"]["requests"] == 1
+
+
+def test_object_table_indexes_by_arithmetic_and_is_bounded(tmp_path):
+    """No store at all: stored NPZ and plain TFRecord are indexed from the layout alone, with the
+    ranges index_file finds in the same file; the table forgets everything past its bound."""
+    from iogen.formats import make_format
+    from iogen.loaders.objecttable import ObjectTable
+
+    layout = DatasetLayout("s3://bkt1/ds", "train", num_files=10, samples_per_file=3, record_length_bytes=1000,
+                           record_length_bytes_stdev=0, seed=7, fmt_suffix="npz")
+    for name in ("npz", "tfrecord"):
+        fmt = make_format(name, samples_per_file=3)
+        table = ObjectTable(layout, fmt, None, 8 << 20, max_objects_held=4)  # no store: no request possible
+        table.learn([0, 1, 2, 1])
+        assert table.objects_held == 3 and not table.decoded(np.array([0, 2]))
+        path = tmp_path / f"f.{name}"
+        fmt.write_file(path, 3, 1000, layout.seed, layout.stream_of(2))
+        index = fmt.index_file(path)
+        offsets, lengths = table.ranges(np.array([2, 2, 2]), np.array([0, 1, 2]))
+        assert offsets.tolist() == index.offsets.tolist() and lengths.tolist() == index.lengths.tolist()
+        table.learn([3, 4])  # 5 > 4 held: forget all, then learn these
+        assert table.forgets == 1 and table.objects_held == 2
+
+
+def test_object_file_serves_small_reads_from_blocks(s3):
+    """Small reads (under 4 KiB) share 64 KiB blocks, one GET each; larger reads are exact ranged GETs."""
+    from iogen.objectfile import BlockCache, ObjectFile
+    from iogen.objectstore import ObjectStore
+
+    data = np.random.default_rng(3).integers(0, 256, 200_000, np.uint8).tobytes()
+    s3.client.put_object(Bucket=s3.bucket, Key="obj", Body=data)
+    store = ObjectStore(s3.endpoint, "us-east-1")
+    blocks = BlockCache()
+    f = ObjectFile(store, f"s3://{s3.bucket}/obj", len(data), blocks, part_bytes=50_000)
+    reads = [(0, 8), (0, 48), (96, 512), (65_530, 12), (150_000, 4095)]
+    for off, n in reads:
+        f.seek(off)
+        assert f.read(n) == data[off:off + n]
+    assert (blocks.misses, blocks.hits) == (3, 3)  # blocks 0, 1 (the read at 65,530 spans 0 and 1), 2
+    f.seek(-5, 2)
+    assert f.read(100) == data[-5:] and f.read(1) == b""
+    f.seek(10_000)
+    assert f.read(120_000) == data[10_000:130_000]
+    assert blocks.misses == 4  # the last, short block
+    get = store.drain()["get"]
+    # four blocks (together the whole object, once), then three parts of at most 50,000 bytes
+    assert get["requests"] == 4 + 3 and get["bytes"] == len(data) + 120_000
