@@ -4,7 +4,10 @@ Ranks end without the interpreter's teardown: MPI_Finalize, then the C library's
 (iogen.cli.exit_now). Each rank records its own code (the harness's `sh -c` wrapper); a rank
 the launcher killed records none.
 """
+import os
+
 import pytest
+import yaml
 
 pytestmark = pytest.mark.mpi
 
@@ -28,9 +31,15 @@ def _run(mpi, env=None, **extra):
 
 
 def test_a_run_on_four_ranks_exits_0(mpi):
-    res = _run(mpi)
+    res = _run(mpi, env={"IOGEN_NODE": "b,a,b,a"})
     assert res.rank_codes == {r: 0 for r in range(4)} and res.returncode == 0, res
     assert "Traceback" not in res.output, res
+    (run_dir,) = mpi.run_dirs()
+    with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as fh:
+        facts = yaml.safe_load(fh)["iogen"]
+    # one entry per node, sent by the node's lowest rank
+    assert facts["hosts"] == ["a", "b"] and facts["ranks_per_host"] == {"a": 2, "b": 2}
+    assert [(n["hostname"], n["ranks"]) for n in facts["nodes"]] == [("b", [0, 2]), ("a", [1, 3])]
 
 
 def test_a_failed_gate_exits_1_on_every_rank(mpi):
