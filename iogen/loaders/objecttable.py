@@ -72,10 +72,18 @@ class ObjectTable:
             for f, entry in zip(new, found):
                 self._entries[f] = entry
 
+    def _entry(self, f: int):
+        """Object f's entry, learnt again if another thread's batch made the table forget it."""
+        try:
+            return self._entries[f]
+        except KeyError:
+            self.learn([f])
+            return self._entries[f]
+
     def decoded(self, files) -> bool:
         """Whether a batch's objects are decoded (True) or read as byte ranges (False); learns them."""
         self.learn(files)
-        kinds = {self._entries[int(f)] is None for f in np.unique(files)}
+        kinds = {self._entry(int(f)) is None for f in np.unique(files)}
         if len(kinds) > 1:
             raise DataError(self.layout.folder, "mixes compressed and uncompressed objects in one dataset")
         return kinds.pop()
@@ -85,15 +93,25 @@ class ObjectTable:
         offs = np.empty(files.size, np.int64)
         lens = np.empty(files.size, np.int64)
         for i, (f, s) in enumerate(zip(files.tolist(), samples.tolist())):
-            o, ln = self._entries[f]
+            o, ln = self._entry(f)
             offs[i], lens[i] = o[s], ln[s]
         return offs, lens
 
     def open(self, f: int, store) -> ObjectFile:
         """A file object over object f for its format's decoder, reading through store."""
         f = int(f)
+        cache = self._cache(f)
         with self._lock:
             size = self._sizes.get(f)
+        if size is None:
+            size = self._head(f)
+            with self._lock:
+                self._sizes[f] = size
+        return ObjectFile(store, self.layout.paths[f], size, cache, self.part_bytes)
+
+    def _cache(self, f: int) -> BlockCache:
+        """Object f's block cache (the DECODE_CACHES most recently used objects keep theirs)."""
+        with self._lock:
             cache = self._caches.get(f)
             if cache is None:
                 cache = self._caches[f] = BlockCache()
@@ -101,11 +119,7 @@ class ObjectTable:
                     self._caches.popitem(last=False)
             else:
                 self._caches.move_to_end(f)
-        if size is None:
-            size = self._head(f)
-            with self._lock:
-                self._sizes[f] = size
-        return ObjectFile(store, self.layout.paths[f], size, cache, self.part_bytes)
+            return cache
 
     # -- learning one object ----------------------------------------------------------------
 
@@ -130,7 +144,8 @@ class ObjectTable:
         size = self._head(f)
         with self._lock:
             self._sizes[f] = size
-        fobj = ObjectFile(self.index_store, uri, size, BlockCache(), self.part_bytes)
+        # the same block cache as later decodes: h5py's metadata is fetched once
+        fobj = ObjectFile(self.index_store, uri, size, self._cache(f), self.part_bytes)
         try:
             index = self.fmt.index_file(fobj)  # errors name the object (the file object's name)
         except DataError as exc:
