@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..histogram import NUM_BUCKETS, LatencyHistogram
+from ..histogram import LatencyHistogram
 from ..steplog import PHASE_EVAL, PHASE_TRAIN
 from .epoch import rank_epochs_array
-from .latency import wait_histograms
+from .latency import reduce_histograms, wait_histograms
 from .run import RankReductions, allreduce_reductions, rank_reductions
 
 # Above this many ranks, epochs.json carries the reductions over ranks, not one row per rank:
@@ -35,8 +35,8 @@ class RankReduction:
     evals_reduced: RankReductions | None  # the same for eval epochs
     train_epochs: np.ndarray  # the train epochs reported (reached by every rank)
     device_read_bytes: list  # per train epoch, summed over ranks; None where a rank could not tell
-    wait_epochs: list  # per train epoch, LatencyHistogram of the batch wait, merged over ranks
-    wait_run: LatencyHistogram  # the same over the whole run
+    wait_epochs: list | None  # per train epoch, LatencyHistogram of the batch wait, merged over ranks (rank 0)
+    wait_run: LatencyHistogram | None  # the same over the whole run (rank 0)
 
 
 def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_steps: int,
@@ -86,16 +86,13 @@ def summed_device_bytes(world, per_epoch, epochs: int) -> list:
 
 
 def wait_latency(world, header, rows, epochs, *, exclude_start_steps: int, exclude_end_steps: int):
-    """Per-epoch and whole-run wait histograms of the train window, summed over ranks (numpy buffers)."""
+    """Per-epoch and whole-run wait histograms of the train window, merged over ranks, on rank 0.
+
+    (None, None) on the other ranks: a reduction over the buckets any rank used
+    (iogen.metrics.latency.reduce_histograms), not an allreduce of every bucket.
+    """
     per_epoch, _ = wait_histograms([(header, rows)], PHASE_TRAIN, exclude_start_steps, exclude_end_steps)
-    empty = LatencyHistogram()
-    mine = [per_epoch.get(int(e), empty) for e in epochs]
-    big = np.iinfo(np.int64).max
-    counts = world.allreduce_array(np.stack([h.counts for h in mine]) if mine else
-                                   np.zeros((0, NUM_BUCKETS), np.int64), "sum")
-    sums = world.allreduce_array(np.array([h.sum_ns for h in mine], np.int64), "sum")
-    maxs = world.allreduce_array(np.array([h.max_ns for h in mine], np.int64), "max")
-    mins = world.allreduce_array(np.array([big if h.min_ns < 0 else h.min_ns for h in mine], np.int64), "min")
-    merged = [LatencyHistogram(c, max_ns=mx, min_ns=-1 if mn == big else mn, sum_ns=sm)
-              for c, mx, mn, sm in zip(counts, maxs, mins, sums)]
+    merged = reduce_histograms(world, [per_epoch.get(int(e), LatencyHistogram()) for e in epochs])
+    if merged is None:
+        return None, None
     return merged, LatencyHistogram.merged(merged)
