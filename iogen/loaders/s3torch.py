@@ -2,7 +2,7 @@
 
 The plan, batches, shuffles, sharding and step metrics are the pytorch loader's
 (iogen/loaders/pytorch.py); only the byte source differs: each sample's span inside its object
-(an NPZ row, a TFRecord frame, from the format's index) is read through an `S3Reader` that one
+(an NPZ row, a TFRecord frame, an HDF5 row, from the object table) is read through an `S3Reader` that one
 of AWS's datasets hands out, with the range-based reader and no reader buffer
 (`S3ReaderConstructor.range_based(buffer_size=0)`): `seek(offset)` then one `readinto` of the
 span, one ranged GET issued by iogen (the connector's CRT client may split a GET larger than its

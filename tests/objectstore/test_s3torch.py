@@ -55,10 +55,12 @@ def _samples(loader, plan) -> dict:
 
 
 @pytest.mark.parametrize("dataset", ["map", "iterable"])
-@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+@pytest.mark.parametrize("fmt", ["npz", "tfrecord", "hdf5"])
 def test_every_sample_once_with_the_bytes_of_the_files(s3, tmp_path, iogen_cmd, fmt, dataset):
     """2 worker processes, shuffled files and samples: each epoch reads every sample exactly once,
     byte for byte what the pytorch loader reads from the files datagen writes with the same seed."""
+    if fmt == "hdf5":
+        pytest.importorskip("h5py")
     shuffle = {"reader.file_shuffle": "seed", "reader.sample_shuffle": "seed", "reader.read_threads": 2,
                "reader.pytorch_dataset": dataset, "train.epochs": 2}
     over = s3_overrides(s3, tmp_path, fmt, **CONNECTOR, **shuffle)
