@@ -336,10 +336,25 @@ def cmd_run(args) -> int:
         from .campaign import report_campaign, run_campaign
 
         campaign = run_campaign(wl, world, args.runs, args.warmup, quiet=args.quiet, stream=sys.stderr)
-        # rank 0 judges; every rank ends with its verdict, so the launcher sees one exit status
-        return world.bcast(report_campaign(campaign) if world.rank == 0 else None)
+        return _on_every_rank(world, lambda: report_campaign(campaign))
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
-    return world.bcast(_run_verdict(outcome) if world.rank == 0 else None)
+    return _on_every_rank(world, lambda: _run_verdict(outcome))
+
+
+def _on_every_rank(world, verdict) -> int:
+    """Rank 0 judges (verdict()); every rank returns its code, so the launcher sees one exit status.
+
+    A failure while rank 0 judges (a full disk under the report) reaches the other ranks, which
+    would otherwise wait for the verdict.
+    """
+    code = None
+    if world.rank == 0:
+        try:
+            code = verdict()
+        except BaseException as exc:
+            world.fail(exc)
+            raise
+    return world.bcast(code)
 
 
 def _run_verdict(outcome) -> int:
