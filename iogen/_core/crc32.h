@@ -1,7 +1,7 @@
 /* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), the zip and zlib CRC: zlib.crc32's values.
  *
  * Two paths with the same results:
- *  - software: slicing-by-8 tables (eight table lookups per 8 input bytes);
+ *  - software: slicing-by-8 tables (crc_slice8.h);
  *  - hardware: carry-less multiplication (PCLMULQDQ), folding four 128-bit lanes over 64-byte
  *    blocks, then one lane, then a Barrett reduction to 32 bits: Gopal et al., "Fast CRC
  *    Computation for Generic Polynomials Using PCLMULQDQ Instruction", Intel, 2009, with the
@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "crc_slice8.h"
+
 #define IOGEN_CRC32_POLY 0xEDB88320u
 /* The hardware path folds whole 16-byte lanes and needs at least four of them. */
 #define IOGEN_CRC32_HW_MIN 64
@@ -25,34 +27,10 @@
 static uint32_t iogen_crc32_table[8][256];
 static int iogen_crc32_hw_ok = 0;
 
-static inline uint64_t iogen_crc32_load_le64(const unsigned char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    w = __builtin_bswap64(w);
-#endif
-    return w;
-}
-
 /* The raw register (no inversions) over n bytes. */
-static uint32_t iogen_crc32_sw_raw(uint32_t c, const unsigned char *p, size_t n)
+static inline uint32_t iogen_crc32_sw_raw(uint32_t c, const unsigned char *p, size_t n)
 {
-    while (n && ((uintptr_t)p & 7)) {
-        c = iogen_crc32_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-        n--;
-    }
-    while (n >= 8) {
-        uint64_t w = iogen_crc32_load_le64(p) ^ c;
-        c = iogen_crc32_table[7][w & 0xff] ^ iogen_crc32_table[6][(w >> 8) & 0xff]
-            ^ iogen_crc32_table[5][(w >> 16) & 0xff] ^ iogen_crc32_table[4][(w >> 24) & 0xff]
-            ^ iogen_crc32_table[3][(w >> 32) & 0xff] ^ iogen_crc32_table[2][(w >> 40) & 0xff]
-            ^ iogen_crc32_table[1][(w >> 48) & 0xff] ^ iogen_crc32_table[0][w >> 56];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = iogen_crc32_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c;
+    return iogen_crc_slice8(iogen_crc32_table, c, p, n);
 }
 
 static uint32_t iogen_crc32_sw(uint32_t crc, const unsigned char *p, size_t n)
@@ -142,18 +120,7 @@ static int iogen_cpu_has_pclmul(void) { return 0; }
 
 static void iogen_crc32_init(void)
 {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = (c & 1u) ? (c >> 1) ^ IOGEN_CRC32_POLY : c >> 1;
-        iogen_crc32_table[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = iogen_crc32_table[0][n];
-        for (int k = 1; k < 8; k++) {
-            c = iogen_crc32_table[0][c & 0xff] ^ (c >> 8);
-            iogen_crc32_table[k][n] = c;
-        }
-    }
+    iogen_crc_slice8_init(iogen_crc32_table, IOGEN_CRC32_POLY);
     iogen_crc32_hw_ok = iogen_cpu_has_pclmul();
 }
 

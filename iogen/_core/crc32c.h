@@ -1,7 +1,7 @@
 /* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord frames use it.
  *
  * Two paths with the same results:
- *  - software: slicing-by-8 tables (eight table lookups per 8 input bytes);
+ *  - software: slicing-by-8 tables (crc_slice8.h);
  *  - hardware: the SSE4.2 crc32 instruction, compiled with a target attribute so the module
  *    builds without -msse4.2 and is chosen at run time only when the CPU has it. The crc32
  *    instruction has a 3-cycle latency and 1-cycle throughput, so long inputs run three
@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "crc_slice8.h"
+
 #define IOGEN_CRC32C_POLY 0x82F63B78u
 /* Block sizes of the three-stream hardware loop: long blocks for bulk, short for the rest. */
 #define IOGEN_CRC32C_LONG 8192
@@ -27,16 +29,6 @@ static uint32_t iogen_crc32c_table[8][256];
 static uint32_t iogen_crc32c_long_zeros[4][256];
 static uint32_t iogen_crc32c_short_zeros[4][256];
 static int iogen_crc32c_hw_ok = 0;
-
-static inline uint64_t iogen_load_le64(const unsigned char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    w = __builtin_bswap64(w);
-#endif
-    return w;
-}
 
 /* Multiply a 32x32 GF(2) matrix (columns) by a vector. */
 static uint32_t iogen_gf2_times(const uint32_t *mat, uint32_t vec)
@@ -93,22 +85,7 @@ static inline uint32_t iogen_crc32c_shift(uint32_t zeros[4][256], uint32_t crc)
 
 static uint32_t iogen_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n)
 {
-    uint32_t c = ~crc;
-    while (n && ((uintptr_t)p & 7)) {
-        c = iogen_crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-        n--;
-    }
-    while (n >= 8) {
-        uint64_t w = iogen_load_le64(p) ^ c;
-        c = iogen_crc32c_table[7][w & 0xff] ^ iogen_crc32c_table[6][(w >> 8) & 0xff]
-            ^ iogen_crc32c_table[5][(w >> 16) & 0xff] ^ iogen_crc32c_table[4][(w >> 24) & 0xff]
-            ^ iogen_crc32c_table[3][(w >> 32) & 0xff] ^ iogen_crc32c_table[2][(w >> 40) & 0xff]
-            ^ iogen_crc32c_table[1][(w >> 48) & 0xff] ^ iogen_crc32c_table[0][w >> 56];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = iogen_crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
+    return ~iogen_crc_slice8(iogen_crc32c_table, ~crc, p, n);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -179,18 +156,7 @@ static int iogen_cpu_has_sse42(void) { return 0; }
 
 static void iogen_crc32c_init(void)
 {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = (c & 1u) ? (c >> 1) ^ IOGEN_CRC32C_POLY : c >> 1;
-        iogen_crc32c_table[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = iogen_crc32c_table[0][n];
-        for (int k = 1; k < 8; k++) {
-            c = iogen_crc32c_table[0][c & 0xff] ^ (c >> 8);
-            iogen_crc32c_table[k][n] = c;
-        }
-    }
+    iogen_crc_slice8_init(iogen_crc32c_table, IOGEN_CRC32C_POLY);
     iogen_crc32c_zeros(iogen_crc32c_long_zeros, IOGEN_CRC32C_LONG);
     iogen_crc32c_zeros(iogen_crc32c_short_zeros, IOGEN_CRC32C_SHORT);
     iogen_crc32c_hw_ok = iogen_cpu_has_sse42();

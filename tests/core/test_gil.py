@@ -102,3 +102,9 @@ def test_long_sleep_releases_the_gil(cython_core):
 def test_long_fill_releases_the_gil(cython_core):
     buf = np.empty(128 << 20, dtype=np.uint8)
     assert python_progress_during(lambda: cython_core.fill.fill_random(buf, 1, 2)) == LIMIT
+
+
+def test_long_fused_fill_and_crc32_release_the_gil(cython_core):
+    buf = np.empty(256 << 20, dtype=np.uint8)
+    assert python_progress_during(lambda: cython_core.fill.fill_random_crc32(buf, 1, 2)) == LIMIT
+    assert python_progress_during(lambda: cython_core.fill.crc32_software(buf)) == LIMIT
