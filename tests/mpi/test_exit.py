@@ -55,3 +55,11 @@ def test_one_ranks_failure_is_every_ranks_exit_code(mpi, fail, code, says):
     assert res.rank_codes == {r: code for r in range(4)}, res
     assert res.returncode == code, res
     assert says in res.output, res
+
+
+def test_a_campaign_ends_with_rank_0s_verdict_on_every_rank(mpi):
+    overrides = mpi.tiny(**{"workflow.generate_data": True, "dataset.num_files_train": 16})
+    res = mpi.launch(4, mpi.iogen("run", "default", "--runs", "2", *overrides, "-q"), timeout=BOUND_S)
+    assert res.returncode in (0, 1), res  # 1: the campaign is not valid (rank 0 decides)
+    assert res.rank_codes == {r: res.returncode for r in range(4)}, res
+    assert "campaign" in res.output, res
