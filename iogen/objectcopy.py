@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from .atomic import full_disk_error, is_full_disk, temp_path, unlink_quietly
 from .errors import DataError, OutputError
@@ -44,13 +45,36 @@ class PartBuffers:
         return buf
 
 
-def upload_files(store, items, pool, bufs: PartBuffers) -> int:
+class Transfers:
+    """`threads` threads for part transfers on one store, each with its client and part buffer
+    made when this is (a boto3 client costs 0.1-0.3 s of CPU): make it before the timed window."""
+
+    def __init__(self, store, threads: int, part_bytes: int, name: str):
+        self.store = store
+        self.threads = max(1, int(threads))
+        self.bufs = PartBuffers(part_bytes)
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=name)
+        ready = threading.Barrier(self.threads)
+
+        def warm(_):
+            store.client()
+            self.bufs.get()
+            ready.wait(timeout=60)  # every thread holds one task: each makes its own client
+
+        list(self.pool.map(warm, range(self.threads)))
+
+    def close(self) -> None:
+        """Stop the threads (their buffers go with them)."""
+        self.pool.shutdown(wait=True)
+
+
+def upload_files(t: Transfers, items) -> int:
     """Upload each local file of items [(uri, path)] as one object, parts of bufs.part_bytes on pool.
 
     Returns the bytes uploaded. A file that cannot be read is a DataError naming it; a request
     that fails after the retries is a DataError naming s3://bucket/key and the HTTP status.
     """
-    part = bufs.part_bytes
+    store, bufs, part = t.store, t.bufs, t.bufs.part_bytes
     fds, sizes = [], []
     try:
         for _, path in items:
@@ -77,7 +101,7 @@ def upload_files(store, items, pool, bufs: PartBuffers) -> int:
                 got += r
             return bytes(view)  # botocore takes bytes, not a buffer: one copy per part
 
-        store.put_objects([(uri, size) for (uri, _), size in zip(items, sizes)], part, part_of, pool)
+        store.put_objects([(uri, size) for (uri, _), size in zip(items, sizes)], part, part_of, t.pool)
     finally:
         for fd in fds:
             os.close(fd)
@@ -97,9 +121,10 @@ class _Staged:
         self.error = False
 
 
-def download_objects(store, jobs: list[CopyJob], threads: int, part_bytes: int, *, direct_write: bool = False,
-                     done=None, what: str = "the staged copy") -> None:
-    """Download every job, `threads` ranged GETs of part_bytes in flight across the objects, biggest first.
+def download_objects(t: Transfers, jobs: list[CopyJob], *, direct_write: bool = False, done=None,
+                     what: str = "the staged copy") -> None:
+    """Download every job (src an object's URI), one ranged GET of t's part size per part, t's
+    threads keeping that many in flight across the objects, biggest first.
 
     `done(job)` is called (under a lock) after each file has its final name; the first error
     stops the others (their temporary files are removed) and is raised: a DataError naming the
@@ -107,7 +132,7 @@ def download_objects(store, jobs: list[CopyJob], threads: int, part_bytes: int, 
     or an OutputError naming the local file (a write error; a full disk says what it needed).
     Destination folders must exist.
     """
-    part_bytes = max(ALIGN, int(part_bytes) // ALIGN * ALIGN)
+    store, bufs, part_bytes = t.store, t.bufs, t.bufs.part_bytes
     staged = []
     work: queue.SimpleQueue = queue.SimpleQueue()
     for job in sorted(jobs, key=lambda j: -j.nbytes):  # big files first: the tail stays short
@@ -117,7 +142,6 @@ def download_objects(store, jobs: list[CopyJob], threads: int, part_bytes: int, 
             work.put((s, i))
     errors: list[BaseException] = []
     lock = threading.Lock()
-    bufs = PartBuffers(part_bytes)
     wflags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct_write else 0)
 
     def open_tmp(s: _Staged) -> None:
@@ -184,17 +208,14 @@ def download_objects(store, jobs: list[CopyJob], threads: int, part_bytes: int, 
                     errors.append(exc)
                 return
 
-    pool = [threading.Thread(target=worker, name=f"iogen-stage-get-{k}", daemon=True)
-            for k in range(max(1, min(int(threads), work.qsize())))]
-    for t in pool:
-        t.start()
+    workers = [t.pool.submit(worker) for _ in range(max(1, min(t.threads, work.qsize())))]
     try:
-        for t in pool:
-            t.join()
+        for w in workers:
+            w.result()
     except BaseException as exc:  # an interrupt while waiting: the threads stop after their part
         errors.append(exc)
-        for t in pool:
-            t.join()
+        for w in workers:
+            w.exception()
         raise
     finally:
         for s in staged:  # anything not renamed into place is removed: no half-staged file

@@ -198,18 +198,31 @@ def _read_bytes(path: str, store=None) -> bytes | None:
         return None
 
 
-def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
+def object_transfers(wl):
+    """With storage_type s3, the stager's download threads, each with its client and part buffer
+    (iogen.objectcopy.Transfers); None on files."""
+    if wl.storage.storage_type != "s3":
+        return None
+    from .objectcopy import Transfers
+    from .objectstore import ObjectStore
+
+    st = wl.staging
+    store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked with the data
+    return Transfers(store, st.threads, st.transfer_size, "iogen-stage-get")
+
+
+def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=None) -> None:
     """The stager's work: copy (or reuse) the node's files into report.folder.
 
-    With storage_type s3 the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py),
-    their request figures kept in report.object_figures.
+    With storage_type s3 the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py)
+    on `transfers` (object_transfers(wl), made here when not given), their request figures kept
+    in report.object_figures.
     """
     st = wl.staging
-    store = None
-    if wl.storage.storage_type == "s3":
-        from .objectstore import ObjectStore
-
-        store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked when the data was
+    own = transfers is None and wl.storage.storage_type == "s3"
+    if own:
+        transfers = object_transfers(wl)
+    store = transfers.store if transfers is not None else None
     layouts = [lay for lay, _ in layouts_files]
     sources = {lay.folder: _read_bytes(s, store) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
     jobs = plan_jobs(layouts_files, report.folder, sources if store is not None else None)
@@ -246,8 +259,7 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
         if store is not None:
             from .objectcopy import download_objects
 
-            download_objects(store, todo, st.threads, st.transfer_size, direct_write=st.odirect_write, done=done,
-                             what="the staged copy")
+            download_objects(transfers, todo, direct_write=st.odirect_write, done=done, what="the staged copy")
         else:
             copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
                        direct_write=st.odirect_write, done=done, what="the staged copy")
@@ -261,6 +273,8 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None) -> None:
     finally:
         if store is not None:
             report.object_figures = store.drain()
+        if own:
+            transfers.close()
     report.files, report.bytes = copied
 
 
@@ -343,16 +357,21 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     else:
         files = [np.arange(layout.num_files) for layout in layouts]
     report = StageReport(node, stager, folder, st.scope)
-    world.sync()  # staging starts together: T_staging is measured from here
-    report.t_start_ns = monotonic_ns()
+    transfers = None
     try:
+        transfers = object_transfers(wl) if stager else None  # from a bucket: clients made before T_staging
+        world.sync()  # staging starts together: T_staging is measured from here
+        report.t_start_ns = monotonic_ns()
         if stager:
-            stage_node(wl, list(zip(layouts, files)), report, progress)
+            stage_node(wl, list(zip(layouts, files)), report, progress, transfers)
         report.t_copy_end_ns = monotonic_ns()
         world.sync()  # no rank reads before every node has its copy
     except BaseException as exc:
         world.fail(exc)
         raise
+    finally:
+        if transfers is not None:
+            transfers.close()
     report.t_end_ns = monotonic_ns()
     report.layouts_files = list(zip(layouts, files))
     partial = st.scope == "node"

@@ -91,20 +91,11 @@ class Drainer:
     def _start_objects(self) -> None:
         """The upload threads, their clients and part buffers, and the coordinating thread, made now
         (a client costs ~0.1 s): outside every checkpoint's drain time."""
-        from ..objectcopy import PartBuffers
+        from ..objectcopy import Transfers
         from ..objectstore import part_size_bytes
 
-        self._parts = PartBuffers(part_size_bytes(self.transfer))
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-drain-put")
+        self._transfers = Transfers(self.store, self.threads, part_size_bytes(self.transfer), "iogen-drain-put")
         self._coordinator = ThreadPoolExecutor(1, thread_name_prefix="iogen-drain")  # creates and completes
-        ready = threading.Barrier(self.threads)
-
-        def warm(_):
-            self.store.client()
-            self._parts.get()
-            ready.wait(timeout=60)
-
-        list(self._pool.map(warm, range(self.threads)))
         self._coordinator.submit(self.store.client).result()
 
     def _drain(self, pairs: list[tuple[str, str]], event: dict) -> None:
@@ -129,7 +120,7 @@ class Drainer:
         from ..objectcopy import upload_files
 
         try:
-            event["drain_bytes"] = upload_files(self.store, [(uri, src) for src, uri in pairs], self._pool, self._parts)
+            event["drain_bytes"] = upload_files(self._transfers, [(uri, src) for src, uri in pairs])
         except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
             event["drain_error"] = self.error = str(exc)
         finally:
@@ -157,7 +148,7 @@ class Drainer:
         record = {"mode": self.mode, "shared_folder": self.shared, "events": list(self.events),
                   "waits": self.waits, "error": self.error}
         if self.store is not None:
-            self._pool.shutdown(wait=True)
+            self._transfers.close()
             self._coordinator.shutdown(wait=True)
             record["object_store"] = self.store.drain()  # the drain's requests (and deletes)
         return record

@@ -1,0 +1,136 @@
+"""Staging from S3: iogen's download (iogen/objectcopy.py) against a plain boto3 download loop.
+
+Both download the same --files objects of --object-mib each to local files in --dest, with
+--threads threads, alternating in one process, medians of --reps: iogen's download_objects (every
+--transfer-kib part a ranged GET into a thread's reused buffer, pwrite at its offset of a
+temporary name, each part's CRC-32C computed and the joined CRC checked against the object's, the
+file renamed when complete, every request counted) and a plain loop (a ThreadPoolExecutor of
+--threads workers, each taking whole objects: get_object, then the body read in --transfer-kib
+pieces and written to the file; no checksum). The local files are removed between rounds.
+Without --endpoint a local moto server is started (a test server in Python whose own cost
+dominates every request: absolute figures mean nothing; the ratio is the figure).
+
+    .venv/bin/python bench/objectstore_staging.py --files 16 --object-mib 8 --threads 4 --reps 3
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import command_line, machine_line  # noqa: E402
+from objectstore_reads import s3_endpoint  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint")
+    ap.add_argument("--files", type=int, default=16)
+    ap.add_argument("--object-mib", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--transfer-kib", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dest", default=None, help="local folder (default: a new one under the system's temp folder)")
+    args = ap.parse_args(argv)
+    with s3_endpoint(args.endpoint) as (endpoint, moto):
+        return _bench(args, endpoint, moto=moto)
+
+
+def _bench(args, endpoint, moto: bool) -> int:
+    import boto3
+    import botocore.config
+    import numpy as np
+
+    from iogen.filecopy import CopyJob
+    from iogen.formats.checksum import crc32c, format_crc
+    from iogen.objectcopy import Transfers, download_objects
+    from iogen.objectstore import ObjectStore
+
+    print(f"before: {machine_line()}")
+    print(f"command: {command_line(__file__)}")
+    bucket = "iogen-stage-" + uuid.uuid4().hex[:8]
+    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
+    client.create_bucket(Bucket=bucket)
+    size = args.object_mib << 20
+    piece = args.transfer_kib << 10
+    rng = np.random.default_rng(5)
+    crcs = {}
+    for i in range(args.files):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        client.put_object(Bucket=bucket, Key=f"ds/obj_{i}", Body=data)
+        crcs[i] = format_crc(crc32c(data))
+    dest = args.dest or tempfile.mkdtemp(prefix="iogen-bench-stage-")
+    os.makedirs(dest, exist_ok=True)
+    store = ObjectStore(max_pool_connections=max(10, args.threads))
+    # both make their clients before the timing: iogen one per thread (as the stager does before
+    # T_staging), the baseline one shared client
+    transfers = Transfers(store, args.threads, piece, "bench-stage")
+    pool = ThreadPoolExecutor(args.threads)
+
+    def clean():
+        for name in os.listdir(dest):
+            os.unlink(os.path.join(dest, name))
+
+    def iogen() -> float:
+        clean()
+        jobs = [CopyJob(f"s3://{bucket}/ds/obj_{i}", os.path.join(dest, f"obj_{i}"), size, crcs[i])
+                for i in range(args.files)]
+        t0 = time.perf_counter()
+        download_objects(transfers, jobs)
+        return time.perf_counter() - t0
+
+    def one(i):
+        body = client.get_object(Bucket=bucket, Key=f"ds/obj_{i}")["Body"]
+        with open(os.path.join(dest, f"obj_{i}"), "wb") as f:
+            while True:
+                data = body.read(piece)
+                if not data:
+                    break
+                f.write(data)
+
+    def plain() -> float:
+        clean()
+        t0 = time.perf_counter()
+        list(pool.map(one, range(args.files)))
+        return time.perf_counter() - t0
+
+    iogen(), plain()  # warm-up: clients, connections
+    t_io, t_pl = [], []
+    for rep in range(args.reps):  # the order alternates, so neither always follows the other
+        if rep % 2:
+            t_pl.append(plain())
+            t_io.append(iogen())
+        else:
+            t_io.append(iogen())
+            t_pl.append(plain())
+    pool.shutdown()
+    transfers.close()
+    figures = store.drain()
+    clean()
+    if args.dest is None:
+        shutil.rmtree(dest, ignore_errors=True)
+    mi, mp = statistics.median(t_io), statistics.median(t_pl)
+    mib = args.files * size / 2**20
+    print(f"after: {machine_line()}")
+    print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; {args.files} objects "
+          f"of {args.object_mib} MiB, {args.threads} threads, {args.transfer_kib} KiB parts/pieces, "
+          f"medians of {args.reps}; iogen GETs over all rounds: {figures.get('get', {}).get('requests')}")
+    print()
+    print("| contender | MiB/s | s per round |")
+    print("|---|---:|---:|")
+    print(f"| iogen download_objects (CRC checked) | {mib / mi:.1f} | {mi:.3f} |")
+    print(f"| plain boto3 get_object loop | {mib / mp:.1f} | {mp:.3f} |")
+    print()
+    print(f"ratio iogen / baseline (throughput): {mp / mi:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
