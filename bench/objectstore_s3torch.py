@@ -13,7 +13,7 @@ process (the order alternates too), medians of --reps passes:
 - iterable: iogen's loader (reader.pytorch_dataset=iterable: an S3IterableDataset per worker
   and epoch, sharded by the plan) against `S3IterableDataset.from_objects(enable_sharding=True)`
   whose transform seeks to the object's sample and reads it, batched by the DataLoader;
-  workers start each pass on both sides.
+  persistent workers on both sides.
 
 With one sample per object (--samples-per-file 1, the default) both issue one HEAD and one GET
 per sample; with more, iogen's readers are per object and batch (fewer HEADs) while the plain
@@ -137,7 +137,7 @@ def _bench(args, endpoint, moto: bool) -> int:
             ordered = [uris[int(g) // spf] for g in gids]
             ds = S3IterableDataset.from_objects(ordered, transform=transform, enable_sharding=True, **conf)
             plain = DataLoader(ds, batch_size=args.batch, num_workers=args.workers, prefetch_factor=prefetch_factor,
-                               collate_fn=list)
+                               persistent_workers=True, collate_fn=list)
 
         def run_iogen():
             t0 = time.perf_counter()

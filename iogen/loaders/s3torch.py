@@ -16,9 +16,8 @@ part size, `reader.transfer_size`, into several HTTP requests).
   iogen's plan (not by the connector's `enable_sharding`): worker w of W takes the plan's
   batches w, w+W, ... (the DataLoader interleaves its workers round-robin, so batches arrive in
   plan order) and its dataset lists, batch after batch, the objects each batch reads from.
-  The plan reaches the workers when they start, so they start every epoch
-  (`persistent_workers` off), as a DataLoader over an IterableDataset without persistent
-  workers does.
+  The workers persist across epochs, as with map-style; each epoch's plan reaches them through
+  shared memory (PlanIterable).
 
 Records are checked as on every other path (`loaders.objects.checked_spans`: TFRecord CRC-32C,
 then the payload framing). Where each sample lies comes from ObjectSampleReader's object table
@@ -204,26 +203,50 @@ class ConnectorSampleReader(ObjectSampleReader):
 
 
 class PlanIterable(IterableDataset):
-    """An epoch's plan as an IterableDataset: worker w reads batches w, w+W, ... through an S3IterableDataset."""
+    """The epoch's plan as an IterableDataset: worker w reads batches w, w+W, ... through an S3IterableDataset.
 
-    def __init__(self, dataset, batches: np.ndarray, preprocess_ns):
+    The plan travels in shared memory: the loader writes each epoch's batches (and preprocessing
+    times) there before it starts the epoch's iteration, and each persistent worker copies its
+    share when its iteration starts (`__iter__`, called in the worker for every epoch).
+    """
+
+    def __init__(self, dataset, steps: int, batch: int):
         self.dataset = dataset  # the loader's PlanDataset: the same batch read, shaping and shared ring
-        self.batches = batches
-        self.preprocess_ns = preprocess_ns
+        self.batches = torch.zeros((steps, batch), dtype=torch.int64).share_memory_()
+        self.preprocess_ns = torch.zeros((steps, batch), dtype=torch.int64).share_memory_()
+        self.shape = torch.zeros(3, dtype=torch.int64).share_memory_()  # steps, batch, has preprocessing
+
+    def fits(self, batches: np.ndarray) -> bool:
+        """Whether an epoch's batches fit the shared plan."""
+        return batches.shape[0] <= self.batches.shape[0] and batches.shape[1] == self.batches.shape[1]
+
+    def set_plan(self, batches: np.ndarray, preprocess_ns) -> None:
+        """The next epoch's plan (main process, before the epoch's iteration starts)."""
+        steps = batches.shape[0]
+        self.batches[:steps] = torch.from_numpy(np.ascontiguousarray(batches, np.int64))
+        if preprocess_ns is not None:
+            self.preprocess_ns[:steps] = torch.from_numpy(np.ascontiguousarray(preprocess_ns, np.int64))
+        self.shape[:] = torch.tensor([steps, batches.shape[1], preprocess_ns is not None])
 
     def __iter__(self):
+        """This worker's batches of the current plan, copied now: the DataLoader calls iter() in
+        each worker when the epoch's iteration starts, after the plan was set; the generator runs
+        later, when the plan may already be the next epoch's."""
         info = torch.utils.data.get_worker_info()
         w, n = (info.id, info.num_workers) if info is not None else (0, 1)
-        mine = range(w, len(self.batches), n)
-        files = []
+        steps, _, has_pre = self.shape.tolist()
+        batches = self.batches[w:steps:n].numpy().copy()
+        pre = self.preprocess_ns[w:steps:n].numpy().copy() if has_pre else None
+        return self._read(batches, pre)
+
+    def _read(self, batches: np.ndarray, pre):
         spf = self.dataset.reader.samples_per_file
-        for k in mine:  # the objects of each batch, in first-use order: the worker's S3IterableDataset
-            files += dict.fromkeys((self.batches[k] // spf).tolist())
+        files = []
+        for row in batches:  # the objects of each batch, in first-use order: the worker's S3IterableDataset
+            files += dict.fromkeys((row // spf).tolist())
         self.dataset.reader.start_stream(files)
-        for k in mine:
-            task = self.batches[k] if self.preprocess_ns is None else np.stack((self.batches[k],
-                                                                               self.preprocess_ns[k]))
-            yield self.dataset.__getitems__(task)
+        for k, row in enumerate(batches):
+            yield self.dataset.__getitems__(row if pre is None else np.stack((row, pre[k])))
 
 
 class S3TorchLoader(PyTorchLoader):
@@ -240,19 +263,34 @@ class S3TorchLoader(PyTorchLoader):
     def __init__(self, wl, layout, fmt, world):
         super().__init__(wl, layout, fmt, world)
         self.iterable = wl.reader.pytorch_dataset == "iterable"
+        self._iterable_loader = None
 
     def data_loader_for(self, plan, preprocess_ns):
-        """Map-style: the loader's DataLoader. Iterable: a DataLoader over this epoch's PlanIterable
-        (its workers start for the epoch; the previous epoch's are stopped first)."""
+        """Map-style: the loader's DataLoader. Iterable: one DataLoader over a PlanIterable whose
+        persistent workers get each epoch's plan through shared memory (made again, workers
+        included, only when an epoch has more steps than the shared plan holds)."""
         base = self.dataloader
         if not self.iterable:
             return base
-        shutdown = getattr(self._iter, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        kwargs = {}
-        if self.workers > 0:
-            kwargs = {"prefetch_factor": base.prefetch_factor, "multiprocessing_context": base.multiprocessing_context,
-                      "timeout": base.timeout, "worker_init_fn": base.worker_init_fn}
-        return DataLoader(PlanIterable(base.dataset, plan.batches, preprocess_ns), batch_size=None,
-                          num_workers=self.workers, collate_fn=_first, pin_memory=base.pin_memory, **kwargs)
+        current = self._iterable_loader
+        if current is None or not current.dataset.fits(plan.batches):
+            shutdown = getattr(self._iter, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self._iter = None
+            kwargs = {}
+            if self.workers > 0:
+                kwargs = {"prefetch_factor": base.prefetch_factor, "persistent_workers": True,
+                          "multiprocessing_context": base.multiprocessing_context, "timeout": base.timeout,
+                          "worker_init_fn": base.worker_init_fn}
+            steps, batch = plan.batches.shape
+            current = DataLoader(PlanIterable(base.dataset, steps, batch), batch_size=None,
+                                 num_workers=self.workers, collate_fn=_first, pin_memory=base.pin_memory, **kwargs)
+            self._iterable_loader = current
+        current.dataset.set_plan(plan.batches, preprocess_ns)
+        return current
+
+    def close(self) -> None:
+        """Stop the workers (the iterable DataLoader's too)."""
+        super().close()
+        self._iterable_loader = None
