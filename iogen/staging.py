@@ -106,7 +106,7 @@ def check_config(wl) -> None:
     if wl.storage.storage_type == "s3" and st.odirect_read:
         problems.append("staging.odirect_read = True applies to a file source; with storage.storage_type s3 the "
                         "source is a bucket (ranged GETs): set it to False")
-    if st.transfer_size % ALIGN:
+    if st.transfer_size is not None and st.transfer_size % ALIGN:
         problems.append(f"staging.transfer_size = {st.transfer_size}: must be a multiple of {ALIGN} bytes")
     if problems:
         raise ConfigError(problems)
@@ -198,6 +198,18 @@ def _read_bytes(path: str, store=None) -> bytes | None:
         return None
 
 
+FILE_TRANSFER_BYTES = 1 << 20  # measured fastest for the checked file copy (docs/benchmarks.md, staging)
+OBJECT_TRANSFER_BYTES = 8 << 20  # ranged GETs: 1 MiB parts cost 8x the requests (docs/benchmarks.md)
+
+
+def transfer_bytes(wl) -> int:
+    """staging.transfer_size, or its default for the source: 1 MiB on files, 8 MiB from a bucket."""
+    given = wl.staging.transfer_size
+    if given is not None:
+        return int(given)
+    return OBJECT_TRANSFER_BYTES if wl.storage.storage_type == "s3" else FILE_TRANSFER_BYTES
+
+
 def object_transfers(wl):
     """With storage_type s3, the stager's download threads, each with its client and part buffer
     (iogen.objectcopy.Transfers); None on files."""
@@ -208,7 +220,7 @@ def object_transfers(wl):
 
     st = wl.staging
     store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked with the data
-    return Transfers(store, st.threads, st.transfer_size, "iogen-stage-get")
+    return Transfers(store, st.threads, transfer_bytes(wl), "iogen-stage-get")
 
 
 def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=None) -> None:
@@ -261,7 +273,7 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
 
             download_objects(transfers, todo, direct_write=st.odirect_write, done=done, what="the staged copy")
         else:
-            copy_files(todo, st.threads, st.transfer_size, direct_read=st.odirect_read,
+            copy_files(todo, st.threads, transfer_bytes(wl), direct_read=st.odirect_read,
                        direct_write=st.odirect_write, done=done, what="the staged copy")
         for data, dst in manifests:
             if _read_bytes(dst) != data:

@@ -332,7 +332,9 @@ class Staging(Section):
     folder: Optional[FolderPath] = None  # node-local; `{node}` is replaced by the node's name
     scope: Literal["node", "full"] = "node"
     threads: PosInt = 4
-    transfer_size: PosInt = 1 << 20  # 1 MiB: two copies of it stay in cache (docs/benchmarks.md, staging)
+    # None: 1 MiB on files (two copies of it stay in cache), 8 MiB ranged GETs from a bucket
+    # (fewer requests); iogen.staging.transfer_bytes, docs/benchmarks.md (staging)
+    transfer_size: Optional[PosInt] = None
     odirect_read: bool = False
     odirect_write: bool = False
     keep: bool = False

@@ -131,3 +131,15 @@ def test_two_simulated_nodes_stage_their_share_from_the_bucket(s3, tmp_path, iog
     gets = block["staging"]["get"]  # one manifest GET per node, then each staged file's parts, once
     assert gets["requests"] == 2 + sum(-(-sizes[n] // 8192) for names in staged.values() for n in names)
     assert not block["train_epochs"] and not block["index"]
+
+
+def test_staging_part_size_defaults_to_8_mib_from_a_bucket_and_1_mib_on_files():
+    from iogen.config import load_workload
+    from iogen.staging import transfer_bytes
+
+    files = load_workload("default", ["workflow.stage_data=True", "staging.folder=/tmp/x"])
+    bucket = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
+                                       "workflow.stage_data=True", "staging.folder=/tmp/x"])
+    given = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
+                                      "workflow.stage_data=True", "staging.folder=/tmp/x", "staging.transfer_size=65536"])
+    assert (transfer_bytes(files), transfer_bytes(bucket), transfer_bytes(given)) == (1 << 20, 8 << 20, 65536)
