@@ -118,6 +118,18 @@ def test_local_tier_drains_to_the_bucket_and_restores_from_it(s3, tmp_path, mode
     assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
 
 
+def test_local_tier_without_a_drain_stays_local_and_restores_from_it(s3, tmp_path):
+    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{
+        "checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
+        "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": "off"}))
+    doc = run(wl, SingleWorld(), quiet=True).summary
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    assert not s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents")  # nothing sent to the bucket
+    assert sorted(os.listdir(tmp_path / "local" / "global_epoch1_step1")) == sorted(NAMES)
+    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
+    assert set(doc["iogen"]["object_store"]) == {"client", "setup"}  # the bucket's HEAD only
+
+
 @pytest.mark.slow  # about 20 s: botocore's backoff over 5 attempts
 def test_failed_drain_aborts_the_upload_exit_2_naming_the_key(s3, throttling_proxy, tmp_path, iogen_cmd):
     """A drained part answered 503 SlowDown every time: the summary records the failed drain,

@@ -143,3 +143,24 @@ def test_staging_part_size_defaults_to_8_mib_from_a_bucket_and_1_mib_on_files():
     given = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",
                                       "workflow.stage_data=True", "staging.folder=/tmp/x", "staging.transfer_size=65536"])
     assert (transfer_bytes(files), transfer_bytes(bucket), transfer_bytes(given)) == (1 << 20, 8 << 20, 65536)
+
+
+@pytest.mark.slow  # about 20 s: botocore's backoff over 5 attempts
+def test_failed_training_drain_is_recorded_then_exit_2_naming_the_key(s3, throttling_proxy, tmp_path, iogen_cmd):
+    _, throttler = throttling_proxy
+    throttler.always_for = "partNumber=2"  # every checkpoint's second part: each drain fails
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 1,
+                                                "workflow.checkpoint": True, "model.model_size_bytes": 12_000_000,
+                                                "checkpoint.checkpoint_folder": "ck", "checkpoint.drain": "async",
+                                                "checkpoint.local_folder": str(tmp_path / "local")})
+    r = iogen_cmd("run", "default", *over, "--generate")
+    key = "pre/ck/default-epoch1-step0.ckpt"
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert "checkpoint drain failed" in r.stderr and "Traceback" not in r.stderr
+    assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
+    assert not s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/").get("Contents")
+    (run_dir,) = os.listdir(tmp_path / "results")
+    import json
+
+    with open(tmp_path / "results" / run_dir / "summary.json") as f:
+        assert "HTTP 503" in json.load(f)["iogen"]["checkpoint_drain"]["error"]
