@@ -73,6 +73,54 @@ def s3_endpoint(endpoint=None):
             proc.wait()
 
 
+def run_on_s3(ap, bench, argv=None) -> int:
+    """Parse the script's options plus --endpoint, then bench(args, endpoint, moto=...) on that
+    endpoint or on a moto server started for it (s3_endpoint)."""
+    ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
+    args = ap.parse_args(argv)
+    with s3_endpoint(args.endpoint) as (endpoint, moto):
+        return bench(args, endpoint, moto=moto)
+
+
+def new_bucket(script: str, prefix: str, threads: int):
+    """Print the machine and command lines, then (a boto3 client with `threads` connections, a new bucket)."""
+    import boto3
+    import botocore.config
+
+    print(f"before: {machine_line()}")
+    print(f"command: {command_line(script)}")
+    bucket = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, threads)))
+    client.create_bucket(Bucket=bucket)
+    return client, bucket
+
+
+def alternated_medians(iogen, baseline, reps: int) -> tuple[float, float]:
+    """One untimed call of each (clients, connections), then reps of each, the order alternating
+    so neither always follows the other; the median seconds of iogen and of the baseline."""
+    iogen(), baseline()
+    t_io, t_base = [], []
+    for rep in range(reps):
+        if rep % 2:
+            t_base.append(baseline())
+            t_io.append(iogen())
+        else:
+            t_io.append(iogen())
+            t_base.append(baseline())
+    return statistics.median(t_io), statistics.median(t_base)
+
+
+def ratio_table(mib: float, per: str, iogen: tuple[str, float], baseline: tuple[str, float]) -> None:
+    """Print MiB/s and seconds per `per` of iogen and the baseline ((name, median seconds)), then the ratio."""
+    print()
+    print(f"| contender | MiB/s | s per {per} |")
+    print("|---|---:|---:|")
+    for name, t in (iogen, baseline):
+        print(f"| {name} | {mib / t:.1f} | {t:.3f} |")
+    print()
+    print(f"ratio iogen / baseline (throughput): {baseline[1] / iogen[1]:.2f}x")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")

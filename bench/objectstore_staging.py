@@ -17,35 +17,28 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import alternated_medians, new_bucket, ratio_table, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint")
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--object-mib", type=int, default=8)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--transfer-kib", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dest", default=None, help="local folder (default: a new one under the system's temp folder)")
-    args = ap.parse_args(argv)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto=moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 def _bench(args, endpoint, moto: bool) -> int:
-    import boto3
-    import botocore.config
     import numpy as np
 
     from iogen.filecopy import CopyJob
@@ -53,11 +46,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.objectcopy import Transfers, download_objects
     from iogen.objectstore import ObjectStore
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
-    bucket = "iogen-stage-" + uuid.uuid4().hex[:8]
-    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
-    client.create_bucket(Bucket=bucket)
+    client, bucket = new_bucket(__file__, "iogen-stage", args.threads)
     size = args.object_mib << 20
     piece = args.transfer_kib << 10
     rng = np.random.default_rng(5)
@@ -101,34 +90,19 @@ def _bench(args, endpoint, moto: bool) -> int:
         list(pool.map(one, range(args.files)))
         return time.perf_counter() - t0
 
-    iogen(), plain()  # warm-up: clients, connections
-    t_io, t_pl = [], []
-    for rep in range(args.reps):  # the order alternates, so neither always follows the other
-        if rep % 2:
-            t_pl.append(plain())
-            t_io.append(iogen())
-        else:
-            t_io.append(iogen())
-            t_pl.append(plain())
+    mi, mp = alternated_medians(iogen, plain, args.reps)
     pool.shutdown()
     transfers.close()
     figures = store.drain()
     clean()
     if args.dest is None:
         shutil.rmtree(dest, ignore_errors=True)
-    mi, mp = statistics.median(t_io), statistics.median(t_pl)
     mib = args.files * size / 2**20
     print(f"after: {machine_line()}")
     print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; {args.files} objects "
           f"of {args.object_mib} MiB, {args.threads} threads, {args.transfer_kib} KiB parts/pieces, "
           f"medians of {args.reps}; iogen GETs over all rounds: {figures.get('get', {}).get('requests')}")
-    print()
-    print("| contender | MiB/s | s per round |")
-    print("|---|---:|---:|")
-    print(f"| iogen download_objects (CRC checked) | {mib / mi:.1f} | {mi:.3f} |")
-    print(f"| plain boto3 get_object loop | {mib / mp:.1f} | {mp:.3f} |")
-    print()
-    print(f"ratio iogen / baseline (throughput): {mp / mi:.2f}x")
+    ratio_table(mib, "round", ("iogen download_objects (CRC checked)", mi), ("plain boto3 get_object loop", mp))
     return 0
 
 
