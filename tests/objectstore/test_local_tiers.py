@@ -82,6 +82,19 @@ def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path
     assert "the object store served every byte" not in r.stdout
 
 
+def test_staged_from_a_bucket_the_file_reader_keys_apply(s3, tmp_path, iogen_cmd):
+    """reader.reopen_files, evict_page_cache and preprocess_time are refused on objects, but a
+    staged run reads local files, where they apply."""
+    over = _staging(s3, tmp_path, "npz", **{"reader.reopen_files": True, "reader.evict_page_cache": True,
+                                            "reader.preprocess_time": 0.0001})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    assert summary_of(r)["iogen"]["staging"]["staged_files"] == 4
+    refused = iogen_cmd("run", "default", *over, "workflow.stage_data=False", "staging.folder=null")
+    assert refused.returncode == 2 and "reader.reopen_files" in refused.stderr, refused.stderr
+
+
 def test_staging_a_corrupt_or_missing_object_is_exit_2_naming_it_with_nothing_left(s3, tmp_path, iogen_cmd):
     over = _staging(s3, tmp_path, "npz", **{"staging.scope": "full"})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
