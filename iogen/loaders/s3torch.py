@@ -101,10 +101,11 @@ class ConnectorSampleReader(ObjectSampleReader):
         self._figures = _Figures()
         self._map = None
         self._stream = None  # iterable mode: this epoch's S3IterableDataset iterator
+        self._iterable, self._iterable_uris = None, []  # iterable mode: this process's dataset and its objects
         self._check_connector()
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_map": None, "_stream": None}
+        return {**super().__getstate__(), "_map": None, "_stream": None, "_iterable": None, "_iterable_uris": []}
 
     def _constructor(self):
         from s3torchconnector import S3ReaderConstructor
@@ -125,11 +126,19 @@ class ConnectorSampleReader(ObjectSampleReader):
         return self._map
 
     def start_stream(self, files: list[int]) -> None:
-        """Iterable mode: the readers of `files`, in that order, come from one S3IterableDataset."""
-        from s3torchconnector import S3IterableDataset
+        """Iterable mode: the readers of `files`, in that order, come from this process's S3IterableDataset.
 
-        ds = S3IterableDataset.from_objects(self.uris(files), reader_constructor=self._constructor(), **self._args)
-        self._stream = iter(ds)
+        One dataset per process, over a list of URIs that each epoch refills: `from_objects`
+        reads its list when an iteration starts, so the dataset (and its client, with its
+        connections) lives as long as the worker, as a persistent worker's dataset does."""
+        if self._iterable is None:
+            from s3torchconnector import S3IterableDataset
+
+            self._iterable_uris = []
+            self._iterable = S3IterableDataset.from_objects(self._iterable_uris, reader_constructor=self._constructor(),
+                                                            **self._args)
+        self._iterable_uris[:] = self.uris(files)
+        self._stream = iter(self._iterable)
 
     def open_object(self, f: int):
         """The S3Reader of file f: from the map dataset, or the next one of the stream."""
