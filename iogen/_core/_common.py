@@ -86,6 +86,19 @@ INDEX_WINDOW_BYTES = 16384
 CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
 # TFRecord's CRC mask: ((crc >> 15) | (crc << 17)) + MASK_DELTA mod 2**32
 MASK_DELTA = 0xA282EAD8
+# read_frames: what is wrong with the first bad frame (FRAME_OK: nothing)
+FRAME_OK = 0
+FRAME_BAD_HEADER = 1  # the length field is not the indexed length, or its CRC does not match
+FRAME_BAD_DATA_CRC = 2
+# read_frames reads a run of adjacent frames in pieces of this size and checks each piece while
+# it is still in the core's L2 cache (a 114 KB record alone would cost one pread per record).
+RUN_PIECE_BYTES = 256 * 1024
+
+
+def check_layout_args(data_length, head_bytes, tail_bytes):
+    """Raise ValueError unless head and tail fit a record of data_length (< 0: no layout)."""
+    if data_length >= 0 and head_bytes + tail_bytes > data_length:
+        raise ValueError(f"head ({head_bytes}) and tail ({tail_bytes}) must fit in a record of length {data_length}")
 
 
 # --- fill and permute: the splitmix64 finaliser --------------------------------------------

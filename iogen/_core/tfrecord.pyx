@@ -22,7 +22,7 @@ from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failu
 
 __all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
            "has_hw_crc32c", "index_records", "masked_crc32c", "match_layout", "pread_frames",
-           "set_data_crcs", "write_frame_header"]
+           "read_frames", "set_data_crcs", "write_frame_header"]
 
 iogen_crc32c_init()
 
@@ -36,6 +36,9 @@ cdef int64_t FRAME_PIECE_BYTES = 256 * 1024
 cdef int64_t HEADER_BYTES_C = _common.FRAME_HEADER_BYTES
 cdef int64_t FOOTER_BYTES_C = _common.FRAME_FOOTER_BYTES
 cdef int64_t INDEX_WINDOW_BYTES_C = _common.INDEX_WINDOW_BYTES
+cdef int64_t RUN_PIECE_BYTES_C = _common.RUN_PIECE_BYTES
+cdef int FRAME_BAD_HEADER_C = _common.FRAME_BAD_HEADER
+cdef int FRAME_BAD_DATA_CRC_C = _common.FRAME_BAD_DATA_CRC
 
 # index_records outcome codes (the error is raised after the GIL is back).
 cdef enum:
@@ -375,3 +378,118 @@ def match_layout(const unsigned char[::1] buf, const int64_t[:] starts, int64_t 
                 break
     return bad
 
+
+
+cdef inline bint frame_header_ok(const unsigned char *fp, int64_t frame_bytes) noexcept nogil:
+    # the length field announces this frame's indexed data length, and its CRC holds
+    return load_le64(fp) == <uint64_t>(frame_bytes - HEADER_BYTES_C - FOOTER_BYTES_C) \
+        and iogen_crc32c_mask(iogen_crc32c(0, fp, 8)) == load_le32(fp + 8)
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def read_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, buf,
+                const int64_t[:] buf_offsets, bint check_crcs, int64_t data_length,
+                const unsigned char[::1] head, const unsigned char[::1] tail):
+    """pread whole frames, adjacent ones as one run in pieces, each checked as it lands: (bytes, bad, what, unmatched).
+
+    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads; every
+    frame's header must announce its indexed length under a valid CRC, its data CRC must hold
+    (when check_crcs), and a frame of data_length data bytes must begin with head and end with
+    tail (a payload layout parsed before). bad: first entry with a bad header or data CRC (-1
+    if none), what: FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC (FRAME_OK); unmatched: first entry
+    whose data is not of that layout (another length, or data_length < 0), -1 if none. Every
+    frame is read even after a bad one; a read error or a short file raises ReadFailure for the
+    entry it hit, as reader.pread_into does.
+    """
+    # Validate every entry before the first read: the loop below writes through raw pointers.
+    cdef unsigned char[::1] out = checked_batch_view(buf, fds, offsets, lengths, buf_offsets)
+    cdef unsigned char *base = &out[0] if out.shape[0] > 0 else NULL
+    cdef Py_ssize_t n = fds.shape[0]
+    cdef Py_ssize_t h = head.shape[0]
+    cdef Py_ssize_t t = tail.shape[0]
+    cdef Py_ssize_t i, j, cur
+    for i in range(n):
+        if lengths[i] < HEADER_BYTES_C + FOOTER_BYTES_C:
+            raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES_C + FOOTER_BYTES_C} bytes, "
+                             f"got {lengths[i]}")
+    _common.check_layout_args(data_length, h, t)
+    cdef const unsigned char *hp = &head[0] if h else NULL
+    cdef const unsigned char *tp = &tail[0] if t else NULL
+    cdef unsigned char *p
+    cdef const unsigned char *fp
+    cdef int fd
+    cdef int64_t run_off, run_len, pos, piece, end, fstart, flen, lo, hi, at
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef uint32_t crc
+    cdef Py_ssize_t failed = -1
+    cdef Py_ssize_t bad = -1
+    cdef int what = 0
+    cdef Py_ssize_t unmatched = -1
+    with nogil:
+        i = 0
+        while i < n:
+            # the run: entries i..j-1, each right after the previous one in the file and in buf
+            j = i + 1
+            while j < n and fds[j] == fds[i] and offsets[j] == offsets[j - 1] + lengths[j - 1] \
+                    and buf_offsets[j] == buf_offsets[j - 1] + lengths[j - 1]:
+                j += 1
+            fd = <int>fds[i]
+            run_off = offsets[i]
+            run_len = offsets[j - 1] + lengths[j - 1] - run_off
+            p = base + buf_offsets[i]
+            pos = 0
+            cur = i
+            fstart = 0  # where frame `cur` starts in the run
+            crc = 0
+            while pos < run_len:
+                piece = run_len - pos if run_len - pos < RUN_PIECE_BYTES_C else RUN_PIECE_BYTES_C
+                got = pread_full(fd, p + pos, piece, run_off + pos)
+                if got < piece:
+                    # the entry the failure hit, and (short file) how much of it was read
+                    at = pos + got if got > 0 else pos
+                    while cur < j - 1 and fstart + lengths[cur] <= at:
+                        fstart += lengths[cur]
+                        cur += 1
+                    if got >= 0:
+                        got = at - fstart
+                    failed = cur
+                    break
+                end = pos + piece
+                # every frame with bytes in this piece: extend its data CRC, check it once whole
+                while cur < j:
+                    flen = lengths[cur]
+                    if check_crcs:
+                        lo = fstart + HEADER_BYTES_C if fstart + HEADER_BYTES_C > pos else pos
+                        hi = fstart + flen - FOOTER_BYTES_C
+                        if hi > end:
+                            hi = end
+                        if hi > lo:
+                            crc = iogen_crc32c(crc, p + lo, <size_t>(hi - lo))
+                    if fstart + flen > end:
+                        break  # the frame goes on in the next piece
+                    fp = p + fstart
+                    if bad < 0:
+                        if not frame_header_ok(fp, flen):
+                            bad = cur
+                            what = FRAME_BAD_HEADER_C
+                        elif check_crcs and iogen_crc32c_mask(crc) != load_le32(fp + flen - FOOTER_BYTES_C):
+                            bad = cur
+                            what = FRAME_BAD_DATA_CRC_C
+                    if unmatched < 0:
+                        if flen - HEADER_BYTES_C - FOOTER_BYTES_C != data_length \
+                                or (h and memcmp(fp + HEADER_BYTES_C, hp, <size_t>h) != 0) \
+                                or (t and memcmp(fp + flen - FOOTER_BYTES_C - t, tp, <size_t>t) != 0):
+                            unmatched = cur
+                    total += flen
+                    fstart += flen
+                    cur += 1
+                    crc = 0
+                pos = end
+            if failed >= 0:
+                break
+            i = j
+    if failed >= 0:
+        raise_read_failure(failed, got, offsets)
+    return total, bad, what, unmatched

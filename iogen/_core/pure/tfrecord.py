@@ -9,8 +9,8 @@ import struct
 
 import numpy as np
 
-from iogen._core._common import (CRC32C_POLY, INDEX_WINDOW_BYTES, MASK_DELTA, check_crc, check_frame_batch,
-                                 writable_byte_view)
+from iogen._core._common import (CRC32C_POLY, FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_OK, INDEX_WINDOW_BYTES,
+                                 MASK_DELTA, check_crc, check_frame_batch, check_layout_args, writable_byte_view)
 from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
 from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
@@ -196,3 +196,46 @@ def match_layout(buf, starts, length, head, tail, first=0):
             return i
     return -1
 
+
+
+def read_frames(fds, offsets, lengths, buf, buf_offsets, check_crcs, data_length, head, tail):
+    """pread whole frames, adjacent ones as one run in pieces, each checked as it lands: (bytes, bad, what, unmatched).
+
+    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads; every
+    frame's header must announce its indexed length under a valid CRC, its data CRC must hold
+    (when check_crcs), and a frame of data_length data bytes must begin with head and end with
+    tail (a payload layout parsed before). bad: first entry with a bad header or data CRC (-1
+    if none), what: FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC (FRAME_OK); unmatched: first entry
+    whose data is not of that layout (another length, or data_length < 0), -1 if none. Every
+    frame is read even after a bad one; a read error or a short file raises ReadFailure for the
+    entry it hit, as reader.pread_into does.
+    """
+    from . import reader
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    for i, length in enumerate(lengths):
+        if length < HEADER_BYTES + FOOTER_BYTES:
+            raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES + FOOTER_BYTES} bytes, got {length}")
+    head, tail = bytes(_byte_view(head)), bytes(_byte_view(tail))
+    data_length = int(data_length)
+    check_layout_args(data_length, len(head), len(tail))
+    # the reference reads entry by entry: the same bytes, failures and checks as the runs
+    total = reader.pread_into(fds, offsets, lengths, lengths, buf, buf_offsets)
+    view = _byte_view(buf)
+    bad, what, unmatched = -1, FRAME_OK, -1
+    for i, length in enumerate(lengths.tolist()):
+        s = int(buf_offsets[i])
+        frame_bytes = view[s:s + length]
+        if bad < 0:
+            header = bytes(frame_bytes[:HEADER_BYTES])
+            announced, length_crc = struct.unpack("<QI", header)
+            if announced != length - HEADER_BYTES - FOOTER_BYTES or masked_crc32c(header[:8]) != length_crc:
+                bad, what = i, FRAME_BAD_HEADER
+            elif check_crcs and masked_crc32c(frame_bytes[HEADER_BYTES:length - FOOTER_BYTES]) != \
+                    struct.unpack_from("<I", frame_bytes, length - FOOTER_BYTES)[0]:
+                bad, what = i, FRAME_BAD_DATA_CRC
+        if unmatched < 0:
+            data = frame_bytes[HEADER_BYTES:length - FOOTER_BYTES]
+            if len(data) != data_length or data[:len(head)] != head or data[len(data) - len(tail):] != tail:
+                unmatched = i
+    return total, bad, what, unmatched
