@@ -37,6 +37,7 @@ cdef int64_t HEADER_BYTES_C = _common.FRAME_HEADER_BYTES
 cdef int64_t FOOTER_BYTES_C = _common.FRAME_FOOTER_BYTES
 cdef int64_t INDEX_WINDOW_BYTES_C = _common.INDEX_WINDOW_BYTES
 cdef int64_t RUN_PIECE_BYTES_C = _common.RUN_PIECE_BYTES
+cdef int64_t RUN_PIECE_UNCHECKED_BYTES_C = _common.RUN_PIECE_UNCHECKED_BYTES
 cdef int FRAME_BAD_HEADER_C = _common.FRAME_BAD_HEADER
 cdef int FRAME_BAD_DATA_CRC_C = _common.FRAME_BAD_DATA_CRC
 
@@ -393,7 +394,8 @@ def read_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:]
                 const unsigned char[::1] head, const unsigned char[::1] tail):
     """pread whole frames, adjacent ones as one run in pieces, each checked as it lands: (bytes, bad, what, unmatched).
 
-    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads; every
+    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads (larger,
+    RUN_PIECE_UNCHECKED_BYTES, without check_crcs); every
     frame's header must announce its indexed length under a valid CRC, its data CRC must hold
     (when check_crcs), and a frame of data_length data bytes must begin with head and end with
     tail (a payload layout parsed before). bad: first entry with a bad header or data CRC (-1
@@ -420,6 +422,7 @@ def read_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:]
     cdef const unsigned char *fp
     cdef int fd
     cdef int64_t run_off, run_len, pos, piece, end, fstart, flen, lo, hi, at
+    cdef int64_t piece_max = RUN_PIECE_BYTES_C if check_crcs else RUN_PIECE_UNCHECKED_BYTES_C
     cdef int64_t total = 0
     cdef int64_t got = 0
     cdef uint32_t crc
@@ -444,7 +447,7 @@ def read_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:]
             fstart = 0  # where frame `cur` starts in the run
             crc = 0
             while pos < run_len:
-                piece = run_len - pos if run_len - pos < RUN_PIECE_BYTES_C else RUN_PIECE_BYTES_C
+                piece = run_len - pos if run_len - pos < piece_max else piece_max
                 got = pread_full(fd, p + pos, piece, run_off + pos)
                 if got < piece:
                     # the entry the failure hit, and (short file) how much of it was read

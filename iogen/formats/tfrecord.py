@@ -23,7 +23,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .._core._common import FRAME_FOOTER_BYTES, FRAME_HEADER_BYTES, FRAME_OVERHEAD_BYTES, MASK_DELTA
+from .._core._common import (FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_FOOTER_BYTES, FRAME_HEADER_BYTES,
+                             FRAME_OVERHEAD_BYTES, MASK_DELTA)
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text,
                    fill_random, file_size_or_error, is_fileobj, payload_chunks, read_at, source_name, source_size)
@@ -40,6 +41,13 @@ _INDEX_CACHE_RECORDS = 4 << 20
 _INFLATE_WHOLE_BYTES = 64 << 20
 # Below this, images are filled many per call and copied into their frames.
 _SMALL_RECORD_BYTES = 64 << 10
+_NO_BYTES = np.empty(0, np.uint8)
+# What read_frames found wrong with a frame, as the loaders say it (with the file and offset)
+_FRAME_PROBLEMS = {
+    FRAME_BAD_DATA_CRC: "record checksum mismatch",
+    FRAME_BAD_HEADER: "record header does not announce the length the file's index holds "
+                      "(or its CRC does not match): the file changed since it was indexed",
+}
 
 
 def _tf():
@@ -382,6 +390,34 @@ class TFRecordFormat(Format):
     def pread_checked(self, fds, offsets, lengths, buf, buf_offsets):
         """Read whole frames (index_file ranges) and check each data CRC as it lands: (bytes, first bad or -1)."""
         return _tf().pread_frames(fds, offsets, lengths, buf, buf_offsets)
+
+    def pread_records(self, fds, offsets, lengths, buf, buf_offsets, verify_crcs: bool):
+        """Read whole frames (index_file ranges), adjacent ones as runs, everything checked as it lands.
+
+        One core call (GIL released) reads the frames and checks each header against the index,
+        each data CRC (when verify_crcs) and each Example against the layout already parsed for
+        its length; records it could not match are parsed here (payload_spans), so a record
+        that is not an Example with an image raises RecordError as payload_spans does.
+        Returns (bytes, first entry with a bad header or data CRC or -1, what is wrong with it).
+        """
+        lengths = np.asarray(lengths, np.int64)
+        layout = None
+        if lengths.size and lengths.min() == lengths.max():
+            data_length = int(lengths[0]) - FRAME_OVERHEAD
+            layout = self._layouts.known.get(data_length)
+        head, tail = layout if layout is not None else (_NO_BYTES, _NO_BYTES)
+        nbytes, bad, what, unmatched = _tf().read_frames(
+            fds, offsets, lengths, buf, buf_offsets, bool(verify_crcs),
+            data_length if layout is not None else -1, head, tail)
+        if bad >= 0:
+            return nbytes, bad, _FRAME_PROBLEMS[what]
+        if unmatched >= 0:  # a new layout (first batch, or another record size): parse from there
+            starts = np.asarray(buf_offsets, np.int64)
+            try:
+                self.payload_spans(buf, starts[unmatched:], lengths[unmatched:])
+            except RecordError as exc:
+                raise RecordError(exc.index + unmatched, exc.reason) from None
+        return nbytes, -1, ""
 
     def _cached_index(self, path):
         st = os.stat(path)

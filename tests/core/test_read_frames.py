@@ -108,7 +108,8 @@ def test_a_header_unlike_the_index_is_named_even_with_crcs_off(core, tmp_path, o
         assert _read(core, fd, offsets, lengths, buf, offsets, check=check)[1:3] == (1, FRAME_BAD_HEADER)
 
 
-def test_a_short_file_names_the_entry_and_what_was_read(core, tmp_path, opened):
+@pytest.mark.parametrize("check", [True, False])  # pieces of 256 KiB, or 8 MiB without CRCs
+def test_a_short_file_names_the_entry_and_what_was_read(core, tmp_path, opened, check):
     path = tmp_path / "a.tfrecord"
     offsets, lengths, _ = _file(core, path, [100, 200, 600_000, 50])
     cut = int(offsets[2]) + RUN_PIECE_BYTES + 1000  # inside frame 2, past the run's first piece
@@ -116,11 +117,11 @@ def test_a_short_file_names_the_entry_and_what_was_read(core, tmp_path, opened):
     fd = opened(path)
     buf = np.zeros(int(lengths.sum()), np.uint8)
     with pytest.raises(ReadFailure) as err:
-        _read(core, fd, offsets, lengths, buf, offsets)
+        _read(core, fd, offsets, lengths, buf, offsets, check=check)
     assert (err.value.index, err.value.offset, err.value.nread) == (2, int(offsets[2]), cut - int(offsets[2]))
     os.truncate(path, int(offsets[3]))  # the last frame missing entirely
     with pytest.raises(ReadFailure) as err:
-        _read(core, fd, offsets, lengths, buf, offsets)
+        _read(core, fd, offsets, lengths, buf, offsets, check=check)
     assert (err.value.index, err.value.nread) == (3, 0)
 
 
@@ -157,3 +158,18 @@ def test_both_cores_agree_on_random_batches(cython_core, python_core, tmp_path, 
             answers.append((_read(core, fd, offsets[pick], lens, buf, dst, data_length=int(sizes[pick[0]])),
                             bytes(buf)))
         assert answers[0] == answers[1]
+
+
+def test_a_run_is_read_and_checked_with_the_gil_released(cython_core, tmp_path, opened):
+    from .test_gil import LIMIT, python_progress_during
+
+    # 64 adjacent 1 MiB frames: one run, 256 MiB read and checked over 4 calls
+    offsets, lengths, _ = _file(cython_core, tmp_path / "a.tfrecord", [1 << 20] * 64)
+    fd = opened(tmp_path / "a.tfrecord")
+    buf = np.zeros(int(lengths.sum()), np.uint8)
+
+    def call():
+        for _ in range(4):
+            assert _read(cython_core, fd, offsets, lengths, buf, offsets, data_length=1 << 20)[1:] == (-1, 0, -1)
+
+    assert python_progress_during(call) == LIMIT

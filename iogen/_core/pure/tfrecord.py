@@ -201,7 +201,8 @@ def match_layout(buf, starts, length, head, tail, first=0):
 def read_frames(fds, offsets, lengths, buf, buf_offsets, check_crcs, data_length, head, tail):
     """pread whole frames, adjacent ones as one run in pieces, each checked as it lands: (bytes, bad, what, unmatched).
 
-    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads; every
+    Entries adjacent in one file and in buf form a run, read in RUN_PIECE_BYTES preads (larger,
+    RUN_PIECE_UNCHECKED_BYTES, without check_crcs); every
     frame's header must announce its indexed length under a valid CRC, its data CRC must hold
     (when check_crcs), and a frame of data_length data bytes must begin with head and end with
     tail (a payload layout parsed before). bad: first entry with a bad header or data CRC (-1
