@@ -81,14 +81,14 @@ def reads_lines(it: dict) -> list[str]:
              f"{reads.get('explanation', 'not recorded')}; device bytes per epoch: {shown}"]
     if it.get("page_cache_warning"):
         lines.append("WARNING: " + it["page_cache_warning"])
-    for ep in (it.get("object_store") or {}).get("train_epochs", []):
-        get = ep.get("get") or {}
-        lat = get.get("total_latency") or {}
-        if get.get("requests"):
-            lines.append(f"object store, epoch {ep['epoch']}: {get['requests']} GETs, {fmt_bytes(get['bytes'])}, "
-                         f"latency p50 {lat['p50_ns'] / 1e6:.2f} ms, p99 {lat['p99_ns'] / 1e6:.2f} ms, "
-                         + (f"{get['retries']} retries, {get['throttled_503']} throttled (503)"
-                            if get.get("retries") is not None else "retries and 503s not reported by the client"))
+    store = it.get("object_store") or {}
+    for ep in store.get("train_epochs", []):
+        if (ep.get("get") or {}).get("requests"):
+            lines.append(_requests_line(f"object store, epoch {ep['epoch']}", "GET", ep["get"]))
+    for phase, what, op in (("staging", "staging", "get"), ("checkpoint_drain", "checkpoint drain", "put")):
+        fig = (store.get(phase) or {}).get(op) or {}
+        if fig.get("requests"):
+            lines.append(_requests_line(f"object store, {what}", op.upper(), fig))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     if it.get("staging"):
@@ -96,6 +96,15 @@ def reads_lines(it: dict) -> list[str]:
     if it.get("checkpoint_drain"):
         lines.append(drain_line(it["checkpoint_drain"]))
     return lines
+
+
+def _requests_line(label: str, op: str, fig: dict) -> str:
+    """One line on an operation's requests: count, bytes, latency p50/p99, retries and 503s."""
+    lat = fig.get("total_latency") or {}
+    return (f"{label}: {fig['requests']} {op}s, {fmt_bytes(fig['bytes'])}, "
+            f"latency p50 {lat['p50_ns'] / 1e6:.2f} ms, p99 {lat['p99_ns'] / 1e6:.2f} ms, "
+            + (f"{fig['retries']} retries, {fig['throttled_503']} throttled (503)"
+               if fig.get("retries") is not None else "retries and 503s not reported by the client"))
 
 
 def drain_line(dr: dict) -> str:

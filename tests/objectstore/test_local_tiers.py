@@ -36,7 +36,7 @@ def test_training_checkpoints_drain_to_the_direct_upload_keys(s3, tmp_path, ioge
     drained = block["checkpoint_drain"]
     assert drained["put"]["requests"] == 2 * 2 and drained["put"]["bytes"] == 2 * size
     assert drained["delete"]["requests"] == 1  # the superseded checkpoint's object
-    assert f"checkpoint drain ({mode})" in r.stdout
+    assert f"checkpoint drain ({mode})" in r.stdout and "object store, checkpoint drain: 4 PUTs" in r.stdout
 
 
 def _staging(s3, tmp_path, fmt, **extra):
@@ -80,6 +80,7 @@ def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path
     assert st["staged_files"] == len(data) and st["staged_bytes"] == sum(data.values())
     assert st["t_staging_s"] > 0 and st["t_staging_over_t_epoch"] > 0
     assert "the object store served every byte" not in r.stdout
+    assert f"object store, staging: {gets['requests']} GETs" in r.stdout
 
 
 def test_staged_from_a_bucket_the_file_reader_keys_apply(s3, tmp_path, iogen_cmd):
