@@ -6,7 +6,6 @@ is a DataError naming the file and the frame's offset, whichever record of the r
 """
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from iogen.comm import SingleWorld
@@ -79,36 +78,35 @@ def test_a_header_changed_after_indexing_names_the_file_and_frame(tmp_path, veri
     assert err.value.path == victim and err.value.offset == 5 * frame
 
 
-def test_an_example_broken_inside_a_run_names_its_own_offset(tmp_path):
+def _damaged_epoch_error(tmp_path, file_index, damage, match):
+    """The DataError of one epoch over files where damage(data, frame bytes) changed file file_index."""
     wl, layout, fmt = _setup(tmp_path)
     frame = _frame_bytes(fmt)
-    victim = layout.paths[2]
+    victim = layout.paths[file_index]
     data = bytearray(Path(victim).read_bytes())
-    at = 6 * frame  # record 6: the Example's first byte no field tag, its CRCs valid
-    body = bytes([0xFF]) + bytes(data[at + 13:at + frame - 4])
-    data[at:at + frame] = tfrecord.frame(body)
-    with open(victim, "wb") as fh:
-        fh.write(data)
+    damage(data, frame)
+    Path(victim).write_bytes(bytes(data))
     plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
     with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
-        with pytest.raises(DataError, match="tf.train.Example") as err:
+        with pytest.raises(DataError, match=match) as err:
             for _ in loader.epoch(plan):
                 pass
-    assert err.value.path == victim and err.value.offset == 6 * frame
+    assert err.value.path == victim
+    return err.value, frame
+
+
+def test_an_example_broken_inside_a_run_names_its_own_offset(tmp_path):
+    def damage(data, frame):  # record 6: the Example's first byte no field tag, its CRCs valid
+        at = 6 * frame
+        data[at:at + frame] = tfrecord.frame(bytes([0xFF]) + bytes(data[at + 13:at + frame - 4]))
+
+    err, frame = _damaged_epoch_error(tmp_path, 2, damage, "tf.train.Example")
+    assert err.offset == 6 * frame
 
 
 def test_a_crc_mismatch_inside_a_run_names_its_own_offset(tmp_path):
-    wl, layout, fmt = _setup(tmp_path)
-    frame = _frame_bytes(fmt)
-    victim = layout.paths[0]
-    data = bytearray(Path(victim).read_bytes())
-    data[3 * frame + frame // 2] ^= 0x10
-    with open(victim, "wb") as fh:
-        fh.write(data)
-    batches_plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
-    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
-        with pytest.raises(DataError, match="checksum") as err:
-            for _ in loader.epoch(batches_plan):
-                pass
-    assert err.value.path == victim and err.value.offset == 3 * frame
-    assert np.all(batches_plan.batches >= 0)
+    def damage(data, frame):  # one bit of record 3's image
+        data[3 * frame + frame // 2] ^= 0x10
+
+    err, frame = _damaged_epoch_error(tmp_path, 0, damage, "checksum")
+    assert err.offset == 3 * frame
