@@ -95,28 +95,35 @@ def wants_mpi(environ=None) -> bool:
     return found is not None and found[1] != 1
 
 
-def node_name(rank: int, environ=None) -> str:
+def node_name(rank: int, environ=None, size: int | None = None) -> str:
     """The node a rank runs on: its hostname, or what IOGEN_NODE says.
 
     IOGEN_NODE simulates several nodes on one machine (tests, demos of node-local staging): one
     name for every rank, or a comma-separated name per rank (`a,a,b,b` under `mpiexec -n 4`).
+    With the world's `size`, every name is checked, so a bad value fails every rank alike (before
+    any collective, which the failing ranks would otherwise leave the others waiting in).
     """
     value = (os.environ if environ is None else environ).get("IOGEN_NODE", "").strip()
     if not value:
         return socket.gethostname()
     names = [n.strip() for n in value.split(",")]
+    if len(names) > 1 and size is not None and len(names) != size:
+        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes for {size} ranks "
+                          "(give one name, or one per rank)")
     if len(names) == 1:
         name = names[0]
     elif rank >= len(names) or not all(names):
-        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes, rank {rank} has none")
+        none = names.index("") if "" in names else rank
+        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes, rank {none} has none")
     else:
         name = names[rank]
     from .config.names import component_problem
 
     # A node name fills `{node}` of staging.folder: one path component, as every name in a path.
-    problem = component_problem(name)
-    if problem:
-        raise ConfigError(f"IOGEN_NODE={value!r}: rank {rank}'s node name {name!r} {problem}")
+    for r, other in ([(rank, name)] if size is None else enumerate(names)):
+        problem = component_problem(other)
+        if problem:
+            raise ConfigError(f"IOGEN_NODE={value!r}: rank {r}'s node name {other!r} {problem}")
     return name
 
 
@@ -205,7 +212,7 @@ class MPIWorld:
         base = comm if comm is not None else MPI.COMM_WORLD
         self.rank = base.Get_rank()
         self.size = base.Get_size()
-        self.host = self.node = node_name(self.rank)
+        self.host = self.node = node_name(self.rank, size=self.size)
         # One communicator per role, so an operation abandoned by a failure never matches a
         # later one: results, per-step sync, failure notices, post-failure epilogue, exit.
         self.comm = base.Dup()

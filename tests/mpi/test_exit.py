@@ -63,3 +63,14 @@ def test_a_campaign_ends_with_rank_0s_verdict_on_every_rank(mpi):
     assert res.returncode in (0, 1), res  # 1: the campaign is not valid (rank 0 decides)
     assert res.rank_codes == {r: res.returncode for r in range(4)}, res
     assert "campaign" in res.output, res
+
+
+@pytest.mark.parametrize("nodes,says", [("a,b", "names 2 ranks' nodes for 4 ranks"),
+                                        ("a,../x,b,c", "rank 1's node name '../x'"),
+                                        ("a,b,,c", "rank 2 has none")])
+def test_a_bad_iogen_node_fails_every_rank_with_2(mpi, nodes, says):
+    """Every rank checks every name before the first collective: none is left waiting in one."""
+    overrides = mpi.tiny(**{"workflow.generate_data": True})
+    res = mpi.launch(4, mpi.iogen("run", "default", *overrides, "-q"), env={"IOGEN_NODE": nodes}, timeout=BOUND_S)
+    assert res.rank_codes == {r: 2 for r in range(4)} and res.returncode == 2, res
+    assert res.output.count(says) == 4, res
