@@ -16,7 +16,6 @@ on one rank.
 from __future__ import annotations
 
 import os
-import queue
 import re
 import threading
 import time
@@ -30,6 +29,7 @@ from .errors import DataError
 from .formats import get_format
 from .formats.base import error_text
 from .formats.checksum import file_crc32c, format_crc
+from .threadwork import run_on_threads
 
 
 @dataclass
@@ -264,7 +264,7 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
     if workers == 1 or len(tasks) <= 1:
         done_iter, stop = (run(t) for t in tasks), None
     else:
-        done_iter, stop = _run_threaded(run, tasks, workers)
+        done_iter, stop = run_on_threads(run, tasks, workers, name="iogen-gen")
     try:
         for size, payload in done_iter:
             files_done += 1
@@ -278,55 +278,6 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
         if stop is not None:
             # An error or Ctrl-C: let running files finish or fail, start no new ones.
             stop()
-
-
-def _run_threaded(run, tasks, workers: int):
-    """(iterator of run(task)'s results in completion order, stop()) over `workers` threads.
-
-    Each thread takes the next task itself and hands its result back through one queue: no
-    future per file (a million files would hold a million futures). The first failure is raised
-    by the iterator and no thread starts another file; stop() waits for the running ones.
-    """
-    pending = iter(tasks)
-    take = threading.Lock()
-    halt = threading.Event()
-    done = queue.SimpleQueue()
-
-    def worker():
-        try:
-            while not halt.is_set():
-                with take:
-                    task = next(pending, None)
-                if task is None:
-                    break
-                done.put((True, run(task)))
-        except BaseException as exc:  # handed to the calling thread, which raises it
-            halt.set()
-            done.put((False, exc))
-        finally:
-            done.put(None)
-
-    threads = [threading.Thread(target=worker, name=f"iogen-gen_{k}") for k in range(workers)]
-    for thread in threads:
-        thread.start()
-
-    def results():
-        running = len(threads)
-        while running:
-            item = done.get()
-            if item is None:
-                running -= 1
-            elif item[0]:
-                yield item[1]
-            else:
-                raise item[1]
-
-    def stop():
-        halt.set()
-        for thread in threads:
-            thread.join()
-
-    return results(), stop
 
 
 def _payload_bytes(tasks):
