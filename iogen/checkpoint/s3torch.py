@@ -108,9 +108,10 @@ def stream_object(s3, uri: str, size: int, part_bytes: int, part_of, figures: St
     from s3torchconnector import S3Exception
 
     t0 = time.perf_counter_ns()
-    writer = s3.writer(uri)
+    writer = None
     done = False
     try:
+        writer = s3.writer(uri)
         for i in range(max(1, -(-size // part_bytes))):
             if stop is not None and stop.is_set():
                 raise _Stopped()
@@ -122,7 +123,8 @@ def stream_object(s3, uri: str, size: int, part_bytes: int, part_of, figures: St
         raise connector_error(uri, exc, "upload") from None
     finally:
         if not done:
-            _abandon(writer)
+            if writer is not None:
+                _abandon(writer)
             figures.record("put_object_stream", 0, 0, failed=True)
     figures.record("put_object_stream", size, time.perf_counter_ns() - t0)
     return size
@@ -138,13 +140,9 @@ def _run_objects(pool, work, items) -> list:
     futures = [pool.submit(work, item, stop) for item in items]
     try:
         return [f.result() for f in futures]
-    except BaseException as exc:
+    except BaseException:
         stop.set()
         wait(futures)  # every writer aborted or finished before the error leaves
-        first = next((f.exception() for f in futures if f.done() and f.exception() is not None
-                      and not isinstance(f.exception(), _Stopped)), None)
-        if isinstance(exc, _Stopped) and first is not None:
-            raise first from None
         raise
 
 
