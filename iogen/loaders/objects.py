@@ -65,7 +65,11 @@ class ObjectLoader(Loader):
         self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
         self.index_figures = merge_index(None, self.store.drain(), self._index_store.drain())
         self.epoch_figures: list[dict] = []
-        self._buffers = [np.zeros(0, np.uint8) for _ in range(self.prefetch + 2)]  # grown by the batches
+        # sized before the run for a batch of the largest records (grown if a batch needs more)
+        batch = rd.batch_size if layout.split == "train" else rd.batch_size_eval
+        fixed = fmt.fixed_index(1, layout.max_record_bytes) if layout.num_files else None
+        per_sample = int(fixed.lengths[0]) if fixed is not None else layout.max_record_bytes
+        self._buffers = [np.zeros(batch * per_sample, np.uint8) for _ in range(self.prefetch + 2)]
 
     # -- an epoch ------------------------------------------------------------------------
 
