@@ -21,6 +21,8 @@ run tfr_small $PY bench/native_vs_pread.py $T --files 8 --samples-per-file 512 -
 run tfr_small_nov $PY bench/native_vs_pread.py $T --files 8 --samples-per-file 512 --record-mib 0.10935 --batch 400 --no-verify --dir "$WORK/tfs"
 run tfr_large $PY bench/native_vs_pread.py $T --files 48 --record-mib 2.6975 --batch 4 --dir "$WORK/tfl"
 run tfr_large_nov $PY bench/native_vs_pread.py $T --files 48 --record-mib 2.6975 --batch 4 --no-verify --dir "$WORK/tfl"
+run tfr_cpu_small $PY bench/tfrecord_read_cpu.py --dir "$WORK/tfs"
+run tfr_cpu_large $PY bench/tfrecord_read_cpu.py --dir "$WORK/tfl" --files 48 --samples-per-file 1 --record-bytes 2828533 --batch 4
 for f in npz tfrecord hdf5; do
   run "dg_$f" $PY bench/datagen_vs_dd.py --folder "$WORK/dg" --format $f --files 8 --file-mib 32 --rounds 3 --fsync --workers 2
 done
