@@ -42,13 +42,14 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import ConfigError, DataError
 from ..objectkeys import split_uri
-from ..objectstore import OpStats, connector_args
+from ..histogram import LatencyHistogram
+from ..objectstore import connector_args
 from .objects import ObjectSampleReader
 from .pytorch import PyTorchLoader, _first
 
 
 class _Figures:
-    """This process's connector calls (get: readinto, head: a reader's first seek); OpStats built at drain."""
+    """This process's connector calls (get: readinto, head: a reader's first seek)."""
 
     def __init__(self):
         self._calls = {"get": [], "head": []}  # (bytes, elapsed ns) per call
@@ -61,20 +62,22 @@ class _Figures:
         self._errors[op] += 1
 
     def drain(self) -> dict:
-        """The calls since the last drain as OpStats dicts (only operations that ran), then reset."""
+        """The calls since the last drain (only operations that ran), then reset: per batch, so in
+        the form merge_figures reads (OpStats.from_dict's fields: counts and histograms, without
+        the latency summaries, which the merged figures get once per epoch)."""
         out = {}
         for op, calls in self._calls.items():
             if not calls and not self._errors[op]:
                 continue
-            s = OpStats()
-            s.requests, s.errors = len(calls), self._errors[op]
-            if calls:
-                done = np.array(calls, np.int64)
-                s.bytes = int(done[:, 0].sum())
-                s.total.record(done[:, 1])
-            out[op] = s.to_dict()
+            done = np.array(calls, np.int64).reshape(-1, 2)
+            out[op] = {"requests": len(calls), "bytes": int(done[:, 0].sum()), "retries": 0, "throttled_503": 0,
+                       "errors": self._errors[op], "first_byte_latency_histogram": _EMPTY,
+                       "total_latency_histogram": LatencyHistogram().record(done[:, 1]).to_dict()}
         self._calls, self._errors = {"get": [], "head": []}, {"get": 0, "head": 0}
         return out
+
+
+_EMPTY = LatencyHistogram().to_dict()  # no first-byte time: the connector does not expose it
 
 
 def _connector_error(uri: str, exc, what: str, offset=None) -> DataError:
