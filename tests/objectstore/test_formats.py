@@ -108,11 +108,16 @@ def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, co
     assert block["train_epochs"][0]["get"]["requests"] > 0
 
 
-@pytest.mark.parametrize("loader", [pytest.param("pytorch", marks=pytest.mark.torch),
-                                    pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
-def test_framework_loaders_read_hdf5_objects(s3, tmp_path, iogen_cmd, loader):
+@pytest.mark.parametrize("loader,fmt,compression", [
+    pytest.param("pytorch", "hdf5", "gzip", marks=pytest.mark.torch),
+    pytest.param("pytorch", "npz", "zip", marks=pytest.mark.torch),
+    pytest.param("tensorflow", "hdf5", "gzip", marks=pytest.mark.tensorflow),
+    pytest.param("tensorflow", "tfrecord", "gzip", marks=pytest.mark.tensorflow)])
+def test_framework_loaders_read_hdf5_and_compressed_objects(s3, tmp_path, iogen_cmd, loader, fmt, compression):
+    """PyTorch's DataLoader (2 worker processes) and tf.data's map path read through the same
+    object sample reader; each process indexes what it reads (one HEAD per object at least)."""
     pytest.importorskip({"pytorch": "torch"}.get(loader, loader))
-    over = s3_overrides(s3, tmp_path, "hdf5", **{"dataset.compression": "gzip", "train.computation_time": 0,
+    over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
                                                  "train.epochs": 2, "reader.read_threads": 2,
                                                  "reader.data_loader": loader})
     r = iogen_cmd("run", "default", *over, "--generate")
