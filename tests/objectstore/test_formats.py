@@ -205,3 +205,25 @@ def test_object_file_serves_small_reads_from_blocks(s3):
     get = store.drain()["get"]
     # four blocks (together the whole object, once), then three parts of at most 50,000 bytes
     assert get["requests"] == 4 + 3 and get["bytes"] == len(data) + 120_000
+
+
+@pytest.mark.mpi
+def test_two_ranks_read_hdf5_objects_each_indexing_its_own(s3, tmp_path, iogen_cmd):
+    """Under mpiexec, rank 0 reads objects 0-2 and rank 1 objects 3-5 (no shuffle): each HEADs and
+    indexes only its own, so the merged index figures hold 2 bucket HEADs + 6 object HEADs."""
+    import importlib.util
+
+    from .test_mpi import MPIEXEC, mpirun
+
+    if MPIEXEC is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpiexec and mpi4py")
+    over = s3_overrides(s3, tmp_path, "hdf5", **{"train.computation_time": 0, "workflow.generate_data": False,
+                                                 "dataset.num_files_train": 6, "reader.file_shuffle": "off",
+                                                 "reader.sample_shuffle": "off"})
+    r = mpirun(2, "datagen", "default", *over, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = mpirun(2, "run", "default", *over, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    block = summary_of(r)["iogen"]["object_store"]
+    assert block["index"]["head"]["requests"] == 2 + 6
+    assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]  # one GET per sample
