@@ -88,6 +88,7 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
     assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stdout + r.stderr
 
 
+@pytest.mark.slow  # iogen in child processes: tens of seconds
 @pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip")])
 def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, compression):
     """datagen writes the bytes the file datagen writes; verify passes; run reads them (native)."""
@@ -108,6 +109,7 @@ def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, co
     assert block["train_epochs"][0]["get"]["requests"] > 0
 
 
+@pytest.mark.slow  # iogen in child processes: tens of seconds
 @pytest.mark.parametrize("loader,fmt,compression", [
     pytest.param("pytorch", "hdf5", "gzip", marks=pytest.mark.torch),
     pytest.param("pytorch", "npz", "zip", marks=pytest.mark.torch),
