@@ -17,14 +17,17 @@ from .test_datagen_verify import key_of, s3_overrides
 from .test_run import summary_of
 
 # (format, compression): every variant that is not byte-addressable, and HDF5's plain one
-VARIANTS = [("hdf5", "none"), ("hdf5", "gzip"), ("hdf5", "lzf"), ("npz", "zip"), ("tfrecord", "gzip")]
+VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "lzf"), ("npz", "zip"),
+            ("tfrecord", "gzip")]
 
 
 def _setup(s3, tmp_path, fmt, compression, **extra):
     from iogen.objectdata import generate_objects
     from iogen.objectstore import open_store
 
-    over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, **extra})
+    chunked = {"dataset.enable_chunking": True} if compression == "chunked" else {}  # one sample per chunk
+    over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression.replace("chunked", "none"),
+                                              **chunked, **extra})
     wl = load_workload("default", over)
     layout = DatasetLayout.from_workload(wl, "train")
     fmt_ = get_format(wl.dataset)
@@ -58,7 +61,7 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
     try:
         plan = make_plan(num_files=4, samples_per_file=spf, batch_size=2)
         # batch buffers are reused: each batch is compared as it arrives
-        if compression == "none":  # hdf5 contiguous: the raw ranges are the payloads
+        if compression in ("none", "chunked"):  # byte ranges (records, or whole-sample chunks): the payloads
             got = [b.data.tobytes() for b in loader.epoch(plan)]
             assert got == [b"".join(expected(g) for g in row) for row in plan.batches]
         else:
