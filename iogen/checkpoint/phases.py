@@ -300,7 +300,11 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     all_written = world.gather_array(written)
     all_read = world.gather_array(read)
     all_facts = world.gather_array(facts_rank)
-    drains = world.allgather_obj(drain_record) if local else None
+    drain_block = drain_error = None
+    if local:  # per checkpoint over ranks, on rank 0; the first failing rank's error on every rank
+        from ..metrics.drain import reduce_drains
+
+        drain_block, drain_error = reduce_drains(world, drain_record)
     object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
     all_objects = None
     if objects:  # every rank's requests merged by reductions, on rank 0
@@ -313,14 +317,11 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         if all_objects is not None:
             doc["iogen"]["object_store"] = {"client": wl.storage.s3_client, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
-        if drains is not None and any(drains):
-            from ..metrics.drain import ranks_drain_block
-
-            doc["iogen"]["checkpoint_drain"] = ranks_drain_block(drains)
+        if drain_block is not None:
+            doc["iogen"]["checkpoint_drain"] = drain_block
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
-    failed = [d["error"] for d in (drains or []) if d and d.get("error")]
-    if failed:  # recorded in the summary above; the run ends as bad storage does: exit 2
-        raise DataError(folder, f"checkpoint drain failed: {failed[0]}")
+    if drain_error:  # recorded in the summary above; the run ends as bad storage does: exit 2
+        raise DataError(folder, f"checkpoint drain failed: {drain_error}")
     return run_dir, doc, True
 
 

@@ -68,44 +68,75 @@ def drain_block(drain: dict, rows) -> dict:
     }
 
 
-def ranks_drain_block(records: list) -> dict:
-    """Checkpoint-only runs: every rank drains its own files; per checkpoint the job's figures.
+def reduce_drains(world, record: dict | None) -> tuple[dict | None, str | None]:
+    """Checkpoint-only runs, where every rank drains its own files: (the job's block on rank 0,
+    None elsewhere; the lowest failing rank's error on every rank, None if none). A collective.
 
     As MLPerf Storage reduces checkpoint times: a checkpoint's drain takes as long as its slowest
     rank's (`drain_s`), its bytes are summed over ranks, and `drain_gib_s` is those bytes over
     the slowest drain. `blocking_s` is the slowest rank's write plus its wait for the previous
-    drain (plus the copy with drain `sync`).
+    drain (plus the copy with drain `sync`). Counts and bytes are summed and times maxed by
+    reductions; error texts come from the lowest rank that has one (a broadcast from each such
+    rank): rank 0 receives O(checkpoints), not one record per rank.
     """
-    records = [r for r in records if r]
-    per_step: dict = {}
-    for rec in records:
-        for ev in rec.get("events", []):
-            per_step.setdefault(ev["step"], []).append(ev)
+    record = record or {}
+    events = record.get("events", [])
+    last = int(world.allreduce_array(np.array([max((int(e["step"]) for e in events), default=0)], np.int64),
+                                     "max")[0])
+    n = last + 1  # indexed by step; the steps iogen numbers are small positive integers
+    sums = np.zeros((2, n), np.int64)  # events, drain bytes
+    maxs = np.full((4, n), -1, np.int64)  # blocking, local write, wait for the previous, drain span (ns)
+    no_one = world.size
+    firsts = np.full(n + 1, no_one, np.int64)  # per step the lowest rank with an error; [n]: the record's
+    for e in events:
+        s = int(e["step"])
+        sums[0, s] += 1
+        sums[1, s] += int(e.get("drain_bytes") or 0)
+        wait = e.get("drain_wait_ns") or 0
+        maxs[0, s] = max(maxs[0, s], (e.get("elapsed_ns") or 0) + wait)
+        maxs[1, s] = max(maxs[1, s], e.get("local_write_ns") or 0)
+        maxs[2, s] = max(maxs[2, s], wait)
+        if e.get("drain_start_ns") is not None and e.get("drain_end_ns") is not None:
+            maxs[3, s] = max(maxs[3, s], e["drain_end_ns"] - e["drain_start_ns"])
+        if e.get("drain_error"):
+            firsts[s] = min(firsts[s], world.rank)
+    if record.get("error"):
+        firsts[n] = world.rank
+    firsts = world.allreduce_array(firsts, "min")
+    texts = {}  # (step or "run") -> text, from the lowest rank that has one
+    for r in sorted({int(f) for f in firsts if f < no_one}):
+        mine = None
+        if r == world.rank:
+            mine = {int(s): next(e["drain_error"] for e in events if int(e["step"]) == s and e.get("drain_error"))
+                    for s in range(n) if firsts[s] == r}
+            if firsts[n] == r:
+                mine["run"] = record["error"]
+        texts.update(world.bcast(mine, root=r))
+    sums, maxs = world.reduce_array(sums, "sum"), world.reduce_array(maxs, "max")
+    run = world.reduce_array(np.array([int(record.get("waits", 0)), bool(record)], np.int64), "sum")
+    if world.rank != 0 or not run[1]:  # run[1]: ranks that drained (none: no block)
+        return None, texts.get("run")
     checkpoints = []
-    for step in sorted(per_step):
-        evs = per_step[step]
-        spans = [(e["drain_end_ns"] - e["drain_start_ns"]) / 1e9 for e in evs
-                 if e.get("drain_start_ns") is not None and e.get("drain_end_ns") is not None]
-        nbytes = sum(int(e.get("drain_bytes") or 0) for e in evs)
-        slowest = max(spans) if spans else None
+    for s in np.flatnonzero(sums[0]):
+        span = int(maxs[3, s])
+        slowest = span / 1e9 if span >= 0 else None
+        nbytes = int(sums[1, s])
         checkpoints.append({
-            "step": step, "ranks": len(evs),
-            "blocking_s": max((e.get("elapsed_ns") or 0) + (e.get("drain_wait_ns") or 0) for e in evs) / 1e9,
-            "local_write_s": max(e.get("local_write_ns") or 0 for e in evs) / 1e9,
-            "waited_for_previous_drain_s": max(e.get("drain_wait_ns") or 0 for e in evs) / 1e9,
+            "step": int(s), "ranks": int(sums[0, s]),
+            "blocking_s": int(maxs[0, s]) / 1e9, "local_write_s": int(maxs[1, s]) / 1e9,
+            "waited_for_previous_drain_s": int(maxs[2, s]) / 1e9,
             "drain_s": slowest, "drain_bytes": nbytes,
             "drain_gib_s": nbytes / GIB / slowest if slowest and nbytes else None,
-            "error": next((e["drain_error"] for e in evs if e.get("drain_error")), None),
+            "error": texts.get(int(s)),
         })
     drains = [c["drain_s"] for c in checkpoints if c["drain_s"] is not None]
     return {
-        "mode": records[0].get("mode") if records else None,
-        "shared_folder": records[0].get("shared_folder") if records else None,
+        "mode": record.get("mode"),
+        "shared_folder": record.get("shared_folder"),
         "checkpoints": checkpoints,
         "blocking_s_mean": float(np.mean([c["blocking_s"] for c in checkpoints])) if checkpoints else None,
         "drain_s_mean": float(np.mean(drains)) if drains else None,
         "drain_bytes": sum(c["drain_bytes"] for c in checkpoints),
-        "waits_for_previous_drain": sum(int(r.get("waits", 0)) for r in records),
-        "error": next((r["error"] for r in records if r.get("error")), None),
-    }
-
+        "waits_for_previous_drain": int(run[0]),
+        "error": texts.get("run"),
+    }, texts.get("run")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from iogen.histogram import LatencyHistogram
+from iogen.metrics.drain import GIB, reduce_drains
 from iogen.metrics.latency import reduce_histograms
 from iogen.metrics.objectstore import merge_figures, reduce_figures, run_block
 from iogen.metrics.staging import reduce_staging, staging_block
@@ -123,6 +124,9 @@ class Collective:
             self.result = self.by_node[sim.nodes[0]]
         elif self.kind == "node_bcast":
             self.by_node = {node[r]: v for r, v in self.items if r in lead}
+        elif self.kind == "bcast":
+            (self.result,) = [v for r, v in self.items if r == self.op]  # op: the root
+            sim.rank0_bytes += len(pickle.dumps(self.result)) if self.op != 0 else 0
         if self.kind in ("gather", "leaders", "node_gather"):  # what rank 0 receives, as root
             sim.rank0_bytes += sum(len(pickle.dumps(v)) for v in self.result)
         self.done = True
@@ -135,6 +139,8 @@ class Collective:
             return self.acc.copy() if rank == 0 else None
         if kind in ("gather", "leaders"):
             return list(self.result) if rank == 0 else None
+        if kind == "bcast":
+            return self.result
         node = sim.nodes[rank]
         if kind == "node_gather":
             return list(self.by_node[node]) if sim.leader[node] == rank else None
@@ -162,6 +168,9 @@ class World:
 
     def gather_obj(self, obj, root=0):
         return self.sim.collective(self, "gather", obj)
+
+    def bcast(self, obj, root=0):
+        return self.sim.collective(self, "bcast", obj, root)
 
     def leaders_gather_obj(self, obj):
         return self.sim.collective(self, "leaders", obj)
@@ -318,3 +327,79 @@ def test_merged_histograms_keep_min_max_and_empty_ones():
     merged = sim.run(lambda w: reduce_histograms(w, hists[w.rank]))[0]
     assert merged[0] == hists[0][0] + hists[1][0] and (merged[0].min_ns, merged[0].max_ns) == (3, 10**9)
     assert merged[1] == LatencyHistogram() and merged[1].min_ns == -1
+
+
+def ranks_drain_block(records):
+    """The checkpoint_drain block as it was built from every rank's record (an allgather): the reference."""
+    records = [r for r in records if r]
+    per_step = {}
+    for rec in records:
+        for ev in rec.get("events", []):
+            per_step.setdefault(ev["step"], []).append(ev)
+    checkpoints = []
+    for step in sorted(per_step):
+        evs = per_step[step]
+        spans = [(e["drain_end_ns"] - e["drain_start_ns"]) / 1e9 for e in evs
+                 if e.get("drain_start_ns") is not None and e.get("drain_end_ns") is not None]
+        nbytes = sum(int(e.get("drain_bytes") or 0) for e in evs)
+        slowest = max(spans) if spans else None
+        checkpoints.append({
+            "step": step, "ranks": len(evs),
+            "blocking_s": max((e.get("elapsed_ns") or 0) + (e.get("drain_wait_ns") or 0) for e in evs) / 1e9,
+            "local_write_s": max(e.get("local_write_ns") or 0 for e in evs) / 1e9,
+            "waited_for_previous_drain_s": max(e.get("drain_wait_ns") or 0 for e in evs) / 1e9,
+            "drain_s": slowest, "drain_bytes": nbytes,
+            "drain_gib_s": nbytes / GIB / slowest if slowest and nbytes else None,
+            "error": next((e["drain_error"] for e in evs if e.get("drain_error")), None),
+        })
+    drains = [c["drain_s"] for c in checkpoints if c["drain_s"] is not None]
+    return {
+        "mode": records[0].get("mode") if records else None,
+        "shared_folder": records[0].get("shared_folder") if records else None,
+        "checkpoints": checkpoints,
+        "blocking_s_mean": float(np.mean([c["blocking_s"] for c in checkpoints])) if checkpoints else None,
+        "drain_s_mean": float(np.mean(drains)) if drains else None,
+        "drain_bytes": sum(c["drain_bytes"] for c in checkpoints),
+        "waits_for_previous_drain": sum(int(r.get("waits", 0)) for r in records),
+        "error": next((r["error"] for r in records if r.get("error")), None),
+    }
+
+
+def _drain_records(ranks, rng, errors=()):
+    """Each rank's Drainer.finish() record: 3 checkpoints, some without a drain span; `errors`: (rank, step)."""
+    records = []
+    for r in range(ranks):
+        events = []
+        for step in (1, 2, 3):
+            start = int(rng.integers(0, 10**9))
+            ev = {"epoch": 1, "step": step, "elapsed_ns": int(rng.integers(1, 10**8)),
+                  "local_write_ns": int(rng.integers(1, 10**8)), "drain_wait_ns": int(rng.integers(0, 10**7)),
+                  "drain_bytes": int(rng.integers(0, 1 << 30))}
+            if (r + step) % 5:
+                ev.update(drain_start_ns=start, drain_end_ns=start + int(rng.integers(1, 10**9)))
+            if (r, step) in errors:
+                ev["drain_error"] = f"rank {r} step {step}: No space left on device"
+            events.append(ev)
+        records.append({"mode": "async", "shared_folder": "/shared/ckpt", "events": events,
+                        "waits": int(rng.integers(0, 3)),
+                        "error": f"rank {r}: upload failed" if (r, None) in errors else None})
+    return records
+
+
+@pytest.mark.parametrize("ranks,errors", [(1, ()), (4, ((2, 2),)),
+                                          pytest.param(4096, ((4000, 2), (17, 2), (17, 3), (99, None), (30, None)),
+                                                       marks=pytest.mark.slow)])
+def test_checkpoint_drains_reduce_to_the_gathered_block(ranks, errors):
+    records = _drain_records(ranks, np.random.default_rng(ranks), errors)
+    sim = Simulation(nodes_of(ranks, 8))
+    got = sim.run(lambda w: reduce_drains(w, records[w.rank]), ranks=(0, ranks - 1))
+    want = ranks_drain_block(records)
+    if ranks == 4096:  # the lowest failing rank's texts, per checkpoint and for the run
+        assert want["error"] == "rank 30: upload failed"
+        assert [c["error"] for c in want["checkpoints"]] == [None, "rank 17 step 2: No space left on device",
+                                                             "rank 17 step 3: No space left on device"]
+    block, error = got[0]
+    assert block == want
+    assert all(e == want["error"] for _, e in got.values())  # every rank raises the same error
+    assert got[ranks - 1][0] is None or ranks == 1
+    assert sim.rank0_bytes < 2_000  # O(checkpoints) and the error texts, not one record per rank
