@@ -18,6 +18,7 @@ cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from iogen._core.crcbuf cimport crc_fn, crc_of_view
 from iogen._core.splitmix cimport mix64
 
 from iogen._core._common import check_crc, check_fill_args, writable_byte_view
@@ -136,17 +137,8 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
 
 
 cdef object _crc32(data, crc, bint software):
-    cdef const unsigned char[::1] view = memoryview(data).cast("B")
-    cdef uint32_t c = check_crc(crc)
-    cdef Py_ssize_t n = view.shape[0]
-    if n == 0:
-        return c
-    cdef const unsigned char *p = &view[0]
-    if n < NOGIL_MIN_BYTES:
-        return iogen_crc32_sw(c, p, <size_t>n) if software else iogen_crc32(c, p, <size_t>n)
-    with nogil:
-        c = iogen_crc32_sw(c, p, <size_t>n) if software else iogen_crc32(c, p, <size_t>n)
-    return c
+    cdef crc_fn fn = iogen_crc32_sw if software else iogen_crc32
+    return crc_of_view(memoryview(data).cast("B"), check_crc(crc), fn, NOGIL_MIN_BYTES)
 
 
 def crc32(data, crc=0):

@@ -19,6 +19,7 @@ from iogen._core._common import check_crc
 from iogen.errors import FramingError
 
 from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failure
+from iogen._core.crcbuf cimport crc_fn, crc_of_view
 
 __all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
            "has_hw_crc32c", "index_records", "masked_crc32c", "match_layout", "pread_frames",
@@ -72,18 +73,9 @@ cdef const unsigned char[::1] byte_view(data):
 
 cdef object _crc32c(data, crc, bint software):
     # One body for both entry points: the table path when asked, else the crc32 instruction
-    # when the CPU has it; the GIL is released for inputs long enough to pay for it.
-    cdef const unsigned char[::1] view = byte_view(data)
-    cdef uint32_t c = check_crc(crc)
-    cdef Py_ssize_t n = view.shape[0]
-    if n == 0:
-        return c
-    cdef const unsigned char *p = &view[0]
-    if n < NOGIL_MIN_BYTES:
-        return iogen_crc32c_sw(c, p, <size_t>n) if software else iogen_crc32c(c, p, <size_t>n)
-    with nogil:
-        c = iogen_crc32c_sw(c, p, <size_t>n) if software else iogen_crc32c(c, p, <size_t>n)
-    return c
+    # when the CPU has it (crcbuf.pxd releases the GIL for long inputs).
+    cdef crc_fn fn = iogen_crc32c_sw if software else iogen_crc32c
+    return crc_of_view(byte_view(data), check_crc(crc), fn, NOGIL_MIN_BYTES)
 
 
 def crc32c(data, crc=0):
