@@ -254,7 +254,7 @@ class ObjectSampleReader:
 
     def _decode(self, table, store, files, samples, alloc):
         """Compressed samples: decoded per object by the format through an ObjectFile, in the order asked."""
-        from .sampling import BatchRead
+        from .sampling import packed
 
         payloads = [None] * files.size
         nbytes = 0
@@ -264,10 +264,4 @@ class ObjectSampleReader:
             nbytes += n
             for i, p in zip(where.tolist(), decoded):
                 payloads[i] = p
-        lengths = np.array([p.size for p in payloads], np.int64)
-        starts = np.zeros(files.size, np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        buf = alloc(int(lengths.sum())) if alloc is not None else np.empty(int(lengths.sum()), np.uint8)
-        for p, st in zip(payloads, starts.tolist()):
-            buf[st:st + p.size] = p
-        return BatchRead(buf, starts, lengths, nbytes)
+        return packed(payloads, nbytes, alloc or (lambda n: np.empty(n, np.uint8)))

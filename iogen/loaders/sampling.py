@@ -186,13 +186,18 @@ class SampleReader:
                     payloads[i] = self.fmt.payload_of(sample)
                 except RecordError as exc:
                     raise DataError(path, f"record {int(samples[i])}: {exc.reason}") from None
-        lengths = np.array([p.size for p in payloads], np.int64)
-        starts = np.zeros(files.size, np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        buf = alloc(int(lengths.sum()))
-        for p, s in zip(payloads, starts.tolist()):
-            buf[s:s + p.size] = p
-        return BatchRead(buf, starts, lengths, nbytes)
+        return packed(payloads, nbytes, alloc)
+
+
+def packed(payloads, nbytes: int, alloc) -> BatchRead:
+    """Decoded payloads (flat uint8 arrays, in order) back to back in one buffer from alloc(nbytes)."""
+    lengths = np.array([p.size for p in payloads], np.int64)
+    starts = np.zeros(lengths.size, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    buf = alloc(int(lengths.sum()))
+    for p, s in zip(payloads, starts.tolist()):
+        buf[s:s + p.size] = p
+    return BatchRead(buf, starts, lengths, nbytes)
 
 
 def _nbytes(sample) -> int:
