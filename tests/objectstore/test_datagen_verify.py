@@ -58,8 +58,6 @@ def test_config_s3_keys_and_refusals():
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.preprocess_time=0.01"):
             "reader.preprocess_time",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
-         "checkpoint.fsync=True"): "checkpoint.fsync = True applies to files",
-        ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
          "checkpoint.odirect=True"): "checkpoint.odirect = True applies to files",  # fine with a local_folder
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.odirect=True"): "reader.odirect",
     }
@@ -69,6 +67,10 @@ def test_config_s3_keys_and_refusals():
         assert expected in str(info.value), (overrides, str(info.value))
     assert "pw" not in str(pytest.raises(ConfigError, load_workload, "default", [
         "storage.storage_type=s3", "storage.storage_root=bkt1", "storage.endpoint_url=http://user:pw@h:1"]).value)
+    # fsync on objects: a completed upload is S3's durability point (docs/objectstore.md), so accepted
+    wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
+                                   "checkpoint.fsync=True"])
+    assert wl.checkpoint.fsync is True
 
 
 # -- datagen and verify ---------------------------------------------------------------------
