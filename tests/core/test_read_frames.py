@@ -173,3 +173,17 @@ def test_a_run_is_read_and_checked_with_the_gil_released(cython_core, tmp_path, 
             assert _read(cython_core, fd, offsets, lengths, buf, offsets, data_length=1 << 20)[1:] == (-1, 0, -1)
 
     assert python_progress_during(call) == LIMIT
+
+
+def test_long_crcs_agree_with_the_table_path_at_every_size_and_alignment(cython_core):
+    # inputs of 1 KiB and more take the carry-less-multiply folding where the CPU has it:
+    # every 256-byte block count, 16-byte tail and unaligned start, from any starting CRC
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 256, 70_000, dtype=np.uint8).tobytes()
+    tf = cython_core.tfrecord
+    sizes = [1023, 1024, 1025, 1040, 1279, 1280, 1281, 4096 + 15, 65_536] + rng.integers(1024, 69_000, 40).tolist()
+    for n in sizes:
+        start = int(rng.integers(0, 64))
+        crc = int(rng.integers(0, 1 << 32))
+        view = memoryview(data)[start:start + n]
+        assert tf.crc32c(view, crc) == tf.crc32c_software(view, crc), (n, start, crc)
