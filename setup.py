@@ -14,7 +14,7 @@ DEBUG = os.environ.get("IOGEN_DEBUG_BUILD") == "1"
 # AddressSanitizer and UBSan, for `make test-asan`; loading it needs libasan preloaded.
 SANITIZE = os.environ.get("IOGEN_SANITIZE") == "1"
 
-CORE_MODULES = ["clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt"]
+CORE_MODULES = ["clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt", "publish"]
 
 directives = {"language_level": "3", "embedsignature": True, "binding": True}
 macros = []

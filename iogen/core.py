@@ -4,7 +4,7 @@ IOGEN_CORE=python selects the twin (iogen/_core/pure/), a slow reference used kn
 Otherwise the compiled core is required: if it is missing or broken, importing this module
 raises CoreMissingError with the fix, never a silent fallback that would skew measurements.
 
-Everyone else uses `from iogen.core import clock, reader, fill, tfrecord, permute`.
+Everyone else uses `from iogen.core import clock, reader, fill, tfrecord, permute, publish`.
 """
 import os
 
@@ -19,10 +19,10 @@ if _requested not in _CHOICES:
         f"the compiled core) and 'python' (the pure-Python reference twin)")
 
 if _requested == "python":
-    from iogen._core.pure import ckpt, clock, copier, fill, permute, reader, tfrecord
+    from iogen._core.pure import ckpt, clock, copier, fill, permute, publish, reader, tfrecord
 else:
     try:
-        from iogen._core import ckpt, clock, copier, fill, permute, reader, tfrecord
+        from iogen._core import ckpt, clock, copier, fill, permute, publish, reader, tfrecord
     except ImportError as exc:
         raise CoreMissingError(
             f"iogen's compiled core (iogen._core) could not be imported: {exc}. "
@@ -32,7 +32,8 @@ else:
 
 IMPLEMENTATION = _requested
 
-__all__ = ["IMPLEMENTATION", "ckpt", "clock", "copier", "core_description", "fill", "permute", "reader", "tfrecord"]
+__all__ = ["IMPLEMENTATION", "ckpt", "clock", "copier", "core_description", "fill", "permute", "publish", "reader",
+           "tfrecord"]
 
 
 def core_description():

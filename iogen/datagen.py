@@ -8,6 +8,8 @@ Generation: rank r of world_size generates files i with i % world_size == r, wit
 threads (the fill, the CRCs and the writes run without the GIL, so threads write in parallel).
 Each file is written to `<path>.tmp.<pid>` and renamed into place once complete (after an
 fsync when asked); its size and CRC go to the rank's journal; the manifest is written last.
+A file the format builds in memory (`Format.file_image`: stored NPZ up to 4 MiB) is written,
+renamed and journaled by one core call with the GIL released (iogen.core.publish).
 A rerun keeps files that a manifest or journal with the same settings lists at the right size,
 removes leftover temporary files and regenerates the rest. With several ranks, call
 `generate(..., finalize_manifest=False)` on every rank, then, after a barrier, `finalize(...)`
@@ -23,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import manifest as mf
-from .atomic import TMP_MARK, replacing, stale_temps
+from .atomic import (TMP_MARK, full_disk_error, is_full_disk, replacing, stale_temps, temp_path,
+                     unlink_quietly)
 from .dataset import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
@@ -173,6 +176,26 @@ def _write_one(layout, fmt, i: int, path: str, record_bytes: int, fsync: bool) -
     return size, format_crc(crc)
 
 
+def _publish_one(write_file, layout, i: int, path: str, image, record_bytes: int, fsync: bool, journal,
+                 tmp_mark: str) -> dict:
+    """Write file i's image (the format's bytes), rename it into place and journal it in one core
+    call with the GIL released (write_file: iogen.core.publish.write_file); return its manifest entry."""
+    rel = path[len(layout.folder) + 1:]
+    size = len(image)
+    line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
+    tmp = path + tmp_mark
+    try:
+        crc = write_file(tmp, image, path, fsync, journal.fd, line, crc_at)
+    except OSError as exc:
+        if exc.filename is None:  # the journal's append failed: the file itself is in place
+            raise journal.error(exc, len(line)) from None
+        unlink_quietly(tmp)
+        if is_full_disk(exc):
+            raise full_disk_error(exc, path, size, f"data file {i}", approx=True) from None
+        raise
+    return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+
+
 def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
              world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None,
              overwrite: bool = False, check: bool | None = None) -> GenerateResult:
@@ -249,11 +272,20 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
     bytes_total = sum(_payload_bytes(tasks))
     files_done = bytes_done = 0
     lock = threading.Lock()
+    tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
+    from . import core  # here, not at import: a missing compiled core fails the command that needs it
+
+    write_file = core.publish.write_file
 
     def run(task):
         """Write one file and journal it; return (file bytes, payload bytes)."""
         layout, f, i, journal, journaled = task
         path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+        image = f.file_image(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
+        if image is not None:  # one core call: write, rename, journal line
+            entry = _publish_one(write_file, layout, i, path, image, record_bytes, fsync, journal, tmp_mark)
+            journaled[i] = entry  # one dict store: atomic under the GIL
+            return entry["size_bytes"], record_bytes * layout.samples_per_file
         size, crc = _write_one(layout, f, i, path, record_bytes, fsync)
         entry = mf.file_entry(path[len(layout.folder) + 1:], size, crc, record_bytes, layout.samples_per_file)
         with lock:

@@ -128,27 +128,45 @@ def manifest_text(data: dict) -> str:
     return head[:-4] + "[\n" + ",\n".join(map(_entry_text, files)) + "\n ]\n}\n"
 
 
+def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> tuple[bytearray, int]:
+    """(json.dumps(file_entry(...)) + newline as bytes with the CRC's eight hex digits left as zeros,
+    where they start): iogen.core.publish writes the file's CRC-32C there as it appends the line."""
+    head = f'{{"file": {_ascii(rel)}, "size_bytes": {int(size_bytes)}, "crc32c": "'
+    tail = f'", "record_bytes": {int(record_bytes)}, "samples": {int(samples)}}}\n'
+    return bytearray(f"{head}00000000{tail}".encode("ascii")), len(head)
+
+
 class Journal:
-    """One rank's append-only record of the files it finished (one JSON object per line)."""
+    """One rank's append-only record of the files it finished (one JSON object per line).
+
+    Each line is one write() to a descriptor opened with O_APPEND, unbuffered: a line is on the file
+    as soon as its file is complete, and writer threads (or iogen.core.publish, through `fd`) append
+    without a lock.
+    """
 
     def __init__(self, path: str, params: dict):
         self.path = path
-        self._f = open(path, "w")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
             self._write({"params": params})
         except BaseException:
-            self._f.close()
+            os.close(self.fd)
             raise
 
     def _write(self, obj) -> None:
-        line = json.dumps(obj) + "\n"
+        line = (json.dumps(obj) + "\n").encode("utf-8")
         try:
-            self._f.write(line)
-            self._f.flush()
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.fd, view):]
         except OSError as exc:
-            if is_full_disk(exc):
-                raise full_disk_error(exc, self.path, len(line), "the generation journal") from None
-            raise
+            raise self.error(exc, len(line)) from None
+
+    def error(self, exc: OSError, line_bytes: int | None = None) -> OSError:
+        """The error to raise for a failed append: a full disk names the journal and the bytes needed."""
+        if is_full_disk(exc):
+            return full_disk_error(exc, self.path, line_bytes, "the generation journal")
+        return OSError(exc.errno, exc.strerror, self.path)
 
     def append(self, entry: dict) -> None:
         """Record one finished file."""
@@ -156,12 +174,7 @@ class Journal:
 
     def close(self) -> None:
         """Close the journal (it stays on disk until the manifest replaces it)."""
-        try:
-            self._f.close()
-        except OSError as exc:  # the last buffered line met a full disk
-            if is_full_disk(exc):
-                raise full_disk_error(exc, self.path, None, "the generation journal") from None
-            raise
+        os.close(self.fd)
 
 
 def journal_paths(layout) -> list[str]:

@@ -153,11 +153,34 @@ def _check_int(name, value):
 
 def check_fill_args(seed, stream, offset_bytes, nbytes):
     """Validate fill_random's integers: seed, stream and offset in [0, 2**64), the end within 2**64."""
+    if (type(seed) is int and type(stream) is int and type(offset_bytes) is int
+            and 0 <= seed <= MASK64 and 0 <= stream <= MASK64 and 0 <= offset_bytes
+            and offset_bytes + nbytes <= MASK64 + 1):
+        return  # the common case (datagen: once a file), without the general checks' cost
     for name, value in (("seed", seed), ("stream", stream), ("offset_bytes", offset_bytes)):
         if not 0 <= _check_int(name, value) <= MASK64:
             raise ValueError(f"{name} must be in [0, 2**64), got {value}")
     if int(offset_bytes) + int(nbytes) > MASK64 + 1:
         raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
+
+
+def check_publish_args(log_fd, log_line, crc_hex_at) -> int:
+    """Validate publish.write_file's log arguments; return log_fd as an int (-1: no log line)."""
+    if (type(log_fd) is int and type(crc_hex_at) is int and 0 <= log_fd <= INT_MAX and log_line is not None
+            and (crc_hex_at == -1 or 0 <= crc_hex_at <= len(log_line) - 8)):
+        return log_fd  # the common case (datagen: once a file), without the general checks' cost
+    log_fd = _check_int("log_fd", log_fd)
+    if not -1 <= log_fd <= INT_MAX:
+        raise ValueError(f"log_fd must be a file descriptor or -1, got {log_fd}")
+    if log_fd < 0:
+        return -1
+    if log_line is None:
+        raise ValueError("a log_fd needs its log_line")
+    crc_hex_at = _check_int("crc_hex_at", crc_hex_at)
+    if crc_hex_at != -1 and not 0 <= crc_hex_at <= len(log_line) - 8:
+        raise ValueError(f"crc_hex_at must be -1 or leave 8 bytes in the {len(log_line)}-byte log_line, "
+                         f"got {crc_hex_at}")
+    return log_fd
 
 
 def check_crc(crc):

@@ -161,6 +161,12 @@ class Format:
         """Like write_file, also returning the CRC-32C of the whole file (for the manifest)."""
         raise NotImplementedError
 
+    def file_image(self, num_samples: int, record_bytes: int, seed: int, stream: int):
+        """The whole file's bytes in a buffer this thread owns (valid until its next call), when the
+        format builds such a file in memory; None otherwise (write_file_crc writes it). Datagen
+        hands the buffer to iogen.core.publish, which writes, renames and journals it in one call."""
+        return None
+
     def index_file(self, path) -> FileIndex | None:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError

@@ -94,37 +94,54 @@ def _write_all(fd: int, data) -> None:
 _thread_buffers = threading.local()
 
 
-def _whole_file_buffer(layout) -> np.ndarray:
-    """This thread's buffer for a file of `layout`: its head and tail already in place, so a file
-    costs only its body and two CRC fields (the thread keeps one buffer, at most _WHOLE_FILE_BYTES)."""
+def _whole_file_buffer(layout):
+    """(buffer, view of x's body in it) of this thread for a file of `layout`: head and tail already
+    in place, so a file costs only its body and two CRC fields (one buffer a thread, at most
+    _WHOLE_FILE_BYTES)."""
     held = getattr(_thread_buffers, "held", None)
     if held is not None and held[0] is layout:
-        return held[1]
+        return held[1], held[2]
     buf = np.empty(layout.file_bytes, np.uint8)
     h = len(layout.head)
     buf[:h] = np.frombuffer(layout.head, np.uint8)
     buf[h + layout.body_bytes:] = np.frombuffer(layout.tail, np.uint8)
-    _thread_buffers.held = (layout, buf)
+    body = buf[h:h + layout.body_bytes]
+    _thread_buffers.held = (layout, buf, body)
+    return buf, body
+
+
+_CRC_FIELD = struct.Struct("<I")
+
+
+def _fill_crc32():
+    """core.fill.fill_random_crc32, imported on first use (a missing compiled core fails the writer)."""
+    global _FILL_CRC32
+    if _FILL_CRC32 is None:
+        from .. import core
+
+        _FILL_CRC32 = core.fill.fill_random_crc32
+    return _FILL_CRC32
+
+
+_FILL_CRC32 = None
+
+
+def _stored_image(layout, seed, stream):
+    """The file assembled in this thread's buffer: content and x's CRC-32 in one pass of the core,
+    the CRC patched into x's local header and central directory entry."""
+    buf, body = _whole_file_buffer(layout)
+    x_crc = (_FILL_CRC32 or _fill_crc32())(body, seed, stream, 0, layout.lead_crc32)
+    _CRC_FIELD.pack_into(buf, zipstore.LOCAL_CRC_AT, x_crc)
+    _CRC_FIELD.pack_into(buf, len(layout.head) + layout.body_bytes + layout.tail_crc_at, x_crc)
     return buf
 
 
 def _write_stored_whole(path, layout, seed, stream):
-    """Assemble the file in one buffer (content and x's CRC-32 in one pass of the core), patch the
-    CRC in, CRC-32C the file and write it at once."""
+    """Assemble the file in one buffer and write it with one core call (which CRC-32Cs it)."""
     from .. import core
 
-    buf = _whole_file_buffer(layout)
-    h = len(layout.head)
-    end = h + layout.body_bytes
-    x_crc = core.fill.fill_random_crc32(buf[h:end], seed, stream, 0, layout.lead_crc32)
-    struct.pack_into("<I", buf, zipstore.LOCAL_CRC_AT, x_crc)
-    struct.pack_into("<I", buf, end + layout.tail_crc_at, x_crc)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, buf)
-    finally:
-        os.close(fd)
-    return layout.file_bytes, crc32c(buf)
+    buf = _stored_image(layout, seed, stream)
+    return layout.file_bytes, core.publish.write_file(path, buf)
 
 
 def _write_stored_streamed(path, layout, seed, stream):
@@ -203,6 +220,24 @@ class NpzFormat(Format):
         if layout.file_bytes <= _WHOLE_FILE_BYTES:
             return _write_stored_whole(path, layout, seed, stream)
         return _write_stored_streamed(path, layout, seed, stream)
+
+    def file_image(self, num_samples, record_bytes, seed, stream):
+        """A stored archive up to 4 MiB, assembled in this thread's buffer; None for larger or deflated ones."""
+        if self.compression == "zip":
+            return None
+        layout = self._layout_of(num_samples, record_bytes)
+        if layout.file_bytes > _WHOLE_FILE_BYTES:
+            return None
+        return _stored_image(layout, seed, stream)
+
+    @functools.lru_cache(maxsize=64)  # per format object and size: a dataset has one or a few
+    def _layout_of(self, num_samples, record_bytes) -> zipstore.StoredLayout:
+        """The stored archive's layout for files of these sizes."""
+        shape = (int(num_samples),) + self.record_shape(int(record_bytes))
+        data_bytes = int(num_samples) * int(record_bytes)
+        if math.prod(shape) * self.element_bytes != data_bytes:
+            raise ValueError(f"record_bytes {record_bytes} does not fit record shape {shape[1:]}")
+        return _stored_layout(npy_header(shape, self.record_dtype), data_bytes, int(num_samples))
 
     def _write_deflated(self, path, num_samples, header, data_bytes, seed, stream):
         """numpy.savez_compressed's layout through zipfile (deflate's own cost dwarfs zipfile's)."""

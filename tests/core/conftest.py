@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-MODULES = ("clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt")
+MODULES = ("clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt", "publish")
 PACKAGES = {"cython": "iogen._core", "python": "iogen._core.pure"}
 
 

@@ -108,3 +108,10 @@ def test_long_fused_fill_and_crc32_release_the_gil(cython_core):
     buf = np.empty(256 << 20, dtype=np.uint8)
     assert python_progress_during(lambda: cython_core.fill.fill_random_crc32(buf, 1, 2)) == LIMIT
     assert python_progress_during(lambda: cython_core.fill.crc32_software(buf)) == LIMIT
+
+
+def test_long_publish_releases_the_gil(cython_core, tmp_path):
+    # CRC-32C, create, write, close and rename of 64 MiB in one call
+    buf = np.zeros(64 << 20, dtype=np.uint8)
+    call = lambda: cython_core.publish.write_file(str(tmp_path / "f.tmp"), buf, str(tmp_path / "f"))  # noqa: E731
+    assert python_progress_during(call) == LIMIT

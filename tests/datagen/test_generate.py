@@ -135,6 +135,9 @@ def test_failed_write_leaves_no_temporary_file(tmp_path):
     layout = DatasetLayout(tmp_path / "d", "train", 2, 1, 100, 0, 1, "npz")
 
     class Broken(type(make_format("npz"))):
+        def file_image(self, *args):
+            return None  # written by write_file_crc (the image path's failures: test below)
+
         def write_file_crc(self, path, *args):
             with open(path, "wb") as f:
                 f.write(b"partial")
@@ -145,11 +148,46 @@ def test_failed_write_leaves_no_temporary_file(tmp_path):
     assert [n for n in os.listdir(layout.folder) if not n.startswith(".iogen-")] == []
 
 
+def test_a_file_whose_rename_fails_leaves_no_temporary_and_is_not_journaled(tmp_path):
+    # file 3's final name is taken by a folder: the core's rename fails after the write
+    layout = DatasetLayout(tmp_path / "d", "train", 6, 1, 1000, 0, 1, "npz")
+    os.makedirs(layout.paths[3] + "/x")
+    with pytest.raises(OSError) as info:
+        generate(layout, make_format("npz"), workers=1, check=False)
+    assert info.value.filename.endswith(".tmp.%d" % os.getpid()) and info.value.filename2 == layout.paths[3]
+    assert not [n for n in os.listdir(layout.folder) if ".tmp." in n]
+    (journal,) = journal_paths(layout)
+    with open(journal) as f:
+        listed = [json.loads(line)["file"] for line in f.read().splitlines()[1:]]
+    assert listed == [layout.rel_path(i) for i in range(3)]  # journaled once in place, in order
+
+
+def test_image_and_streamed_writes_journal_the_same_entries(tmp_path):
+    # the core's journal line (CRC patched in as it is appended) equals the Python journal's line
+    npz = type(make_format("npz"))
+
+    class Streamed(npz):
+        def file_image(self, *args):
+            return None
+
+    lines = {}
+    for name, fmt in (("image", npz()), ("streamed", Streamed())):
+        layout = DatasetLayout(tmp_path / name, "train", 5, 2, 3000, 0, 1, "npz")
+        generate(layout, fmt, workers=2, finalize_manifest=False)
+        (journal,) = journal_paths(layout)
+        with open(journal, "rb") as f:
+            lines[name] = sorted(f.read().splitlines()[1:])
+    assert lines["image"] == lines["streamed"] and len(lines["image"]) == 5
+
+
 def test_a_failing_file_stops_the_writer_threads_and_names_its_error(tmp_path):
     layout = DatasetLayout(tmp_path / "d", "train", 40, 1, 100, 0, 1, "npz")
     npz = type(make_format("npz"))
 
     class FailsOnFive(npz):
+        def file_image(self, *args):
+            return None  # through write_file_crc, where the failure is injected
+
         def write_file_crc(self, path, *args):
             if "_05_of_" in path:
                 raise ValueError("file five is bad")

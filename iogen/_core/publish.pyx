@@ -1,0 +1,140 @@
+"""Whole files from one buffer: CRC-32C, create, write, (fsync), close, rename into place, log a line.
+
+Small-file generation writes 10^4-10^6 files of ~100 KB. Done with os.open/os.write/os.close/
+os.replace and a journal's write, each file costs five GIL releases and retakes, and with two
+writer threads each one is a hand-off between them; here the whole sequence is one call with the
+GIL released. What the bytes are is the format's (iogen/formats/); which names, when to fsync and
+what the log line says are the caller's (iogen/datagen.py).
+
+The log line (a caller-owned buffer) is appended to log_fd with one write() after the rename, its
+bytes [crc_hex_at, crc_hex_at + 8) first set to the file's CRC-32C in lowercase hex: a journal
+line that lists the file only once it is complete under its final name. A file descriptor opened
+with O_APPEND makes each line one atomic append, so threads need no lock.
+
+Errors: OSError(errno, strerror, path) for the file's steps (the caller removes the temporary
+file), OSError with filename path and filename2 final_path for the rename, and OSError(errno, strerror)
+without a file name for the log line's write (the file is then complete under its final name).
+"""
+cimport cython
+from libc.errno cimport EINTR, ENOSPC, errno
+from libc.stdint cimport int64_t, uint32_t
+from libc.stdio cimport rename
+from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY, open
+from posix.unistd cimport close, fsync, write
+
+from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
+
+from iogen._core._common import check_publish_args
+
+cdef extern from "<string.h>" nogil:
+    char *strerror(int errnum)
+
+iogen_crc32c_init()
+
+__all__ = ["write_file"]
+
+# Which step failed, for the error's file names.
+cdef enum Step:
+    STEP_NONE = 0
+    STEP_FILE = 1
+    STEP_RENAME = 2
+    STEP_LOG = 3
+
+
+cdef int write_full(int fd, const unsigned char *p, size_t n) noexcept nogil:
+    cdef ssize_t put
+    while n > 0:
+        put = write(fd, p, n)
+        if put < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if put == 0:
+            return ENOSPC
+        p += put
+        n -= <size_t>put
+    return 0
+
+
+cdef void put_hex32(unsigned char *dst, uint32_t crc) noexcept nogil:
+    cdef const char *digits = b"0123456789abcdef"
+    cdef int k
+    for k in range(8):
+        dst[k] = <unsigned char>digits[(crc >> (28 - 4 * k)) & 0xF]
+
+
+cdef int publish(const char *path, const unsigned char *p, size_t n, const char *final_path, bint do_fsync,
+                 int log_fd, unsigned char *line, size_t line_n, int64_t crc_hex_at,
+                 uint32_t *crc, Step *step) noexcept nogil:
+    """The whole sequence; returns 0 or an errno, *step naming the step that failed."""
+    cdef int fd, err
+    crc[0] = iogen_crc32c(0, p, n)
+    step[0] = STEP_FILE
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    if fd < 0:
+        return errno
+    err = write_full(fd, p, n)
+    if err == 0 and do_fsync and fsync(fd) != 0:
+        err = errno
+    if close(fd) != 0 and err == 0:
+        err = errno  # NFS and quota file systems report a failed write-back at close
+    if err != 0:
+        return err
+    if final_path != NULL:
+        step[0] = STEP_RENAME
+        if rename(path, final_path) != 0:
+            return errno
+    if log_fd >= 0:
+        step[0] = STEP_LOG
+        if crc_hex_at >= 0:
+            put_hex32(line + crc_hex_at, crc[0])
+        err = write_full(log_fd, line, line_n)
+        if err != 0:
+            return err
+    step[0] = STEP_NONE
+    return 0
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited (check_publish_args bounds crc_hex_at), on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
+    """Write data to path (created or truncated, mode 0644), rename it to final_path when given, then
+    append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex; all
+    with the GIL released. Returns the file's CRC-32C. Raises OSError (see the module doc)."""
+    cdef const unsigned char[::1] src = memoryview(data).cast("B")
+    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
+    cdef bytes c_final = None
+    if final_path is not None:
+        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
+    cdef unsigned char[::1] line_view
+    cdef unsigned char *line = NULL
+    cdef size_t line_n = 0
+    cdef int fd = check_publish_args(log_fd, log_line, crc_hex_at)
+    cdef int64_t hex_at = crc_hex_at
+    if fd >= 0:
+        line_view = log_line
+        line_n = line_view.shape[0]
+        if line_n > 0:
+            line = &line_view[0]
+    cdef const unsigned char *p = NULL
+    cdef size_t n = src.shape[0]
+    if n > 0:
+        p = &src[0]
+    cdef const char *cp = c_path
+    cdef const char *cf = NULL
+    if c_final is not None:
+        cf = c_final
+    cdef bint do_fsync = bool(fsync)
+    cdef uint32_t crc = 0
+    cdef Step step = STEP_NONE
+    cdef int err
+    with nogil:
+        err = publish(cp, p, n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
+    if err != 0:
+        message = strerror(err).decode("utf-8", "replace")
+        if step == STEP_FILE:
+            raise OSError(err, message, path)
+        if step == STEP_RENAME:
+            raise OSError(err, message, path, None, final_path)  # (errno, strerror, filename, winerror, filename2)
+        raise OSError(err, message)
+    return crc

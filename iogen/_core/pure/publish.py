@@ -1,0 +1,49 @@
+"""Pure-Python twin of iogen._core.publish: same API and results, built on os.open/os.write/os.replace."""
+import os
+
+from iogen._core._common import check_publish_args
+
+from .tfrecord import crc32c
+
+__all__ = ["write_file"]
+
+
+def _write_full(fd, view) -> None:
+    while view:
+        try:
+            put = os.write(fd, view)
+        except InterruptedError:
+            continue
+        if put == 0:
+            raise OSError(28, os.strerror(28))
+        view = view[put:]
+
+
+def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
+    """Write data to path (created or truncated, mode 0644), rename it to final_path when given, then
+    append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex.
+    Returns the file's CRC-32C. Raises OSError as the compiled core does."""
+    view = memoryview(data).cast("B")
+    fd_log = check_publish_args(log_fd, log_line, crc_hex_at)
+    crc = crc32c(view)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _write_full(fd, view)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
+    if final_path is not None:
+        os.replace(path, final_path)  # OSError(errno, strerror, path, final_path), as the core's
+    if fd_log >= 0:
+        line = memoryview(log_line).cast("B")
+        if crc_hex_at >= 0:
+            line[crc_hex_at:crc_hex_at + 8] = b"%08x" % crc
+        try:
+            _write_full(fd_log, line)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror) from None
+    return crc

@@ -1,0 +1,114 @@
+"""core.publish.write_file: a whole file written, renamed into place and logged in one call (both implementations)."""
+import errno
+import json
+import os
+
+import numpy as np
+import pytest
+
+
+def _data(n=100_003):
+    return np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
+
+
+def test_writes_the_bytes_and_returns_their_crc32c(core, tmp_path):
+    data = _data()
+    path = tmp_path / "f.bin"
+    crc = core.publish.write_file(str(path), data)
+    assert path.read_bytes() == data.tobytes()
+    assert crc == core.tfrecord.crc32c(data)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644 & ~_umask())
+
+
+def _umask():
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+def test_overwrites_a_longer_file(core, tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 500)
+    assert core.publish.write_file(str(path), b"abc") == core.tfrecord.crc32c(b"abc")
+    assert path.read_bytes() == b"abc"
+
+
+def test_renames_into_place_then_appends_the_log_line_with_the_crc(core, tmp_path):
+    final = tmp_path / "f.npz"
+    tmp = tmp_path / "f.npz.tmp.1"
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(log, b"first\n")
+        for k, data in enumerate((_data(), b"", _data(5))):
+            line = bytearray(b'{"crc32c": "00000000", "k": %d}\n' % k)
+            crc = core.publish.write_file(str(tmp), data, str(final), k == 0, log, line, 12)
+            assert not tmp.exists() and final.read_bytes() == bytes(data)
+            assert crc == core.tfrecord.crc32c(data)
+    finally:
+        os.close(log)
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert lines[0] == "first"
+    assert [json.loads(x) for x in lines[1:]] == [{"crc32c": f"{core.tfrecord.crc32c(d):08x}", "k": k}
+                                                 for k, d in enumerate((_data(), b"", _data(5)))]
+
+
+def test_a_log_line_without_a_crc_is_appended_as_it_is(core, tmp_path):
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        core.publish.write_file(str(tmp_path / "f"), b"data", None, False, log, bytearray(b"line\n"), -1)
+    finally:
+        os.close(log)
+    assert (tmp_path / "log").read_bytes() == b"line\n"
+
+
+def test_a_file_that_cannot_be_created_names_its_path(core, tmp_path):
+    path = str(tmp_path / "missing" / "f.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        core.publish.write_file(path, b"data", str(tmp_path / "final"))
+    assert info.value.errno == errno.ENOENT and info.value.filename == path
+    assert not (tmp_path / "final").exists()
+
+
+def test_a_failed_rename_names_both_paths_and_leaves_the_written_file(core, tmp_path):
+    tmp, final = tmp_path / "f.tmp", tmp_path / "taken"
+    (final / "inside").mkdir(parents=True)  # a folder that is not empty: rename fails
+    with pytest.raises(OSError) as info:
+        core.publish.write_file(str(tmp), b"data", str(final))
+    assert info.value.filename == str(tmp) and info.value.filename2 == str(final)
+    assert tmp.read_bytes() == b"data"  # the caller removes it
+
+
+def test_a_failed_log_write_has_no_file_name_and_the_file_is_in_place(core, tmp_path):
+    ro = os.open(tmp_path / "log", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(OSError) as info:
+            core.publish.write_file(str(tmp_path / "f.tmp"), b"data", str(tmp_path / "f"), False, ro,
+                                    bytearray(b"0" * 9), 0)
+    finally:
+        os.close(ro)
+    assert info.value.errno == errno.EBADF and info.value.filename is None
+    assert (tmp_path / "f").read_bytes() == b"data"
+
+
+@pytest.mark.parametrize("log_fd, line, at", [(3, None, -1), (3, bytearray(b"1234567"), 0),
+                                              (3, bytearray(b"12345678"), 1), (3, bytearray(b"12345678"), -2),
+                                              (-2, None, -1), (2**31, bytearray(b"x"), -1)])
+def test_bad_log_arguments_are_refused_before_anything_is_written(core, tmp_path, log_fd, line, at):
+    with pytest.raises(ValueError):
+        core.publish.write_file(str(tmp_path / "f"), b"data", None, False, log_fd, line, at)
+    assert not (tmp_path / "f").exists()
+
+
+def test_both_implementations_agree(cython_core, python_core, tmp_path):
+    data = _data(4096 + 7)
+    out = []
+    for core in (cython_core, python_core):
+        path = tmp_path / core.name
+        log = os.open(tmp_path / f"{core.name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            crc = core.publish.write_file(str(path) + ".tmp", data, str(path), True, log,
+                                          bytearray(b"crc 00000000\n"), 4)
+        finally:
+            os.close(log)
+        out.append((crc, path.read_bytes(), (tmp_path / f"{core.name}.log").read_bytes()))
+    assert out[0] == out[1]
