@@ -111,11 +111,13 @@ def mpi_exit(repeat: int, ranks: int = 4) -> list[str]:
             seen = 0
             t0 = None
             for line in proc.stdout:
-                seen += line.startswith("ready")
+                seen += line.count("ready")  # ranks share the pipe: two lines may arrive as one
                 if seen == ranks and t0 is None:
                     t0 = time.monotonic()
             proc.wait()
-            times.append(time.monotonic() - (t0 or time.monotonic()))
+            if t0 is None:
+                raise SystemExit(f"mpiexec ended (exit {proc.returncode}) before every rank said ready")
+            times.append(time.monotonic() - t0)
             killed += proc.returncode != 0
         rows.append(f"| {name} | {statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f}) | "
                     f"{killed} of {repeat} |")
