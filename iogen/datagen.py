@@ -149,10 +149,23 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
         return
     known = mf.known_entries(layout, params)
     foreign = [rel for rel in _dataset_files(layout) if rel not in known]
+    if foreign and mf.unfinished_generation(layout, params):
+        # A generation with these settings was killed: each writer's last file may be in place
+        # before its journal line. Files under this layout's own names are its own; rewritten.
+        foreign = [rel for rel in foreign if not _own_name(layout, rel)]
     if foreign:
         raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
                                        f"({_shown(foreign)}); refusing to overwrite them: choose another "
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+
+
+_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9]+$")
+
+
+def _own_name(layout, rel: str) -> bool:
+    """Whether rel (relative to the split folder) is the name this layout gives one of its files."""
+    m = _FILE_INDEX.search(rel)
+    return m is not None and int(m[1]) < layout.num_files and layout.rel_path(int(m[1])) == rel
 
 
 def ensure_split_folders(layout) -> None:

@@ -216,6 +216,18 @@ def journal_matches(path: str, params: dict) -> bool:
         return True  # nothing trustworthy in it: known_entries ignores it, so it protects nothing
 
 
+def unfinished_generation(layout, params: dict) -> bool:
+    """Whether the split's folder holds a journal of a generation with these settings (a killed one)."""
+    for path in journal_paths(layout):
+        try:
+            with open(path) as f:
+                if json.loads(f.readline()).get("params") == params:
+                    return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
 def known_entries(layout, params: dict) -> dict[str, dict]:
     """Entries of files generated with these settings: from the manifest and every journal."""
     entries = {}

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from iogen.datagen import finalize, generate
+from iogen.datagen import finalize, generate, verify
 from iogen.dataset import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import make_format
@@ -217,3 +217,64 @@ def test_interrupt_with_threads_keeps_every_finished_file_journaled(tmp_path, wo
     assert res.files_skipped >= 10 and res.files_skipped + res.files_written == 30
     generate(workload(data_folder=str(tmp_path / "fresh"), num_files_train=30, record_length_bytes=5000))
     assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "fresh")
+
+
+def test_a_killed_generations_unjournaled_last_file_is_rewritten_and_a_stranger_still_refused(tmp_path):
+    # killed between a file's rename and its journal line: the file is in place, unlisted
+    layout = DatasetLayout(tmp_path / "d", "train", 6, 1, 1000, 0, 1, "npz")
+    fmt = make_format("npz")
+    generate(layout, fmt, workers=1, finalize_manifest=False)
+    (journal,) = journal_paths(layout)
+    with open(journal) as f:
+        lines = f.read().splitlines()
+    with open(journal, "w") as f:
+        f.write("\n".join(lines[:4]) + "\n")  # params + files 0..2; files 3..5 in place, unlisted
+    with open(layout.paths[4], "wb") as f:
+        f.write(b"half")
+    stranger = os.path.join(layout.folder, "img_1_of_9.npz")  # a name this layout never gives
+    with open(stranger, "wb") as f:
+        f.write(b"x")
+    with pytest.raises(DataError, match="img_1_of_9.npz"):
+        generate(layout, fmt, workers=1)
+    os.unlink(stranger)
+    res = generate(layout, fmt, workers=1)
+    assert (res.files_skipped, res.files_written) == (3, 3)
+    assert verify(layout, fmt) == []
+
+
+@pytest.mark.slow
+def test_a_datagen_killed_mid_way_is_resumed_from_its_journal(tmp_path):
+    # SIGKILL a real `iogen datagen` while its threads publish files (journal lines appended by the
+    # core after each rename): every line lists a complete file, and the rerun keeps those files.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from iogen.config import load_workload
+
+    data = tmp_path / "data"
+    over = [f"dataset.data_folder={data}", "dataset.num_files_train=4000", "dataset.num_files_eval=0",
+            "dataset.num_samples_per_file=1", "dataset.record_length_bytes=4096", "dataset.record_length_bytes_stdev=0"]
+    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
+    proc = subprocess.Popen([iogen, "datagen", "default", *over, "-j", "2", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = data / "train" / ".iogen-journal.r0-of-1.jsonl"
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if journal.exists() and journal.stat().st_size > 200 * 120:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if (data / "train" / MANIFEST_NAME).exists():
+        pytest.skip("datagen finished before it could be killed")
+    lines = journal.read_text().splitlines()[1:]
+    entries = [json.loads(line) for line in lines if line.endswith("}")]
+    assert len(entries) >= len(lines) - 1 >= 1  # at most the last line cut short
+    for e in entries:
+        assert (data / "train" / e["file"]).stat().st_size == e["size_bytes"]
+    wl = load_workload("default", over)
+    res = generate(wl, workers=2)
+    assert res.files_skipped >= len(entries) and res.files_written + res.files_skipped == 4000
+    assert verify(wl) == []
