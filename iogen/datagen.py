@@ -309,7 +309,8 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
     if workers == 1 or len(tasks) <= 1:
         done_iter, stop = (run(t) for t in tasks), None
     else:
-        done_iter, stop = run_on_threads(run, tasks, workers, name="iogen-gen")
+        # results in batches: the calling thread (progress, counting) wakes once per 32 files
+        done_iter, stop = run_on_threads(run, tasks, workers, name="iogen-gen", batch_items=32)
     try:
         for size, payload in done_iter:
             files_done += 1

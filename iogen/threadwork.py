@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 
-def run_on_threads(run, tasks, workers: int, name: str = "iogen-work"):
+def run_on_threads(run, tasks, workers: int, name: str = "iogen-work", batch_items: int = 1,
+                   batch_s: float = 0.05):
     """(iterator of run(task)'s results in completion order, stop()) over `workers` threads.
 
-    Each thread takes the next task itself and hands its result back through one queue. The
-    first failure (any exception of run) is raised by the iterator and no thread starts another
-    task; stop() waits for the running ones. Threads are named name_0, name_1, ...
+    Each thread takes the next task itself and hands its results back through one queue, up to
+    `batch_items` at a time (and at least every `batch_s` seconds): with short tasks, waking the
+    calling thread for every result costs a GIL hand-off a task. The first failure (any exception
+    of run) is raised by the iterator, after the results finished before it, and no thread starts
+    another task; stop() waits for the running ones. Threads are named name_0, name_1, ...
     """
     pending = iter(tasks)
     take = threading.Lock()
@@ -28,17 +32,28 @@ def run_on_threads(run, tasks, workers: int, name: str = "iogen-work"):
     done = queue.SimpleQueue()
 
     def worker():
+        held = []
+        since = time.monotonic()
         try:
             while not halt.is_set():
                 with take:
                     task = next(pending, None)
                 if task is None:
                     break
-                done.put((True, run(task)))
+                held.append(run(task))
+                if len(held) >= batch_items or time.monotonic() - since >= batch_s:
+                    done.put((True, held))
+                    held = []
+                    since = time.monotonic()
         except BaseException as exc:  # handed to the calling thread, which raises it
             halt.set()
+            if held:
+                done.put((True, held))
+                held = []
             done.put((False, exc))
         finally:
+            if held:
+                done.put((True, held))
             done.put(None)
 
     threads = [threading.Thread(target=worker, name=f"{name}_{k}") for k in range(workers)]
@@ -52,7 +67,7 @@ def run_on_threads(run, tasks, workers: int, name: str = "iogen-work"):
             if item is None:
                 running -= 1
             elif item[0]:
-                yield item[1]
+                yield from item[1]
             else:
                 raise item[1]
 

@@ -58,3 +58,20 @@ def test_stopping_early_lets_running_items_finish():
     stop()
     assert first in finished and len(finished) < 10_000
     assert not [t for t in threading.enumerate() if t.name.startswith("t-stop")]
+
+
+def test_batched_results_keep_every_item_and_the_items_before_a_failure():
+    def run(item):
+        if item == 100:
+            raise ValueError("item 100")
+        return item
+
+    got = []
+    results, stop = run_on_threads(run, range(101), 1, name="t-batch", batch_items=32, batch_s=60)
+    with pytest.raises(ValueError, match="item 100"):
+        try:
+            for value in results:
+                got.append(value)
+        finally:
+            stop()
+    assert got == list(range(100))  # 3 full batches and the partial one, handed over before the error
