@@ -185,6 +185,8 @@ def check_publish_args(log_fd, log_line, crc_hex_at) -> int:
 
 def check_crc(crc):
     """Validate a CRC-32C continuation argument: an int in [0, 2**32); return it as int."""
+    if type(crc) is int and 0 <= crc < 1 << 32:
+        return crc  # the common case, without the general check's cost
     if not 0 <= _check_int("crc", crc) < 1 << 32:
         raise ValueError(f"crc must be in [0, 2**32), got {crc}")
     return int(crc)
