@@ -109,9 +109,6 @@ def workload_problems(wl) -> list[str]:
                         "use storage.s3_client=boto3")
     problems += _s3_client_problems(wl)
     if not wf.stage_data:  # staged, the loaders read local files: these apply to them
-        if not rd.preprocess_time.is_zero and rd.data_loader == "native":
-            problems.append(f"reader.preprocess_time: the emulated preprocessing is {why}; remove it "
-                            "(or stage the data: workflow.stage_data)")
         for key in ("odirect", "evict_page_cache", "reopen_files"):
             if getattr(rd, key):
                 problems.append(f"reader.{key} = True applies to files, not to objects; set it to False "

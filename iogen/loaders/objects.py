@@ -62,6 +62,11 @@ class ObjectLoader(Loader):
         self._index_store = ObjectStore.from_workload(wl, self.threads)  # its requests: object_store.index
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
+        # DLIO's per-sample preprocessing, spent by the reading threads after a batch's GETs (so
+        # it overlaps the engine's compute), drawn as the native loader on files draws it
+        self.preprocess = None if rd.preprocess_time.is_zero else rd.preprocess_time
+        self._pre_rng = np.random.Generator(np.random.PCG64(
+            np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
         self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
         self.index_figures = merge_index(None, self.store.drain(), self._index_store.drain())
         self.epoch_figures: list[dict] = []
@@ -78,8 +83,9 @@ class ObjectLoader(Loader):
         files, samples = gids // spf, gids % spf
         self.table.learn(files, self._pool)
         if self.table.decoded(files):
-            return [self._pool.submit(decode_object, self.table, self.fmt, self.store, int(f), samples[files == f])
-                    for f in np.unique(files)], None, files, None, None, None, 0
+            futures = [self._pool.submit(decode_object, self.table, self.fmt, self.store, int(f), samples[files == f])
+                       for f in np.unique(files)]
+            return futures + self._preprocess(futures, gids.size), None, files, None, None, None, 0
         offs, lens = self.table.ranges(files, samples)
         starts = np.zeros(lens.size, np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
@@ -94,12 +100,22 @@ class ObjectLoader(Loader):
             for p in range(0, ln, self.part_bytes):
                 part = min(self.part_bytes, ln - p)
                 futures.append(self._pool.submit(self.store.readinto, uri, off + p, buf[st + p:st + p + part]))
-        return futures, buf, files, offs, starts, lens, total
+        return futures + self._preprocess(futures, gids.size), buf, files, offs, starts, lens, total
+
+    def _preprocess(self, futures, samples: int) -> list:
+        """The batch's preprocessing: its per-sample times summed, spent in min(threads, samples)
+        equal shares, each by a reading thread once the batch's GETs are done (queued after them,
+        so a share never waits for a GET that no thread has started)."""
+        if self.preprocess is None:
+            return []
+        total_ns = int(self.preprocess.sample_ns(self._pre_rng, samples).sum())
+        shares = max(1, min(self.threads, samples))
+        return [self._pool.submit(_spend_after, futures, total_ns // shares) for _ in range(shares)]
 
     def _finish(self, item) -> Batch:
         futures, buf, files, offs, starts, lens, total = item
         if buf is None:  # decoded: the bytes are the decoded sizes, as the native loader counts them
-            decoded = [fut.result() for fut in futures]
+            decoded = [r for r in (fut.result() for fut in futures) if r is not None]
             return Batch(int(files.size), sum(n for n, _ in decoded), [p for _, ps in decoded for p in ps])
         for fut in futures:
             fut.result()  # a DataError names the bucket, key and status
@@ -138,6 +154,17 @@ class ObjectLoader(Loader):
     def close(self) -> None:
         """Stop the reader threads."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _spend_after(futures, ns: int) -> None:
+    """Wait for a batch's reads, then spend ns as preprocessing (nothing if a read failed)."""
+    from concurrent.futures import wait
+
+    from .preprocess import sleep_ns
+
+    wait(futures)
+    if not any(f.cancelled() or f.exception() is not None for f in futures):
+        sleep_ns(ns)
 
 
 def merge_index(*figures) -> dict:

@@ -55,8 +55,6 @@ def test_config_s3_keys_and_refusals():
          "storage.endpoint_url=http://user:pw@h:1"): "credentials are never given in the config",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "storage.endpoint_url=ftp://h"): "http://",
         ("storage.region=eu-west-1",): "applies to storage.storage_type s3 only",
-        ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.preprocess_time=0.01"):
-            "reader.preprocess_time",
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "workflow.checkpoint=True",
          "checkpoint.odirect=True"): "checkpoint.odirect = True applies to files",  # fine with a local_folder
         ("storage.storage_type=s3", "storage.storage_root=bkt1", "reader.odirect=True"): "reader.odirect",

@@ -84,8 +84,8 @@ def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path
 
 
 def test_staged_from_a_bucket_the_file_reader_keys_apply(s3, tmp_path, iogen_cmd):
-    """reader.reopen_files, evict_page_cache and preprocess_time are refused on objects, but a
-    staged run reads local files, where they apply."""
+    """reader.reopen_files and evict_page_cache are refused on objects, but a staged run reads
+    local files, where they apply (preprocess_time too)."""
     over = _staging(s3, tmp_path, "npz", **{"reader.reopen_files": True, "reader.evict_page_cache": True,
                                             "reader.preprocess_time": 0.0001})
     assert iogen_cmd("datagen", "default", *over).returncode == 0

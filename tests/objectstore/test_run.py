@@ -48,6 +48,25 @@ def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
     assert read is not None
 
 
+def test_native_preprocess_time_is_spent_after_the_gets(s3, tmp_path, iogen_cmd):
+    """reader.preprocess_time with the native loader on objects: each batch's per-sample times are
+    spent by the reading threads after its GETs, so with no compute every step waits for them."""
+    from iogen.report.rundir import steplog_path
+    from iogen.steplog import PHASE_TRAIN, read_steplog
+
+    over = s3_overrides(s3, tmp_path, "npz", **{"reader.preprocess_time": 0.01, "train.computation_time": 0,
+                                                "reader.read_threads": 1, "reader.prefetch_size": 0})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    run_dir = r.stdout.split("results: ")[1].strip()
+    header, rows = read_steplog(steplog_path(run_dir, 0))
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    assert train.size == 2 * 8  # 16 samples, batch 2, 2 epochs
+    # one thread spends the batch's 2 x 10 ms after the batch's GETs, and the step waits for it
+    assert np.all(train["t_ready"] - train["t_request"] >= 2 * 10_000_000)
+
+
 def test_run_refuses_missing_manifest_and_names_bad_objects(s3, tmp_path, iogen_cmd):
     over = s3_overrides(s3, tmp_path, "tfrecord", **{"train.computation_time": 0, "workflow.generate_data": False})
     r = iogen_cmd("run", "default", *over)
