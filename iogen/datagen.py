@@ -204,7 +204,8 @@ def _publish_one(write_file, layout, i: int, path: str, image, record_bytes: int
             raise journal.error(exc, len(line)) from None
         unlink_quietly(tmp)
         if is_full_disk(exc):
-            raise full_disk_error(exc, path, size, f"data file {i}", approx=True) from None
+            needed = layout.samples_per_file * record_bytes  # as _write_one names it: the payload, about
+            raise full_disk_error(exc, path, needed, f"data file {i}", approx=True) from None
         raise
     return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
 
