@@ -106,6 +106,8 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     cdef bytes c_final = None
     if final_path is not None:
         c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
+    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
+        raise ValueError("embedded null byte")  # as os.open says: C would stop the name there
     cdef unsigned char[::1] line_view
     cdef unsigned char *line = NULL
     cdef size_t line_n = 0

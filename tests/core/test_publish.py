@@ -112,3 +112,10 @@ def test_both_implementations_agree(cython_core, python_core, tmp_path):
             os.close(log)
         out.append((crc, path.read_bytes(), (tmp_path / f"{core.name}.log").read_bytes()))
     assert out[0] == out[1]
+
+
+def test_a_name_with_a_null_byte_is_refused(core, tmp_path):
+    for path, final in ((str(tmp_path / "a\0b"), None), (str(tmp_path / "f"), str(tmp_path / "g\0h"))):
+        with pytest.raises(ValueError, match="null"):
+            core.publish.write_file(path, b"data", final)
+    assert os.listdir(tmp_path) == []

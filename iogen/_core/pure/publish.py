@@ -24,6 +24,9 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex.
     Returns the file's CRC-32C. Raises OSError as the compiled core does."""
     view = memoryview(data).cast("B")
+    for name in (path, final_path):
+        if name is not None and "\0" in os.fsdecode(name):
+            raise ValueError("embedded null byte")  # before anything is written, as the core
     fd_log = check_publish_args(log_fd, log_line, crc_hex_at)
     crc = crc32c(view)
     try:
