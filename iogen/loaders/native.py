@@ -18,6 +18,7 @@ from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .filetable import FileTable
+from .preprocess import Preprocess
 
 ALIGN = 4096
 # Reads larger than this are split so several threads share one big sample (unet3d: ~140 MB).
@@ -119,9 +120,7 @@ class NativeLoader(Loader):
             self.table.learn_all()
         # DLIO's per-sample preprocessing, emulated by the reading thread after its reads (so it
         # overlaps the engine's compute, as a loader worker's preprocessing does)
-        self.preprocess = None if reader.preprocess_time.is_zero else reader.preprocess_time
-        self._pre_rng = np.random.Generator(np.random.PCG64(
-            np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
+        self.preprocess = Preprocess(wl, layout, world, salt=Preprocess.NATIVE_SALT)
         # record checksums (TFRecord CRC32C) are checked as TensorFlow does, unless switched off
         self._check = getattr(fmt, "check_read", None) if reader.verify_checksums else None
         # ...and preferably each record right after its own read, while it is in cache (buffered
@@ -165,8 +164,7 @@ class NativeLoader(Loader):
     def _prepare(self, step: int, slot: int, gids: np.ndarray) -> _Job:
         """Turn a batch of sample ids into read pieces and start reading them."""
         job = _Job(step, slot, int(gids.size))
-        if self.preprocess is not None:
-            job.preprocess_ns = int(self.preprocess.sample_ns(self._pre_rng, gids.size).sum())
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)
         spf = self.layout.samples_per_file
         files = gids // spf
         if self.table.decode_only(files):

@@ -26,6 +26,7 @@ from ..errors import DataError
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .objecttable import ObjectTable
+from .preprocess import Preprocess, sleep_ns
 
 DEFAULT_PART_BYTES = 8 << 20
 _MAKE_LOCK = threading.Lock()  # one store and table per process, however many threads ask first
@@ -64,9 +65,7 @@ class ObjectLoader(Loader):
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
         # DLIO's per-sample preprocessing, spent by the reading threads after a batch's GETs (so
         # it overlaps the engine's compute), drawn as the native loader on files draws it
-        self.preprocess = None if rd.preprocess_time.is_zero else rd.preprocess_time
-        self._pre_rng = np.random.Generator(np.random.PCG64(
-            np.random.SeedSequence([wl.train.seed, world.rank, 0 if layout.split == "train" else 1, 0x9E])))
+        self.preprocess = Preprocess(wl, layout, world, salt=Preprocess.NATIVE_SALT)
         self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
         self.index_figures = merge_index(None, self.store.drain(), self._index_store.drain())
         self.epoch_figures: list[dict] = []
@@ -106,9 +105,9 @@ class ObjectLoader(Loader):
         """The batch's preprocessing: its per-sample times summed, spent in min(threads, samples)
         equal shares, each by a reading thread once the batch's GETs are done (queued after them,
         so a share never waits for a GET that no thread has started)."""
-        if self.preprocess is None:
+        if not self.preprocess.on:
             return []
-        total_ns = int(self.preprocess.sample_ns(self._pre_rng, samples).sum())
+        total_ns = self.preprocess.batch_ns(samples)
         shares = max(1, min(self.threads, samples))
         return [self._pool.submit(_spend_after, futures, total_ns // shares) for _ in range(shares)]
 
@@ -159,8 +158,6 @@ class ObjectLoader(Loader):
 def _spend_after(futures, ns: int) -> None:
     """Wait for a batch's reads, then spend ns as preprocessing (nothing if a read failed)."""
     from concurrent.futures import wait
-
-    from .preprocess import sleep_ns
 
     wait(futures)
     if not any(f.cancelled() or f.exception() is not None for f in futures):
