@@ -17,40 +17,30 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import new_bucket, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint")
     ap.add_argument("--model-mib", type=int, default=64)
     ap.add_argument("--transfer-mib", type=int, default=8)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args(argv)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto=moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 def _bench(args, endpoint, moto: bool) -> int:
-    import boto3
-    import botocore.config
     import numpy as np
 
     from iogen.checkpoint.objects import ObjectCheckpointer
     from iogen.comm import get_world
     from iogen.config import load_workload
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
-    bucket = "iogen-ckpt-" + uuid.uuid4().hex[:8]
-    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
-    client.create_bucket(Bucket=bucket)
+    client, bucket = new_bucket(__file__, "iogen-ckpt", args.threads)
     size = args.model_mib << 20
     part = max(5 << 20, args.transfer_mib << 20)
     # write_threads stays at its default: during training the schema refuses other values

@@ -26,30 +26,24 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import new_bucket, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint")
     ap.add_argument("--hidden", type=int, default=512, help="model.transformer.hidden_size (2 layers)")
     ap.add_argument("--transfer-mib", type=int, default=4, help="checkpoint.transfer_size")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-connector", action="store_true", help="leave out the s3torchconnector contenders")
-    args = ap.parse_args(argv)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto=moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 def _bench(args, endpoint, moto: bool) -> int:
-    import boto3
-    import botocore.config
     import numpy as np
 
     from iogen.checkpoint.model import ModelSpec
@@ -57,11 +51,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.checkpoint.phases import RankFiles
     from iogen.config import load_workload
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
-    bucket = "iogen-ckpt-" + uuid.uuid4().hex[:8]
-    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
-    client.create_bucket(Bucket=bucket)
+    client, bucket = new_bucket(__file__, "iogen-ckpt", args.threads)
     h = args.hidden
     wl = load_workload("llama3-8b", [
         "storage.storage_type=s3", f"storage.storage_root={bucket}", "checkpoint.checkpoint_folder=ck",

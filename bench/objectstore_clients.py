@@ -24,41 +24,31 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import new_bucket, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint")
     ap.add_argument("--objects", type=int, default=8)
     ap.add_argument("--object-mib", type=int, default=4)
     ap.add_argument("--range-kib", type=int, default=256)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args(argv)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto=moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 def _bench(args, endpoint, moto: bool) -> int:
-    import boto3
-    import botocore.config
 
     from iogen.objectstore import ObjectStore
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
     region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
-    bucket = "iogen-clients-" + uuid.uuid4().hex[:8]
-    client = boto3.client("s3", config=botocore.config.Config(max_pool_connections=max(10, args.threads)))
-    client.create_bucket(Bucket=bucket)
+    client, bucket = new_bucket(__file__, "iogen-clients", args.threads)
     size = args.object_mib << 20
     rng = np.random.default_rng(7)
     keys = [f"clients/obj-{i}" for i in range(args.objects)]

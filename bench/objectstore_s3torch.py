@@ -30,17 +30,15 @@ import os
 import statistics
 import sys
 import time
-import uuid
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import new_bucket, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
     ap.add_argument("--format", default="npz", choices=["npz", "tfrecord"])
     ap.add_argument("--files", type=int, default=64)
     ap.add_argument("--samples-per-file", type=int, default=1)
@@ -50,11 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prefetch", type=int, default=8, help="reader.prefetch_size (batches in flight in all)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--modes", default="map,iterable")
-    args = ap.parse_args(argv)
     # "This DataLoader will create N worker processes ... suggested max": both sides use --workers
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 class PlainMap:
@@ -76,7 +72,6 @@ class PlainMap:
 def _bench(args, endpoint, moto: bool) -> int:
     import math
 
-    import boto3
     import torch
     from s3torchconnector import S3IterableDataset, S3MapDataset, S3ReaderConstructor
     from torch.utils.data import DataLoader
@@ -90,10 +85,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.objectstore import open_store
     from iogen.plan import make_plan
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
-    bucket = "iogen-bench-" + uuid.uuid4().hex[:8]
-    boto3.client("s3").create_bucket(Bucket=bucket)
+    _, bucket = new_bucket(__file__, "iogen-bench", 1)
     base = ["storage.storage_type=s3", f"storage.storage_root={bucket}", "dataset.data_folder=bench",
             f"dataset.format={args.format}", f"dataset.num_files_train={args.files}",
             f"dataset.num_samples_per_file={args.samples_per_file}",

@@ -23,27 +23,22 @@ import os
 import statistics
 import sys
 import time
-import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
-from objectstore_reads import s3_endpoint  # noqa: E402
+from benchenv import machine_line  # noqa: E402
+from objectstore_reads import new_bucket, run_on_s3  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto server")
     ap.add_argument("--files", type=int, default=64)
     ap.add_argument("--record-kib", type=int, default=256)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--reps", type=int, default=8)
-    args = ap.parse_args(argv)
-    with s3_endpoint(args.endpoint) as (endpoint, moto):
-        return _bench(args, endpoint, moto)
+    return run_on_s3(ap, _bench, argv)
 
 
 def _bench(args, endpoint, moto: bool) -> int:
-    import boto3
     import numpy as np
     from s3torchconnector import S3MapDataset, S3ReaderConstructor
 
@@ -56,10 +51,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.objectstore import connector_args, open_store
     from iogen.plan import make_plan
 
-    print(f"before: {machine_line()}")
-    print(f"command: {command_line(__file__)}")
-    bucket = "iogen-bench-" + uuid.uuid4().hex[:8]
-    boto3.client("s3").create_bucket(Bucket=bucket)
+    _, bucket = new_bucket(__file__, "iogen-bench", 1)
     wl = load_workload("default", [
         "storage.storage_type=s3", f"storage.storage_root={bucket}", "dataset.data_folder=bench",
         "dataset.format=npz", f"dataset.num_files_train={args.files}", "dataset.num_samples_per_file=1",
