@@ -88,22 +88,19 @@ def storage_problems(storage_type: str, root: str, endpoint_url, region, address
 
 
 def workload_problems(wl) -> list[str]:
-    """Settings object storage does not implement yet: refused before any work (exit 2)."""
-    ds, rd, wf = wl.dataset, wl.reader, wl.workflow
-    why = "not implemented for object storage (storage.storage_type s3) yet"
+    """Settings that have no meaning on object storage: refused before any work (exit 2)."""
+    ds, rd, wf, ck = wl.dataset, wl.reader, wl.workflow, wl.checkpoint
     problems = []
-    ck = wl.checkpoint
     if wf.checkpoint:
         # checkpoint.fsync is accepted: on objects the durability point is the completed upload (PUT or
         # CompleteMultipartUpload answered 200), which every checkpoint's time includes (docs/objectstore.md).
-        for key in ("odirect",):
-            if getattr(ck, key) and not ck.local_folder:  # with a local tier they apply to its files
-                problems.append(f"checkpoint.{key} = True applies to files, not to objects; set it to False "
-                                "(or write to a local tier: checkpoint.local_folder)")
-        if ".." in posixpath.normpath(ck.checkpoint_folder.replace("\\", "/")).split("/"):
+        if ck.odirect and not ck.local_folder:  # with a local tier it applies to its files
+            problems.append("checkpoint.odirect = True applies to files, not to objects; set it to False "
+                            "(or write to a local tier: checkpoint.local_folder)")
+        if _climbs(ck.checkpoint_folder):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
-    if wf.stage_data and getattr(wl.storage, "s3_client", "boto3") != "boto3":
+    if wf.stage_data and wl.storage.s3_client != "boto3":
         problems.append("workflow.stage_data = True: staging downloads through boto3 and the run then reads the "
                         f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
                         "use storage.s3_client=boto3")
@@ -113,9 +110,14 @@ def workload_problems(wl) -> list[str]:
             if getattr(rd, key):
                 problems.append(f"reader.{key} = True applies to files, not to objects; set it to False "
                                 "(or stage the data: workflow.stage_data)")
-    if ".." in posixpath.normpath(ds.data_folder.replace("\\", "/")).split("/"):
+    if _climbs(ds.data_folder):
         problems.append(f"dataset.data_folder = {ds.data_folder!r}: '..' has no meaning in an object key")
     return problems
+
+
+def _climbs(folder: str) -> bool:
+    """Whether a folder setting has a '..' component, which no object key can express."""
+    return ".." in posixpath.normpath(folder.replace("\\", "/")).split("/")
 
 
 def _s3_client_problems(wl) -> list[str]:

@@ -8,7 +8,6 @@ interruption or crash still leaves the step logs and a summary marked incomplete
 """
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 

@@ -20,7 +20,7 @@ from .. import core
 from ..atomic import remove_stale_temps
 from ..errors import ConfigError, DataError
 from .io import CheckpointIO, evict
-from .model import ModelSpec, job_sizes
+from .model import ModelSpec
 from .torchzip import file_layout
 
 EXT = {"torch": ".pt", "raw": ".bin"}
