@@ -32,18 +32,8 @@ class ObjectCheckpointer(Checkpointer):
         from ..objectstore import open_store
 
         ck = wl.checkpoint
-        self.world = world
+        self._schedule(wl, world)
         self.folder = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
-        self.size_bytes = int(wl.model.model_size_bytes or 0)
-        self.after_epoch = int(ck.checkpoint_after_epoch)
-        self.every_epochs = max(1, int(ck.epochs_between_checkpoints))
-        steps = ck.steps_between_checkpoints
-        self.every_steps = int(steps) if steps and steps > 0 else 0
-        self.name = wl.name
-        self.overall_step = 0
-        self.previous = None
-        self.stale = []
-        self.count = 0
         self.drainer = None
         self.io = None
         self.store = None
@@ -86,9 +76,7 @@ class ObjectCheckpointer(Checkpointer):
         uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
         self._stamp = self.count + 1
         self.store.put_parts(uri, self.size_bytes, self.part_bytes, self._part, self._pool)
-        if self.previous and self.previous != uri:
-            self.stale.append(self.previous)
-        self.previous = uri
+        self._supersede(uri)
         return uri
 
     def cleanup(self) -> None:

@@ -227,9 +227,7 @@ class ConnectorCheckpointer(ObjectCheckpointer):
         uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
         self._stamp = self.count + 1
         stream_object(self.s3, uri, self.size_bytes, self.part_bytes, self._part, self.streams)
-        if self.previous and self.previous != uri:
-            self.stale.append(self.previous)
-        self.previous = uri
+        self._supersede(uri)
         return uri
 
     def finish(self) -> None:

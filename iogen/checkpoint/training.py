@@ -30,20 +30,10 @@ class Checkpointer:
 
     def __init__(self, wl, world):
         ck = wl.checkpoint
-        self.world = world
+        self._schedule(wl, world)
         self.folder = os.path.abspath(ck.checkpoint_folder)
-        self.size_bytes = int(wl.model.model_size_bytes or 0)
         self.fsync = bool(ck.fsync)
-        self.after_epoch = int(ck.checkpoint_after_epoch)
-        self.every_epochs = max(1, int(ck.epochs_between_checkpoints))
-        steps = ck.steps_between_checkpoints
-        self.every_steps = int(steps) if steps and steps > 0 else 0
         self.seed = int(wl.train.seed)
-        self.name = wl.name
-        self.overall_step = 0
-        self.previous = None
-        self.stale = []  # checkpoints superseded by a newer one, deleted by cleanup()
-        self.count = 0
         # Two tiers (checkpoint.local_folder): write locally, drain to checkpoint_folder (drain.py).
         self.drainer = None
         self.drain_figures = None
@@ -100,6 +90,27 @@ class Checkpointer:
         self.count += 1
         return event
 
+    def _schedule(self, wl, world) -> None:
+        """When checkpoints are due and which are kept: the same for files and objects."""
+        ck = wl.checkpoint
+        self.world = world
+        self.size_bytes = int(wl.model.model_size_bytes or 0)
+        self.after_epoch = int(ck.checkpoint_after_epoch)
+        self.every_epochs = max(1, int(ck.epochs_between_checkpoints))
+        steps = ck.steps_between_checkpoints
+        self.every_steps = int(steps) if steps and steps > 0 else 0
+        self.name = wl.name
+        self.overall_step = 0
+        self.previous = None
+        self.stale = []  # checkpoints superseded by a newer one, deleted by cleanup()
+        self.count = 0
+
+    def _supersede(self, written: str) -> None:
+        """`written` is the newest checkpoint: the one before it becomes stale (cleanup() deletes it)."""
+        if self.previous and self.previous != written:
+            self.stale.append(self.previous)
+        self.previous = written
+
     def _write_file(self, epoch: int, step: int) -> str:
         os.makedirs(self.folder, exist_ok=True)
         if not self.count:  # a killed run's half-written checkpoints of this workload hold space
@@ -108,9 +119,7 @@ class Checkpointer:
         final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
         # temporary name, fsync, rename; a full disk names the file and what it needed
         self.io.write_files([(final, self.layout)], stamp=self.count + 1)
-        if self.previous and self.previous != final:
-            self.stale.append(self.previous)
-        self.previous = final
+        self._supersede(final)
         return final
 
     def cleanup(self) -> None:
