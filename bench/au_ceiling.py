@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=256)
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     from iogen.comm import SingleWorld
     from iogen.config import load_workload
@@ -99,9 +99,7 @@ def main(argv=None) -> int:
     print()
     print(f"iogen - baseline: {statistics.median(a - b for a, b in zip(aus, base_aus)):+.2f} AU points (median); "
           f"iogen's mean sleep overshoot {statistics.median(errs):.1f} us")
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

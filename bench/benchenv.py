@@ -28,3 +28,10 @@ def command_line(script: str, argv=None) -> str:
     """The command that reproduces this run, as docs/benchmarks.md shows it."""
     args = sys.argv[1:] if argv is None else list(argv)
     return " ".join([".venv/bin/python", f"bench/{os.path.basename(script)}"] + [shlex.quote(a) for a in args])
+
+
+def print_footer(before: str, script: str, argv=None) -> None:
+    """The lines that close every benchmark's output: the machine before and after, the command."""
+    print(f"before: {before}")
+    print(f"after: {machine_line()}")
+    print(f"command: {command_line(script, argv)}")

@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     p.add_argument("--dd", action="store_true", help="also time dd if=/dev/zero")
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     before = machine_line()
     root = args.folder or tempfile.mkdtemp(prefix="iogen-bench-", dir=".")
@@ -134,9 +134,7 @@ def main(argv=None) -> int:
         print(f"| {label} | {nbytes / 2**30:.2f} | {statistics.median(ts):.2f} | {rate / 2**30:.2f} | "
               f"{rate / base_rate:.2f}x |")
     print()
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     from iogen import core
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     before = machine_line()
     workdir = args.dir or tempfile.mkdtemp(prefix="iogen-loaders-")
@@ -125,9 +125,7 @@ def main(argv=None) -> int:
     for name, fmt, shape, ld, sps, mib, ratio, (lo, hi) in rows:
         print(f"| {name} | {fmt} | {shape} | {ld} | {sps:,.0f} | {mib:,.0f} | {ratio:.2f}x | {lo:,.0f}-{hi:,.0f} |")
     print()
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

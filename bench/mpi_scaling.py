@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     ranks = [int(x) for x in args.ranks.split(",")]
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     before = machine_line()
     work = tempfile.mkdtemp(prefix="iogen-mpi-scaling-")
@@ -128,9 +128,7 @@ def main(argv=None) -> int:
               f"{r['au_pct']:.1f} | {r['au_spread']:.1f} | {r['mib_s']:,.0f} | {r['wait_ms']:.3f} | "
               f"{r['comm_ms']:.3f} |")
     print()
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     from iogen import core
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     before = machine_line()
     workdir = args.dir or tempfile.mkdtemp(prefix="iogen-bench-")
@@ -166,9 +166,7 @@ def main(argv=None) -> int:
     print(f"ratio iogen / pread loop into batch buffers: median {statistics.median(ratios_bb):.2f} "
           f"(min {min(ratios_bb):.2f}, max {max(ratios_bb):.2f})")
     print()
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

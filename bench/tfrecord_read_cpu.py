@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from iogen.formats import get_format
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     before = machine_line()
     wl = load_workload("default", [
@@ -144,9 +144,7 @@ def main(argv=None) -> int:
         med = statistics.median(per)
         print(f"| {name} | {med:,.0f} | {min(per):,.0f}-{max(per):,.0f} | {base * 1e3 / med:.2f}x |")
     print()
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     return 0
 
 

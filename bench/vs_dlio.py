@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.loader = args.loader or ("tensorflow" if args.format == "tfrecord" else "pytorch")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import command_line, machine_line
+    from benchenv import machine_line, print_footer
 
     from iogen import core
 
@@ -184,9 +184,7 @@ def main(argv=None) -> int:
         print(f"DLIO was not measured: {why_not}.")
     print("DLIO 2.0 counts each epoch's first step (loader start-up) in its throughput but leaves it out of its AU; "
           "iogen leaves it out of both (metric.exclude_start_steps=1).")
-    print(f"before: {before}")
-    print(f"after: {machine_line()}")
-    print(f"command: {command_line(__file__, argv)}")
+    print_footer(before, __file__, argv)
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0
