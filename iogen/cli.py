@@ -1,7 +1,8 @@
 """iogen's command line. Imports stay inside the commands so `iogen --help` is instant.
 
 Exit codes (defined in iogen/errors.py): 0 success, 1 the run completed but failed its gate,
-2 bad usage, config or data, 130 interrupted.
+2 bad usage, config or data, 3 the run failed (a rank died, an MPI wait timed out, an internal
+error), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 import sys
 import warnings
 
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -138,12 +139,30 @@ def main(argv=None) -> int:
         code = run_command(argv)
     except SystemExit:
         raise  # argparse's usage errors and --help
-    except BaseException:  # a bug: the traceback, as Python prints it, then the same fast exit
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+    except BaseException as exc:  # a bug: one line saying where its traceback is, exit 3
+        report_internal_error(exc)
+        code = EXIT_RUN_FAILED
     exit_now(code)
+
+
+def report_internal_error(exc: BaseException, stream=None) -> None:
+    """One line for an error iogen did not raise on purpose (a bug): what, and where the traceback is.
+
+    A run writes the traceback into its log (iogen.runlog.close_log); elsewhere it is printed only
+    with IOGEN_TRACEBACK=1, for a bug report.
+    """
+    import os
+    import traceback
+
+    stream = stream or sys.stderr
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    log = getattr(exc, "iogen_log", None)
+    where = (f"the traceback is in {log}" if log else
+             "run again with IOGEN_TRACEBACK=1 to print the traceback")
+    if os.environ.get("IOGEN_TRACEBACK") == "1":
+        traceback.print_exception(exc, file=stream)
+    print(f"iogen: error: the run failed on an internal error (a bug, exit 3): {' '.join(what.split())}; "
+          f"{where}", file=stream)
 
 
 def exit_now(code: int) -> None:

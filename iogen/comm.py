@@ -190,7 +190,7 @@ class SingleWorld:
     def fail(self, exc: BaseException) -> None:
         """Nobody else to tell."""
 
-    def abort(self, message: str, code: int = 1) -> None:
+    def abort(self, message: str, code: int = 3) -> None:
         """Print message and exit this process."""
         print(f"iogen: {message}", file=sys.stderr, flush=True)
         raise SystemExit(code)
@@ -225,7 +225,7 @@ class MPIWorld:
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
         self.failed = False
         self._failure_deadline = None
-        self._exit_code = 1
+        self._exit_code = 3  # EXIT_RUN_FAILED until a failure says otherwise
         self._abort_message = ""
         self._sends = []
         self.local_ranks, self.local_cpus = self._node_shape(base)
@@ -438,7 +438,7 @@ class MPIWorld:
                        for r in range(self.size) if r != self.rank]
         self._enter_failure(notice.exit_code, notice.text())
 
-    def abort(self, message: str, code: int = 1) -> None:
+    def abort(self, message: str, code: int = 3) -> None:
         """Print message and stop every rank of the job (MPI_Abort)."""
         print(f"iogen: {message}", file=sys.stderr, flush=True)
         sys.stdout.flush()

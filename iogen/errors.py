@@ -1,16 +1,18 @@
 """The project's exceptions and exit codes, shared by the Python layer and the Cython core.
 
 Exit codes of the `iogen` command (README.md): 0 success, 1 the run completed but failed its
-gate, 2 bad usage, config or data, 130 interrupted. Each error class carries its own.
+gate (and nothing else), 2 bad usage, config or data, 3 the run failed (another rank died, an MPI
+wait timed out, the liveness watch aborted the job, or an internal error), 130 interrupted. Each
+error class carries its own.
 """
 
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class IogenError(Exception):
     """Base class of every error iogen raises on purpose."""
 
-    exit_code = 1
+    exit_code = EXIT_RUN_FAILED
 
 
 class ConfigError(ValueError, IogenError):
@@ -73,9 +75,12 @@ class OutputError(IogenError, OSError):
 
 
 class RankFailure(IogenError):
-    """Another MPI rank failed; carries that rank's message."""
+    """Another MPI rank failed (or a wait for the other ranks timed out); carries that rank's message.
 
-    exit_code = 1
+    Its exit code is the failing rank's (2 for its bad data, 130 for its interrupt), else 3.
+    """
+
+    exit_code = EXIT_RUN_FAILED
 
 
 class Interrupted(IogenError):

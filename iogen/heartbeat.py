@@ -101,4 +101,4 @@ class Heartbeat:
         print(f"iogen: rank {self.rank}: rank {rank} has not been heard from for {silent_s:.0f} s "
               f"(stopped or frozen: IOGEN_MPI_LIVENESS_S={self.liveness_s:g}); aborting the job",
               file=sys.stderr, flush=True)
-        self._comm.Abort(1)
+        self._comm.Abort(3)  # EXIT_RUN_FAILED: the run failed

@@ -63,6 +63,13 @@ class RunLog:
             raise
 
 
+def is_internal(exc: BaseException) -> bool:
+    """An exception iogen did not raise on purpose: a bug, not bad input, an interrupt or a failed rank."""
+    from .errors import IogenError
+
+    return not isinstance(exc, (IogenError, OSError, KeyboardInterrupt, SystemExit, MemoryError))
+
+
 def log_path(run_dir: str, log_file: str) -> str:
     """Where output.log_file goes: inside the run folder (it is a plain file name)."""
     return os.path.join(run_dir, log_file)
@@ -76,9 +83,25 @@ def open_log(progress, run_dir: str, log_file: str, first_line: str) -> RunLog:
 
 
 def close_log(log, error) -> None:
-    """Write the log's last line and close it; a failure here never hides the run's own error."""
+    """Write the log's last line and close it; a failure here never hides the run's own error.
+
+    An error iogen did not raise on purpose (a bug) gets its traceback in the log, and the log's
+    path on the exception (`iogen_log`), so the command line can say where to look in one line.
+    """
     try:
-        log.write("run complete" if error is None else f"run incomplete: {error}")
+        if error is None:
+            log.write("run complete")
+        else:
+            log.write(f"run incomplete: {error}")
+            if is_internal(error):
+                import traceback
+
+                log.write("traceback of the internal error:\n" +
+                          "".join(traceback.format_exception(error)).rstrip())
+                try:
+                    error.iogen_log = log.path
+                except AttributeError:  # an exception type with __slots__
+                    pass
         log.close()
     except OSError:
         if error is None:

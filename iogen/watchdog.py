@@ -157,10 +157,12 @@ def describe(exc: BaseException) -> str:
 
 
 def exit_code_of(exc: BaseException) -> int:
-    """The exit code the command line gives this exception (at least 1)."""
+    """The exit code the command line gives this exception (at least 2: 1 is the gate's alone)."""
+    from .errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE
+
     if isinstance(exc, KeyboardInterrupt):
-        return 130
+        return EXIT_INTERRUPTED
     code = getattr(exc, "exit_code", None)
-    if isinstance(code, int) and code > 0:
+    if isinstance(code, int) and code > 1:
         return code
-    return 2 if isinstance(exc, OSError) else 1
+    return EXIT_USAGE if isinstance(exc, OSError) else EXIT_RUN_FAILED

@@ -13,6 +13,8 @@ import pytest
 # workloads) first on sys.path. PYTHONSAFEPATH (Python >= 3.11) stops that for every
 # subprocess, mpiexec's ranks included.
 os.environ["PYTHONSAFEPATH"] = "1"
+# An internal error (a bug) prints one line and exit 3; in tests its traceback is printed too.
+os.environ["IOGEN_TRACEBACK"] = "1"
 
 
 def tiny_overrides(tmp_path, **extra):

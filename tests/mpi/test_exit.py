@@ -1,4 +1,4 @@
-"""Every rank's exit code reaches the launcher: 0, 1 (gate or failure), 2 (bad data), 130 (interrupt).
+"""Every rank's exit code reaches the launcher: 0, 1 (gate), 2 (bad data), 3 (run failed), 130 (interrupt).
 
 Ranks end without the interpreter's teardown: MPI_Finalize, then the C library's exit()
 (iogen.cli.exit_now). Each rank records its own code (the harness's `sh -c` wrapper); a rank
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.mpi
 BOUND_S = 120
 
 
-@pytest.mark.parametrize("code", [0, 1, 2, 130])
+@pytest.mark.parametrize("code", [0, 1, 2, 3, 130])
 def test_every_rank_ends_with_its_code_repeatedly(mpi, code):
     """The bare exit path, three launches a code: a kill by the launcher would show as a missing rank."""
     for _ in range(3):
@@ -47,7 +47,7 @@ def test_a_failed_gate_exits_1_on_every_rank(mpi):
     assert res.rank_codes == {r: 1 for r in range(4)} and res.returncode == 1, res
 
 
-@pytest.mark.parametrize("fail,code,says", [("2:step:3", 1, "injected failure at step barrier 3"),
+@pytest.mark.parametrize("fail,code,says", [("2:step:3", 3, "injected failure at step barrier 3"),
                                             ("1:generate", 2, "No space left on device"),
                                             ("3:term:2", 130, "SIGTERM")])
 def test_one_ranks_failure_is_every_ranks_exit_code(mpi, fail, code, says):

@@ -123,7 +123,7 @@ def test_notice_round_trip_and_text():
 def test_describe_and_exit_codes():
     err = DataError("/d/f", "bad", offset=4)
     assert describe(err) == "/d/f at byte offset 4: bad" and exit_code_of(err) == 2
-    assert describe(RuntimeError("boom")) == "RuntimeError: boom" and exit_code_of(RuntimeError()) == 1
+    assert describe(RuntimeError("boom")) == "RuntimeError: boom" and exit_code_of(RuntimeError()) == 3
     assert describe(ValueError()) == "ValueError"
     assert exit_code_of(KeyboardInterrupt()) == 130 and describe(KeyboardInterrupt()) == "interrupted"
     assert exit_code_of(FileNotFoundError(2, "nope")) == 2

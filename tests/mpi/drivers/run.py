@@ -84,11 +84,11 @@ def main():
 
     try:
         code = iogen_main(sys.argv[1:])
-    except Exception:  # the injected failures are not iogen's errors: print them as Python would
-        import traceback
+    except Exception as exc:  # the injected failures are not iogen's errors: as the command reports a bug
+        from iogen.cli import report_internal_error
 
-        traceback.print_exc()
-        code = 1
+        report_internal_error(exc)
+        code = 3
     linger = os.environ.get("IOGEN_TEST_LINGER")
     if linger and int(linger.split(":")[0]) == world.rank:
         time.sleep(float(linger.split(":")[1]))
