@@ -130,7 +130,13 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
     this workload's files go; no other file is touched.
     """
     params = mf.dataset_params(layout, fmt)
-    old = mf.read_manifest(layout)
+    try:
+        old = mf.read_manifest(layout)
+    except DataError:
+        if not overwrite:
+            raise
+        _unlink(mf.manifest_path(layout))  # a corrupt manifest, replaced as asked
+        old = None
     if old is not None and old.get("params") != params:
         if not overwrite:
             diffs = mf.params_differences(old.get("params", {}), params)

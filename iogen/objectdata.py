@@ -72,15 +72,12 @@ def params_digest(params: dict) -> str:
 
 
 def read_manifest(store, layout) -> dict | None:
-    """The split's manifest object, or None when there is none (or it is not a manifest)."""
+    """The split's manifest object, or None when there is none; one that is not an iogen
+    manifest is a DataError naming it (iogen.manifest.parse_manifest)."""
     raw = store.get_bytes(manifest_uri(layout))
     if raw is None:
         return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and "files" in data else None
+    return mf.parse_manifest(raw, manifest_uri(layout))
 
 
 def _existing(store, layout) -> dict[str, int]:
@@ -97,7 +94,12 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
     """(indices to write, {index: entry kept}) of a split; refuses foreign data unless overwrite."""
     params = mf.dataset_params(layout, fmt)
     digest = params_digest(params)
-    old = read_manifest(store, layout)
+    try:
+        old = read_manifest(store, layout)
+    except DataError:
+        if not overwrite:
+            raise
+        old = None  # a corrupt manifest object: rewritten at the end, as asked
     if old is not None and old.get("params") != params and not overwrite:
         diffs = mf.params_differences(old.get("params", {}), params)
         raise DataError(manifest_uri(layout), "the prefix holds a dataset generated with other settings ("

@@ -152,3 +152,40 @@ def test_name_counts_in_numpy_are_the_regexs(monkeypatch, np_strings):
         names = ["".join(rnd.choice("ab_of0123.9xé") for _ in range(rnd.randint(0, 14))) for _ in range(40)]
         names += rnd.sample(TRICKY_NAMES, 4)
         assert dlio_name_counts(names) == _regex_counts(names)
+
+
+# -- a manifest that exists but is not an iogen manifest (issue: it silently disabled the checks) --
+
+CORRUPT_MANIFESTS = {
+    "not JSON": b'{"files": [',
+    "a list": b"[]",
+    "null": b"null",
+    "no files list": b'{"params": {}}',
+    "files not a list": b'{"files": {"a": 1}}',
+    "an entry that is not an object": b'{"files": ["img_0_of_8.npz"]}',
+    "nested too deep": b"[" * 200_000 + b"]" * 200_000,
+    "not UTF-8": b'{"files": ["\xff"]}',
+}
+
+
+@pytest.mark.parametrize("what", sorted(CORRUPT_MANIFESTS))
+def test_a_corrupt_manifest_is_exit_2_naming_it_for_run_verify_and_datagen(tmp_path, iogen_cmd, what):
+    wl = wl_of(tmp_path)
+    generate(wl)
+    path = tmp_path / "data" / "train" / MANIFEST_NAME
+    path.write_bytes(CORRUPT_MANIFESTS[what])
+    with pytest.raises(DataError) as err:
+        check(wl)  # the run's data check
+    assert err.value.path == str(path) and "corrupt dataset manifest" in str(err.value)
+    if what not in ("not JSON", "a list"):
+        return  # the command line's answer is the same for every kind: two are enough
+    args = ["dataset.format=npz", f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=8",
+            "dataset.num_samples_per_file=4", "dataset.record_length_bytes=512",
+            "dataset.record_length_bytes_stdev=0", "dataset.num_subfolders_train=4"]
+    for cmd in ("verify", "datagen"):
+        res = iogen_cmd(cmd, "default", *args)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.count("\n") == 1 and f"{path}: corrupt dataset manifest" in res.stderr, res.stderr
+    res = iogen_cmd("datagen", "default", *args, "--overwrite")  # replaced as asked, every file reused
+    assert res.returncode == 0, res.stderr
+    assert json.loads(path.read_text())["num_files"] == 8

@@ -200,3 +200,13 @@ def test_deps_name_boto3_with_its_pip_command():
     assert workload_needs(wl)["boto3"] == "storage.storage_type=s3"
     assert "boto3" not in workload_needs(load_workload("default", []))
     assert pip_command(["boto3"]) == "pip install 'iogen[s3]'"
+
+
+def test_a_garbage_manifest_object_is_exit_2_naming_it_not_missing(s3, tmp_path, iogen_cmd):
+    over = s3_overrides(s3, tmp_path, prefix="garbage")
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    s3.client.put_object(Bucket=s3.bucket, Key="garbage/ds/train/.iogen-manifest.json", Body=b"\x00not json")
+    where = f"s3://{s3.bucket}/garbage/ds/train/.iogen-manifest.json: corrupt dataset manifest"
+    for cmd in ("verify", "run"):
+        r = iogen_cmd(cmd, "default", *over)
+        assert r.returncode == 2 and where in r.stderr and "Traceback" not in r.stderr, r.stderr
