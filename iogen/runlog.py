@@ -67,7 +67,8 @@ def is_internal(exc: BaseException) -> bool:
     """An exception iogen did not raise on purpose: a bug, not bad input, an interrupt or a failed rank."""
     from .errors import IogenError
 
-    return not isinstance(exc, (IogenError, OSError, KeyboardInterrupt, SystemExit, MemoryError))
+    return isinstance(exc, BaseException) and not isinstance(
+        exc, (IogenError, OSError, KeyboardInterrupt, SystemExit, MemoryError))
 
 
 def log_path(run_dir: str, log_file: str) -> str:

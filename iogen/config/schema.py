@@ -502,6 +502,7 @@ class Workload(Section):
                 "checkpoint would be written; set workflow.checkpoint=True or unset it"
             )
         problems += self._checkpoint_modes()
+        problems += self._model_problems()
         if rd.pytorch_dataset != "map" and self.storage.s3_client != "s3torchconnector":
             problems.append(
                 f"reader.pytorch_dataset = {rd.pytorch_dataset!r} is implemented through s3torchconnector's "
@@ -521,6 +522,44 @@ class Workload(Section):
             raise rule(*problems)
         return self
 
+
+    def _model_problems(self) -> list[str]:
+        # A model that checkpoints nothing, or a shape no framework could build, is refused by key:
+        # it would print 0 B written (or a split of heads that cannot exist) and exit 0.
+        if not self.workflow.checkpoint:
+            return []
+        m, t, par = self.model, self.model.transformer, self.model.parallelism
+        problems = []
+        if m.num_layers == 0:
+            problems.append("model.num_layers = 0: a model has at least 1 layer; give the count, or -1 for a model "
+                            "checkpointed as model.model_size_bytes")
+        if self.workflow.train:  # rank 0 writes model.model_size_bytes as one file
+            if m.model_size_bytes == 0:
+                problems.append("model.model_size_bytes = 0 with workflow.checkpoint = True: the checkpoint would "
+                                "be empty; give the model's size in bytes")
+            return problems
+        shaped = m.type == "transformer" or bool(m.layer_parameters)
+        if m.type == "transformer" and m.num_layers < 0:
+            problems.append(f"model.num_layers = {m.num_layers} with model.type = 'transformer' (a checkpoint-only "
+                            "run): give the transformer's layer count (>= 1)")
+        elif not shaped and m.model_size_bytes == 0 and not m.optimization_groups:
+            problems.append("model.model_size_bytes = 0 with workflow.checkpoint = True: the checkpoint would be "
+                            "empty; give the model's size in bytes, or a transformer shape (model.type: transformer)")
+        if m.type == "transformer" and m.num_layers > 0:
+            if t.num_attention_heads > t.hidden_size:
+                problems.append(f"model.transformer.num_attention_heads = {t.num_attention_heads} is more than "
+                                f"model.transformer.hidden_size = {t.hidden_size}: a head would have no dimension")
+            if t.num_kv_heads > t.num_attention_heads:
+                problems.append(f"model.transformer.num_kv_heads = {t.num_kv_heads} is more than "
+                                f"model.transformer.num_attention_heads = {t.num_attention_heads}")
+            if par.tensor > t.num_attention_heads:
+                problems.append(f"model.parallelism.tensor = {par.tensor} is more than "
+                                f"model.transformer.num_attention_heads = {t.num_attention_heads}: tensor "
+                                "parallelism splits the heads")
+        if shaped and m.num_layers > 0 and par.pipeline > m.num_layers:
+            problems.append(f"model.parallelism.pipeline = {par.pipeline} is more than model.num_layers = "
+                            f"{m.num_layers}: a pipeline stage would hold no layer")
+        return problems
 
     def _checkpoint_modes(self) -> list[str]:
         # Checkpoints during training are rank 0's one file of model.model_size_bytes, written by

@@ -89,7 +89,8 @@ def test_cli_exit_codes(tmp_path, iogen_cmd):
     proc = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 0,
                                                                    "checkpoint.num_checkpoints_read": 0}))
     assert proc.returncode == 2 and "nothing to do" in proc.stderr
-    proc = iogen_cmd("run", "llama3-70b", *_overrides(tmp_path))
+    proc = iogen_cmd("run", "llama3-70b", *_overrides(tmp_path, **{"model.transformer.num_attention_heads": 8,
+                                                                    "model.transformer.num_kv_heads": 8}))
     assert proc.returncode == 2 and "not a multiple of tensor x pipeline = 8" in proc.stderr
     proc = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 1,
                                                                    "checkpoint.num_checkpoints_read": 1}))

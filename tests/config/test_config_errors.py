@@ -149,3 +149,29 @@ def test_au_given_as_a_percentage_is_named_a_fraction():
     (line,) = problems_of({"metric": {"au": 90}})
     assert line == ("metric.au = 90: must be a fraction from 0 to 1 (0.9 means an AU threshold of 90%), got 90; "
                     "did you mean 0.9?")
+
+
+# A degenerate model wrote an empty checkpoint ("0.000 GB/s", "the reads reached storage" for 0
+# bytes) or split heads that cannot exist, and exited 0: each is refused with its key.
+@pytest.mark.parametrize("workload,overrides,says", [
+    ("llama3-8b", {"model.num_layers": 0}, "model.num_layers = 0"),
+    ("llama3-8b", {"model.num_layers": -1}, "model.num_layers = -1 with model.type = 'transformer'"),
+    ("llama3-8b", {"model.transformer.num_attention_heads": 8192}, "num_attention_heads = 8192 is more than "
+                                                                   "model.transformer.hidden_size = 4096"),
+    ("llama3-8b", {"model.transformer.num_kv_heads": 64}, "num_kv_heads = 64 is more than"),
+    ("llama3-8b", {"model.parallelism.tensor": 64}, "model.parallelism.tensor = 64 is more than"),
+    ("llama3-8b", {"model.parallelism.pipeline": 33}, "model.parallelism.pipeline = 33 is more than "
+                                                      "model.num_layers = 32"),
+    ("unet3d", {"model.model_size_bytes": 0}, "model.model_size_bytes = 0 with workflow.checkpoint = True"),
+    ("default", {"workflow.checkpoint": True, "workflow.train": False, "model.model_size_bytes": 0},
+     "the checkpoint would be empty"),
+])
+def test_degenerate_models_are_refused_by_key(workload, overrides, says):
+    with pytest.raises(ConfigError) as err:
+        load_workload(workload, [f"{k}={v}" for k, v in overrides.items()])
+    assert says in str(err.value)
+
+
+def test_a_model_is_not_checked_when_nothing_is_checkpointed():
+    wl = load_workload("default", ["workflow.checkpoint=False", "model.num_layers=0", "model.model_size_bytes=0"])
+    assert wl.model.num_layers == 0
