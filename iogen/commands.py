@@ -204,6 +204,13 @@ def cmd_datasize(args) -> int:
         if not memory:
             raise ConfigError("--host-memory: this host's memory is unknown (no /proc/meminfo); give it in GiB")
     else:
+        import math
+
+        from .sizing import MAX_HOST_MEMORY_BYTES
+
+        if not (math.isfinite(args.host_memory) and 0 < args.host_memory <= MAX_HOST_MEMORY_BYTES / GIB):
+            raise ConfigError(f"--host-memory must be a number of GiB > 0 and at most "
+                              f"{MAX_HOST_MEMORY_BYTES // GIB:,}, got {args.host_memory}")
         memory = args.host_memory * GIB
     size = workload_data_size(wl, accelerators=args.accelerators, hosts=args.hosts, host_memory_bytes=memory)
     cmds = commands_for(args.workload, list(args.overrides), size, args.accelerator)
@@ -373,14 +380,18 @@ def _run_verdict(outcome) -> int:
     return EXIT_OK if met else EXIT_GATE
 
 
+MIN_INTERVAL_S = 0.001  # report --interval: finer would only split the step log into empty intervals
+
+
 def cmd_report(args) -> int:
     """Aggregate run folders (campaign statistics and an HTML report); exit 1 when the campaign is not valid."""
     from .deps import report_needs, require
     from .report.aggregate import write_report
 
     require(report_needs(html=not args.no_html), "report")
-    if args.interval is not None and args.interval <= 0:
-        print("iogen: error: --interval must be > 0 seconds", file=sys.stderr)
+    if args.interval is not None and not MIN_INTERVAL_S <= args.interval < float("inf"):
+        print(f"iogen: error: --interval must be a finite number of seconds >= {MIN_INTERVAL_S:g}, got "
+              f"{args.interval}", file=sys.stderr)
         return EXIT_USAGE
     report, text, written = write_report(args.runs, args.output, reduction=args.reduction,
                                          interval_s=args.interval, html=not args.no_html, traces=args.trace)

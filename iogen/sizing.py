@@ -52,11 +52,14 @@ class DataSize:
         return dict(asdict(self), rule=RULE, host_memory_gib=self.host_memory_bytes / GIB)
 
 
+MAX_HOST_MEMORY_BYTES = 2**60  # 1 EiB per host: anything above is a typo, not a machine
+
+
 def _positive(name: str, value) -> None:
-    if value is None or value <= 0:
+    if value is None or not math.isfinite(value) or value <= 0:
         from .errors import ConfigError
 
-        raise ConfigError(f"{name} must be > 0, got {value}")
+        raise ConfigError(f"{name} must be a finite number > 0, got {value}")
 
 
 def data_size(*, accelerators: int, hosts: int, host_memory_bytes: float, batch_size: int,
@@ -67,16 +70,22 @@ def data_size(*, accelerators: int, hosts: int, host_memory_bytes: float, batch_
                         ("reader.batch_size", batch_size), ("dataset.record_length_bytes", record_length_bytes),
                         ("dataset.num_samples_per_file", num_samples_per_file)):
         _positive(name, value)
+    if host_memory_bytes > MAX_HOST_MEMORY_BYTES:
+        from .errors import ConfigError
+
+        raise ConfigError(f"host memory must be at most {MAX_HOST_MEMORY_BYTES // GIB:,} GiB per host, got "
+                          f"{host_memory_bytes / GIB:.6g} GiB")
+    host_memory_bytes = int(host_memory_bytes)  # whole bytes: every count below is exact integer arithmetic
     steps = max(MIN_STEPS_PER_EPOCH, int(steps_per_epoch))
     by_steps = steps * batch_size * accelerators
     total_memory = hosts * host_memory_bytes
-    by_memory = total_memory * HOST_MEMORY_MULTIPLIER / record_length_bytes
-    samples = max(by_steps, math.ceil(by_memory))
-    files = math.ceil(samples / num_samples_per_file)
+    by_memory = total_memory * HOST_MEMORY_MULTIPLIER / record_length_bytes  # shown; the count is exact below
+    samples = max(by_steps, -(-(total_memory * HOST_MEMORY_MULTIPLIER) // record_length_bytes))
+    files = -(-samples // num_samples_per_file)
     file_bytes = num_samples_per_file * record_length_bytes
-    mlp_files = max(int(HOST_MEMORY_MULTIPLIER * total_memory // file_bytes), by_steps // num_samples_per_file)
+    mlp_files = max(HOST_MEMORY_MULTIPLIER * total_memory // file_bytes, by_steps // num_samples_per_file)
     return DataSize(
-        accelerators=accelerators, hosts=hosts, host_memory_bytes=int(host_memory_bytes),
+        accelerators=accelerators, hosts=hosts, host_memory_bytes=host_memory_bytes,
         batch_size=batch_size, record_length_bytes=record_length_bytes,
         num_samples_per_file=num_samples_per_file, steps_per_epoch=steps,
         min_samples_steps=by_steps, min_samples_memory=by_memory, min_samples=samples,

@@ -12,8 +12,8 @@ when its own summary says so (`iogen.warmup`, set from its label when it ran).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
+import contextlib
 import os
 
 import yaml
@@ -22,7 +22,7 @@ from ..metrics import campaign as _stats
 from ..errors import DataError
 from ..metrics.checkpoint import checkpoint_series
 from ..metrics.latency import wait_histograms
-from .rundir import CAMPAIGN_FILE, read_campaign_file, write_json
+from .rundir import CAMPAIGN_FILE, read_campaign_file, read_json, summary_problem, write_json
 from .timeseries import read_run_steps, run_timeseries
 
 __all__ = [
@@ -42,13 +42,26 @@ PERCENTILES = (50, 90, 99, 99.9)
 def read_summary(run_dir) -> dict:
     """A run folder's summary.json (DataError when it is missing or not JSON)."""
     path = os.path.join(os.fspath(run_dir), "summary.json")
+    if not os.path.lexists(path):
+        raise DataError(path, "no summary.json: not an iogen run folder (or the run never started)")
+    doc = read_json(path, "summary.json")
+    problem = summary_problem(doc)
+    if problem:
+        raise DataError(path, f"summary.json is not one iogen wrote: {problem}")
+    return doc
+
+
+@contextlib.contextmanager
+def malformed(path: str):
+    """The net under the shape checks: a value of the wrong kind met while reading `path`'s document
+    is a DataError naming the file (exit 2), never a traceback."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DataError(path, "no summary.json: not an iogen run folder (or the run never started)") from None
-    except ValueError as exc:
-        raise DataError(path, f"summary.json is not valid JSON: {exc}") from None
+        yield
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(path, f"not a file iogen wrote, or from an incompatible iogen: {type(exc).__name__}: "
+                              f"{exc}") from None
 
 
 def _is_run(path) -> bool:
@@ -125,7 +138,9 @@ def _window(run_dir) -> tuple[int, int]:
 def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) -> dict:
     """One run's entry of report.json: campaign figures, per-epoch values, wait percentiles, series."""
     run_dir = os.path.abspath(os.fspath(run_dir))
-    entry = _summary_entry(read_summary(run_dir), run_dir)
+    doc = read_summary(run_dir)
+    with malformed(os.path.join(run_dir, "summary.json")):
+        entry = _summary_entry(doc, run_dir)
     if latency:
         entry.update(_step_log_entry(run_dir, interval_s))
     return entry

@@ -23,7 +23,6 @@ Decision (docs/reports.md):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -88,25 +87,31 @@ def _side_from_runs(path, runs: list[RunValues]) -> Side:
 def load_side(path) -> Side:
     """Read a run folder, campaign folder, folder of runs, or report.json into a Side."""
     path = os.path.abspath(os.fspath(path))
+    from .aggregate import entry_values, find_run_dirs, malformed, read_summary
+    from .rundir import read_json, summary_problem
+
     if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except ValueError as exc:
-            raise DataError(path, f"not valid JSON: {exc}") from None
-        if doc.get("format") == "iogen report":
-            from .aggregate import entry_values
-
-            runs = [entry_values(r) for r in doc.get("runs", [])]
-        elif "metric" in doc and "iogen" in doc:  # a summary.json
-            runs = [run_values_from_summary(doc, os.path.dirname(path))]
-        else:
-            raise DataError(path, "neither an iogen report.json nor a summary.json")
+        doc = read_json(path, "the file")
+        with malformed(path):
+            if doc.get("format") == "iogen report":
+                if not isinstance(doc.get("runs", []), list):
+                    raise DataError(path, "report.json's \"runs\" is not a list")
+                runs = [entry_values(r) for r in doc.get("runs", [])]
+            elif "metric" in doc and "iogen" in doc:  # a summary.json
+                problem = summary_problem(doc)
+                if problem:
+                    raise DataError(path, f"summary.json is not one iogen wrote: {problem}")
+                runs = [run_values_from_summary(doc, os.path.dirname(path))]
+            else:
+                raise DataError(path, "neither an iogen report.json nor a summary.json")
     else:
-        from .aggregate import find_run_dirs, read_summary
-
-        runs = [run_values_from_summary(read_summary(d), d) for d in find_run_dirs([path])]
-    side = _side_from_runs(path, runs)
+        runs = []
+        for d in find_run_dirs([path]):
+            doc = read_summary(d)
+            with malformed(os.path.join(d, "summary.json")):
+                runs.append(run_values_from_summary(doc, d))
+    with malformed(path):
+        side = _side_from_runs(path, runs)
     if not side.labels:
         raise DataError(path, "no measured, complete run to compare (warm-ups and incomplete runs are left out)")
     return side

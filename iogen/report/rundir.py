@@ -86,9 +86,89 @@ def write_campaign_file(campaign_dir, doc: dict) -> None:
 
 
 def read_campaign_file(campaign_dir) -> dict:
-    """campaign.json of a campaign folder."""
-    with open(os.path.join(campaign_dir, CAMPAIGN_FILE), encoding="utf-8") as fh:
-        return json.load(fh)
+    """campaign.json of a campaign folder (DataError naming it when it is not one iogen wrote)."""
+    path = os.path.join(campaign_dir, CAMPAIGN_FILE)
+    doc = read_json(path, "campaign.json")
+    runs = doc.get("runs", [])
+    if not (isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("run_dir"), str) for r in runs)):
+        from ..errors import DataError
+
+        raise DataError(path, "campaign.json's \"runs\" is not a list of {\"run_dir\": name, ...}")
+    return doc
+
+
+def read_json(path: str, what: str) -> dict:
+    """A JSON object iogen wrote (summary.json, campaign.json, report.json): DataError naming the file
+    (exit 2) when it is missing, unreadable, not JSON, nested too deep, or not an object."""
+    from ..errors import DataError
+
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except FileNotFoundError:
+        raise DataError(path, f"no {what}") from None
+    except OSError as exc:
+        raise DataError(path, f"{what} cannot be read: {exc.strerror}") from None
+    except RecursionError:
+        raise DataError(path, f"{what} is JSON nested too deep: not a file iogen wrote") from None
+    except ValueError as exc:  # a UnicodeDecodeError too
+        raise DataError(path, f"{what} is not valid JSON ({' '.join(str(exc).split())}): truncated or "
+                              "not a file iogen wrote") from None
+    if not isinstance(doc, dict):
+        raise DataError(path, f"{what} holds a JSON {type(doc).__name__}, not an object: not a file iogen wrote")
+    return doc
+
+
+# summary.json sections that are objects where present (null: not recorded)
+_SUMMARY_OBJECTS = ("iogen", "metric", "iogen.metrics", "iogen.metrics.train", "iogen.metrics.train.per_epoch",
+                    "iogen.metrics.eval", "iogen.metrics.au_gate", "iogen.setup", "iogen.staging", "iogen.reads_from",
+                    "iogen.checkpoint", "iogen.checkpoint.plan", "iogen.checkpoint.write", "iogen.checkpoint.read",
+                    "iogen.dataset_size_rule", "iogen.facts", "iogen.object_store", "iogen.drain")
+# A key with one of these endings holds a number (or null, or a list of them), by its unit.
+_NUMBER_ENDINGS = ("_percentage", "_per_second", "_seconds", "_samples_s", "_mib_s", "_ns", "_bytes", "_GB",
+                   "_GiB", "_s")
+_NUMBER_KEYS = ("num_accelerators", "schema_version")
+
+
+def summary_problem(doc: dict) -> str | None:
+    """Why a parsed summary.json is not one iogen wrote (None when its shape is right): sections that
+    are not objects, a figure that is not a number (by its key's unit), a label that is not text."""
+    for dotted in _SUMMARY_OBJECTS:
+        value = doc
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, dict):
+            return f"{dotted!r} is a JSON {type(value).__name__}, not an object"
+    for key in ("workload", "start", "kind"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            return f"{key!r} is not text"
+    it = doc.get("iogen") or {}
+    for key in ("label", "incomplete_reason", "error"):
+        if it.get(key) is not None and not isinstance(it[key], str):
+            return f"'iogen.{key}' is not text"
+    return _figure_problem(doc, "")
+
+
+def _is_number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _figure_problem(node, where: str) -> str | None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and (key.endswith(_NUMBER_ENDINGS) or key in _NUMBER_KEYS) and not (
+                    _is_number(value) or (isinstance(value, list) and all(_is_number(v) for v in value))):
+                return f"{here!r} is {json.dumps(value)[:40]}, not a number"
+            problem = _figure_problem(value, here)
+            if problem:
+                return problem
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            problem = _figure_problem(value, f"{where}[{i}]")
+            if problem:
+                return problem
+    return None
 
 
 def steplog_path(run_dir: str, rank: int) -> str:

@@ -66,7 +66,7 @@ def test_default_host_memory_is_this_hosts(iogen_cmd):
 
 
 @pytest.mark.parametrize("args, key", [(["-N", "0"], "accelerators"), (["-N", "2", "--hosts", "0"], "hosts"),
-                                       (["-N", "2", "--host-memory", "-1"], "host memory")])
+                                       (["-N", "2", "--host-memory", "-1"], "--host-memory")])
 def test_bad_numbers_exit_2_naming_them(iogen_cmd, args, key):
     res = iogen_cmd("datasize", "default", *args)
     assert res.returncode == 2
