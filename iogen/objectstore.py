@@ -16,6 +16,7 @@ and the HTTP status (exit 2).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -220,13 +221,39 @@ class ObjectStore:
 
     # -- operations ---------------------------------------------------------------------------
 
+    def _check_client(self, timeout_s: float):
+        """A client for the start-up check alone: short connect and read timeouts, few attempts."""
+        import botocore.config
+
+        config = self._config.merge(botocore.config.Config(
+            connect_timeout=min(CHECK_CONNECT_S, timeout_s), read_timeout=timeout_s,
+            retries={"mode": "standard", "max_attempts": CHECK_ATTEMPTS}))
+        return self._boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
+                                                     config=config)
+
     def check_bucket(self, bucket: str) -> None:
-        """HEAD the bucket: a wrong endpoint, credentials or bucket is a ConfigError (exit 2) before any work."""
+        """HEAD the bucket: a wrong endpoint, credentials or bucket is a ConfigError (exit 2) before any work.
+
+        Bounded: an endpoint that accepts connections and never answers is given up after
+        CHECK_ATTEMPTS tries of IOGEN_S3_CHECK_TIMEOUT_S seconds each (default 10; raise it for a
+        slow gateway), with a line on stderr once the wait is noticeable, instead of botocore's
+        60 s x 5 attempts in silence.
+        """
         import botocore.exceptions as bex
 
+        timeout_s = check_timeout_s()
+        waiting = threading.Timer(CHECK_NOTICE_S, lambda: print(
+            f"iogen: waiting for the object store at {self.where()} to answer (HEAD bucket {bucket!r}; giving up "
+            f"after {CHECK_ATTEMPTS} x {timeout_s:g} s, IOGEN_S3_CHECK_TIMEOUT_S)", file=sys.stderr, flush=True))
+        waiting.daemon = True
+        waiting.start()
         t0 = time.perf_counter_ns()
         try:
-            r = self.client().head_bucket(Bucket=bucket)
+            r = self._check_client(timeout_s).head_bucket(Bucket=bucket)
+        except bex.ReadTimeoutError:
+            raise ConfigError(f"storage.endpoint_url: the object store at {self.where()} accepted the connection but "
+                              f"did not answer within {timeout_s:g} s ({CHECK_ATTEMPTS} attempts); for a slow gateway "
+                              "raise IOGEN_S3_CHECK_TIMEOUT_S") from None
         except bex.NoCredentialsError:
             raise ConfigError("storage.storage_type = 's3': no credentials found in the AWS environment or config "
                               "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)") from None
@@ -243,6 +270,8 @@ class ObjectStore:
             raise ConfigError(f"storage.storage_root: bucket {bucket!r} at {self.where()} {why}") from None
         except (bex.BotoCoreError, ValueError) as exc:
             raise ConfigError(f"storage: the object store at {self.where()} cannot be used: {exc}") from None
+        finally:
+            waiting.cancel()
         t1 = time.perf_counter_ns()
         self._count("head", 0, t0, t1, t1, r)
 
@@ -603,6 +632,25 @@ def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None
     if max_attempts:
         config["max_attempts"] = int(max_attempts)
     return {"region": region, "endpoint": endpoint, "s3client_config": S3ClientConfig(**config)}
+
+
+# The start-up check (ObjectStore.check_bucket): per-attempt timeouts, attempts, and when to say it waits.
+CHECK_CONNECT_S, CHECK_READ_S, CHECK_ATTEMPTS, CHECK_NOTICE_S = 5.0, 10.0, 2, 2.0
+
+
+def check_timeout_s() -> float:
+    """IOGEN_S3_CHECK_TIMEOUT_S (seconds per attempt of the start-up check), default CHECK_READ_S."""
+    raw = os.environ.get("IOGEN_S3_CHECK_TIMEOUT_S")
+    if raw is None:
+        return CHECK_READ_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:
+        raise ConfigError(f"IOGEN_S3_CHECK_TIMEOUT_S = {raw!r}: give the seconds each attempt of the object store's "
+                          "start-up check may wait, > 0 and at most 3600")
+    return value
 
 
 def open_store(wl, threads: int = 16) -> ObjectStore:

@@ -167,6 +167,28 @@ def test_wrong_endpoint_bucket_or_credentials_exit_2_before_work(s3, tmp_path, i
     assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing was written
 
 
+def test_an_endpoint_that_never_answers_is_given_up_after_bounded_attempts(s3, tmp_path, iogen_cmd):
+    """A listener that accepts connections and never answers: botocore alone would wait 60 s x 5 in
+    silence; the start-up check says what it waits for and gives up after 2 attempts of the timeout."""
+    import socket
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(16)  # the kernel completes the connections; nobody ever reads or answers
+    try:
+        endpoint = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        over = s3_overrides(s3, tmp_path, **{"storage.endpoint_url": endpoint})
+        r = iogen_cmd("datagen", "default", *over, env={"IOGEN_S3_CHECK_TIMEOUT_S": "1.5"}, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert f"the object store at {endpoint} accepted the connection but did not answer within 1.5 s " \
+               "(2 attempts); for a slow gateway raise IOGEN_S3_CHECK_TIMEOUT_S" in r.stderr, r.stderr
+        assert f"iogen: waiting for the object store at {endpoint} to answer" in r.stderr, r.stderr
+        r = iogen_cmd("datagen", "default", *over, env={"IOGEN_S3_CHECK_TIMEOUT_S": "soon"})
+        assert r.returncode == 2 and "IOGEN_S3_CHECK_TIMEOUT_S = 'soon'" in r.stderr, r.stderr
+    finally:
+        mute.close()
+
+
 def test_no_credential_in_anything_iogen_writes(s3, tmp_path, iogen_cmd):
     over = s3_overrides(s3, tmp_path)
     outputs = [iogen_cmd("datagen", "default", *over), iogen_cmd("verify", "default", *over),
