@@ -68,10 +68,12 @@ def checkpoint_root(wl) -> str:
 
 
 def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
-    """DataError naming the first file of checkpoints `steps` that is missing or has the wrong size."""
+    """DataError naming the first file of checkpoints `steps` that is missing, has the wrong size, or
+    whose torch header is not the one the workload's model writes (check_headers)."""
     if hasattr(io, "check_present"):  # objects: HEAD each (iogen/checkpoint/objects.py)
         io.check_present([(p, lay.size_bytes) for step in steps
                           for p, lay in zip(files.paths(folder, step), files.layouts)])
+        check_headers(files, folder, steps, io)
         return
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
@@ -84,6 +86,59 @@ def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
                 what = "truncated" if size < layout.size_bytes else "longer than expected"
                 raise DataError(path, f"checkpoint file is {what}: {size} bytes, expected {layout.size_bytes} "
                                       "(written with other model settings, or cut short)")
+    check_headers(files, folder, steps)
+
+
+def check_headers(files: RankFiles, folder: str, steps, io=None) -> None:
+    """DataError naming the first file whose torch framing differs from what this model writes.
+
+    checkpoint.format torch: the first framing piece (the zip header and data.pkl: every tensor's
+    name, dtype and element count) and the last (the central directory: record names, sizes and
+    offsets) are read back and compared byte for byte, outside the timed windows: a bf16 checkpoint
+    restored as fp16, or another model's shards of the same size, are refused by name. No byte is
+    added to the files (their sizes stay DLIO's), and the tensors' content is not checked (that
+    would be a checksum pass over every byte): docs/checkpointing.md. On objects each piece is one
+    ranged GET (counted in the check's figures). checkpoint.format raw has no framing to check.
+    """
+    store = getattr(io, "store", None)
+    for step in steps:
+        for path, layout in zip(files.paths(folder, step), files.layouts):
+            pieces = layout.framing[:1] + layout.framing[-1:] if len(layout.framing) > 1 else layout.framing
+            for offset, expected in pieces:
+                got = _read_piece(store, path, offset, len(expected))
+                if got != expected:
+                    raise DataError(path, _header_difference(expected, got, offset), offset=offset)
+
+
+def _read_piece(store, path: str, offset: int, n: int) -> bytes:
+    if store is not None:
+        buf = bytearray(n)
+        return bytes(buf[:store.readinto(path, offset, buf)])
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DataError(path, f"cannot open the checkpoint file: {exc.strerror}") from None
+    try:
+        return os.pread(fd, n, offset)
+    except OSError as exc:
+        raise DataError(path, f"cannot read the checkpoint file's header: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _header_difference(expected: bytes, got: bytes, offset: int) -> str:
+    """What a torch header that is not the expected one says, in words."""
+    from .torchzip import STORAGE_TYPES
+
+    first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    names = {v: k for k, v in STORAGE_TYPES.items()}
+    found = sorted({names[t] for t in names if t.encode() in got})
+    wanted = sorted({names[t] for t in names if t.encode() in expected})
+    dtypes = (f" (tensor dtypes {', '.join(found) or 'none'} in the file, {', '.join(wanted)} for this model)"
+              if found != wanted else "")
+    return (f"checkpoint file's torch header differs from the one this model writes at byte offset "
+            f"{offset + first}{dtypes}: written with other model settings (datatypes, layers, parallelism, "
+            "head split) or overwritten; checkpoint.num_checkpoints_write rewrites it")
 
 
 def peak_rss_bytes() -> int:

@@ -150,6 +150,9 @@ def summary_problem(doc: dict) -> str | None:
 
 
 def _is_number(v) -> bool:
+    """A number, null, or a (nested) list of them (per-epoch and per-rank figures)."""
+    if isinstance(v, list):
+        return all(_is_number(x) for x in v)
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
@@ -158,7 +161,7 @@ def _figure_problem(node, where: str) -> str | None:
         for key, value in node.items():
             here = f"{where}.{key}" if where else str(key)
             if isinstance(key, str) and (key.endswith(_NUMBER_ENDINGS) or key in _NUMBER_KEYS) and not (
-                    _is_number(value) or (isinstance(value, list) and all(_is_number(v) for v in value))):
+                    _is_number(value)):
                 return f"{here!r} is {json.dumps(value)[:40]}, not a number"
             problem = _figure_problem(value, here)
             if problem:

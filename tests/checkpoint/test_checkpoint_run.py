@@ -196,3 +196,57 @@ def test_a_failed_checkpoint_run_says_so_in_its_log(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
     last = _lines(run_dir, "iogen.log")[-1]
     assert "run incomplete: " in last and "global_epoch1_step1" in last
+
+
+@pytest.mark.parametrize("change,says", [
+    # bf16's storage name is longer than fp16's: here the pickle's length moves the payload by 64
+    # bytes and the size check refuses it first; where the padding absorbs it, the header check does
+    ({"model.model_datatype": "bf16"}, "written with other model settings"),
+    # 8 heads of 16 with 1 KV head and a wider FFN: the same parameters per layer as TINY's 4 heads of
+    # 32 with 2 KV heads, so every file has the same size, but the tensors are split otherwise
+    ({"model.transformer.num_attention_heads": 8, "model.transformer.num_kv_heads": 1,
+      "model.transformer.ffn_hidden_size": 288}, "torch header differs from the one this model writes"),
+])
+def test_a_restore_checks_the_torch_header_against_the_model(tmp_path, change, says):
+    """Same sizes, another model: a bf16 checkpoint restored as fp16, another head split whose shard
+    happens to have the same size. Written with one model, read with another: exit 2 naming the file."""
+    writer = dict(change, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
+    run(_wl(tmp_path, **writer), SingleWorld(), quiet=True)
+    wanted = RankFiles(ModelSpec.from_workload(_wl(tmp_path)), 0, 1, "torch")
+    written = RankFiles(ModelSpec.from_workload(_wl(tmp_path, **change)), 0, 1, "torch")
+    if "ffn_hidden_size" in change:  # the case only the header can tell
+        assert [lay.size_bytes for lay in wanted.layouts] == [lay.size_bytes for lay in written.layouts]
+    reader = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 1})
+    with pytest.raises(DataError) as err:
+        run(reader, SingleWorld(), quiet=True)
+    assert "global_epoch1_step1/zero_pp_rank_0_mp_rank_0_" in err.value.path and says in str(err.value)
+
+
+def test_header_difference_names_the_dtypes():
+    from iogen.checkpoint.phases import _header_difference
+    from iogen.checkpoint.torchzip import pickle_bytes
+    from iogen.checkpoint.model import Tensor
+
+    fp16 = pickle_bytes([Tensor(("a",), "fp16", 8)])
+    bf16 = pickle_bytes([Tensor(("a",), "bf16", 8)])
+    text = _header_difference(fp16, bf16, 1000)
+    assert "tensor dtypes bf16 in the file, fp16 for this model" in text and "byte offset 10" in text
+
+
+def test_overwritten_header_bytes_are_found_and_content_is_not_checked(tmp_path):
+    run(_wl(tmp_path, **{"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0}),
+        SingleWorld(), quiet=True)
+    victim = tmp_path / "ckpt" / "global_epoch1_step1" / "zero_pp_rank_0_mp_rank_0_optim_states.pt"
+    layout = RankFiles(ModelSpec.from_workload(_wl(tmp_path)), 0, 1, "torch").layouts[1]
+    payload_at, _ = layout.payloads[0]
+    with open(victim, "r+b") as fh:
+        fh.seek(payload_at)
+        fh.write(b"\0" * 64)  # tensor content: not checked (a checksum pass over every byte)
+    reader = _wl(tmp_path, **{"checkpoint.num_checkpoints_write": 0, "checkpoint.num_checkpoints_read": 1})
+    run(reader, SingleWorld(), quiet=True)
+    with open(victim, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"\xff")  # inside data.pkl: the header
+    with pytest.raises(DataError) as err:
+        run(reader, SingleWorld(), quiet=True)
+    assert err.value.path == str(victim) and "at byte offset 100" in str(err.value)
