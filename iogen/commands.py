@@ -158,6 +158,7 @@ def cmd_validate(args) -> int:
 def cmd_datagen(args) -> int:
     """Generate the dataset (every rank its share under MPI; rank 0 writes the manifests)."""
     from .comm import get_world
+    from .config.summary import check_ranks_agree
     from .dataset import DatasetLayout
     from .formats import get_format
     from .progress import GenerateProgress
@@ -168,6 +169,7 @@ def cmd_datagen(args) -> int:
     _check_host(wl, generate=True, workers=args.workers)
     _check_folders(wl, data=True)
     world = get_world()
+    check_ranks_agree(wl, world)
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
@@ -329,6 +331,7 @@ def cmd_verify(args) -> int:
 def cmd_run(args) -> int:
     """Emulate training; print AU, samples/s, MiB/s and where the results are."""
     from .comm import get_world
+    from .config.summary import check_ranks_agree
     from .runner import run
 
     extra = {"output.folder": args.output}
@@ -339,6 +342,7 @@ def cmd_run(args) -> int:
     _check_host(wl, runs=args.runs + args.warmup)
     _check_folders(wl, output=True, data=wl.workflow.generate_data, data_write=False)
     world = get_world()
+    check_ranks_agree(wl, world)
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign
 

@@ -69,3 +69,65 @@ def workload_summary(wl: Workload) -> dict:
         "evaluation": wl.workflow.evaluation,
         "au": wl.metric.au,
     }
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """{dotted key: value} of a resolved config, leaves only (lists are leaves)."""
+    out = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def config_fingerprint(wl: Workload) -> int:
+    """A 63-bit digest of the resolved workload, the same on every rank that loaded the same config.
+
+    Node-dependent values are not in it: the node name (hostname, IOGEN_NODE) is not a setting,
+    and staging.folder is compared as written, `{node}` unexpanded (docs/mpi.md).
+    """
+    import hashlib
+    import json
+
+    text = json.dumps(resolved_dict(wl), sort_keys=True, default=str)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def check_ranks_agree(wl: Workload, world) -> None:
+    """Every rank runs the same configuration, or every rank raises ConfigError (exit 2) naming the
+    first rank that differs from rank 0 and the first key on which it does.
+
+    Bounded: two allreduces of one integer each; only when they disagree does rank 0's config go to
+    every rank (one broadcast), then one rank's answer (no allgather of configs).
+    """
+    if world.size == 1:
+        return
+    import numpy as np
+
+    from ..errors import ConfigError
+
+    mine = np.array([config_fingerprint(wl)], np.int64)
+    if world.allreduce_array(mine, "min")[0] == world.allreduce_array(mine, "max")[0]:
+        return
+    ours = _flat(resolved_dict(wl))
+    theirs = world.bcast(ours if world.rank == 0 else None)
+    differs = [k for k in list(theirs) + [k for k in ours if k not in theirs]
+               if ours.get(k, "<not set>") != theirs.get(k, "<not set>")]
+    flags = np.array([world.size if not differs else world.rank, 1 if differs else 0], np.int64)
+    first = int(world.allreduce_array(flags[:1], "min")[0])
+    count = int(world.allreduce_array(flags[1:], "sum")[0])
+    if first >= world.size:  # the digests differ but the settings do not: nothing to refuse
+        return
+    said = None
+    if world.rank == first:
+        key = differs[0]
+        said = (f"{key} = {ours.get(key, '<not set>')!r} on rank {first}, {theirs.get(key, '<not set>')!r} on "
+                f"rank 0" + (f" (and {len(differs) - 1} more key(s))" if len(differs) > 1 else ""))
+    said = world.bcast(said, root=first)
+    others = f" and {count - 1} other rank(s)" if count > 1 else ""
+    raise ConfigError(f"the ranks were started with different configurations: rank {first}{others} differ(s) "
+                      f"from rank 0: {said}; every rank must run the same workload and overrides (only "
+                      "`{node}` in staging.folder and the node name may differ)")
