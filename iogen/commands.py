@@ -116,9 +116,12 @@ def cmd_validate(args) -> int:
     from .dataset import DatasetLayout
     from .plan import steps_per_epoch
 
+    from .runner import check_workload
+
     wl = _load(args)
     world = args.world_size or launcher_world_size()
     _check_host(wl, world)
+    check_workload(wl)  # what `iogen run` refuses before it starts (staging: this host's node names)
     from .checkpoint.describe import checkpoint_lines, checkpoint_plan
 
     ckpt = checkpoint_plan(wl, world)

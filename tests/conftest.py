@@ -127,3 +127,24 @@ class FileOpens:
 def file_opens():
     """Factory: FileOpens(folders) starts counting opens in those folders."""
     return FileOpens
+
+
+def tree_state(root, skip=()) -> dict:
+    """Every entry under root: {relative path: file bytes, ('link', target) or 'dir'}, symlinks not
+    followed; `skip`: relative folder paths left out. Compare two calls to show nothing changed."""
+    out = {}
+    root = str(root)
+    for folder, dirs, files in os.walk(root):
+        rel_folder = os.path.relpath(folder, root)
+        dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel_folder, d)) not in skip]
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            rel = os.path.normpath(os.path.join(rel_folder, name))
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                out[rel] = "dir"
+            else:
+                with open(path, "rb") as fh:
+                    out[rel] = fh.read()
+    return out
