@@ -284,6 +284,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             if reads_objects:
                 object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
+        if drainer is not None:
+            drainer.stop()  # the drain in flight ends with its files in flight: no partial file left
         world.fail(exc)
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
             doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],

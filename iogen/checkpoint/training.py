@@ -133,6 +133,12 @@ class Checkpointer:
             if self.drainer is not None:
                 self.drainer.remove_shared(stale)
 
+    def abort(self) -> None:
+        """The run was interrupted or failed: the drain in flight ends with its files in flight and
+        is waited for, so no partial file is left in the shared folder."""
+        if self.drainer is not None:
+            self.drainer.stop()
+
     def finish(self) -> dict | None:
         """End of run: wait for the last drain, stop the writer; what the drains did (None without a drain)."""
         if self.io is not None:

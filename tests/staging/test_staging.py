@@ -14,7 +14,7 @@ from iogen.filecopy import copy_files
 from iogen.staging import StageReport, plan_jobs, stage_node
 from iogen.steplog import PHASE_STAGE, read_steplog
 
-from ..conftest import load_summary, tree_state
+from ..conftest import load_summary, popen_iogen, tree_state
 
 
 def _overrides(tiny, tmp_path, **extra):
@@ -311,3 +311,33 @@ def test_a_dead_writers_temporaries_in_the_staging_folder_are_swept(tiny, tmp_pa
     left = set(os.listdir(train))
     assert f"{name}.tmp.{dead.pid}" not in left
     assert {f"{name}.tmp.{os.getpid()}", "notes.txt", name} <= left
+
+
+def test_sigterm_during_staging_waits_for_the_copies_and_leaves_nothing(tiny, tmp_path, iogen_cmd):
+    """Issue 21.3: SIGTERM while the stager's threads copy (sent once a staged temporary is seen):
+    exit 130 after the copies in flight end; no `*.tmp.<pid>`, no staged file or folder is left,
+    the data intact. (A join() interrupted by the signal used to stop waiting for its thread.)"""
+    import signal
+    import time
+
+    over = _overrides(tiny, tmp_path, **{"staging.scope": "full", "dataset.num_files_train": 4,
+                                         "dataset.num_samples_per_file": 1, "dataset.record_length_bytes": 64 << 20,
+                                         "reader.batch_size": 1, "staging.transfer_size": 4096, "staging.threads": 1})
+    _generate(iogen_cmd, over)
+    before = tree_state(tmp_path / "data")
+    proc = popen_iogen("run", "default", "-q", *over, env={**os.environ, "IOGEN_NODE": "n1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(tmp_path / "local" / "n1" / "train" / "*.tmp.*")):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                "late: no staged temporary appeared before the run ended or within 120 s"
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "SIGTERM" in err and "Traceback" not in err
+    assert not (tmp_path / "local").exists(), os.listdir(tmp_path / "local" / "n1" / "train")
+    assert not (tmp_path / "results").exists()  # interrupted while staging: before the run folder
+    assert tree_state(tmp_path / "data") == before
