@@ -134,10 +134,18 @@ class _RunState:
 def check_workload(wl, nodes=None) -> None:
     """What `iogen run` refuses before it starts and `iogen validate` refuses too (one check for both):
     the staging settings (iogen.staging.check_config; `nodes` as there: a run passes () and
-    checks each rank's real node at stage-in)."""
+    checks each rank's real node at stage-in) and checkpoint folders that overlap each other or
+    the data (iogen.checkpoint.drain.tier_problems). Every problem at once, exit 2."""
+    from .checkpoint.drain import tier_problems
     from .staging import check_config
 
-    check_config(wl, nodes)
+    problems = tier_problems(wl)
+    try:
+        check_config(wl, nodes)
+    except ConfigError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
 
 
 def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunOutcome:

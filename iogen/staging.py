@@ -45,7 +45,7 @@ def staging_folder(template: str, node: str) -> str:
     return template.replace("{node}", node)
 
 
-def _overlaps(a: str, b: str) -> bool:
+def paths_overlap(a: str, b: str) -> bool:
     """True when absolute paths a and b are the same folder or one lies inside the other."""
     a, b = a.rstrip(os.sep) or os.sep, b.rstrip(os.sep) or os.sep
     return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
@@ -75,7 +75,7 @@ def overlap_problems(wl, node: str) -> list[str]:
     problems = []
     for key, other in guarded_folders(wl):
         theirs = {os.path.abspath(other), os.path.realpath(other)}
-        if any(_overlaps(a, b) for a in mine for b in theirs):
+        if any(paths_overlap(a, b) for a in mine for b in theirs):
             problems.append(f"staging.folder = {template!r} is {where} on node {node!r}: it must not be, contain "
                             f"or lie inside {key} ({other}); staging there would overwrite or delete its files")
     return problems

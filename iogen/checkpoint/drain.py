@@ -35,6 +35,40 @@ from ..errors import DataError
 from ..filecopy import ALIGN, CopyJob, buffers, copy_files
 
 
+def tier_problems(wl) -> list[str]:
+    """Checkpoint folders that would write onto each other or onto the data, compared as given and
+    after symbolic links: `checkpoint.local_folder` and `checkpoint_folder` the same folder or one
+    inside the other (the drain would copy each file onto itself), or a checkpoint folder that is
+    or lies inside `dataset.data_folder` (checkpoints among the data files). Empty when fine."""
+    if not wl.workflow.checkpoint:
+        return []
+    from ..staging import paths_overlap
+
+    def forms(path):
+        return {os.path.abspath(path), os.path.realpath(path)}
+
+    files = wl.storage.storage_type != "s3"  # with s3, data and checkpoint folders are key prefixes
+    ck = wl.checkpoint
+    folders = [("checkpoint.checkpoint_folder", ck.checkpoint_folder)] if files else []
+    if ck.local_folder:
+        folders.append(("checkpoint.local_folder", ck.local_folder))
+    problems = []
+    if ck.local_folder and files and any(paths_overlap(a, b) for a in forms(ck.local_folder)
+                                         for b in forms(ck.checkpoint_folder)):
+        problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the same folder as (or inside, or "
+                        f"holding) checkpoint.checkpoint_folder ({ck.checkpoint_folder}), directly or through a "
+                        "symbolic link: the drain would copy each checkpoint onto itself; give the fast tier its own "
+                        "folder")
+    if files and (wl.workflow.train or wl.workflow.evaluation):
+        data = forms(wl.dataset.data_folder)
+        for key, folder in folders:
+            if any(a == b or a.startswith(b.rstrip(os.sep) + os.sep) for a in forms(folder) for b in data):
+                problems.append(f"{key} = {folder!r}: is or lies inside dataset.data_folder ({wl.dataset.data_folder}), "
+                                "directly or through a symbolic link: checkpoints would be written among the data "
+                                "files; choose a folder outside it")
+    return problems
+
+
 class Drainer:
     """Background copies of finished checkpoints from the local to the shared folder."""
 

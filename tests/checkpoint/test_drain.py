@@ -9,7 +9,7 @@ import pytest
 from iogen.metrics.drain import drain_block
 from iogen.steplog import PHASE_TRAIN, STEP_DTYPE
 
-from ..conftest import load_summary, popen_iogen
+from ..conftest import load_summary, popen_iogen, tree_state
 
 SIZE = 4 << 20
 
@@ -193,3 +193,48 @@ def test_a_killed_drains_temporaries_are_swept_by_the_next_drain(tmp_path):
     assert run(wl, SingleWorld(), quiet=True).summary["iogen"]["complete"] is True
     assert not os.path.exists(f"{final}.tmp.{dead.pid}") and os.path.exists(f"{final}.tmp.{os.getppid()}")
     assert os.path.getsize(final) == files.layouts[0].size_bytes
+
+
+@pytest.mark.parametrize("case, key", [
+    ("same", "checkpoint.local_folder"),
+    ("symlink", "checkpoint.local_folder"),
+    ("local_in_data", "checkpoint.local_folder"),
+    ("shared_in_data", "checkpoint.checkpoint_folder"),
+    ("sync_without_local", "checkpoint.drain"),
+])
+def test_checkpoint_tiers_that_overlap_are_refused_by_validate_and_run(tiny, tmp_path, iogen_cmd, case, key):
+    """Issue 21.9: the tiers on one folder (directly or through a link: the drain copied each file
+    onto itself), a checkpoint folder inside the data, or a sync drain with no local tier."""
+    extra = {}
+    if case == "same":
+        extra["checkpoint.local_folder"] = str(tmp_path / "shared")
+    elif case == "symlink":
+        (tmp_path / "shared").mkdir()
+        os.symlink(tmp_path / "shared", tmp_path / "fast")
+        extra["checkpoint.local_folder"] = str(tmp_path / "fast")
+    elif case == "local_in_data":
+        extra["checkpoint.local_folder"] = str(tmp_path / "data" / "train")
+    elif case == "shared_in_data":
+        extra["checkpoint.checkpoint_folder"] = str(tmp_path / "data" / "ckpt")
+    else:
+        extra = {"checkpoint.local_folder": None, "checkpoint.drain": "sync"}
+    over = [o for o in _over(tiny, tmp_path, **extra) if o != "checkpoint.local_folder=None"]
+    before = tree_state(tmp_path)
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "default", *over)
+        assert res.returncode == 2, (command, res.stderr)
+        assert key in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert tree_state(tmp_path) == before
+
+
+def test_llm_checkpoint_tiers_on_one_folder_through_a_link_are_refused(tmp_path, iogen_cmd):
+    (tmp_path / "shared").mkdir()
+    os.symlink(tmp_path / "shared", tmp_path / "fast")
+    over = [f"checkpoint.checkpoint_folder={tmp_path / 'shared'}", f"checkpoint.local_folder={tmp_path / 'fast'}",
+            f"output.folder={tmp_path / 'results'}", *[f"{k}={v}" for k, v in LLM_TINY.items()]]
+    before = tree_state(tmp_path)
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "llama3-8b", *over)
+        assert res.returncode == 2 and "checkpoint.local_folder" in res.stderr, (command, res.stderr)
+        assert "Traceback" not in res.stderr
+    assert tree_state(tmp_path) == before
