@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .atomic import remove_stale_temps, temp_path, write_atomic
+from .atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
 from .errors import ConfigError, DataError
 from .filecopy import ALIGN, CopyJob, copy_files
 
@@ -43,12 +43,6 @@ from .filecopy import ALIGN, CopyJob, copy_files
 def staging_folder(template: str, node: str) -> str:
     """The node-local folder: `staging.folder` with `{node}` replaced by the node's name."""
     return template.replace("{node}", node)
-
-
-def paths_overlap(a: str, b: str) -> bool:
-    """True when absolute paths a and b are the same folder or one lies inside the other."""
-    a, b = a.rstrip(os.sep) or os.sep, b.rstrip(os.sep) or os.sep
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
 
 
 def guarded_folders(wl) -> list[tuple[str, str]]:

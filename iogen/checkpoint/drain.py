@@ -30,8 +30,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from ..atomic import remove_stale_temps, unlink_quietly
-from ..errors import DataError
+from ..atomic import make_folders, paths_overlap, remove_stale_temps, unlink_quietly
+from ..errors import DataError, OutputError
 from ..filecopy import ALIGN, CopyJob, buffers, copy_files
 
 
@@ -42,8 +42,6 @@ def tier_problems(wl) -> list[str]:
     or lies inside `dataset.data_folder` (checkpoints among the data files). Empty when fine."""
     if not wl.workflow.checkpoint:
         return []
-    from ..staging import paths_overlap
-
     def forms(path):
         return {os.path.abspath(path), os.path.realpath(path)}
 
@@ -143,9 +141,9 @@ class Drainer:
             jobs = [CopyJob(src, dst, os.path.getsize(src)) for src, dst in pairs]
             for folder in sorted({os.path.dirname(job.dst) for job in jobs} | {self.shared}):
                 try:
-                    os.makedirs(folder, exist_ok=True)
-                except OSError as exc:
-                    raise DataError(self.shared, f"cannot create the shared checkpoint folder: {exc.strerror}") from None
+                    make_folders(folder, "the shared checkpoint folder")
+                except OutputError as exc:
+                    raise DataError(self.shared, str(exc)) from None
                 # a killed drain's half-copied files of these names (their writer's pid gone) hold space
                 remove_stale_temps(folder, {os.path.basename(j.dst) for j in jobs if os.path.dirname(j.dst) == folder})
             copy_files(jobs, self.threads, self.transfer, bufs=self._buffers, what="the drained checkpoint",

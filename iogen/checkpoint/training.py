@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from .. import core
-from ..atomic import remove_stale_temps
+from ..atomic import make_folders, remove_stale_temps
 from .io import CheckpointIO
 from .model import Tensor
 from .torchzip import raw_layout
@@ -112,7 +112,7 @@ class Checkpointer:
         self.previous = written
 
     def _write_file(self, epoch: int, step: int) -> str:
-        os.makedirs(self.folder, exist_ok=True)
+        make_folders(self.folder, "the checkpoint folder")
         if not self.count:  # a killed run's half-written checkpoints of this workload hold space
             remove_stale_temps(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
                                and final.endswith(".ckpt"))

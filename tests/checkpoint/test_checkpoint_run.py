@@ -195,3 +195,55 @@ def test_a_failed_checkpoint_run_says_so_in_its_log(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
     last = _lines(run_dir, "iogen.log")[-1]
     assert "run incomplete: " in last and "global_epoch1_step1" in last
+
+
+@pytest.mark.parametrize("case", ["file", "dangling", "loop"])
+def test_something_in_the_way_of_a_checkpoint_folder_is_named_in_words(tmp_path, iogen_cmd, case):
+    """Issue 21.14: a file or a dangling link at a checkpoint's step folder, or a checkpoint folder
+    that is a link loop: exit 2 saying what is in the way, never a raw `[Errno 17]` / `[Errno 40]`."""
+    ckpt = tmp_path / "ckpt"
+    if case == "loop":
+        os.symlink(tmp_path / "loop", tmp_path / "loop")
+        ckpt = tmp_path / "loop"
+        words = "symbolic link loop"
+    else:
+        ckpt.mkdir()
+        step = ckpt / "global_epoch1_step1"
+        if case == "file":
+            step.write_text("mine")
+            words = f"{step} is a file, not a folder"
+        else:
+            os.symlink(tmp_path / "nowhere", step)
+            words = f"{step} is a dangling symbolic link"
+    res = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.checkpoint_folder": str(ckpt),
+                                                                  "checkpoint.num_checkpoints_write": 1,
+                                                                  "checkpoint.num_checkpoints_read": 0}))
+    assert res.returncode == 2, res.stderr
+    assert words in res.stderr and "[Errno" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if case == "file":
+        assert (ckpt / "global_epoch1_step1").read_text() == "mine"
+
+
+def test_a_folder_at_a_checkpoint_files_name_is_called_a_folder(tmp_path, iogen_cmd):
+    """Issue 21.14: not "truncated: 4096 bytes"."""
+    files = RankFiles(ModelSpec.from_workload(_wl(tmp_path)), 0, 1, "torch")
+    for path in files.paths(str(tmp_path / "ckpt"), 1):
+        os.makedirs(path)
+    res = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 0,
+                                                                  "checkpoint.num_checkpoints_read": 1}))
+    assert res.returncode == 2, res.stderr
+    assert "is a folder, not a checkpoint file" in res.stderr and "truncated" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("key, value", [
+    ("checkpoint.transfer_size", 1 << 40), ("checkpoint.write_threads", 5000), ("checkpoint.read_threads", 5000),
+    ("checkpoint.drain_threads", 5000),
+])
+def test_buffers_or_threads_no_host_holds_are_refused_naming_the_key(tmp_path, iogen_cmd, key, value):
+    """Issue 21.14: validate accepted 1 TiB transfers (4 TiB of buffers), run said "out of memory"."""
+    over = _overrides(tmp_path, **{key: value, "checkpoint.local_folder": str(tmp_path / "local")})
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "llama3-8b", *over)
+        assert res.returncode == 2 and key in res.stderr, (command, res.stderr)
+        assert "out of memory" not in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "local").exists()

@@ -82,6 +82,8 @@ def test_keep_then_reuse(tiny, tmp_path, iogen_cmd):
     ({"staging.folder": None}, "staging.folder"),
     ({"staging.folder": "{data}/inside"}, "staging.folder"),
     ({"staging.transfer_size": 1000}, "staging.transfer_size"),
+    ({"staging.transfer_size": 1 << 40}, "staging.transfer_size"),  # issue 21.14: not "out of memory"
+    ({"staging.threads": 5000}, "staging.threads"),
 ])
 def test_bad_staging_config_is_refused_before_anything(tiny, tmp_path, iogen_cmd, extra, key):
     extra = {k: v.replace("{data}", str(tmp_path / "data")) if isinstance(v, str) else v for k, v in extra.items()}
