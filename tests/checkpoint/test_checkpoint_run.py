@@ -247,3 +247,30 @@ def test_buffers_or_threads_no_host_holds_are_refused_naming_the_key(tmp_path, i
         assert res.returncode == 2 and key in res.stderr, (command, res.stderr)
         assert "out of memory" not in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "local").exists()
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_validate_describes_a_non_transformer_checkpoint_as_it_is_written(tmp_path, iogen_cmd, train):
+    """Issue 21.15: a checkpoint-only run of a model.model_size_bytes model on 2 ranks with tensor
+    parallelism 2 writes 2 framed files, not "one file" of 2x the bytes; during training rank 0
+    writes one raw file of exactly model_size_bytes."""
+    over = [f"checkpoint.checkpoint_folder={tmp_path / 'ck'}", f"output.folder={tmp_path / 'res'}",
+            "workflow.checkpoint=True", f"workflow.train={train}", "model.model_size_bytes=1000000",
+            "checkpoint.num_checkpoints_write=1", "checkpoint.num_checkpoints_read=0", "model.parallelism.tensor=2"]
+    if train:
+        over = [o for o in over if not o.startswith(("checkpoint.num_", "model.parallelism"))]
+    res = iogen_cmd("validate", "unet3d", *over, "-n", "2")
+    assert res.returncode == 0, res.stderr
+    (line,) = [x for x in res.stdout.split("\n---\n", 1)[1].splitlines() if x.startswith("checkpoint:")]
+    if train:
+        assert "rank 0 writes model.model_size_bytes = 1,000,000 bytes" in line and "one file" in line
+        return
+    import warnings
+
+    with warnings.catch_warnings():  # unet3d's training keys have no effect here: it says so
+        warnings.simplefilter("ignore")
+        wl = load_workload("unet3d", over)
+    spec = ModelSpec.from_workload(wl)
+    on_disk = sum(RankFiles(spec, r, 2, "torch").file_bytes for r in range(2))
+    assert "2 file(s) per checkpoint from 2 of 2 rank(s)" in line and f"{on_disk:,} bytes" in line, line
+    assert "one file" not in line

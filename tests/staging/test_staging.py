@@ -89,9 +89,10 @@ def test_bad_staging_config_is_refused_before_anything(tiny, tmp_path, iogen_cmd
     extra = {k: v.replace("{data}", str(tmp_path / "data")) if isinstance(v, str) else v for k, v in extra.items()}
     over = _overrides(tiny, tmp_path, **{"workflow.generate_data": True}, **extra)
     over = [o for o in over if o != "staging.folder=None"]  # no staging folder at all
-    res = iogen_cmd("run", "default", *over, cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    assert key in res.stderr and "Traceback" not in res.stderr
+    for command in ("validate", "run"):  # issue 21.15: validate refuses what run refuses
+        res = iogen_cmd(command, "default", *over, cwd=tmp_path)
+        assert res.returncode == 2, (command, res.stderr)
+        assert key in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()
 
 
