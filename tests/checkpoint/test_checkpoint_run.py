@@ -274,3 +274,12 @@ def test_validate_describes_a_non_transformer_checkpoint_as_it_is_written(tmp_pa
     on_disk = sum(RankFiles(spec, r, 2, "torch").file_bytes for r in range(2))
     assert "2 file(s) per checkpoint from 2 of 2 rank(s)" in line and f"{on_disk:,} bytes" in line, line
     assert "one file" not in line
+
+
+def test_datasize_and_datagen_refuse_a_checkpoint_only_workload(tmp_path, iogen_cmd):
+    """Issue 21.16: llama3-8b reads no dataset: no size recommendation, no unused dataset generated."""
+    res = iogen_cmd("datasize", "llama3-8b", "-N", "8")
+    assert res.returncode == 2 and "checkpoint-only" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    res = iogen_cmd("datagen", "llama3-8b", f"dataset.data_folder={tmp_path / 'data'}")
+    assert res.returncode == 2 and "checkpoint-only" in res.stderr, res.stderr
+    assert not (tmp_path / "data").exists()
