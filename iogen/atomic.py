@@ -24,7 +24,7 @@ import errno
 import os
 import re
 
-from .errors import OutputError
+from .errors import OutputError, in_the_way
 
 TMP_MARK = ".tmp."
 _TEMP_RE = re.compile(r"^(?P<final>.+)\.tmp\.(?P<pid>[0-9]+)$")
@@ -188,6 +188,12 @@ def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str 
             os.close(fd)
 
 
+def paths_overlap(a: str, b: str) -> bool:
+    """True when absolute paths a and b are the same folder or one lies inside the other."""
+    a, b = a.rstrip(os.sep) or os.sep, b.rstrip(os.sep) or os.sep
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
+
+
 def folder_problem(path: str, *, write: bool = True) -> str | None:
     """Why iogen could not create folder `path` or (`write`) write into it; None when it can. Creates nothing."""
     folder = os.path.abspath(path)
@@ -205,3 +211,15 @@ def folder_problem(path: str, *, write: bool = True) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"cannot be created: {parent} is not writable by this user"
     return None
+
+
+def make_folders(path: str, what: str = "the folder") -> None:
+    """os.makedirs(path, exist_ok=True), or an OutputError naming in words what is in the way
+    (a file, a dangling symbolic link, a link loop) or why it cannot be made."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        why = in_the_way(path) if exc.errno in (errno.EEXIST, errno.ENOTDIR, errno.ELOOP) else None
+        if why is None:
+            why = "a symbolic link loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise OutputError(path, f"cannot create {what}: {why}") from None

@@ -264,7 +264,9 @@ def run_command(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_OK
     except OSError as exc:
-        print(f"iogen: error: {exc}", file=sys.stderr)
+        from .errors import os_error_text
+
+        print(f"iogen: error: {os_error_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except MemoryError:
         # iogen.config.limits refuses what cannot fit before anything is written; this is the

@@ -127,6 +127,15 @@ def node_name(rank: int, environ=None, size: int | None = None) -> str:
     return name
 
 
+def configured_nodes(environ=None) -> list[str]:
+    """Every node name this host's configuration gives, without a world: IOGEN_NODE's names
+    (one, or one per rank), else the hostname (`iogen validate`'s staging check)."""
+    value = (os.environ if environ is None else environ).get("IOGEN_NODE", "").strip()
+    if not value:
+        return [socket.gethostname()]
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
 class SingleWorld:
     """A world of one process: every collective is the identity."""
 

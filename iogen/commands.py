@@ -59,6 +59,15 @@ def _require_for(wl, command: str, loader: bool = True) -> None:
     check_core()
 
 
+def _refuse_checkpoint_only(wl, command: str) -> None:
+    """datagen and datasize concern a dataset: a checkpoint-only workload (workflow.train False) reads none."""
+    if wl.workflow.checkpoint and not wl.workflow.train and not wl.workflow.evaluation:
+        from .errors import ConfigError
+
+        raise ConfigError(f"workflow.train = False: {wl.name} is a checkpoint-only workload (docs/checkpointing.md); "
+                          f"it reads no dataset, so `iogen {command}` has nothing to do for it")
+
+
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -116,9 +125,12 @@ def cmd_validate(args) -> int:
     from .dataset import DatasetLayout
     from .plan import steps_per_epoch
 
+    from .runner import check_workload
+
     wl = _load(args)
     world = args.world_size or launcher_world_size()
     _check_host(wl, world)
+    check_workload(wl)  # what `iogen run` refuses before it starts (staging: this host's node names)
     from .checkpoint.describe import checkpoint_lines, checkpoint_plan
 
     ckpt = checkpoint_plan(wl, world)
@@ -165,6 +177,7 @@ def cmd_datagen(args) -> int:
     from .runner import generate_data
 
     wl = _load(args)
+    _refuse_checkpoint_only(wl, "datagen")
     _require_for(wl, "datagen", loader=False)
     _check_host(wl, generate=True, workers=args.workers)
     _check_folders(wl, data=True)
@@ -201,6 +214,7 @@ def cmd_datasize(args) -> int:
     from .sizing import GIB, commands_for, render_text, workload_data_size
 
     wl = _load(args)
+    _refuse_checkpoint_only(wl, "datasize")
     if args.host_memory is None:
         memory = host_facts()["memory_total_bytes"]
         if not memory:

@@ -76,6 +76,14 @@ class Engine:
 
     def run(self) -> EngineResult:
         """All epochs, with eval and checkpoints where the workload asks for them."""
+        try:
+            return self._run()
+        except BaseException:
+            if self.checkpointer is not None:
+                self.checkpointer.abort()  # a drain in flight ends before the run's epilogue
+            raise
+
+    def _run(self) -> EngineResult:
         wl, res = self.wl, EngineResult(spin_ns=self.spin_ns)
         for epoch in range(1, wl.train.epochs + 1):
             if wl.workflow.train:

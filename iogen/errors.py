@@ -6,7 +6,51 @@ wait timed out, the liveness watch aborted the job, or an internal error), 130 i
 error class carries its own.
 """
 
+import errno
+import os
+
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def in_the_way(path: str) -> str | None:
+    """What blocks creating folder `path`: 'P is a file' / 'a dangling symbolic link' / 'a symbolic
+    link loop' for its first component P that is not a folder; None when nothing does."""
+    p = os.path.abspath(path)
+    chain = []
+    while p != os.path.dirname(p):
+        chain.append(p)
+        p = os.path.dirname(p)
+    for p in reversed(chain):
+        if not os.path.lexists(p):
+            return None
+        if os.path.isdir(p):
+            continue
+        if os.path.islink(p):
+            try:
+                os.stat(p)
+            except OSError as exc:
+                return f"{p} is a symbolic link loop" if exc.errno == errno.ELOOP else \
+                    f"{p} is a dangling symbolic link (to {os.readlink(p)})"
+        return f"{p} is a file, not a folder"
+    return None
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError as one line in words, without Python's '[Errno N]': 'PATH: what went wrong'.
+
+    'File exists' from creating a folder names what is in the way (a file, a dangling link),
+    'Too many levels of symbolic links' says it is a link loop.
+    """
+    what = exc.strerror or str(exc) or type(exc).__name__
+    path = exc.filename
+    if exc.errno == errno.ELOOP:
+        what = "a symbolic link loop (too many levels of symbolic links)"
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR) and path is not None:
+        what = in_the_way(os.fsdecode(path)) or what
+    if path is None:
+        return what
+    where = os.fsdecode(path) + (f" -> {os.fsdecode(exc.filename2)}" if exc.filename2 is not None else "")
+    return f"{where}: {what}"
 
 
 class IogenError(Exception):

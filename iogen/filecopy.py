@@ -84,11 +84,15 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
 
 
 def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_read: bool = False,
-               direct_write: bool = False, done=None, bufs: list | None = None, what: str = "the copy") -> None:
+               direct_write: bool = False, done=None, bufs: list | None = None, what: str = "the copy",
+               stop: threading.Event | None = None) -> None:
     """Copy every job with `threads` threads (or one per buffer of `bufs`), biggest files first.
 
     `done(job)` is called (under a lock) after each file; the first error stops the others and
-    is raised. Destination folders must exist.
+    is raised. Destination folders must exist. `stop` set (another thread's interrupt): no
+    thread starts another file, and the call returns once the files in flight are done. An
+    interrupt of the calling thread waits for them as well, then is raised: either way no
+    temporary file is left and every destination is a whole file or absent.
     """
     work: queue.SimpleQueue = queue.SimpleQueue()
     for job in sorted(jobs, key=lambda j: -j.nbytes):  # big files first: the tail stays short
@@ -97,33 +101,42 @@ def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_
     lock = threading.Lock()
     bufs = bufs or buffers(max(1, min(threads, len(jobs))), transfer_size)
 
-    def worker(buf):
-        while not errors:
-            try:
-                job = work.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                copy_one(job, buf, direct_read=direct_read, direct_write=direct_write, what=what)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                with lock:
-                    errors.append(exc)
-                return
-            if done is not None:
-                with lock:
-                    done(job)
+    def worker(buf, finished):
+        try:
+            while not errors and not (stop is not None and stop.is_set()):
+                try:
+                    job = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    copy_one(job, buf, direct_read=direct_read, direct_write=direct_write, what=what)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                    with lock:
+                        errors.append(exc)
+                    return
+                if done is not None:
+                    with lock:
+                        done(job)
+        finally:
+            finished.set()
 
-    pool = [threading.Thread(target=worker, args=(buf,), name=f"iogen-copy-{i}", daemon=True)
-            for i, buf in enumerate(bufs[:max(1, min(len(bufs), len(jobs)))])]
-    for t in pool:
-        t.start()
+    # Each thread says when it is done through its own event: Thread.join() interrupted by a
+    # signal handler's exception may report a running thread as stopped (CPython's bpo-45274
+    # clean-up), after which join() no longer waits for it.
+    pool = [(threading.Thread(target=worker, args=(buf, ended), name=f"iogen-copy-{i}", daemon=True), ended)
+            for i, (buf, ended) in enumerate((b, threading.Event())
+                                             for b in bufs[:max(1, min(len(bufs), len(jobs)))])]
+    started = []
     try:
-        for t in pool:
-            t.join()
-    except BaseException as exc:  # an interrupt (SIGINT/SIGTERM) while waiting
+        for t, ended in pool:
+            t.start()
+            started.append(ended)
+        for ended in started:
+            ended.wait()
+    except BaseException as exc:  # an interrupt (SIGINT/SIGTERM) while starting or waiting
         errors.append(exc)  # the threads stop after their current file...
-        for t in pool:
-            t.join()  # ...and are done before the caller cleans up what they wrote
+        for ended in started:
+            ended.wait()  # ...and are done before the caller cleans up what they wrote
         raise
     if errors:
         raise errors[0]

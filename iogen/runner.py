@@ -131,21 +131,40 @@ class _RunState:
         return first
 
 
+def check_workload(wl, nodes=None) -> None:
+    """What `iogen run` refuses before it starts and `iogen validate` refuses too (one check for both):
+    the staging settings (iogen.staging.check_config; `nodes` as there: a run passes () and
+    checks each rank's real node at stage-in) and checkpoint folders that overlap each other or
+    the data (iogen.checkpoint.drain.tier_problems). Every problem at once, exit 2."""
+    from .checkpoint.drain import tier_problems
+    from .staging import check_config
+
+    problems = tier_problems(wl)
+    try:
+        check_config(wl, nodes)
+    except ConfigError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+
+
 def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunOutcome:
     """Run the workload on this rank; rank 0 writes the run folder's shared files.
 
     If any rank fails, every rank raises (the failing rank its own error, the others
     RankFailure naming it), after an incomplete summary is written if the run folder exists.
     """
+    check_workload(wl, nodes=())  # the staging folder's overlaps: each rank's real node, at stage-in
     if wl.workflow.checkpoint and not wl.workflow.train:
         from .checkpoint.phases import run_checkpoints  # DLIO's checkpoint-only mode
 
         return RunOutcome(*run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream))
     if not (wl.workflow.train or wl.workflow.evaluation):
         raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
-    from .staging import check_config, finish_staging
+    from .staging import check_nodes, finish_staging
 
-    check_config(wl)
+    if wl.workflow.stage_data:
+        check_nodes(wl, world)  # every rank's real staging folder, before anything is generated or copied
     st = _RunState()
     error = None
     try:

@@ -122,6 +122,15 @@ def _env() -> dict:
     return env
 
 
+def signal_probe(pgid: int, sig: int) -> None:
+    """Send `sig` to a probe's process group; a group already gone (the probe ended just as the
+    signal came: `[Errno 3] No such process`) has nothing left to stop."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, overrides: list,
               accelerator: str | None, runs: int) -> Probe:
     """Launch one probe: `<launcher with n> python -m iogen run ...` into `folder`, output to probe.log."""
@@ -143,11 +152,11 @@ def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, 
         try:
             rc = proc.wait()
         except KeyboardInterrupt:
-            os.killpg(proc.pid, signal.SIGINT)
+            signal_probe(proc.pid, signal.SIGINT)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                signal_probe(proc.pid, signal.SIGKILL)
                 proc.wait()
             raise
     probe = Probe(index, n, folder, rc, time.monotonic() - t0)

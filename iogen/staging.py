@@ -12,8 +12,15 @@ whether staging pays). `workflow.stage_data: true` does that:
   `staging.transfer_size` bytes (iogen/filecopy.py over iogen.core.copier, GIL released),
   O_DIRECT on either side if asked, into iogen's temporary name, renamed when complete;
 - the run then reads `<staging.folder>/<train|valid>/...`, the same relative paths;
-- staged copies are removed at the end unless `staging.keep`; with `staging.reuse` a staged file
-  whose size matches its source (and a manifest equal to the source's) is not copied again.
+- the staging folder, as each node resolves it (its real node name, after symlinks), must not
+  be, hold or lie inside the data, output or checkpoint folders: every rank checks its own
+  before anything is copied, and one rank's refusal stops every rank (exit 2);
+- a file already under a staged name is never overwritten or deleted: with `staging.reuse` it
+  is reused when verified (its size is the source's, under a staged manifest equal to the
+  source's), otherwise it is refused by name (exit 2). A sub-folder of the staging folder that
+  is a symbolic link is refused by name: nothing is written or deleted through it;
+- at the end (unless `staging.keep`) only what this invocation created is removed: reused
+  files stay, they are the user's.
 
 A failed copy removes every file and folder this invocation created and raises the error of
 iogen/filecopy.py: DataError naming the source (unreadable, short, or not the manifest's
@@ -22,12 +29,13 @@ CRC-32C) or OutputError naming the staged copy (a write error; a full disk says 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .atomic import temp_path, write_atomic
+from .atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
 from .errors import ConfigError, DataError
 from .filecopy import ALIGN, CopyJob, copy_files
 
@@ -35,6 +43,36 @@ from .filecopy import ALIGN, CopyJob, copy_files
 def staging_folder(template: str, node: str) -> str:
     """The node-local folder: `staging.folder` with `{node}` replaced by the node's name."""
     return template.replace("{node}", node)
+
+
+def guarded_folders(wl) -> list[tuple[str, str]]:
+    """(key, folder) of the local folders a staging folder must keep out of: data, output, checkpoints."""
+    files = wl.storage.storage_type != "s3"  # with s3, data and checkpoint folders are key prefixes
+    out = [("dataset.data_folder", wl.dataset.data_folder)] if files else []
+    out.append(("output.folder", wl.output.folder))
+    if wl.workflow.checkpoint:
+        if files:
+            out.append(("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder))
+        if wl.checkpoint.local_folder:
+            out.append(("checkpoint.local_folder", wl.checkpoint.local_folder))
+    return out
+
+
+def overlap_problems(wl, node: str) -> list[str]:
+    """Why node `node`'s staging folder cannot be used: it is, holds or lies inside the data,
+    output or checkpoint folders, compared as given and after symlinks (os.path.realpath)."""
+    template = wl.staging.folder
+    folder = staging_folder(template, node)
+    real = os.path.realpath(folder)
+    mine = {os.path.abspath(folder), real}
+    where = f"{folder}" + ("" if real == os.path.abspath(folder) else f", which resolves to {real}")
+    problems = []
+    for key, other in guarded_folders(wl):
+        theirs = {os.path.abspath(other), os.path.realpath(other)}
+        if any(paths_overlap(a, b) for a in mine for b in theirs):
+            problems.append(f"staging.folder = {template!r} is {where} on node {node!r}: it must not be, contain "
+                            f"or lie inside {key} ({other}); staging there would overwrite or delete its files")
+    return problems
 
 
 def run_files(wl, layout, world, seed: int, phase: str) -> np.ndarray:
@@ -72,7 +110,6 @@ class StageReport:
     reused_bytes: int = 0
     created: list = field(default_factory=list)  # files this invocation wrote (removed at the end)
     created_dirs: list = field(default_factory=list)
-    layouts_files: list = field(default_factory=list)  # (source layout, file indices) staged
     object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
 
     @property
@@ -88,8 +125,13 @@ class StageReport:
                 "reused_files": self.reused_files, "reused_bytes": self.reused_bytes}
 
 
-def check_config(wl) -> None:
-    """Refuse staging settings that cannot work, before anything is written."""
+def check_config(wl, nodes=None) -> None:
+    """Refuse staging settings that cannot work, before anything is written.
+
+    `nodes`: the node names whose staging folders are checked against the data, output and
+    checkpoint folders; None: the names this host's configuration gives (IOGEN_NODE's, or the
+    hostname; `iogen validate`). A run checks each rank's real node at stage-in (stage_in).
+    """
     st = wl.staging
     if not wl.workflow.stage_data:
         return
@@ -97,12 +139,13 @@ def check_config(wl) -> None:
     if not st.folder:
         problems.append("staging.folder: workflow.stage_data is on but no staging folder is set "
                         "(a node-local path, e.g. /local/nvme/iogen; `{node}` is replaced by the node name)")
-    elif wl.storage.storage_type != "s3":  # with s3, data_folder is a key prefix: no local path to overlap
-        data = os.path.realpath(wl.dataset.data_folder)
-        local = os.path.realpath(staging_folder(st.folder, "node"))
-        if local == data or local.startswith(data + os.sep) or data.startswith(local + os.sep):
-            problems.append(f"staging.folder = {st.folder!r}: must not be, contain or lie inside "
-                            f"dataset.data_folder ({wl.dataset.data_folder!r})")
+    else:
+        if nodes is None:
+            from .comm import configured_nodes
+
+            nodes = configured_nodes()
+        for node in dict.fromkeys(nodes):
+            problems += overlap_problems(wl, node)
     if wl.storage.storage_type == "s3" and st.odirect_read:
         problems.append("staging.odirect_read = True applies to a file source; with storage.storage_type s3 the "
                         "source is a bucket (ranged GETs): set it to False")
@@ -110,6 +153,20 @@ def check_config(wl) -> None:
         problems.append(f"staging.transfer_size = {st.transfer_size}: must be a multiple of {ALIGN} bytes")
     if problems:
         raise ConfigError(problems)
+
+
+def check_nodes(wl, world) -> None:
+    """Every rank checks its own node's staging folder (its real node name, after symlinks) against
+    the data, output and checkpoint folders, and all learn whether any rank refused: a bounded
+    collective (one allreduce), so every rank stops with exit 2 together, before anything is
+    generated, created or copied. The refusing rank names the folders; the others name it."""
+    problems = overlap_problems(wl, world.node)
+    first = int(world.allreduce_array(np.array([world.rank if problems else world.size], np.int64), "min")[0])
+    if problems:
+        raise ConfigError(problems)
+    if first < world.size:
+        raise ConfigError(f"staging.folder = {wl.staging.folder!r}: on rank {first}'s node it is, contains or lies "
+                          "inside the data, output or checkpoint folders (its message names them); nothing was staged")
 
 
 def plan_jobs(layouts_files, folder: str, objects: dict | None = None) -> list[CopyJob]:
@@ -242,19 +299,9 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
         _stat_sources(jobs)
     manifests = [(sources[lay.folder], d) for lay, (_, d) in zip(layouts, _manifest_pairs(layouts, report.folder))
                  if sources[lay.folder] is not None]
-    todo = jobs
-    if st.reuse and all(_read_bytes(d) == data for data, d in manifests):
-        todo = []
-        for job in jobs:
-            try:
-                same = os.stat(job.dst).st_size == job.nbytes
-            except OSError:
-                same = False
-            if same:
-                report.reused_files += 1
-                report.reused_bytes += job.nbytes
-            else:
-                todo.append(job)
+    _refuse_links(report.folder, jobs)
+    todo = _reusable(jobs, manifests, report, st.reuse)
+    _sweep_temps(jobs, manifests)
     _make_dirs(jobs, report)
     total = sum(j.nbytes for j in todo)
     copied = [0, 0]
@@ -276,7 +323,7 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
             copy_files(todo, st.threads, transfer_bytes(wl), direct_read=st.odirect_read,
                        direct_write=st.odirect_write, done=done, what="the staged copy")
         for data, dst in manifests:
-            if _read_bytes(dst) != data:
+            if not os.path.lexists(dst):  # one already there is the source's (_reusable verified it)
                 write_atomic(dst, data, what="the staged manifest")
                 report.created.append(dst)
     except BaseException:
@@ -291,12 +338,20 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
 
 
 def remove_staged(report: StageReport) -> None:
-    """Remove the files and folders this invocation staged (what it reused stays unless it is ours)."""
+    """Remove the files and folders this invocation created (reused files stay: they are the user's).
+
+    Nothing is removed through a symbolic link: a path whose folder no longer resolves to the
+    same place under the staging folder is left alone.
+    """
+    inside = _InsideFolder(report.folder)
     for path in report.created:
-        _remove(path)
-        _remove(temp_path(path))
+        if inside(os.path.dirname(path)):
+            _remove(path)
+            _remove(temp_path(path))
     report.created.clear()
     for d in sorted(report.created_dirs, key=len, reverse=True):
+        if os.path.abspath(d).startswith(inside.root + os.sep) and not inside(os.path.dirname(d)):
+            continue  # under the staging folder: only through real folders (it and those above it: rmdir)
         try:
             os.rmdir(d)
         except OSError:
@@ -304,12 +359,97 @@ def remove_staged(report: StageReport) -> None:
     report.created_dirs.clear()
 
 
-def remove_all_staged(wl, layouts_files, report: StageReport) -> None:
-    """End of run without staging.keep: remove every staged file of the node, reused ones too."""
-    for job in plan_jobs(layouts_files, report.folder):
-        report.created.append(job.dst)
-    report.created.extend(d for _, d in _manifest_pairs([lay for lay, _ in layouts_files], report.folder))
-    remove_staged(report)
+class _InsideFolder:
+    """inside(d): folder d lies under `root` through real folders only (no symbolic link on the way)."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.real = os.path.realpath(root)
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, folder: str) -> bool:
+        folder = os.path.abspath(folder)
+        if folder not in self.seen:
+            rel = os.path.relpath(folder, self.root)
+            self.seen[folder] = not rel.startswith(os.pardir) and \
+                os.path.realpath(folder) == os.path.normpath(os.path.join(self.real, rel))
+        return self.seen[folder]
+
+
+def _refuse_links(folder: str, jobs: list[CopyJob]) -> None:
+    """A sub-folder of the staging folder on the way to a staged file that is a symbolic link (or
+    not a folder) is refused by name: staging never writes, nor deletes, through it."""
+    root = os.path.abspath(folder)
+    checked = set()
+    for d in sorted({os.path.dirname(os.path.abspath(j.dst)) for j in jobs}):
+        p = root
+        for part in os.path.relpath(d, root).split(os.sep):
+            if part == os.curdir:
+                continue
+            p = os.path.join(p, part)
+            if p in checked:
+                continue
+            checked.add(p)
+            if os.path.islink(p):
+                raise DataError(p, f"a symbolic link (to {os.readlink(p)}) inside staging.folder: iogen stages "
+                                   "only into real folders and never writes or deletes through a link; remove it")
+            if os.path.lexists(p) and not os.path.isdir(p):
+                raise DataError(p, "is a file, not a folder, inside staging.folder: remove it or choose another "
+                                   "staging.folder")
+            if not os.path.lexists(p):
+                break  # created by this run below
+
+
+def _reusable(jobs: list[CopyJob], manifests: list, report: StageReport, reuse: bool) -> list[CopyJob]:
+    """The jobs still to copy. A file already under a staged name is reused when `reuse` and it is
+    verified (the source's size, under a staged manifest equal to the source's); otherwise it is
+    refused by name. It is never overwritten, and not removed at the end (not created here)."""
+    there = {job.dst for job in jobs if os.path.lexists(job.dst)}
+    manifests_there = [(data, d) for data, d in manifests if os.path.lexists(d)]
+    if not there and not manifests_there:
+        return jobs
+    first = min(there) if there else manifests_there[0][1]
+    if not reuse:
+        raise DataError(first, f"already in the staging folder ({len(there) + len(manifests_there)} file(s) under "
+                               "the names this run would stage) and not staged by this run: iogen neither overwrites "
+                               "nor deletes it; set staging.reuse=True to reuse a verified copy, or remove it")
+    split_manifest = {os.path.dirname(d): (data, d) for data, d in manifests}
+    for data, d in manifests_there:
+        if _read_bytes(d) != data:
+            raise DataError(d, "the staged manifest differs from the source's: the staged files are another "
+                               "dataset's; iogen neither overwrites nor deletes them: remove them, or stage "
+                               "elsewhere")
+    todo = []
+    for job in jobs:
+        if job.dst not in there:
+            todo.append(job)
+            continue
+        split = next((s for s in split_manifest if job.dst.startswith(s + os.sep)), None)
+        if split is not None and not os.path.lexists(split_manifest[split][1]):
+            raise DataError(job.dst, f"already in the staging folder, but {split_manifest[split][1]} (the staged "
+                                     "manifest) is missing, so it cannot be verified: iogen neither overwrites nor "
+                                     "deletes it; remove it")
+        try:
+            st = os.stat(job.dst)
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except OSError:
+            size = None
+        if size != job.nbytes:
+            got = "is not a readable file" if size is None else f"holds {size:,} bytes"
+            raise DataError(job.dst, f"already in the staging folder and {got}, the source {job.nbytes:,}: not "
+                                     "a copy of it; iogen neither overwrites nor deletes it: remove it")
+        report.reused_files += 1
+        report.reused_bytes += job.nbytes
+    return todo
+
+
+def _sweep_temps(jobs: list[CopyJob], manifests: list) -> None:
+    """Remove the temporaries of the staged names that a killed iogen left (its pid is gone)."""
+    by_folder: dict[str, set] = {}
+    for dst in [job.dst for job in jobs] + [d for _, d in manifests]:
+        by_folder.setdefault(os.path.dirname(dst), set()).add(os.path.basename(dst))
+    for folder, names in by_folder.items():
+        remove_stale_temps(folder, names)
 
 
 def staged_layout(layout, folder: str, files=None):
@@ -363,14 +503,19 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     stager = world.node_leader  # the node's lowest rank
     folder = staging_folder(st.folder, node)
     phases = ["train", "eval"][:len(layouts)]
-    if st.scope == "node":
-        files = node_files(world, [run_files(wl, layout, world, seed, phase)
-                                   for layout, phase in zip(layouts, phases)])
-    else:
-        files = [np.arange(layout.num_files) for layout in layouts]
     report = StageReport(node, stager, folder, st.scope)
     transfers = None
     try:
+        # The authoritative overlap check: this rank's real node name and folder, before any copy;
+        # a refusal on one rank reaches the others at their next wait (world.fail), so all stop.
+        problems = overlap_problems(wl, node)
+        if problems:
+            raise ConfigError(problems)
+        if st.scope == "node":
+            files = node_files(world, [run_files(wl, layout, world, seed, phase)
+                                       for layout, phase in zip(layouts, phases)])
+        else:
+            files = [np.arange(layout.num_files) for layout in layouts]
         transfers = object_transfers(wl) if stager else None  # from a bucket: clients made before T_staging
         world.sync()  # staging starts together: T_staging is measured from here
         report.t_start_ns = monotonic_ns()
@@ -380,21 +525,21 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
         world.sync()  # no rank reads before every node has its copy
     except BaseException as exc:
         world.fail(exc)
+        remove_staged(report)  # a node that finished its copy before another rank failed removes it
         raise
     finally:
         if transfers is not None:
             transfers.close()
     report.t_end_ns = monotonic_ns()
-    report.layouts_files = list(zip(layouts, files))
     partial = st.scope == "node"
     return report, [staged_layout(layout, folder, f if partial else None) for layout, f in zip(layouts, files)]
 
 
 def finish_staging(wl, report: StageReport | None) -> None:
-    """End of run: the stager removes the node's staged copies unless staging.keep."""
+    """End of run: the stager removes what it staged unless staging.keep (reused files stay)."""
     if report is None or not report.stager or wl.staging.keep:
         return
-    remove_all_staged(wl, report.layouts_files, report)
+    remove_staged(report)
 
 
 def log_staging(steplog, report: StageReport) -> None:

@@ -55,7 +55,12 @@ def run_on_threads(run, tasks, workers: int, name: str = "iogen-work", batch_ite
             if held:
                 done.put((True, held))
             done.put(None)
+            ended.release()
 
+    # stop() counts the threads that ended on a semaphore rather than join() them: a join()
+    # interrupted by a signal handler's exception may report a running thread as stopped
+    # (CPython's bpo-45274 clean-up), after which join() returns without waiting.
+    ended = threading.Semaphore(0)
     threads = [threading.Thread(target=worker, name=f"{name}_{k}") for k in range(workers)]
     for thread in threads:
         thread.start()
@@ -71,9 +76,12 @@ def run_on_threads(run, tasks, workers: int, name: str = "iogen-work", batch_ite
             else:
                 raise item[1]
 
+    waited = [0]
+
     def stop():
         halt.set()
-        for thread in threads:
-            thread.join()
+        while waited[0] < len(threads):
+            ended.acquire()
+            waited[0] += 1
 
     return results(), stop

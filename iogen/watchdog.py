@@ -151,9 +151,11 @@ def describe(exc: BaseException) -> str:
         return describe_interrupt(exc)
     if not msg:
         return type(exc).__name__
-    from .errors import IogenError
+    from .errors import IogenError, os_error_text
 
-    return msg if isinstance(exc, (IogenError, OSError)) else f"{type(exc).__name__}: {msg}"
+    if isinstance(exc, IogenError):
+        return msg
+    return os_error_text(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {msg}"
 
 
 def exit_code_of(exc: BaseException) -> int:

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny workloads in temporary folders, and running the real `iogen` command."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -48,6 +49,31 @@ def run_iogen(*args, env=None, timeout=240, cwd=None):
         [iogen, *map(str, args)],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
     )
+
+
+IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")  # the installed console script
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_signals(sigs=SIGNALS):
+    """A preexec_fn: the child starts with these signals' default dispositions, unblocked.
+
+    A test runner started under `nohup`, or as a background job of a non-interactive shell,
+    ignores SIGHUP or SIGINT, and a child inherits an ignored disposition (iogen, like Python,
+    keeps it: that is what nohup asks for). A test that sends a signal starts its child with
+    this, so it tests iogen, not how the suite was started.
+    """
+    def reset():
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    return reset
+
+
+def popen_iogen(*args, sigs=SIGNALS, **kwargs):
+    """Start the installed `iogen ARGS...` (pipes for its output) with `sigs` at their defaults."""
+    return subprocess.Popen([IOGEN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals(sigs), **kwargs)
 
 
 @pytest.fixture
@@ -129,3 +155,24 @@ class FileOpens:
 def file_opens():
     """Factory: FileOpens(folders) starts counting opens in those folders."""
     return FileOpens
+
+
+def tree_state(root, skip=()) -> dict:
+    """Every entry under root: {relative path: file bytes, ('link', target) or 'dir'}, symlinks not
+    followed; `skip`: relative folder paths left out. Compare two calls to show nothing changed."""
+    out = {}
+    root = str(root)
+    for folder, dirs, files in os.walk(root):
+        rel_folder = os.path.relpath(folder, root)
+        dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel_folder, d)) not in skip]
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            rel = os.path.normpath(os.path.join(rel_folder, name))
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                out[rel] = "dir"
+            else:
+                with open(path, "rb") as fh:
+                    out[rel] = fh.read()
+    return out

@@ -16,10 +16,18 @@ def checkpoint_plan(wl, world_size: int) -> dict | None:
     if spec.transformer:
         spec.check_world(world_size, subset)
     sizes = job_sizes(spec, world_size)
-    doc = {"world_size": world_size, "transformer": spec.transformer, "during_training": wl.workflow.train,
-           "mode": wl.checkpoint.mode, "format": wl.checkpoint.format if not wl.workflow.train else "raw",
+    during_training = bool(wl.workflow.train)
+    fmt = wl.checkpoint.format if not during_training else "raw"
+    if during_training:  # rank 0 alone writes model.model_size_bytes as one raw file (iogen.checkpoint.training)
+        from .model import JobSizes
+
+        sizes = JobSizes([spec.model_size_bytes] + [0] * (world_size - 1), [0] * world_size, 1)
+    doc = {"world_size": world_size, "transformer": spec.transformer, "during_training": during_training,
+           "mode": wl.checkpoint.mode, "format": fmt,
            "tensor": spec.tp, "pipeline": spec.pp, "data": spec.dp(world_size), "zero_stage": spec.zero_stage,
-           "num_parameters": spec.num_parameters(), **sizes.to_dict()}
+           "num_parameters": spec.num_parameters(), **sizes.to_dict(),
+           "writers": sum(1 for b in sizes.rank_bytes if b), "disk_bytes": _disk_bytes(spec, world_size, fmt)
+           if not during_training else spec.model_size_bytes}
     if subset:
         full = spec.mp * spec.dp(world_size)
         full_bytes = job_sizes(spec, full).total_bytes
@@ -30,6 +38,14 @@ def checkpoint_plan(wl, world_size: int) -> dict | None:
     return doc
 
 
+def _disk_bytes(spec, world_size: int, fmt: str) -> int:
+    """The job's checkpoint files' bytes on disk, the format's framing included (checkpoint-only runs)."""
+    from .torchzip import file_layout
+
+    return sum(file_layout(fmt, f.tensors).size_bytes for rank in range(world_size)
+               for f in spec.rank_files(rank, world_size))
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
@@ -38,9 +54,16 @@ def checkpoint_lines(doc: dict) -> list[str]:
     """The text form of `checkpoint_plan` (GiB = 2^30 bytes)."""
     per_model, per_opt = doc["rank_model_bytes"], doc["rank_optimizer_bytes"]
     if not doc["transformer"]:
-        return [f"checkpoint: rank 0 writes model.model_size_bytes = {doc['total_bytes']:,} bytes "
-                f"({_gib(doc['total_bytes'])}) per checkpoint, one file"
-                + (" (during training, the model's bytes without framing)" if doc["during_training"] else "")]
+        if doc["during_training"]:
+            return [f"checkpoint: rank 0 writes model.model_size_bytes = {doc['total_bytes']:,} bytes "
+                    f"({_gib(doc['total_bytes'])}) per checkpoint, one file of exactly those bytes (during "
+                    "training: the model's bytes without framing)"]
+        optimizer = f", optimizer {doc['optimizer_bytes']:,}" if doc["optimizer_bytes"] else ""
+        return [f"checkpoint: {doc['files']} file(s) per checkpoint from {doc['writers']} of {doc['world_size']} "
+                f"rank(s) (each of the first tensor x pipeline = {doc['tensor'] * doc['pipeline']} writes "
+                f"model.model_size_bytes); tensors {doc['total_bytes']:,} bytes (model {doc['model_bytes']:,}"
+                f"{optimizer}), {doc['disk_bytes']:,} bytes ({_gib(doc['disk_bytes'])}) on disk in format "
+                f"{doc['format']}"]
     lines = [
         f"checkpoint: {doc['world_size']} rank(s), tensor x pipeline x data = {doc['tensor']} x {doc['pipeline']} x "
         f"{doc['data']}, ZeRO stage {doc['zero_stage']}, {doc['num_parameters']:,} parameters, format {doc['format']}",

@@ -19,7 +19,10 @@ storage_type s3 the shared tier is the bucket: each file becomes the object of t
 under the checkpoint folder's URI (iogen/objectcopy.py: parts pread into reused buffers,
 `drain_threads` part uploads in flight, a failed upload aborted so no partial object appears).
 A failed drain is recorded (the summary carries it) and reported once the run's summary is
-written, naming the shared folder (and, on a bucket, the object and the HTTP status).
+written, naming the shared folder (and, on a bucket, the object and the HTTP status). An
+interrupted or failed run calls `stop()`: the drain in flight ends after its files in flight,
+so no partial file (`NAME.tmp.<pid>`) is left in the shared folder; a killed drain's
+temporaries (pid gone) are removed by the next drain of the same names.
 """
 from __future__ import annotations
 
@@ -27,9 +30,41 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from ..atomic import unlink_quietly
-from ..errors import DataError
+from ..atomic import make_folders, paths_overlap, remove_stale_temps, unlink_quietly
+from ..errors import DataError, OutputError
 from ..filecopy import ALIGN, CopyJob, buffers, copy_files
+
+
+def tier_problems(wl) -> list[str]:
+    """Checkpoint folders that would write onto each other or onto the data, compared as given and
+    after symbolic links: `checkpoint.local_folder` and `checkpoint_folder` the same folder or one
+    inside the other (the drain would copy each file onto itself), or a checkpoint folder that is
+    or lies inside `dataset.data_folder` (checkpoints among the data files). Empty when fine."""
+    if not wl.workflow.checkpoint:
+        return []
+    def forms(path):
+        return {os.path.abspath(path), os.path.realpath(path)}
+
+    files = wl.storage.storage_type != "s3"  # with s3, data and checkpoint folders are key prefixes
+    ck = wl.checkpoint
+    folders = [("checkpoint.checkpoint_folder", ck.checkpoint_folder)] if files else []
+    if ck.local_folder:
+        folders.append(("checkpoint.local_folder", ck.local_folder))
+    problems = []
+    if ck.local_folder and files and any(paths_overlap(a, b) for a in forms(ck.local_folder)
+                                         for b in forms(ck.checkpoint_folder)):
+        problems.append(f"checkpoint.local_folder = {ck.local_folder!r}: the same folder as (or inside, or "
+                        f"holding) checkpoint.checkpoint_folder ({ck.checkpoint_folder}), directly or through a "
+                        "symbolic link: the drain would copy each checkpoint onto itself; give the fast tier its own "
+                        "folder")
+    if files and (wl.workflow.train or wl.workflow.evaluation):
+        data = forms(wl.dataset.data_folder)
+        for key, folder in folders:
+            if any(a == b or a.startswith(b.rstrip(os.sep) + os.sep) for a in forms(folder) for b in data):
+                problems.append(f"{key} = {folder!r}: is or lies inside dataset.data_folder ({wl.dataset.data_folder}), "
+                                "directly or through a symbolic link: checkpoints would be written among the data "
+                                "files; choose a folder outside it")
+    return problems
 
 
 class Drainer:
@@ -51,6 +86,7 @@ class Drainer:
             self._start_objects()
         self._idle = threading.Event()
         self._idle.set()
+        self._stop = threading.Event()  # set by stop(): no drain starts another file
         self._thread = None
         self.events: list[dict] = []  # one per drained checkpoint, filled in as it completes
         self.waits = 0  # checkpoints that found the previous drain still running
@@ -105,13 +141,21 @@ class Drainer:
             jobs = [CopyJob(src, dst, os.path.getsize(src)) for src, dst in pairs]
             for folder in sorted({os.path.dirname(job.dst) for job in jobs} | {self.shared}):
                 try:
-                    os.makedirs(folder, exist_ok=True)
-                except OSError as exc:
-                    raise DataError(self.shared, f"cannot create the shared checkpoint folder: {exc.strerror}") from None
-            copy_files(jobs, self.threads, self.transfer, bufs=self._buffers, what="the drained checkpoint")
+                    make_folders(folder, "the shared checkpoint folder")
+                except OutputError as exc:
+                    raise DataError(self.shared, str(exc)) from None
+                # a killed drain's half-copied files of these names (their writer's pid gone) hold space
+                remove_stale_temps(folder, {os.path.basename(j.dst) for j in jobs if os.path.dirname(j.dst) == folder})
+            copy_files(jobs, self.threads, self.transfer, bufs=self._buffers, what="the drained checkpoint",
+                       stop=self._stop)
+            if self._stop.is_set():
+                raise InterruptedError("stopped: the run was interrupted or failed")
             event["drain_bytes"] = sum(job.nbytes for job in jobs)
-        except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
+        except Exception as exc:  # noqa: BLE001 - recorded, raised after the summary
             event["drain_error"] = self.error = str(exc)
+        except BaseException as exc:  # an interrupt of a sync drain: recorded, and it stops the run
+            event["drain_error"] = self.error = str(exc) or type(exc).__name__
+            raise
         finally:
             event["drain_end_ns"] = self._core.clock.now_ns()
             self._idle.set()
@@ -121,8 +165,11 @@ class Drainer:
 
         try:
             event["drain_bytes"] = upload_files(self._transfers, [(uri, src) for src, uri in pairs])
-        except BaseException as exc:  # noqa: BLE001 - recorded, raised after the summary
+        except Exception as exc:  # noqa: BLE001 - recorded, raised after the summary
             event["drain_error"] = self.error = str(exc)
+        except BaseException as exc:  # an interrupt of a sync drain: recorded, and it stops the run
+            event["drain_error"] = self.error = str(exc) or type(exc).__name__
+            raise
         finally:
             event["drain_end_ns"] = self._core.clock.now_ns()
             self._idle.set()
@@ -141,6 +188,16 @@ class Drainer:
             unlink_quietly(os.path.join(self.shared, os.path.basename(local_path)))
         except OSError:
             pass  # never drained there (a failed drain is already recorded)
+
+    def stop(self) -> None:
+        """The run was interrupted or failed: the drain in flight ends after its files in flight
+        (whole files under their names, no temporary left) and is waited for; none starts after."""
+        self._stop.set()
+        if self._thread is not None:
+            self._idle.wait()  # set when the drain thread ends (not join(): see iogen.filecopy.copy_files)
+        if self.store is not None:  # an upload in flight ends (a failed one is aborted: no partial object)
+            self._coordinator.shutdown(wait=True)
+            self._transfers.close()
 
     def finish(self) -> dict:
         """Wait for the last drain; the per-checkpoint events, waits and error for the summary."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import sys
 
 import numpy as np
 
 from .. import core
-from ..atomic import remove_stale_temps
-from ..errors import ConfigError, DataError
+from ..atomic import make_folders, remove_stale_temps
+from ..errors import ConfigError, DataError, os_error_text
 from .io import CheckpointIO, evict
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -78,10 +79,16 @@ def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
             try:
-                size = os.stat(path).st_size
+                st = os.stat(path)
             except FileNotFoundError:
                 raise DataError(path, f"checkpoint file is missing (checkpoint {checkpoint_id(step)} of "
                                       f"{folder}; write it first with checkpoint.num_checkpoints_write)") from None
+            except OSError as exc:
+                raise DataError(path, f"cannot read the checkpoint file: {os_error_text(exc)}") from None
+            if not stat.S_ISREG(st.st_mode):
+                what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+                raise DataError(path, f"is {what}, not a checkpoint file (checkpoint {checkpoint_id(step)} of {folder})")
+            size = st.st_size
             if size != layout.size_bytes:
                 what = "truncated" if size < layout.size_bytes else "longer than expected"
                 raise DataError(path, f"checkpoint file is {what}: {size} bytes, expected {layout.size_bytes} "
@@ -299,8 +306,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             world.barrier()
             t0 = core.clock.now_ns()
             if not writes_objects:
-                os.makedirs(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
-                            exist_ok=True)
+                make_folders(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
+                             "the checkpoint's folder")
             nbytes = writer.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
             written[i] = (nbytes, core.clock.now_ns() - t0)
             if drainer is not None:
@@ -339,6 +346,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             if reads_objects:
                 object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
+        if drainer is not None:
+            drainer.stop()  # the drain in flight ends with its files in flight: no partial file left
         world.fail(exc)
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
             doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from .. import core
-from ..atomic import remove_stale_temps
+from ..atomic import make_folders, remove_stale_temps
 from .io import CheckpointIO
 from .model import Tensor
 from .torchzip import raw_layout
@@ -112,7 +112,7 @@ class Checkpointer:
         self.previous = written
 
     def _write_file(self, epoch: int, step: int) -> str:
-        os.makedirs(self.folder, exist_ok=True)
+        make_folders(self.folder, "the checkpoint folder")
         if not self.count:  # a killed run's half-written checkpoints of this workload hold space
             remove_stale_temps(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
                                and final.endswith(".ckpt"))
@@ -132,6 +132,12 @@ class Checkpointer:
                 pass
             if self.drainer is not None:
                 self.drainer.remove_shared(stale)
+
+    def abort(self) -> None:
+        """The run was interrupted or failed: the drain in flight ends with its files in flight and
+        is waited for, so no partial file is left in the shared folder."""
+        if self.drainer is not None:
+            self.drainer.stop()
 
     def finish(self) -> dict | None:
         """End of run: wait for the last drain, stop the writer; what the drains did (None without a drain)."""

@@ -56,6 +56,12 @@ def resource_problems(wl, world_size: int = 1, *, ranks_per_node: int = 1, gener
     if rd.read_threads > MAX_THREADS:
         problems.append(f"reader.read_threads = {rd.read_threads}: at most {MAX_THREADS} threads (or DataLoader "
                         "worker processes) per rank; run more ranks for more parallelism")
+    for key, value in (("checkpoint.write_threads", wl.checkpoint.write_threads),
+                       ("checkpoint.read_threads", wl.checkpoint.read_threads),
+                       ("checkpoint.drain_threads", wl.checkpoint.drain_threads),
+                       ("staging.threads", wl.staging.threads)):
+        if value > MAX_THREADS:
+            problems.append(f"{key} = {value}: at most {MAX_THREADS} threads per rank")
     for split, files in (("train", ds.num_files_train), ("eval", ds.num_files_eval)):
         samples = files * ds.num_samples_per_file
         if samples > INT64_MAX:
@@ -99,7 +105,30 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
         # mean record (the largest batch is larger when sizes vary)
         "batches in flight": (rd.prefetch_size + 1) * batch * ds.record_length_bytes,
         "one file's index": ds.num_samples_per_file * INDEX_BYTES_PER_SAMPLE,
+        "checkpoint buffers": _checkpoint_buffer_bytes(wl),
+        "staging buffers": _staging_buffer_bytes(wl),
     }
+
+
+def _checkpoint_buffer_bytes(wl) -> int:
+    """One aligned buffer of checkpoint.transfer_size per writer thread (or per reader thread: a
+    checkpoint-only run frees the write buffers before it reads), plus one per drain thread."""
+    if not wl.workflow.checkpoint:
+        return 0
+    ck = wl.checkpoint
+    threads = max(ck.write_threads, ck.read_threads if not wl.workflow.train else 0)
+    if ck.local_folder and ck.drain != "off":
+        threads += ck.drain_threads
+    return threads * ck.transfer_size
+
+
+def _staging_buffer_bytes(wl) -> int:
+    """The stager's copy buffers: staging.threads of staging.transfer_size (or its default)."""
+    if not wl.workflow.stage_data:
+        return 0
+    from ..staging import transfer_bytes
+
+    return wl.staging.threads * transfer_bytes(wl)
 
 
 _KEYS = {
@@ -107,6 +136,8 @@ _KEYS = {
     "file table": "dataset.num_files_train",
     "batches in flight": "reader.prefetch_size x reader.batch_size x dataset.record_length_bytes",
     "one file's index": "dataset.num_samples_per_file",
+    "checkpoint buffers": "checkpoint.transfer_size x checkpoint.write_threads (read_threads, drain_threads)",
+    "staging buffers": "staging.transfer_size x staging.threads",
 }
 
 

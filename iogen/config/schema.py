@@ -501,6 +501,12 @@ class Workload(Section):
                 f"checkpoint.local_folder = {self.checkpoint.local_folder!r} but workflow.checkpoint is off: no "
                 "checkpoint would be written; set workflow.checkpoint=True or unset it"
             )
+        if self.workflow.checkpoint and not self.checkpoint.local_folder and self.checkpoint.drain != "async":
+            problems.append(
+                f"checkpoint.drain = {self.checkpoint.drain!r} but checkpoint.local_folder is not set: there is no "
+                "local tier to drain from (checkpoints go straight to checkpoint.checkpoint_folder); set "
+                "checkpoint.local_folder or remove checkpoint.drain"
+            )
         problems += self._checkpoint_modes()
         problems += self._model_problems()
         if rd.pytorch_dataset != "map" and self.storage.s3_client != "s3torchconnector":

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from ..errors import DataError, OutputError
 from ..steplog import PHASE_EVAL
 from ..steplog import wall_offset_ns
 from .timeseries import read_run_steps
@@ -100,7 +101,8 @@ def write_rank_trace(path, header, rows, hostname: str | None = None) -> int:
     offset = wall_offset_ns(header)
     tmp = f"{path}.tmp.{os.getpid()}"
     n = 0
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # never through a link
+    with open(fd, "w", encoding="utf-8") as fh:
         fh.write("[\n")
         for event in _metadata(rank, hostname):
             fh.write(json.dumps(event, separators=(",", ":")) + "\n")
@@ -113,8 +115,18 @@ def write_rank_trace(path, header, rows, hostname: str | None = None) -> int:
 
 def write_traces(run_dir, out_dir=None) -> list[str]:
     """Write every rank's trace of a run folder into <out_dir or run_dir/traces>/rank-NNNNN.pfw."""
-    out_dir = os.fspath(out_dir) if out_dir is not None else os.path.join(os.fspath(run_dir), TRACE_DIR)
-    os.makedirs(out_dir, exist_ok=True)
+    if out_dir is None:
+        out_dir = os.path.join(os.fspath(run_dir), TRACE_DIR)
+        # Only inside the run folder: a `traces` that is a link (or a file) is refused, never followed.
+        if os.path.islink(out_dir) or (os.path.lexists(out_dir) and not os.path.isdir(out_dir)):
+            what = f"a symbolic link (to {os.readlink(out_dir)})" if os.path.islink(out_dir) else "not a folder"
+            raise DataError(out_dir, f"is {what}: iogen writes a run's traces only into a real `{TRACE_DIR}` folder "
+                                     "inside the run folder; remove it")
+    out_dir = os.fspath(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(out_dir, f"cannot create the traces folder: {exc.strerror}") from None
     hostname = _hostname(run_dir)
     paths = []
     for header, rows in read_run_steps(run_dir):

@@ -250,3 +250,91 @@ def test_overwritten_header_bytes_are_found_and_content_is_not_checked(tmp_path)
     with pytest.raises(DataError) as err:
         run(reader, SingleWorld(), quiet=True)
     assert err.value.path == str(victim) and "at byte offset 100" in str(err.value)
+
+
+@pytest.mark.parametrize("case", ["file", "dangling", "loop"])
+def test_something_in_the_way_of_a_checkpoint_folder_is_named_in_words(tmp_path, iogen_cmd, case):
+    """Issue 21.14: a file or a dangling link at a checkpoint's step folder, or a checkpoint folder
+    that is a link loop: exit 2 saying what is in the way, never a raw `[Errno 17]` / `[Errno 40]`."""
+    ckpt = tmp_path / "ckpt"
+    if case == "loop":
+        os.symlink(tmp_path / "loop", tmp_path / "loop")
+        ckpt = tmp_path / "loop"
+        words = "symbolic link loop"
+    else:
+        ckpt.mkdir()
+        step = ckpt / "global_epoch1_step1"
+        if case == "file":
+            step.write_text("mine")
+            words = f"{step} is a file, not a folder"
+        else:
+            os.symlink(tmp_path / "nowhere", step)
+            words = f"{step} is a dangling symbolic link"
+    res = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.checkpoint_folder": str(ckpt),
+                                                                  "checkpoint.num_checkpoints_write": 1,
+                                                                  "checkpoint.num_checkpoints_read": 0}))
+    assert res.returncode == 2, res.stderr
+    assert words in res.stderr and "[Errno" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if case == "file":
+        assert (ckpt / "global_epoch1_step1").read_text() == "mine"
+
+
+def test_a_folder_at_a_checkpoint_files_name_is_called_a_folder(tmp_path, iogen_cmd):
+    """Issue 21.14: not "truncated: 4096 bytes"."""
+    files = RankFiles(ModelSpec.from_workload(_wl(tmp_path)), 0, 1, "torch")
+    for path in files.paths(str(tmp_path / "ckpt"), 1):
+        os.makedirs(path)
+    res = iogen_cmd("run", "llama3-8b", *_overrides(tmp_path, **{"checkpoint.num_checkpoints_write": 0,
+                                                                  "checkpoint.num_checkpoints_read": 1}))
+    assert res.returncode == 2, res.stderr
+    assert "is a folder, not a checkpoint file" in res.stderr and "truncated" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("key, value", [
+    ("checkpoint.transfer_size", 1 << 40), ("checkpoint.write_threads", 5000), ("checkpoint.read_threads", 5000),
+    ("checkpoint.drain_threads", 5000),
+])
+def test_buffers_or_threads_no_host_holds_are_refused_naming_the_key(tmp_path, iogen_cmd, key, value):
+    """Issue 21.14: validate accepted 1 TiB transfers (4 TiB of buffers), run said "out of memory"."""
+    over = _overrides(tmp_path, **{key: value, "checkpoint.local_folder": str(tmp_path / "local")})
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "llama3-8b", *over)
+        assert res.returncode == 2 and key in res.stderr, (command, res.stderr)
+        assert "out of memory" not in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "local").exists()
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_validate_describes_a_non_transformer_checkpoint_as_it_is_written(tmp_path, iogen_cmd, train):
+    """Issue 21.15: a checkpoint-only run of a model.model_size_bytes model on 2 ranks with tensor
+    parallelism 2 writes 2 framed files, not "one file" of 2x the bytes; during training rank 0
+    writes one raw file of exactly model_size_bytes."""
+    over = [f"checkpoint.checkpoint_folder={tmp_path / 'ck'}", f"output.folder={tmp_path / 'res'}",
+            "workflow.checkpoint=True", f"workflow.train={train}", "model.model_size_bytes=1000000",
+            "checkpoint.num_checkpoints_write=1", "checkpoint.num_checkpoints_read=0", "model.parallelism.tensor=2"]
+    if train:
+        over = [o for o in over if not o.startswith(("checkpoint.num_", "model.parallelism"))]
+    res = iogen_cmd("validate", "unet3d", *over, "-n", "2")
+    assert res.returncode == 0, res.stderr
+    (line,) = [x for x in res.stdout.split("\n---\n", 1)[1].splitlines() if x.startswith("checkpoint:")]
+    if train:
+        assert "rank 0 writes model.model_size_bytes = 1,000,000 bytes" in line and "one file" in line
+        return
+    import warnings
+
+    with warnings.catch_warnings():  # unet3d's training keys have no effect here: it says so
+        warnings.simplefilter("ignore")
+        wl = load_workload("unet3d", over)
+    spec = ModelSpec.from_workload(wl)
+    on_disk = sum(RankFiles(spec, r, 2, "torch").file_bytes for r in range(2))
+    assert "2 file(s) per checkpoint from 2 of 2 rank(s)" in line and f"{on_disk:,} bytes" in line, line
+    assert "one file" not in line
+
+
+def test_datasize_and_datagen_refuse_a_checkpoint_only_workload(tmp_path, iogen_cmd):
+    """Issue 21.16: llama3-8b reads no dataset: no size recommendation, no unused dataset generated."""
+    res = iogen_cmd("datasize", "llama3-8b", "-N", "8")
+    assert res.returncode == 2 and "checkpoint-only" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    res = iogen_cmd("datagen", "llama3-8b", f"dataset.data_folder={tmp_path / 'data'}")
+    assert res.returncode == 2 and "checkpoint-only" in res.stderr, res.stderr
+    assert not (tmp_path / "data").exists()

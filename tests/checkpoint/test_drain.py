@@ -9,7 +9,7 @@ import pytest
 from iogen.metrics.drain import drain_block
 from iogen.steplog import PHASE_TRAIN, STEP_DTYPE
 
-from ..conftest import load_summary
+from ..conftest import load_summary, popen_iogen, tree_state
 
 SIZE = 4 << 20
 
@@ -107,3 +107,134 @@ def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_ti
     shutil.rmtree(tmp_path / "local")
     again = load_workload("llama3-8b", [f"{k}={v}" for k, v in tiny.items()] + ["checkpoint.num_checkpoints_write=0"])
     assert run(again, SingleWorld(), quiet=True).summary["iogen"]["complete"] is True
+
+
+def _sigterm_once_a_drain_file_is_open(args, shared):
+    """Start `iogen ARGS`, send SIGTERM once a drain temporary is seen in `shared` (so it lands
+    while one is open), return (exit code, stderr)."""
+    import signal
+    import time
+
+    proc = popen_iogen(*args)
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(shared / "**" / "*.tmp.*"), recursive=True):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                "late: no drain temporary appeared before the run ended or within 120 s"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+LLM_TINY = {"model.num_layers": 2, "model.transformer.hidden_size": 1024, "model.transformer.ffn_hidden_size": 4096,
+            "model.transformer.vocab_size": 4096, "model.transformer.num_attention_heads": 8,
+            "model.transformer.num_kv_heads": 8}
+
+
+def test_sigterm_during_an_llm_drain_leaves_no_partial_file_in_the_shared_folder(tmp_path):
+    """Issue 21.3: SIGTERM while a checkpoint drains (the drain thread mid-file): exit 130, the
+    drain's files in flight end whole or not at all; no `.pt.tmp.<pid>` stays in the shared folder."""
+    shared = tmp_path / "shared"
+    over = {**LLM_TINY, "checkpoint.time_between_checkpoints": 0.5, "checkpoint.transfer_size": 4096,
+            "checkpoint.drain_threads": 1, "checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 0,
+            "checkpoint.checkpoint_folder": str(shared), "checkpoint.local_folder": str(tmp_path / "local"),
+            "checkpoint.drain": "async", "output.folder": str(tmp_path / "results")}
+    code, err = _sigterm_once_a_drain_file_is_open(["run", "llama3-8b", "-q", *[f"{k}={v}" for k, v in over.items()]],
+                                                   shared)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert not glob.glob(str(shared / "**" / "*.tmp.*"), recursive=True)
+    assert not glob.glob(str(tmp_path / "local" / "**" / "*.tmp.*"), recursive=True)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_sigterm_during_a_training_checkpoints_drain_leaves_no_partial_file(tiny, tmp_path, mode):
+    """The same for the training checkpointer (rank 0's one file), async and sync drains."""
+    over = _over(tiny, tmp_path, **{"checkpoint.drain": mode, "model.model_size_bytes": 128 << 20,
+                                    "checkpoint.transfer_size": 4096, "checkpoint.drain_threads": 1,
+                                    "train.epochs": 20})
+    code, err = _sigterm_once_a_drain_file_is_open(["run", "default", "-q", *over], tmp_path / "shared")
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert not glob.glob(str(tmp_path / "shared" / "*.tmp.*"))
+    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
+    assert "SIGTERM" in load_summary(run_dir)["iogen"]["incomplete_reason"]
+
+
+def test_a_killed_drains_temporaries_are_swept_by_the_next_drain(tmp_path):
+    """Issue 21.3: `NAME.tmp.<pid>` of a dead drain in the shared folder is removed when the same
+    checkpoint is drained again; a live process's temporary and other files are left alone."""
+    import subprocess
+
+    from iogen.checkpoint.model import ModelSpec
+    from iogen.checkpoint.phases import RankFiles
+    from iogen.comm import SingleWorld
+    from iogen.config import load_workload
+    from iogen.runner import run
+
+    over = {**LLM_TINY, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
+            "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+            "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0,
+            "checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0,
+            "checkpoint.checkpoint_folder": str(tmp_path / "shared"), "checkpoint.local_folder": str(tmp_path / "local"),
+            "output.folder": str(tmp_path / "results")}
+    wl = load_workload("llama3-8b", [f"{k}={v}" for k, v in over.items()])
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    final = files.paths(str(tmp_path / "shared"), 1)[0]
+    os.makedirs(os.path.dirname(final))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for pid in (dead.pid, os.getppid()):  # gone, and alive (the run is in this process: not its own pid)
+        with open(f"{final}.tmp.{pid}", "wb") as f:
+            f.write(b"half")
+    assert run(wl, SingleWorld(), quiet=True).summary["iogen"]["complete"] is True
+    assert not os.path.exists(f"{final}.tmp.{dead.pid}") and os.path.exists(f"{final}.tmp.{os.getppid()}")
+    assert os.path.getsize(final) == files.layouts[0].size_bytes
+
+
+@pytest.mark.parametrize("case, key", [
+    ("same", "checkpoint.local_folder"),
+    ("symlink", "checkpoint.local_folder"),
+    ("local_in_data", "checkpoint.local_folder"),
+    ("shared_in_data", "checkpoint.checkpoint_folder"),
+    ("sync_without_local", "checkpoint.drain"),
+])
+def test_checkpoint_tiers_that_overlap_are_refused_by_validate_and_run(tiny, tmp_path, iogen_cmd, case, key):
+    """Issue 21.9: the tiers on one folder (directly or through a link: the drain copied each file
+    onto itself), a checkpoint folder inside the data, or a sync drain with no local tier."""
+    extra = {}
+    if case == "same":
+        extra["checkpoint.local_folder"] = str(tmp_path / "shared")
+    elif case == "symlink":
+        (tmp_path / "shared").mkdir()
+        os.symlink(tmp_path / "shared", tmp_path / "fast")
+        extra["checkpoint.local_folder"] = str(tmp_path / "fast")
+    elif case == "local_in_data":
+        extra["checkpoint.local_folder"] = str(tmp_path / "data" / "train")
+    elif case == "shared_in_data":
+        extra["checkpoint.checkpoint_folder"] = str(tmp_path / "data" / "ckpt")
+    else:
+        extra = {"checkpoint.local_folder": None, "checkpoint.drain": "sync"}
+    over = [o for o in _over(tiny, tmp_path, **extra) if o != "checkpoint.local_folder=None"]
+    before = tree_state(tmp_path)
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "default", *over)
+        assert res.returncode == 2, (command, res.stderr)
+        assert key in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert tree_state(tmp_path) == before
+
+
+def test_llm_checkpoint_tiers_on_one_folder_through_a_link_are_refused(tmp_path, iogen_cmd):
+    (tmp_path / "shared").mkdir()
+    os.symlink(tmp_path / "shared", tmp_path / "fast")
+    over = [f"checkpoint.checkpoint_folder={tmp_path / 'shared'}", f"checkpoint.local_folder={tmp_path / 'fast'}",
+            f"output.folder={tmp_path / 'results'}", *[f"{k}={v}" for k, v in LLM_TINY.items()]]
+    before = tree_state(tmp_path)
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "llama3-8b", *over)
+        assert res.returncode == 2 and "checkpoint.local_folder" in res.stderr, (command, res.stderr)
+        assert "Traceback" not in res.stderr
+    assert tree_state(tmp_path) == before

@@ -62,3 +62,46 @@ def test_two_nodes_stage_their_share_once_and_read_only_it(mpi, file_opens, load
     assert again.returncode == 0, again
     st = mpi.load_json(os.path.join(mpi.run_dirs()[-1], "summary.json"))["iogen"]["staging"]
     assert st["reused"] is True and st["staged_files"] == 0
+
+
+def _tree(root):
+    from ..conftest import tree_state
+
+    return tree_state(root)
+
+
+def test_one_nodes_staging_folder_on_the_data_stops_every_rank_with_nothing_touched(mpi):
+    """Issue 21.1: node b's staging folder is a link to the dataset; only rank 1 sees it. Every
+    rank exits 2 before anything is copied (node a stages nothing either), the data intact."""
+    local = mpi.tmp_path / "local"
+    overrides = mpi.tiny(**{"workflow.stage_data": True, "staging.folder": str(local / "{node}"),
+                            "staging.scope": "full"})
+    gen = mpi.single(mpi.iogen("datagen", "default", *overrides, "-q"))
+    assert gen.returncode == 0, gen.stderr
+    local.mkdir()
+    os.symlink(mpi.tmp_path / "data", local / "b")
+    before = _tree(mpi.tmp_path / "data")
+    res = mpi.launch(2, mpi.iogen("run", "default", *overrides), env={"IOGEN_NODE": "a,b"})
+    assert res.rank_codes == {0: 2, 1: 2}, res
+    assert "staging.folder" in res.output and "dataset.data_folder" in res.output and "rank 1" in res.output, res
+    assert "Traceback" not in res.output, res
+    assert _tree(mpi.tmp_path / "data") == before
+    assert os.listdir(local) == ["b"] and mpi.run_dirs() == []
+
+
+def test_a_node_that_finished_staging_removes_its_copy_when_another_node_fails(mpi):
+    """Issue 21.3: node b's stager fails (a file where its split folder goes); node a's stager
+    finishes its copy whatever the order, meets the failure at the end-of-staging barrier, and
+    still removes everything it staged."""
+    local = mpi.tmp_path / "local"
+    overrides = mpi.tiny(**{"workflow.stage_data": True, "staging.folder": str(local / "{node}"),
+                            "staging.scope": "full"})
+    gen = mpi.single(mpi.iogen("datagen", "default", *overrides, "-q"))
+    assert gen.returncode == 0, gen.stderr
+    (local / "b").mkdir(parents=True)
+    (local / "b" / "train").write_text("not a folder")
+    res = mpi.launch(2, mpi.iogen("run", "default", *overrides), env={"IOGEN_NODE": "a,b"})
+    assert res.rank_codes == {0: 2, 1: 2}, res
+    assert str(local / "b" / "train") in res.output and "Traceback" not in res.output, res
+    assert sorted(os.listdir(local)) == ["b"], res  # node a's staged copy (and its folder) is gone
+    assert (local / "b" / "train").read_text() == "not a folder"

@@ -60,3 +60,25 @@ def test_checkpoint_and_eval_events(tmp_path):
     names = {e["name"] for e in read_pfw(path) if e["ph"] == "X"}
     assert "eval" in names and "compute" not in names
     assert {e["cat"] for e in read_pfw(path) if e["ph"] == "X"} == {"eval"}
+
+
+def test_report_trace_never_follows_a_traces_link_out_of_the_run_folder(tmp_path, capsys):
+    """Issue 21.10: a `traces` symlink planted in a run folder is refused (exit 2, named); nothing
+    is written where it points. A `traces` file likewise."""
+    from iogen.cli import main
+
+    run = make_run(str(tmp_path), "r", steps=3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(run, "traces"))
+    assert main(["report", run, "--no-html", "--trace", "-o", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert os.path.join(run, "traces") in err and "symbolic link" in err and "Traceback" not in err
+    assert os.listdir(outside) == []
+    os.unlink(os.path.join(run, "traces"))
+    with open(os.path.join(run, "traces"), "w") as fh:
+        fh.write("mine")
+    assert main(["report", run, "--no-html", "--trace", "-o", str(tmp_path / "rep")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    with open(os.path.join(run, "traces")) as fh:
+        assert fh.read() == "mine"

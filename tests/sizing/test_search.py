@@ -174,3 +174,17 @@ def test_search_probes_can_be_campaigns(iogen_cmd, tiny):
         for probe in point["probes"]:
             assert len(probe["run_dirs"]) == 2 and all("-campaign" in d for d in probe["run_dirs"])
     assert not os.path.exists(os.path.join(search_dir, "search.png"))
+
+
+def test_signalling_a_probe_that_just_ended_is_not_an_error():
+    """Issue 21.16: SIGTERM to `iogen search` just as its probe ended: os.killpg on the reaped
+    probe's group raised `[Errno 3] No such process` (exit 2) in place of the interrupt (130)."""
+    import signal
+    import subprocess
+
+    from iogen.search import signal_probe
+
+    probe = subprocess.Popen(["true"], start_new_session=True)
+    probe.wait()  # reaped: its process group is gone
+    signal_probe(probe.pid, signal.SIGINT)
+    signal_probe(probe.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ from iogen.filecopy import copy_files
 from iogen.staging import StageReport, plan_jobs, stage_node
 from iogen.steplog import PHASE_STAGE, read_steplog
 
-from ..conftest import load_summary
+from ..conftest import load_summary, popen_iogen, tree_state
 
 
 def _overrides(tiny, tmp_path, **extra):
@@ -82,14 +82,17 @@ def test_keep_then_reuse(tiny, tmp_path, iogen_cmd):
     ({"staging.folder": None}, "staging.folder"),
     ({"staging.folder": "{data}/inside"}, "staging.folder"),
     ({"staging.transfer_size": 1000}, "staging.transfer_size"),
+    ({"staging.transfer_size": 1 << 40}, "staging.transfer_size"),  # issue 21.14: not "out of memory"
+    ({"staging.threads": 5000}, "staging.threads"),
 ])
 def test_bad_staging_config_is_refused_before_anything(tiny, tmp_path, iogen_cmd, extra, key):
     extra = {k: v.replace("{data}", str(tmp_path / "data")) if isinstance(v, str) else v for k, v in extra.items()}
     over = _overrides(tiny, tmp_path, **{"workflow.generate_data": True}, **extra)
     over = [o for o in over if o != "staging.folder=None"]  # no staging folder at all
-    res = iogen_cmd("run", "default", *over, cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    assert key in res.stderr and "Traceback" not in res.stderr
+    for command in ("validate", "run"):  # issue 21.15: validate refuses what run refuses
+        res = iogen_cmd(command, "default", *over, cwd=tmp_path)
+        assert res.returncode == 2, (command, res.stderr)
+        assert key in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()
 
 
@@ -181,3 +184,163 @@ def test_corrupt_source_is_caught_by_the_manifest_crc_and_nothing_is_left(tiny, 
     assert res.returncode == 2, res.stderr
     assert victim in res.stderr and "CRC-32C" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "local").exists()  # no half-staged folder behind
+
+
+def _node_overrides(tiny, tmp_path, staging, **extra):
+    return tiny(**{"workflow.stage_data": True, "staging.folder": staging, "metric.au": 0.0,
+                   "staging.scope": "full", **extra})
+
+
+@pytest.mark.parametrize("case", ["hostname", "IOGEN_NODE", "symlink", "output"])
+def test_staging_folder_that_resolves_onto_the_data_or_output_is_refused_with_nothing_touched(tiny, tmp_path,
+                                                                                            iogen_cmd, case):
+    """Issue 21.1: the overlap check uses the real node name (hostname or IOGEN_NODE) and resolves
+    symlinks; before, `{node}` was replaced by the word "node" and the run staged onto its data,
+    then deleted the dataset at the end."""
+    import socket
+
+    env = {"IOGEN_NODE": ""}
+    data = tmp_path / "data"
+    staging = str(tmp_path / "{node}")
+    if case == "hostname":
+        data = tmp_path / socket.gethostname()
+    elif case == "IOGEN_NODE":
+        env["IOGEN_NODE"] = "data"
+    elif case == "symlink":
+        env["IOGEN_NODE"] = "n1"
+        staging = str(tmp_path / "stage" / "{node}")
+        (tmp_path / "stage").mkdir()
+        os.symlink(data, tmp_path / "stage" / "n1")
+    else:  # the run's output folder inside the staging folder
+        env["IOGEN_NODE"] = "n1"
+        staging = str(tmp_path / "stage" / "{node}")
+    extra = {"dataset.data_folder": str(data)}
+    if case == "output":
+        extra["output.folder"] = str(tmp_path / "stage" / "n1" / "results")
+    over = _node_overrides(tiny, tmp_path, staging, **extra)
+    res = iogen_cmd("datagen", "default", *over, env=env)
+    assert res.returncode == 0, res.stderr
+    before = tree_state(tmp_path)
+    for command in ("validate", "run"):
+        res = iogen_cmd(command, "default", *over, env=env)
+        assert res.returncode == 2, (command, res.stderr)
+        key = "output.folder" if case == "output" else "dataset.data_folder"
+        assert "staging.folder" in res.stderr and key in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert tree_state(tmp_path) == before  # nothing staged, created or deleted; the dataset intact
+
+
+def _user_copy(tmp_path, over):
+    """A hand-made node-local copy of the dataset (files and manifest) in the staging folder."""
+    import shutil
+
+    shutil.copytree(tmp_path / "data", tmp_path / "local" / "n1")
+
+
+def test_a_users_copy_in_the_staging_folder_is_refused_or_reused_and_never_deleted(tiny, tmp_path, iogen_cmd):
+    """Issue 21.2: files already under the staged names are the user's. Without staging.reuse the
+    run refuses them by name; with it they are verified, read and kept; only what the run copied
+    itself is removed at the end."""
+    env = {"IOGEN_NODE": "n1"}
+    over = _overrides(tiny, tmp_path, **{"staging.scope": "full"})
+    _generate(iogen_cmd, over)
+    _user_copy(tmp_path, over)
+    before = tree_state(tmp_path / "local")
+    res = iogen_cmd("run", "default", *over, env=env)
+    assert res.returncode == 2, res.stderr
+    assert "already in the staging folder" in res.stderr and "staging.reuse" in res.stderr
+    assert str(tmp_path / "local" / "n1" / "train") in res.stderr and "Traceback" not in res.stderr
+    assert tree_state(tmp_path / "local") == before
+    # with reuse, a partial user copy: the missing files are staged, then removed; the user's stay
+    victims = sorted(glob.glob(str(tmp_path / "local" / "n1" / "train" / "*.npz")))[:3]
+    for path in victims:
+        os.unlink(path)
+    before = tree_state(tmp_path / "local")
+    res = iogen_cmd("run", "default", *over, "staging.reuse=True", env=env)
+    assert res.returncode == 0, res.stderr
+    st = load_summary(_run_dir(tmp_path))["iogen"]["staging"]
+    assert st["staged_files"] == 3 and st["reused_files"] == 5
+    assert tree_state(tmp_path / "local") == before
+
+
+def test_a_user_file_of_another_size_is_refused_with_reuse_and_left_as_it_is(tiny, tmp_path, iogen_cmd):
+    env = {"IOGEN_NODE": "n1"}
+    over = _overrides(tiny, tmp_path, **{"staging.scope": "full", "staging.reuse": True})
+    _generate(iogen_cmd, over)
+    _user_copy(tmp_path, over)
+    victim = sorted(glob.glob(str(tmp_path / "local" / "n1" / "train" / "*.npz")))[2]
+    with open(victim, "ab") as f:
+        f.write(b"mine")
+    before = tree_state(tmp_path / "local")
+    res = iogen_cmd("run", "default", *over, env=env)
+    assert res.returncode == 2, res.stderr
+    assert victim in res.stderr and "not a copy of it" in res.stderr and "Traceback" not in res.stderr
+    assert tree_state(tmp_path / "local") == before
+
+
+def test_a_symlinked_sub_folder_of_the_staging_folder_is_refused_by_name(tiny, tmp_path, iogen_cmd):
+    """Issue 21.2: `<staging>/<node>/train` a link out of the staging folder (here onto another
+    folder of the user's): refused before anything is written, nothing deleted through it."""
+    env = {"IOGEN_NODE": "n1"}
+    over = _overrides(tiny, tmp_path)
+    _generate(iogen_cmd, over)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("the user's")
+    (tmp_path / "local" / "n1").mkdir(parents=True)
+    os.symlink(elsewhere, tmp_path / "local" / "n1" / "train")
+    before = tree_state(tmp_path)
+    res = iogen_cmd("run", "default", *over, env=env)
+    assert res.returncode == 2, res.stderr
+    assert str(tmp_path / "local" / "n1" / "train") in res.stderr and "symbolic link" in res.stderr
+    assert tree_state(tmp_path) == before
+
+
+def test_a_dead_writers_temporaries_in_the_staging_folder_are_swept(tiny, tmp_path, iogen_cmd):
+    """Issue 21.3: a killed stager's `NAME.tmp.<pid>` (pid gone) is removed by the next staging;
+    a live process's temporary and any other file are left alone."""
+    env = {"IOGEN_NODE": "n1"}
+    over = _overrides(tiny, tmp_path, **{"staging.keep": True})
+    _generate(iogen_cmd, over)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    name = sorted(os.listdir(tmp_path / "data" / "train"))[0]
+    train = tmp_path / "local" / "n1" / "train"
+    train.mkdir(parents=True)
+    (train / f"{name}.tmp.{dead.pid}").write_bytes(b"half")
+    (train / f"{name}.tmp.{os.getpid()}").write_bytes(b"a live writer's")
+    (train / "notes.txt").write_text("the user's")
+    res = iogen_cmd("run", "default", *over, env=env)
+    assert res.returncode == 0, res.stderr
+    left = set(os.listdir(train))
+    assert f"{name}.tmp.{dead.pid}" not in left
+    assert {f"{name}.tmp.{os.getpid()}", "notes.txt", name} <= left
+
+
+def test_sigterm_during_staging_waits_for_the_copies_and_leaves_nothing(tiny, tmp_path, iogen_cmd):
+    """Issue 21.3: SIGTERM while the stager's threads copy (sent once a staged temporary is seen):
+    exit 130 after the copies in flight end; no `*.tmp.<pid>`, no staged file or folder is left,
+    the data intact. (A join() interrupted by the signal used to stop waiting for its thread.)"""
+    import signal
+    import time
+
+    over = _overrides(tiny, tmp_path, **{"staging.scope": "full", "dataset.num_files_train": 4,
+                                         "dataset.num_samples_per_file": 1, "dataset.record_length_bytes": 64 << 20,
+                                         "reader.batch_size": 1, "staging.transfer_size": 4096, "staging.threads": 1})
+    _generate(iogen_cmd, over)
+    before = tree_state(tmp_path / "data")
+    proc = popen_iogen("run", "default", "-q", *over, env={**os.environ, "IOGEN_NODE": "n1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(tmp_path / "local" / "n1" / "train" / "*.tmp.*")):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                "late: no staged temporary appeared before the run ended or within 120 s"
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "SIGTERM" in err and "Traceback" not in err
+    assert not (tmp_path / "local").exists(), os.listdir(tmp_path / "local" / "n1" / "train")
+    assert not (tmp_path / "results").exists()  # interrupted while staging: before the run folder
+    assert tree_state(tmp_path / "data") == before
