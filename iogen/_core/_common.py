@@ -164,6 +164,18 @@ def check_fill_args(seed, stream, offset_bytes, nbytes):
         raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
 
 
+def check_jpeg_scan_args(seed, stream, offset_bytes, blocks, buf_bytes, block_bits, coefs) -> int:
+    """Validate fill.jpeg_scan's arguments; return blocks as an int (its scan fits in buf_bytes)."""
+    blocks = _check_int("blocks", blocks)
+    if blocks < 0:
+        raise ValueError(f"blocks must be >= 0, got {blocks}")
+    check_fill_args(seed, stream, offset_bytes, blocks * coefs)
+    need = (blocks * block_bits + 7) // 8
+    if need > buf_bytes:
+        raise ValueError(f"a scan of {blocks} blocks needs {need} bytes, the buffer holds {buf_bytes}")
+    return blocks
+
+
 def check_publish_args(log_fd, log_line, crc_hex_at) -> int:
     """Validate publish.write_file's log arguments; return log_fd as an int (-1: no log line)."""
     if (type(log_fd) is int and type(crc_hex_at) is int and 0 <= log_fd <= INT_MAX and log_line is not None

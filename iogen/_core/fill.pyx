@@ -21,7 +21,7 @@ from libc.string cimport memcpy
 from iogen._core.crcbuf cimport crc_fn, crc_of_view
 from iogen._core.splitmix cimport mix64
 
-from iogen._core._common import check_crc, check_fill_args, writable_byte_view
+from iogen._core._common import check_crc, check_fill_args, check_jpeg_scan_args, writable_byte_view
 
 cdef extern from "crc32.h" nogil:
     void iogen_crc32_init()
@@ -37,7 +37,7 @@ cdef extern from "fill_words.h" nogil:
 iogen_crc32_init()
 iogen_fill_words_init()
 
-__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32"]
+__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -134,6 +134,78 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
             c = iogen_crc32(c, dst + pos, <size_t>n)
             pos += n
     return c
+
+
+# A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is
+#   DC: Huffman code "0" (difference category 0)
+#   AC: JPEG_COEFS x (code "0" = run 0 / size JPEG_FIELD_BITS, then that many random bits)
+#   EOB: code "10"
+# so a block is JPEG_BLOCK_BITS bits, and no run of eight 1-bits can occur (a field's 6 ones, then
+# at most EOB's leading 1): the scan never holds a 0xFF byte and needs no byte stuffing, so its
+# length is arithmetic. Field i takes the low 6 bits of byte i of stream (seed, stream) from
+# offset_bytes. The last byte is padded with 1-bits, as JPEG asks.
+DEF JPEG_COEFS = 15
+DEF JPEG_FIELD_BITS = 6
+DEF JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
+DEF JPEG_CHUNK_FIELDS = 4095  # random bytes drawn per step (whole blocks: a multiple of JPEG_COEFS)
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(False)
+@cython.cdivision(True)
+def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
+    """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in
+    bytes, (blocks * JPEG_BLOCK_BITS + 7) // 8 (GIL released; see the comment above)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BITS,
+                                   JPEG_COEFS)
+    cdef int64_t n = nblocks
+    cdef int64_t out_len = (n * JPEG_BLOCK_BITS + 7) // 8
+    if n == 0:
+        return 0
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef uint64_t start = <uint64_t>offset_bytes
+    cdef unsigned char *dst = &view[0]
+    cdef unsigned char fields[JPEG_CHUNK_FIELDS]
+    cdef uint64_t acc = 0
+    cdef int nacc = 0
+    cdef int64_t pos = 0, b = 0, f, nf, take
+    cdef int c
+    with nogil:
+        while b < n:
+            take = n - b
+            if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
+                take = JPEG_CHUNK_FIELDS // JPEG_COEFS
+            nf = take * JPEG_COEFS
+            fill_bytes(fields, nf, key, start + <uint64_t>(b * JPEG_COEFS))
+            f = 0
+            while f < nf:
+                # one block: DC "0" and the first field's 7 bits, 8 bits in all
+                acc = (acc << 8) | (fields[f] & 0x3F)
+                nacc += 8
+                dst[pos] = <unsigned char>(acc >> (nacc - 8))
+                pos += 1
+                nacc -= 8
+                for c in range(1, JPEG_COEFS):
+                    acc = (acc << 7) | (fields[f + c] & 0x3F)
+                    nacc += 7
+                    if nacc >= 8:
+                        dst[pos] = <unsigned char>(acc >> (nacc - 8))
+                        pos += 1
+                        nacc -= 8
+                acc = (acc << 2) | 2  # EOB
+                nacc += 2
+                if nacc >= 8:
+                    dst[pos] = <unsigned char>(acc >> (nacc - 8))
+                    pos += 1
+                    nacc -= 8
+                acc &= 0xFF  # only the bits still to be written matter
+                f += JPEG_COEFS
+            b += take
+        if nacc > 0:  # pad the last byte with 1-bits
+            dst[pos] = <unsigned char>(((acc << (8 - nacc)) | ((1 << (8 - nacc)) - 1)) & 0xFF)
+            pos += 1
+    return pos
 
 
 cdef object _crc32(data, crc, bint software):

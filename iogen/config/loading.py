@@ -133,8 +133,14 @@ def _apply_accelerator(tree: dict, accelerator: str | None) -> list[str]:
     train = tree.get("train")
     if not isinstance(train, dict):
         train = tree["train"] = {} if train is None else train
+    entry = copy.deepcopy(table[chosen])
+    if "batch_size" in entry:  # the accelerator's batch: reader.batch_size (an override still wins)
+        reader = tree.get("reader")
+        if not isinstance(reader, dict):
+            reader = tree["reader"] = {}
+        reader["batch_size"] = entry.pop("batch_size")
     if isinstance(train, dict):
-        train.update(copy.deepcopy(table[chosen]))
+        train.update(entry)
     tree["accelerator"] = chosen
     return []
 

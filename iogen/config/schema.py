@@ -17,16 +17,16 @@ from .problems import did_you_mean, rule, show
 
 
 # Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
-DLIO_FORMATS = ("csv", "npy", "hdf5_opt", "jpeg", "png", "indexed_binary", "mmap_indexed_binary",
-                "synthetic", "parquet")
+DLIO_FORMATS = ("csv", "npy", "hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic", "parquet")
 DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
 DLIO_COMPRESSIONS = ("bz2", "xz")
 DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
-FORMATS = ("npz", "hdf5", "tfrecord")
+FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png")
 LOADERS = ("native", "tensorflow", "pytorch")
 COMPRESSIONS = ("none", "gzip", "lzf", "zip")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
-FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip")}
+FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
+                       "jpeg": ("none",), "png": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
@@ -70,7 +70,7 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord"], _choice("format", FORMATS, DLIO_FORMATS)]
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png"], _choice("format", FORMATS, DLIO_FORMATS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip"],
                         BeforeValidator(lambda v: "none" if v is None else v),
@@ -272,8 +272,11 @@ class Train(Section):
 
 
 class TrainPatch(Section):
-    """One entry of the `accelerators` table: train keys that replace the train section's."""
+    """One entry of the `accelerators` table: train keys that replace the train section's, and the
+    per-accelerator batch (`batch_size`: reader.batch_size, as MLPerf Storage v3.0's retinanet b200
+    and mi355 files differ in it)."""
 
+    batch_size: Optional[PosInt] = None  # applied to reader.batch_size
     epochs: Optional[PosInt] = None
     total_training_steps: StepCap = None
     computation_time: Optional[TimeDist] = None

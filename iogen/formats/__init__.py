@@ -1,6 +1,6 @@
 """File formats: the registry that turns a workload's dataset section into a Format.
 
-    fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat or HDF5Format
+    fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat, HDF5Format, JpegFormat, PngFormat
     fmt.write_file(path, num_samples, record_bytes, seed, stream)
     fmt.index_file(path) -> FileIndex | None
     fmt.read_samples(path, sample_ids) -> list
@@ -18,6 +18,8 @@ _REGISTRY = {
     "npz": ("npz", "NpzFormat", ("none", "zip")),
     "tfrecord": ("tfrecord", "TFRecordFormat", ("none", "gzip")),
     "hdf5": ("hdf5", "HDF5Format", ("none", "gzip", "lzf")),
+    "jpeg": ("jpeg", "JpegFormat", ("none",)),
+    "png": ("png", "PngFormat", ("none",)),
 }
 
 __all__ = ["FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]

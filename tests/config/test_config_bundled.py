@@ -12,7 +12,7 @@ from iogen.config import (
 from iogen.errors import ConfigError
 
 BUNDLED = ["bert", "cosmoflow", "cosmoflow_staged", "deepcam", "deepcam_staged", "default", "llama3-1t",
-           "llama3-405b", "llama3-70b", "llama3-8b", "resnet50", "unet3d"]
+           "llama3-405b", "llama3-70b", "llama3-8b", "resnet50", "retinanet", "unet3d"]
 TRAINING = [name for name in BUNDLED if not name.startswith("llama3-")]  # the llama3 ones only checkpoint
 
 
@@ -180,3 +180,13 @@ def test_staged_variants_are_their_workload_plus_stage_in(name):
     for section in ("dataset", "reader", "train", "metric", "accelerators"):
         assert getattr(staged, section) == getattr(base, section), section
 
+
+
+@pytest.mark.parametrize("accelerator,batch,compute", [("b200", 24, 0.04755), ("mi355", 32, 0.0634)])
+def test_retinanet_carries_mlperf_v3_per_accelerator_batch_and_compute(accelerator, batch, compute):
+    wl = load_workload("retinanet", accelerator=accelerator)
+    assert (wl.reader.batch_size, wl.train.computation_time.mean_s) == (batch, compute)
+    assert (wl.dataset.format, wl.dataset.num_files_train, wl.dataset.record_length_bytes) == ("jpeg", 1170301, 322957)
+    assert (wl.reader.read_threads, wl.train.epochs, wl.metric.au) == (8, 8, 0.85)
+    # an override of the batch still wins over the accelerator's
+    assert load_workload("retinanet", ["reader.batch_size=3"], accelerator=accelerator).reader.batch_size == 3

@@ -157,3 +157,39 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
     finally:
         cython_core.fill._use_vector_fill(old)
     assert np.array_equal(filled(cython_core, nbytes, 42, 7, offset_bytes), scalar)
+
+
+# -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
+
+@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (4096, 123)])
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset):
+    a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
+    b = a.copy()
+    na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
+    nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
+    assert na == nb == (blocks * 108 + 7) // 8
+    assert (a == b).all()  # what follows the scan is left as it was too
+
+
+def test_jpeg_scan_layout_and_no_marker_bytes(core):
+    """Per block: "0" (DC), 15 x ("0" + the low 6 bits of one stream byte), "10" (EOB); never 0xFF."""
+    buf = np.zeros(2000, np.uint8)
+    n = core.fill.jpeg_scan(buf, 1, 2, 0, 100)
+    bits = np.unpackbits(buf[:n])
+    fields = np.empty(1500, np.uint8)
+    core.fill.fill_random(fields, 1, 2, 0)
+    for blk in (0, 1, 57, 99):
+        b = bits[blk * 108:(blk + 1) * 108]
+        assert b[0] == 0 and list(b[-2:]) == [1, 0]
+        for c in range(15):
+            f = b[1 + 7 * c:8 + 7 * c]
+            assert f[0] == 0 and int("".join(map(str, f[1:])), 2) == fields[blk * 15 + c] & 0x3F
+    assert not (buf[:n] == 0xFF).any()
+    assert all(bits[100 * 108:]) and len(bits) - 100 * 108 < 8  # padded with 1-bits
+
+
+def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
+    with pytest.raises(ValueError, match="needs 14 bytes"):
+        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, 1)
+    with pytest.raises(ValueError, match="blocks must be >= 0"):
+        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, -1)

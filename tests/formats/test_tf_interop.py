@@ -76,3 +76,14 @@ def test_example_codec_matches_protobuf():
         "n": tf.train.Feature(int64_list=tf.train.Int64List(value=[-1, 2])),
         "s": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x", b"yz"]))})).SerializeToString()
     assert decode_example(theirs) == {"n": [-1, 2], "s": [b"x", b"yz"]}
+
+
+@pytest.mark.parametrize("name", ["jpeg", "png"])
+def test_tensorflow_decodes_iogen_images(name):
+    import tensorflow as tf
+
+    for size in (make_format(name).min_file_bytes, 4096, 322_957):
+        data = bytes(make_format(name).file_image(1, size, 5, size))
+        pixels = tf.io.decode_image(data, channels=3).numpy()
+        height, width, _ = make_format(name).walk(data, "f")
+        assert pixels.shape == (height, width, 3) and pixels.std() > 10  # noise, decoded

@@ -34,15 +34,17 @@ from iogen.plan import plan_for
 ITERATIONS = int(os.environ.get("IOGEN_FUZZ_ITERATIONS", "25"))
 SEED = int(os.environ.get("IOGEN_FUZZ_SEED", "20261122"))
 VARIANTS = [("tfrecord", "none"), ("tfrecord", "gzip"), ("npz", "none"), ("npz", "zip"),
-            ("hdf5", "none"), ("hdf5", "gzip")]
+            ("hdf5", "none"), ("hdf5", "gzip"), ("jpeg", "none"), ("png", "none")]
+IMAGES = ("jpeg", "png")  # one image a file: one sample of 4 KiB
 INTERESTING = [struct.pack("<Q", 1 << 60), struct.pack("<Q", 1 << 63), struct.pack("<q", -1),
                struct.pack("<I", 0xFFFFFFFF), struct.pack("<I", 0x7FFFFFFF), b"\0" * 8]
 
 
 def _workload(folder, fmt, compression):
+    samples, record = (1, 4096) if fmt in IMAGES else (4, 512)
     return load_workload("default", [
         f"dataset.data_folder={folder}", f"dataset.format={fmt}", f"dataset.compression={compression}",
-        "dataset.num_files_train=2", "dataset.num_samples_per_file=4", "dataset.record_length_bytes=512",
+        "dataset.num_files_train=2", f"dataset.num_samples_per_file={samples}", f"dataset.record_length_bytes={record}",
         "dataset.record_length_bytes_stdev=0", "reader.batch_size=2", "reader.read_threads=1",
         "reader.prefetch_size=0", "reader.sample_shuffle=off", "reader.file_shuffle=off",
         "train.computation_time=0"])

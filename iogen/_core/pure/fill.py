@@ -9,10 +9,15 @@ import zlib
 
 import numpy as np
 
-from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, mix64_array,
-                                 writable_byte_view)
+from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, check_jpeg_scan_args,
+                                 mix64_array, writable_byte_view)
 
-__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32"]
+__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan"]
+
+# The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
+JPEG_COEFS = 15
+JPEG_FIELD_BITS = 6
+JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
 
 SEED_SALT = 0x6A09E667F3BCC909
 
@@ -78,3 +83,23 @@ def crc32_software(data, crc=0):
 def has_hw_crc32():
     """Return True when CRC-32 runs on the CPU's carry-less multiply (never, in this twin)."""
     return False
+
+
+def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
+    """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in bytes."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    blocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, out.shape[0], JPEG_BLOCK_BITS, JPEG_COEFS)
+    if blocks == 0:
+        return 0
+    fields = np.empty(blocks * JPEG_COEFS, np.uint8)
+    fill_random(fields, seed, stream, offset_bytes)
+    field_bits = np.unpackbits((fields & 0x3F).reshape(blocks, JPEG_COEFS, 1), axis=2)[:, :, 8 - JPEG_FIELD_BITS:]
+    bits = np.zeros((blocks, JPEG_BLOCK_BITS), np.uint8)  # DC "0" and each field's leading "0"
+    coded = bits[:, 1:1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS)].reshape(blocks, JPEG_COEFS, 1 + JPEG_FIELD_BITS)
+    coded[:, :, 1:] = field_bits
+    bits[:, -2] = 1  # EOB "10"
+    flat = bits.reshape(-1)
+    pad = -flat.size % 8
+    packed = np.packbits(np.concatenate([flat, np.ones(pad, np.uint8)]))
+    out[:packed.size] = packed
+    return int(packed.size)

@@ -1,0 +1,154 @@
+"""JPEG: one baseline JPEG a file, exactly `record_bytes` long (MLPerf Storage's retinanet format).
+
+The file (iogen.formats.image has what JPEG and PNG share):
+
+    SOI, APP0 (JFIF 1.01), DQT (all 1), SOF0 (8-bit, W x H, 3 components 4:4:4),
+    DHT DC (one code: "0" = difference 0), DHT AC ("0" = run 0 / 6 bits, "10" = end of block),
+    COM segments of seeded noise (the bytes whole rows of blocks cannot take), SOS, the scan, EOI
+
+The scan (iogen.core.fill.jpeg_scan) codes every 8x8 block as its DC, 15 AC coefficients of 6
+random bits and an end of block: 108 bits a block, seeded noise that decodes to a noise image,
+never a 0xFF byte, so no byte stuffing and the scan's length is arithmetic. The image is about
+4:3 and as large as the size allows (322,957 bytes: 824 x 616 pixels). DLIO 2.0's generator
+instead encodes a square of noise with Pillow and writes about 176 KB when asked for 322,957 B
+(docs/formats.md).
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from ..errors import DataError
+from .base import fill_random
+from .image import ImageFormat
+
+SOI, EOI = b"\xff\xd8", b"\xff\xd9"
+BLOCK_BITS = 108  # iogen.core.fill.jpeg_scan: "0", 15 x ("0" + 6 bits), "10"
+COMPONENTS = 3
+MCU_BITS = BLOCK_BITS * COMPONENTS
+COM_MAX_PAYLOAD = 65533  # a segment's length field counts itself: 65535 - 2
+
+_APP0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+_DQT = b"\xff\xdb" + struct.pack(">H", 67) + b"\x00" + b"\x01" * 64
+_DHT_DC = b"\xff\xc4" + struct.pack(">H", 20) + b"\x00" + bytes([1] + [0] * 15) + b"\x00"
+_DHT_AC = b"\xff\xc4" + struct.pack(">H", 21) + b"\x10" + bytes([1, 1] + [0] * 14) + b"\x06\x00"
+_SOS = b"\xff\xda" + struct.pack(">HB", 12, COMPONENTS) + b"\x01\x00\x02\x00\x03\x00" + b"\x00\x3f\x00"
+_SOF_BYTES = 2 + 2 + 6 + 3 * COMPONENTS
+FIXED_BYTES = len(SOI) + len(_APP0) + len(_DQT) + _SOF_BYTES + len(_DHT_DC) + len(_DHT_AC) + len(_SOS) + len(EOI)
+
+
+def _sof(width: int, height: int) -> bytes:
+    comps = b"".join(bytes([i + 1, 0x11, 0]) for i in range(COMPONENTS))
+    return b"\xff\xc0" + struct.pack(">HBHHB", 8 + 3 * COMPONENTS, 8, height, width, COMPONENTS) + comps
+
+
+def scan_bytes(mcus: int) -> int:
+    """Bytes of the scan of `mcus` MCUs (3 blocks each)."""
+    return (mcus * MCU_BITS + 7) // 8
+
+
+def com_bytes(padding: int) -> list[int]:
+    """Payload sizes of the COM segments that take `padding` bytes (each costs 4 bytes of header)."""
+    out = []
+    while padding > 0:
+        take = min(padding, COM_MAX_PAYLOAD + 4)
+        if 0 < padding - take < 4:  # the rest could not form a segment: leave it more
+            take = padding - 4
+        out.append(take - 4)
+        padding -= take
+    return out
+
+
+def plan(record_bytes: int) -> tuple[int, int, list[int]]:
+    """(width, height, COM payload sizes) of the largest ~4:3 image whose file is exactly record_bytes."""
+    budget = record_bytes - FIXED_BYTES
+    mcus = max(1, (budget * 8) // MCU_BITS)
+    while True:
+        cols = max(1, min(8191, round(math.sqrt(mcus * 4 / 3))))
+        rows = max(1, mcus // cols)
+        rows = min(rows, 8191)
+        padding = budget - scan_bytes(cols * rows)
+        if padding == 0 or padding >= 4:
+            return cols * 8, rows * 8, com_bytes(padding)
+        if cols * rows == 1:  # below min_file_bytes
+            raise ValueError(f"no JPEG of exactly {record_bytes} bytes")
+        mcus = cols * rows - 1  # 1-3 bytes left over: fewer MCUs leave a COM segment room
+
+
+class JpegFormat(ImageFormat):
+    """Baseline JPEG of seeded noise, exact size (see the module doc)."""
+
+    name = "jpeg"
+    suffix = "jpeg"
+    head_marker = SOI
+    tail_marker = EOI
+    min_file_bytes = FIXED_BYTES + 41 + 4  # one MCU (324 bits) and room for a COM segment beside it
+
+    def build(self, buf, seed, stream):
+        from .. import core
+
+        n = buf.size
+        width, height, coms = plan(n)
+        mcus = (width // 8) * (height // 8)
+        scan = scan_bytes(mcus)
+        head = SOI + _APP0 + _DQT + _sof(width, height) + _DHT_DC + _DHT_AC
+        pos = len(head)
+        buf[:pos] = np.frombuffer(head, np.uint8)
+        noise_at = 0  # stream bytes: COM noise from 0, the scan's fields after it
+        for size in coms:
+            buf[pos:pos + 4] = np.frombuffer(b"\xff\xfe" + struct.pack(">H", size + 2), np.uint8)
+            fill_random(buf[pos + 4:pos + 4 + size], seed, stream, noise_at)
+            pos += 4 + size
+            noise_at += size
+        buf[pos:pos + len(_SOS)] = np.frombuffer(_SOS, np.uint8)
+        pos += len(_SOS)
+        written = core.fill.jpeg_scan(buf[pos:pos + scan], seed, stream, noise_at, mcus * COMPONENTS)
+        pos += written
+        buf[pos:pos + 2] = np.frombuffer(EOI, np.uint8)
+        assert pos + 2 == n, (pos + 2, n)
+
+    def walk(self, data: bytes, name: str) -> tuple:
+        """Segments from SOI to SOS (each length inside the file), a frame header, Huffman and
+        quantisation tables, then the scan: every 0xFF in it stuffed or a restart marker, EOI last."""
+        n = len(data)
+        if data[:2] != SOI:
+            raise DataError(name, f"not a JPEG: starts with {data[:2].hex() or 'nothing'}, not ffd8 (SOI)", 0)
+        pos, frame, seen = 2, None, set()
+        while True:
+            if pos + 4 > n:
+                raise DataError(name, "file ends inside the JPEG headers (truncated?)", pos)
+            if data[pos] != 0xFF:
+                raise DataError(name, f"expected a JPEG marker, found byte {data[pos]:#04x}", pos)
+            marker = data[pos + 1]
+            length = struct.unpack_from(">H", data, pos + 2)[0]
+            if length < 2 or pos + 2 + length > n:
+                raise DataError(name, f"segment {marker:#04x} says {length} bytes, past the file's end "
+                                      "(truncated or corrupt)", pos)
+            if marker in (0xC0, 0xC1, 0xC2):
+                if length < 8:
+                    raise DataError(name, "frame header too short", pos)
+                _, height, width, comps = struct.unpack_from(">BHHB", data, pos + 4)
+                if not height or not width or comps not in (1, 3, 4):
+                    raise DataError(name, f"frame header says {width} x {height}, {comps} components", pos)
+                frame = (height, width, comps)
+            seen.add(marker)
+            if marker == 0xDA:
+                pos += 2 + length
+                break
+            if marker in (0xD8, 0xD9) or 0xD0 <= marker <= 0xD7:
+                raise DataError(name, f"marker {marker:#04x} inside the JPEG headers", pos)
+            pos += 2 + length
+        if frame is None:
+            raise DataError(name, "no frame header (SOF) before the scan", pos)
+        if 0xC4 not in seen:
+            raise DataError(name, "no Huffman table (DHT) before the scan", pos)
+        if data[-2:] != EOI:
+            raise DataError(name, "does not end with ffd9 (EOI): truncated?", max(0, n - 2))
+        scan = np.frombuffer(data, np.uint8, n - 2 - pos, pos)
+        for at in np.flatnonzero(scan == 0xFF).tolist():
+            nxt = int(scan[at + 1]) if at + 1 < scan.size else -1
+            if nxt != 0 and not 0xD0 <= nxt <= 0xD7:
+                raise DataError(name, f"marker ff{nxt & 0xFF:02x} inside the scan (corrupt or truncated)", pos + at)
+        return frame
