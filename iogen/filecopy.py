@@ -87,6 +87,17 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
         raise OutputError(job.dst, f"cannot put {what} in place: {os_error_text(exc)}") from None
 
 
+def wait_through_interrupts(event: threading.Event) -> None:
+    """event.wait(), which a second Ctrl-C does not cut short: the clean-up after an interrupt
+    waits for the copy in flight (one file, bounded), so no half-copied file is left behind."""
+    while True:
+        try:
+            event.wait()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_read: bool = False,
                direct_write: bool = False, done=None, bufs: list | None = None, what: str = "the copy",
                stop: threading.Event | None = None) -> None:
@@ -140,7 +151,7 @@ def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_
     except BaseException as exc:  # an interrupt (SIGINT/SIGTERM) while starting or waiting
         errors.append(exc)  # the threads stop after their current file...
         for ended in started:
-            ended.wait()  # ...and are done before the caller cleans up what they wrote
+            wait_through_interrupts(ended)  # ...and are done before the caller cleans up what they wrote
         raise
     if errors:
         raise errors[0]
