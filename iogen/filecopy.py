@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 
 from .atomic import full_disk_error, is_full_disk, temp_path, unlink_quietly
-from .errors import CopyFailure, DataError, OutputError
+from .errors import CopyFailure, DataError, OutputError, os_error_text
 from .formats.checksum import format_crc
 
 ALIGN = 4096  # alignment of the copy buffers and of O_DIRECT writes
@@ -80,7 +80,22 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
         unlink_quietly(tmp)
         raise DataError(job.src, f"corrupt: its CRC-32C is {format_crc(crc)}, the manifest says {job.crc32c} (the "
                                  "file changed since it was generated; regenerate it or run `iogen verify`)")
-    os.replace(tmp, job.dst)
+    try:
+        os.replace(tmp, job.dst)
+    except OSError as exc:  # e.g. a folder at the destination's name: the temporary goes, nothing else
+        unlink_quietly(tmp)
+        raise OutputError(job.dst, f"cannot put {what} in place: {os_error_text(exc)}") from None
+
+
+def wait_through_interrupts(event: threading.Event) -> None:
+    """event.wait(), which a second Ctrl-C does not cut short: the clean-up after an interrupt
+    waits for the copy in flight (one file, bounded), so no half-copied file is left behind."""
+    while True:
+        try:
+            event.wait()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_read: bool = False,
@@ -136,7 +151,7 @@ def copy_files(jobs: list[CopyJob], threads: int, transfer_size: int, *, direct_
     except BaseException as exc:  # an interrupt (SIGINT/SIGTERM) while starting or waiting
         errors.append(exc)  # the threads stop after their current file...
         for ended in started:
-            ended.wait()  # ...and are done before the caller cleans up what they wrote
+            wait_through_interrupts(ended)  # ...and are done before the caller cleans up what they wrote
         raise
     if errors:
         raise errors[0]

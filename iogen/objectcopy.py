@@ -214,8 +214,13 @@ def download_objects(t: Transfers, jobs: list[CopyJob], *, direct_write: bool = 
             w.result()
     except BaseException as exc:  # an interrupt while waiting: the threads stop after their part
         errors.append(exc)
-        for w in workers:
-            w.exception()
+        while True:  # a second Ctrl-C does not cut this wait short: the clean-up below needs them done
+            try:
+                for w in workers:
+                    w.exception()
+                break
+            except KeyboardInterrupt:
+                continue
         raise
     finally:
         for s in staged:  # anything not renamed into place is removed: no half-staged file

@@ -81,7 +81,10 @@ def run_on_threads(run, tasks, workers: int, name: str = "iogen-work", batch_ite
     def stop():
         halt.set()
         while waited[0] < len(threads):
-            ended.acquire()
+            try:
+                ended.acquire()
+            except KeyboardInterrupt:  # a second Ctrl-C: the running items still finish first
+                continue
             waited[0] += 1
 
     return results(), stop

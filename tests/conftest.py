@@ -76,6 +76,17 @@ def popen_iogen(*args, sigs=SIGNALS, **kwargs):
                             preexec_fn=default_signals(sigs), **kwargs)
 
 
+def ignored_signals(pid: int) -> set:
+    """The signals process `pid` ignores or blocks (/proc/PID/status SigIgn, SigBlk; Linux)."""
+    out = set()
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(("SigIgn:", "SigBlk:")):
+                mask = int(line.split()[1], 16)
+                out |= {sig for sig in range(1, 65) if mask >> (sig - 1) & 1}
+    return out
+
+
 @pytest.fixture
 def iogen_cmd():
     """Run `iogen ARGS...` as a user would."""

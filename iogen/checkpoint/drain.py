@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..atomic import make_folders, paths_overlap, remove_stale_temps, unlink_quietly
 from ..errors import DataError, OutputError
-from ..filecopy import ALIGN, CopyJob, buffers, copy_files
+from ..filecopy import ALIGN, CopyJob, buffers, copy_files, wait_through_interrupts
 
 
 def tier_problems(wl) -> list[str]:
@@ -194,7 +194,7 @@ class Drainer:
         (whole files under their names, no temporary left) and is waited for; none starts after."""
         self._stop.set()
         if self._thread is not None:
-            self._idle.wait()  # set when the drain thread ends (not join(): see iogen.filecopy.copy_files)
+            wait_through_interrupts(self._idle)  # set when the drain thread ends (not join(): see copy_files)
         if self.store is not None:  # an upload in flight ends (a failed one is aborted: no partial object)
             self._coordinator.shutdown(wait=True)
             self._transfers.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import traceback
 import warnings
 
@@ -214,6 +215,7 @@ def die_with_parent(worker_id: int) -> None:
     # rank's orderly interrupt into "DataLoader worker is killed by signal".
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    sys.excepthook = _quiet_handoff(sys.excepthook)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -221,6 +223,21 @@ def die_with_parent(worker_id: int) -> None:
         return
     if os.getppid() == 1:  # the rank died before prctl took effect
         os._exit(1)
+
+
+def _quiet_handoff(hook):
+    """sys.excepthook for a worker: silent when the rank stopped taking a batch's shared memory
+    mid-handshake (an interrupt: the connection to the worker's multiprocessing resource_sharer
+    closed), which that thread would print as a traceback; every other error goes to `hook`."""
+    def excepthook(exc_type, exc, tb):
+        if issubclass(exc_type, (OSError, EOFError)):
+            frame = tb
+            while frame is not None:
+                if frame.tb_frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "resource_sharer.py")):
+                    return
+                frame = frame.tb_next
+        hook(exc_type, exc, tb)
+    return excepthook
 
 
 class PyTorchLoader(Loader):

@@ -16,6 +16,8 @@ from iogen.config import load_workload
 from iogen.errors import DataError
 from iogen.runner import run
 
+from ..conftest import popen_iogen
+
 TINY = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
         "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
         "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
@@ -99,12 +101,10 @@ def test_cli_exit_codes(tmp_path, iogen_cmd):
 
 
 def test_sigterm_mid_write_exits_130_and_leaves_no_partial_file(tmp_path):
-    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
     args = _overrides(tmp_path, **{"model.num_layers": 4, "model.transformer.hidden_size": 4096,
                                    "model.transformer.ffn_hidden_size": 14336, "checkpoint.num_checkpoints_write": 3,
                                    "checkpoint.num_checkpoints_read": 0, "checkpoint.fsync": True})
-    proc = subprocess.Popen([iogen, "run", "llama3-8b", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = popen_iogen("run", "llama3-8b", *args)
     try:
         deadline = time.monotonic() + 120
         while not glob.glob(str(tmp_path / "ckpt" / "*" / "*.tmp.*")) and proc.poll() is None:

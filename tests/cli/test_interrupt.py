@@ -1,12 +1,13 @@
 """An interrupted run keeps what it measured: exit 130, step log rows, a summary marked incomplete.
 
 SIGTERM (what Slurm sends first) and SIGHUP behave as SIGINT (issue 11.4), for `run` and `datagen`.
+Every child is started with the default dispositions of the signals sent (popen_iogen), so the
+tests pass however the suite is started (under nohup, or in a script's background: issue 21).
 """
 import glob
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -14,7 +15,7 @@ import pytest
 
 from iogen.steplog import read_steplog
 
-from ..conftest import run_iogen
+from ..conftest import popen_iogen, run_iogen
 
 IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")
 
@@ -32,7 +33,7 @@ def _wait_for(predicate, timeout_s=60):
 def test_signal_keeps_steps_and_writes_an_incomplete_summary(tiny, tmp_path, sig):
     args = [IOGEN, "run", "default", "--generate", "--quiet",
             *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_iogen(*args[1:])
     try:
         # wait until the run has measured a whole epoch (its first rows reach the log after ~1 s)
         def measured():
@@ -67,8 +68,7 @@ def test_signal_during_datagen_leaves_a_resumable_dataset(tmp_path, sig):
     over = [f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=400",
             "dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0",
             "dataset.format=npz"]
-    proc = subprocess.Popen([IOGEN, "datagen", "default", "-j", "2", "--quiet", *over],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_iogen("datagen", "default", "-j", "2", "--quiet", *over)
     try:
         train = tmp_path / "data" / "train"
         _wait_for(lambda: len(glob.glob(str(train / "*.npz"))) >= 3)
@@ -97,7 +97,7 @@ def test_sigterm_to_the_process_group_with_dataloader_workers(tiny, tmp_path):
     args = [IOGEN, "run", "default", "--generate", "--quiet",
             *tiny(**{"train.epochs": 200, "train.computation_time": 0.05, "reader.data_loader": "pytorch",
                      "reader.read_threads": 2, "dataset.format": "npz"})]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = popen_iogen(*args[1:], start_new_session=True)
     try:
         def measured():
             logs = glob.glob(str(tmp_path / "results" / "*" / "steps" / "*.steps"))
@@ -122,7 +122,7 @@ def test_report_names_a_run_folder_whose_run_was_killed(tiny, tmp_path):
     """SIGKILL leaves no summary (nothing can be done in the process): report says what the folder is."""
     args = [IOGEN, "run", "default", "--generate", "--quiet",
             *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_iogen(*args[1:])
     try:
         _wait_for(lambda: glob.glob(str(tmp_path / "results" / "*" / "steps" / "*.steps")))
         proc.send_signal(signal.SIGKILL)
@@ -139,7 +139,7 @@ def test_report_names_a_run_folder_whose_run_was_killed(tiny, tmp_path):
 def test_sigterm_during_a_campaign_lists_the_stopped_run_and_the_report_says_not_valid(tiny, tmp_path):
     args = [IOGEN, "run", "default", "--generate", "--quiet", "--runs", "3",
             *tiny(**{"train.epochs": 50, "train.computation_time": 0.05})]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_iogen(*args[1:])
     try:
         _wait_for(lambda: any(os.path.getsize(p) > 4096 for p in
                               glob.glob(str(tmp_path / "results" / "*" / "*" / "steps" / "*.steps"))))

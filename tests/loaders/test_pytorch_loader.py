@@ -202,3 +202,35 @@ def test_a_batch_stays_intact_while_workers_read_ahead(datasets, lt, prefetch):
                 time.sleep(0.02)  # let the workers fill every buffer they are allowed to
                 gid = int(batch.data.ids[0])
                 assert np.array_equal(batch.data.x[0].numpy(), lt.expected_sample(layout, gid))
+
+
+HANDOFF = """
+import os, socket, sys
+from multiprocessing import resource_sharer
+if sys.argv[1] == "worker":
+    from iogen.loaders.pytorch import die_with_parent
+    die_with_parent(0)
+r, w = os.pipe()
+shared = resource_sharer.DupFd(r)  # what a worker does to hand a batch's shared memory to its rank
+s = socket.socket(socket.AF_UNIX)
+s.connect(resource_sharer._resource_sharer._address)
+s.close()  # the rank, interrupted, went away mid-handshake
+assert resource_sharer.DupFd(w).detach() >= 0  # served after the broken one: that one was handled
+sys.excepthook(ValueError, ValueError("a real error"), None)  # other errors are still printed
+"""
+
+
+def test_a_worker_says_nothing_when_its_interrupted_rank_drops_a_batch_handoff(tmp_path):
+    """SIGTERM to a rank and its workers (test_interrupt) now and then caught the rank taking a
+    batch's shared-memory descriptor from a worker: the worker's resource_sharer thread printed
+    a BrokenPipeError traceback. A worker (die_with_parent) keeps quiet about that one only."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "handoff.py"
+    script.write_text(HANDOFF)
+    plain = subprocess.run([sys.executable, str(script), "plain"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and "resource_sharer.py" in plain.stderr, plain.stderr  # the reproduction
+    worker = subprocess.run([sys.executable, str(script), "worker"], capture_output=True, text=True, timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    assert "resource_sharer" not in worker.stderr and "a real error" in worker.stderr, worker.stderr

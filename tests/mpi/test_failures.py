@@ -127,8 +127,11 @@ def test_sigterm_to_mpiexec_interrupts_every_rank_and_keeps_the_summary(mpi):
     _generate(mpi, overrides)
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "HYDRA_", "MPI_LOCAL"))}
+    from ..conftest import default_signals
+
     proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, *mpi.iogen("run", "default", *overrides, "-q")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(mpi.tmp_path))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(mpi.tmp_path),
+                            preexec_fn=default_signals())  # whatever dispositions the suite inherited
     try:
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline and not any(

@@ -339,8 +339,8 @@ def test_sigterm_during_staging_waits_for_the_copies_and_leaves_nothing(tiny, tm
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
+    assert not (tmp_path / "results").exists(), "late: the signal landed after staging ended (a run folder exists)"
     assert proc.returncode == 130, err
     assert "SIGTERM" in err and "Traceback" not in err
     assert not (tmp_path / "local").exists(), os.listdir(tmp_path / "local" / "n1" / "train")
-    assert not (tmp_path / "results").exists()  # interrupted while staging: before the run folder
     assert tree_state(tmp_path / "data") == before
