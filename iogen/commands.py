@@ -357,6 +357,8 @@ def cmd_run(args) -> int:
     _check_folders(wl, output=True, data=wl.workflow.generate_data, data_write=False)
     world = get_world()
     check_ranks_agree(wl, world)
+    if world.rank == 0:
+        _rules_warnings(wl, world)
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign
 
@@ -364,6 +366,23 @@ def cmd_run(args) -> int:
         return _on_every_rank(world, lambda: report_campaign(campaign))
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
     return _on_every_rank(world, lambda: _run_verdict(outcome))
+
+
+def _rules_warnings(wl, world) -> None:
+    """Rank 0, before a run: what MLPerf Storage's rules ask of the setup that a tool can see here
+    (printed as warnings: a run for other purposes is not refused)."""
+    from .report.rundir import host_facts
+    from .sizing import host_memory_problem, same_filesystem
+
+    if wl.storage.storage_type != "s3" and wl.workflow.train and same_filesystem(wl.dataset.data_folder,
+                                                                                  wl.output.folder):
+        print(f"iogen: warning: dataset.data_folder ({wl.dataset.data_folder}) and output.folder ({wl.output.folder}) "
+              "are on one file system: MLPerf Storage's rules ask for the results on another one than the data",
+              file=sys.stderr)
+    per_host = getattr(world, "local_ranks", 1) or 1
+    problem = host_memory_problem(per_host, host_facts().get("memory_total_bytes"))
+    if problem:
+        print(f"iogen: warning: {problem}", file=sys.stderr)
 
 
 def _on_every_rank(world, verdict) -> int:

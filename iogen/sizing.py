@@ -166,3 +166,37 @@ def render_text(name: str, size: DataSize, commands: dict, current_files: int) -
         f"run:       {commands['run']}",
     ]
     return "\n".join(lines)
+
+
+# MLPerf Storage's submission rules, "Single-host Submissions" (and the validator's check
+# trainingSingleHostSimulatedAccelerators): "the benchmarking tool requires approximately 0.5GB of
+# host memory per simulated accelerator". iogen needs far less (docs/sizing.md); the figure is the
+# rules' sizing of a host, checked so a submission is not planned on a host the rules call too small.
+RULES_MEMORY_PER_ACCELERATOR = GIB // 2
+
+
+def host_memory_problem(accelerators_on_host: int, host_memory_bytes: int | None) -> str | None:
+    """The rules' host-memory requirement for this many emulated accelerators on one host, when unmet."""
+    need = accelerators_on_host * RULES_MEMORY_PER_ACCELERATOR
+    if not host_memory_bytes or need <= host_memory_bytes:
+        return None
+    return (f"{accelerators_on_host} emulated accelerators on one host: MLPerf Storage's rules count about 0.5 GiB "
+            f"of host memory per simulated accelerator ({need / GIB:.1f} GiB), this host has "
+            f"{host_memory_bytes / GIB:.1f} GiB (iogen itself needs far less: docs/sizing.md)")
+
+
+def same_filesystem(a: str, b: str) -> bool:
+    """Whether two folders (or, where one does not exist yet, its nearest existing parent) share a
+    file system (st_dev)."""
+    import os
+
+    def dev(path):
+        path = os.path.abspath(path)
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        return os.stat(path).st_dev
+
+    try:
+        return dev(a) == dev(b)
+    except OSError:
+        return False

@@ -118,3 +118,23 @@ def test_a_dlio_yaml_works(iogen_cmd, tmp_path):
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert (doc["min_samples"], doc["min_files"], doc["min_bytes"]) == (28_000, 28_000, 4_104_817_584_000)
+
+
+def test_the_rules_host_memory_per_accelerator():
+    from iogen.sizing import GIB, host_memory_problem
+
+    assert host_memory_problem(8, 16 * GIB) is None
+    text = host_memory_problem(48, 16 * GIB)
+    assert "48 emulated accelerators on one host" in text and "(24.0 GiB), this host has 16.0 GiB" in text
+    assert host_memory_problem(48, None) is None  # unknown memory: nothing to say
+
+
+def test_a_run_warns_when_data_and_results_share_a_file_system(tmp_path, iogen_cmd):
+    from iogen.sizing import same_filesystem
+
+    assert same_filesystem(str(tmp_path / "a" / "not-yet"), str(tmp_path))
+    assert not same_filesystem("/proc", str(tmp_path))
+    res = iogen_cmd("run", "default", "--generate", f"dataset.data_folder={tmp_path / 'data'}",
+                    f"output.folder={tmp_path / 'out'}", "dataset.num_files_train=4", "train.epochs=1", "-q")
+    assert res.returncode in (0, 1), res.stderr
+    assert "are on one file system: MLPerf Storage's rules ask for the results on another one" in res.stderr
