@@ -338,7 +338,7 @@ def n_done(rows: np.ndarray) -> int:
 
 
 def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
-    from ..metrics.checkpoint import checkpoint_phase, dlio_checkpoint_block
+    from ..metrics.checkpoint import UNITS_SCHEMA_VERSION, checkpoint_phase, dlio_checkpoint_block
     from .describe import checkpoint_plan
 
     # gathered arrays are [ranks, checkpoints, 2]; the metrics take [checkpoints, ranks]
@@ -363,7 +363,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
                      "of the reads may have been served from memory (page cache, or a memory-backed file system)"),
         }
     return {
-        "schema_version": 1,
+        "schema_version": UNITS_SCHEMA_VERSION,
         "kind": "checkpoint",
         "workload": wl.name,
         "num_accelerators": world.size,
@@ -400,8 +400,8 @@ def headline(doc) -> str:
     for name, phase in (("write", ck["write"]), ("read", ck["read"])):
         if phase.get("checkpoints"):
             lines.append(f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
-                         f"mean {phase['duration_mean_seconds']:.3f} s, {phase['io_mean_GB_per_second']:.3f} GB/s "
-                         f"({phase['io_mean_GiB_per_second']:.3f} GiB/s)")
+                         f"mean {phase['duration_mean_seconds']:.3f} s, {phase['io_mean_GB_per_second']:.3f} GiB/s "
+                         f"(DLIO's GB/s; {phase['io_mean_1e9_bytes_per_second']:.3f} x 10^9 B/s)")
     pc = ck.get("page_cache")
     if pc:
         lines.append(f"checkpoint read source: {pc['note']}")

@@ -35,7 +35,8 @@ __all__ = [
     "write_report",
 ]
 
-REPORT_SCHEMA_VERSION = 1
+# 2: runs' checkpoint `GB` figures are GiB (1: 10^9 bytes; iogen compare converts them)
+REPORT_SCHEMA_VERSION = 2
 PERCENTILES = (50, 90, 99, 99.9)
 
 

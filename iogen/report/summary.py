@@ -26,7 +26,8 @@ from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
 
-SCHEMA_VERSION = 1
+# 2: every `GB` figure is GiB, as DLIO counts it (iogen.metrics.checkpoint.UNITS_SCHEMA_VERSION)
+SCHEMA_VERSION = 2
 
 
 def _iso(ts_s: float) -> str:

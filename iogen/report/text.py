@@ -230,7 +230,8 @@ def checkpoint_lines(runs: list, camp: dict) -> list[str]:
                               f"{fmt_num(max(p['rank_duration_max_seconds']), 3)} s")
         rows.append([r["label"], *(fmt_num(r["checkpoint"].get(k), d) for k, _, d in CHECKPOINT_METRICS),
                      ", ".join(spread) or "n/a"])
-    lines = ["", "checkpoints (per run: mean over its checkpoints; GB = 10^9 bytes):"]
+    lines = ["", "checkpoints (per run: mean over its checkpoints of each checkpoint's rate; GiB = 2^30 bytes, "
+                 "DLIO's and MLPerf's GB):"]
     lines.append(table(["run", *(name for _, name, _ in CHECKPOINT_METRICS), "rank durations (min-max)"], rows,
                        "lrrrrl"))
     srows = []
@@ -303,10 +304,11 @@ def render_report(report: dict) -> str:
     lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
     if camp.get("checkpoint") and all(r.get("checkpoint") for r in runs):
         ch = camp["checkpoint"]["headline"]
-        lines.append(f"  checkpoint write {fmt_num(ch['save_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
+        lines.append(f"  checkpoint write {fmt_num(ch['save_checkpoint_io_mean_GB_per_second'], 3)} GiB/s "
                      f"({fmt_num(ch['save_checkpoint_duration_mean_seconds'], 3)} s), read "
-                     f"{fmt_num(ch['load_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
-                     f"({fmt_num(ch['load_checkpoint_duration_mean_seconds'], 3)} s) per checkpoint (GB = 10^9 bytes)")
+                     f"{fmt_num(ch['load_checkpoint_io_mean_GB_per_second'], 3)} GiB/s "
+                     f"({fmt_num(ch['load_checkpoint_duration_mean_seconds'], 3)} s) per checkpoint "
+                     "(GiB = 2^30 bytes: DLIO's GB)")
     else:
         lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
                      f"{fmt_num(h['io_mib_s'])} MiB/s")

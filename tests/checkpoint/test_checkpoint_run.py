@@ -139,7 +139,7 @@ def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
     assert camp["checkpoint"]["headline"]["load_checkpoint_duration_mean_seconds"] > 0
     assert camp["valid"]  # no AU gate for checkpoint-only runs
     text = render_report(report)
-    assert "checkpoint write" in text and "GB/s" in text and "rank durations" in text
+    assert "checkpoint write" in text and "GiB/s" in text and "rank durations" in text
     series = report["runs"][0]["checkpoint_series"]["write"]
     assert len(series["duration_seconds"]) == 2
     assert series["rank_duration_min_seconds"][0] <= series["rank_duration_max_seconds"][0]

@@ -116,3 +116,49 @@ def runs_dir(tmp_path):
     d = tmp_path / "results"
     d.mkdir()
     return d
+
+
+def checkpoint_summary_doc(label, write_bytes, write_ns, *, read_bytes=None, read_ns=None, schema_version=None,
+                           complete=True, plan=None, start="2026-01-01T00:00:00+00:00"):
+    """A checkpoint-only run's summary.json from synthetic checkpoint records ([checkpoints, ranks]
+    bytes and durations in ns), reduced by iogen's own metrics as iogen.checkpoint.phases writes it.
+
+    schema_version=1 writes it as iogen did before GiB: the `GB` figures in 10^9 bytes, no stdev,
+    size or 1e9 keys."""
+    from iogen.metrics.checkpoint import UNITS_SCHEMA_VERSION, checkpoint_phase, dlio_checkpoint_block
+
+    w = checkpoint_phase(np.asarray(write_bytes), np.asarray(write_ns))
+    r = (checkpoint_phase(np.asarray(read_bytes), np.asarray(read_ns)) if read_bytes is not None
+         else {"checkpoints": 0})
+    metric = dlio_checkpoint_block(w, r)
+    version = schema_version or UNITS_SCHEMA_VERSION
+    if version < 2:  # the old unit: bytes / 10^9 / s under the GB keys
+        metric = {k: v for k, v in metric.items() if "stdev_GB" not in k and "1e9" not in k and "size" not in k}
+        for p in ("save", "load"):
+            if f"{p}_checkpoint_io_mean_GB_per_second" in metric:
+                metric[f"{p}_checkpoint_io_mean_GB_per_second"] *= 2**30 / 1e9
+        for phase in (w, r):
+            for c in phase.get("per_checkpoint", []):
+                c["io_GB_per_second"] = c.pop("io_1e9_bytes_per_second")
+                c["slowest_rank_io_GB_per_second"] *= 2**30 / 1e9
+            if phase.get("checkpoints"):
+                phase["io_mean_GB_per_second"] = phase.pop("io_mean_1e9_bytes_per_second")
+                phase.pop("io_stdev_GB_per_second")
+    ranks = np.asarray(write_bytes).shape[1]
+    return {
+        "schema_version": version, "kind": "checkpoint", "workload": "llama3-8b", "num_accelerators": ranks,
+        "start": start, "metric": metric,
+        "iogen": {"complete": complete, "label": label, "warmup": False,
+                  "checkpoint": {"folder": "/ckpt", "plan": plan or {"format": "torch", "mode": "default"},
+                                 "write": w, "read": r, "write_threads": 2, "read_threads": 1,
+                                 "transfer_size_bytes": 65536, "peak_rss_bytes": [1 << 20] * ranks}},
+    }
+
+
+def make_checkpoint_run(parent, name, label="run", **kwargs):
+    """A run folder holding checkpoint_summary_doc(label, **kwargs) as its summary.json."""
+    run_dir = os.path.join(parent, name)
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "summary.json"), "w") as fh:
+        json.dump(checkpoint_summary_doc(label, **kwargs), fh)
+    return run_dir
