@@ -108,14 +108,29 @@ def _requests_line(label: str, op: str, fig: dict) -> str:
 
 
 def drain_line(dr: dict) -> str:
-    """One line on checkpoint drains: blocking vs drain time, and AU with and without a drain running."""
-    during, without = dr.get("steps_during_drain") or {}, dr.get("steps_without_drain") or {}
-    line = (f"checkpoint drain ({dr.get('mode')}): {len(dr.get('checkpoints') or [])} checkpoint(s), "
-            f"{fmt_bytes(dr.get('drain_bytes'))} to {dr.get('shared_folder')}; blocking "
-            f"{fmt_num(dr.get('blocking_s_mean'), 3)} s, drain {fmt_num(dr.get('drain_s_mean'), 3)} s (means); "
-            f"AU {fmt_num(during.get('au_percentage'), 1)}% over {during.get('steps', 0)} step(s) during a drain, "
-            f"{fmt_num(without.get('au_percentage'), 1)}% over {without.get('steps', 0)} without; "
-            f"{dr.get('waits_for_previous_drain', 0)} wait(s) for a previous drain")
+    """One line on checkpoint drains: time blocked (and its parts) vs drain time, waits, and for
+    training runs AU with and without a drain running."""
+    cks = dr.get("checkpoints") or []
+
+    def mean(key):
+        vals = [c[key] for c in cks if c.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    waited = dr.get("waits_for_previous_drain", 0)
+    rank_waits = dr.get("rank_waits_for_previous_drain")
+    line = (f"checkpoint drain ({dr.get('mode')}): {len(cks)} checkpoint(s), "
+            f"{fmt_bytes(dr.get('drain_bytes'))} to {dr.get('shared_folder')}; blocked "
+            f"{fmt_num(dr.get('blocking_s_mean'), 3)} s (local write {fmt_num(mean('local_write_s'), 3)} s, "
+            f"waiting for the previous drain {fmt_num(mean('waited_for_previous_drain_s'), 3)} s"
+            f"{', the copy itself' if dr.get('mode') == 'sync' else ''}), "
+            f"drain {fmt_num(dr.get('drain_s_mean'), 3)} s (means); ")
+    if "steps_during_drain" in dr:  # training runs: the drain's effect on the steps
+        during, without = dr.get("steps_during_drain") or {}, dr.get("steps_without_drain") or {}
+        line += (f"AU {fmt_num(during.get('au_percentage'), 1)}% over {during.get('steps', 0)} step(s) during a "
+                 f"drain, {fmt_num(without.get('au_percentage'), 1)}% over {without.get('steps', 0)} without; ")
+    line += f"{waited} of {len(cks)} checkpoint(s) waited for a previous drain"
+    if rank_waits is not None and rank_waits != waited:
+        line += f" ({rank_waits} rank waits)"
     if dr.get("error"):
         line += f"; DRAIN FAILED: {dr['error']}"
     return line

@@ -42,6 +42,7 @@ def test_drained_copies_are_byte_identical_and_measured(tiny, tmp_path, iogen_cm
     steps = dr["steps_during_drain"]["steps"] + dr["steps_without_drain"]["steps"]
     assert steps == 8 - 4  # every train step but the four that wrote a checkpoint
     assert "checkpoint drain (" + mode in res.stdout
+    assert f"{dr['waits_for_previous_drain']} of 4 checkpoint(s) waited for a previous drain" in res.stdout
 
 
 def test_unwritable_shared_folder_is_exit_2_after_the_summary(tiny, tmp_path, iogen_cmd):
@@ -101,6 +102,20 @@ def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_ti
     assert dr["mode"] == mode and dr["error"] is None and len(dr["checkpoints"]) == 2
     assert dr["drain_bytes"] == 2 * files.file_bytes
     assert out.summary["iogen"]["complete"] is True
+    # the headline figure is the time the job was blocked (wait + local write, + the copy with sync),
+    # as in training runs, not the local write alone
+    write = out.summary["iogen"]["checkpoint"]["write"]
+    blocked = [c["blocking_s"] for c in dr["checkpoints"]]
+    assert [c["duration_seconds"] for c in write["per_checkpoint"]] == pytest.approx(blocked, abs=1e-9)
+    assert out.summary["metric"]["save_checkpoint_io_mean_GB_per_second"] == pytest.approx(
+        np.mean([files.file_bytes / 2**30 / b for b in blocked]))
+    assert all(c["blocking_s"] >= c["local_write_s"] + c["waited_for_previous_drain_s"] - 1e-9
+               for c in dr["checkpoints"])
+    from iogen.checkpoint.phases import headline
+
+    text = headline(out.summary)
+    assert f"checkpoint drain ({mode}): 2 checkpoint(s)" in text and "checkpoint write durations count the time blocked" in text
+    assert "AU" not in text.split("checkpoint drain")[1].split("\n")[0]  # no training steps to speak of
     # a later read-only restore comes from the shared tier: the local one may be gone by then
     import shutil
 
