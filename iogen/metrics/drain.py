@@ -4,8 +4,9 @@ Per checkpoint: `blocking_s` (the checkpoint's time in the step loop: the local 
 wait for the previous drain when it had not ended, plus the copy itself with drain `sync`),
 `drain_s` (start to end of the copy to the shared folder), `drain_gib_s` (its bytes / drain_s).
 
-Interference: the writer rank's train steps (its step log, checkpoint steps left out) are split
-into those whose span [t_request, t_step_end] overlaps a drain and those that do not; each group
+Interference: the writer rank's train steps in the metrics window (its step log; each epoch's
+first `exclude_start_steps` and last `exclude_end_steps` left out by the same rule as the AU,
+so the loader's start-up never counts; checkpoint steps left out) are split into those whose span [t_request, t_step_end] overlaps a drain and those that do not; each group
 gets its AU (requested compute / summed step time, MLPerf's AU over those steps) and its mean
 data wait (t_ready - t_request). A drain that slows the training reads shows as a higher wait
 and a lower AU in the `during_drain` group.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..steplog import PHASE_TRAIN
+from .epoch import window_bounds
 
 GIB = 1 << 30
 
@@ -29,8 +31,21 @@ def _group(rows) -> dict:
     }
 
 
-def drain_block(drain: dict, rows) -> dict:
-    """The summary's `checkpoint_drain` block from the drainer's record and the writer's step rows."""
+def window_rows(rows, exclude_start_steps: int = 1, exclude_end_steps: int = 0):
+    """The train rows of the metrics window: per epoch, by step, [start, n - end) (iogen.metrics.epoch)."""
+    train = rows[rows["phase"] == PHASE_TRAIN]
+    keep = []
+    for epoch in np.unique(train["epoch"]):
+        one = train[train["epoch"] == epoch]
+        one = one[np.argsort(one["step"], kind="stable")]
+        start, stop, _ = window_bounds(len(one), exclude_start_steps, exclude_end_steps)
+        keep.append(one[start:stop])
+    return np.concatenate(keep) if keep else train
+
+
+def drain_block(drain: dict, rows, exclude_start_steps: int = 1, exclude_end_steps: int = 0) -> dict:
+    """The summary's `checkpoint_drain` block from the drainer's record and the writer's step rows
+    (the AU's window: `metric.exclude_start_steps` / `exclude_end_steps` of each epoch left out)."""
     events = []
     windows = []
     for ev in drain.get("events", []):
@@ -48,7 +63,8 @@ def drain_block(drain: dict, rows) -> dict:
         })
         if start is not None and end is not None:
             windows.append((start, end))
-    train = rows[(rows["phase"] == PHASE_TRAIN) & (rows["checkpoint_ns"] == 0)]
+    train = window_rows(rows, exclude_start_steps, exclude_end_steps)
+    train = train[train["checkpoint_ns"] == 0]
     during = np.zeros(train.size, bool)
     for start, end in windows:
         during |= (train["t_request"] < end) & (train["t_step_end"] > start)

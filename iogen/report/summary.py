@@ -77,7 +77,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if result is not None and getattr(result, "object_store", None):  # requests to the object store
         doc["iogen"]["object_store"] = result.object_store
     if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
-        doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows)
+        doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows, wl.metric.exclude_start_steps,
+                                                       wl.metric.exclude_end_steps)
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
     if red.train_reduced is not None:
         rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(red)))
