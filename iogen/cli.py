@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 2)")
     p.add_argument("--repeats", type=int, default=1, metavar="K",
                    help="extra probes at most for a count near the threshold (default 1)")
+    p.add_argument("--min-steps", type=int, default=50, metavar="S",
+                   help="measured steps per rank every probe needs, over its epochs and runs: train.epochs is "
+                        "raised for a probe that would measure fewer (default 50)")
     p.add_argument("--output", "-o", metavar="DIR", help="where the search folder goes (default: output.folder)")
     p.add_argument("--no-plot", action="store_true", help="no search.png (matplotlib not needed)")
 
