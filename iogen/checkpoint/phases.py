@@ -291,7 +291,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
             doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],
                            read[None, :n_done(read)], np.array([[peak_rss_bytes(), -1, 0, theirs.rank]], np.int64))
-            doc["iogen"].update(complete=False, error=str(exc) or type(exc).__name__,
+            doc["iogen"].update(complete=False, incomplete_reason=_reason(exc),
                                 note="rank 0's own figures up to the failure; other ranks' are not gathered")
             rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
@@ -326,6 +326,53 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     if drain_error:  # recorded in the summary above; the run ends as bad storage does: exit 2
         raise DataError(folder, f"checkpoint drain failed: {drain_error}")
     return run_dir, doc, True
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a run stopped, as the summary's `incomplete_reason` says it (Ctrl-C and signals in words)."""
+    if isinstance(exc, KeyboardInterrupt):
+        from ..signals import describe_interrupt
+
+        return str(describe_interrupt(exc))
+    return str(exc) or type(exc).__name__
+
+
+def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> dict:
+    """What a checkpoint-only run measured (summary.json `iogen.setup`, kind "checkpoint"): model,
+    parallelism, ranks, bytes per rank (its files' bytes as written or read; else the plan's),
+    format, fsync and O_DIRECT, the tiers, the schedule."""
+    ck = wl.checkpoint
+    rank_bytes = rank_bytes or plan.get("rank_bytes") or [0]
+    local = bool(ck.local_folder)
+    return {
+        "kind": "checkpoint",
+        "workload": wl.name,
+        "model": (f"transformer, {plan['num_parameters']:,} parameters" if plan.get("transformer")
+                  else f"model.model_size_bytes {plan.get('total_bytes', 0):,}"),
+        "parallelism": (f"tensor {plan['tensor']} x pipeline {plan['pipeline']} x data {plan['data']}, "
+                        f"ZeRO stage {plan.get('zero_stage')}") if plan.get("transformer") else None,
+        "mode": plan.get("mode"),
+        "format": ck.format,
+        "num_ranks": facts["num_ranks"],
+        "hosts": facts["hosts"],
+        "rank_bytes_min": int(min(rank_bytes)),
+        "rank_bytes_max": int(max(rank_bytes)),
+        "checkpoint_bytes": int(sum(rank_bytes)),
+        "fsync": bool(ck.fsync),
+        "odirect": bool(ck.odirect),
+        "tiers": (f"local {os.path.abspath(ck.local_folder)}, drained ({ck.drain}) to {checkpoint_root(wl)}"
+                  if local and ck.drain != "off" else
+                  f"local {os.path.abspath(ck.local_folder)} (drain off)" if local else checkpoint_root(wl)),
+        "storage": wl.storage.storage_type if wl.storage.storage_type == "s3" else "files",
+        "num_checkpoints_write": max(0, ck.num_checkpoints_write),
+        "num_checkpoints_read": max(0, ck.num_checkpoints_read),
+        "time_between_checkpoints_s": max(0.0, ck.time_between_checkpoints),
+        "write_threads": ck.write_threads,
+        "read_threads": ck.read_threads,
+        "transfer_size_bytes": ck.transfer_size,
+        "core_implementation": facts["core_implementation"],
+        "iogen_version": facts["iogen_version"],
+    }
 
 
 class SingleRank:
@@ -365,15 +412,20 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
                      "the device delivered fewer bytes than were read (or the kernel does not say): part or all "
                      "of the reads may have been served from memory (page cache, or a memory-backed file system)"),
         }
+    import datetime as _dt
+
     return {
         "schema_version": UNITS_SCHEMA_VERSION,
         "kind": "checkpoint",
         "workload": wl.name,
+        "start": _dt.datetime.fromtimestamp(facts["start_time_s"], _dt.timezone.utc).isoformat(timespec="seconds"),
         "num_accelerators": world.size,
         "metric": dlio_checkpoint_block(w, r),
         "iogen": {
             "complete": True,
+            "incomplete_reason": None,
             **facts,
+            "setup": setup_block(wl, plan, facts, (w.get("per_rank") or r.get("per_rank") or {}).get("bytes")),
             "checkpoint": {
                 "folder": checkpoint_root(wl),
                 "plan": {k: v for k, v in plan.items() if not k.startswith("rank_")},

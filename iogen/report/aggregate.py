@@ -159,6 +159,7 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
         "dataset_size_rule": it.get("dataset_size_rule"),
         "checkpoint": rv.checkpoint,  # checkpoint-only runs: the figures a campaign reduces
         "checkpoint_series": checkpoint_series(doc),  # and per-checkpoint durations, per-rank spread
+        "checkpoint_drain": it.get("checkpoint_drain"),  # two tiers: the drain's figures
         "per_epoch": {key: per_epoch.get(key, []) for key in (
             "epoch", "au_percentage", "throughput_samples_s", "io_mib_s", "wait_mean_ns", "compute_mean_ns")},
         "wait": None,

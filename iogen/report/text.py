@@ -54,8 +54,29 @@ def fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
-def setup_line(setup: dict | None) -> str:
-    """What a run measured, in one line (summary.json `iogen.setup`)."""
+def checkpoint_setup_line(s: dict) -> str:
+    """What a checkpoint-only run measured, in one line (its `iogen.setup`, kind "checkpoint")."""
+    per_rank = (fmt_bytes(s["rank_bytes_min"]) if s["rank_bytes_min"] == s["rank_bytes_max"]
+                else f"{fmt_bytes(s['rank_bytes_min'])} .. {fmt_bytes(s['rank_bytes_max'])}")
+    access = ", ".join(x for x in ("fsync" if s.get("fsync") else "no fsync",
+                                   "O_DIRECT" if s.get("odirect") else "") if x)
+    return (f"{s['workload']}: checkpoint-only, {s['model']}"
+            + (f", {s['parallelism']}" if s.get("parallelism") else "")
+            + (f", mode {s['mode']}" if s.get("mode") and s["mode"] != "default" else "")
+            + f"; {s['num_ranks']} rank(s) on {len(s.get('hosts') or [])} host(s), {per_rank} per rank, "
+            f"{fmt_bytes(s['checkpoint_bytes'])} per checkpoint; {s['num_checkpoints_write']} write(s), "
+            f"{s['num_checkpoints_read']} read(s), {fmt_num(s['time_between_checkpoints_s'], 2)} s between; "
+            f"{s['format']}, {access}, {s['write_threads']} write / {s['read_threads']} read thread(s), "
+            f"{fmt_bytes(s['transfer_size_bytes'])} transfers; tiers: {s['tiers']}; core {s['core_implementation']}; "
+            f"iogen {s['iogen_version']}")
+
+
+def setup_line(setup: dict | None, checkpoint: bool = False) -> str:
+    """What a run measured, in one line (summary.json `iogen.setup`); `checkpoint`: a checkpoint-only run."""
+    if setup is not None and setup.get("kind") == "checkpoint":
+        return checkpoint_setup_line(setup)
+    if setup is None and checkpoint:
+        return "setup: not recorded (checkpoint-only runs record it from summary schema_version 2 on)"
     if not setup:
         return "setup: not recorded (a run from an older iogen)"
     s = setup
@@ -155,7 +176,7 @@ def measured_lines(runs) -> list[str]:
     """What the runs measured: one line when they agree, else one per distinct setup with its runs."""
     groups: dict[str, list[str]] = {}
     for r in runs:
-        groups.setdefault(setup_line(r.get("setup")), []).append(r["label"])
+        groups.setdefault(setup_line(r.get("setup"), bool(r.get("checkpoint"))), []).append(r["label"])
     if len(groups) == 1:
         return ["measured: " + next(iter(groups))]
     return ["CONFIGURATIONS DIFFER: these runs did not measure the same thing"] + [
@@ -259,10 +280,73 @@ def checkpoint_lines(runs: list, camp: dict) -> list[str]:
     return lines
 
 
+def checkpoint_headline(camp: dict) -> str:
+    """The campaign's checkpoint headline: write and read GiB/s and durations per checkpoint."""
+    ch = camp["checkpoint"]["headline"]
+    parts = []
+    for phase, prefix in (("write", "save"), ("read", "load")):
+        rate = ch.get(f"{prefix}_checkpoint_io_mean_GB_per_second")
+        if rate is not None:
+            parts.append(f"{phase} {fmt_num(rate, 3)} GiB/s "
+                         f"({fmt_num(ch.get(f'{prefix}_checkpoint_duration_mean_seconds'), 3)} s)")
+    return (f"  checkpoint {', '.join(parts) or 'n/a'} per checkpoint (GiB/s: the mean of each checkpoint's rate, "
+            "DLIO's rule; GiB = 2^30 bytes, DLIO's GB)")
+
+
+def _verdict(camp: dict, runs: list) -> str:
+    checkpoint_only = bool(runs) and all(r.get("checkpoint") for r in runs)
+    if camp["valid"] and camp.get("page_cache_runs"):
+        return ("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
+                + ", ".join(camp["page_cache_runs"]))
+    if camp["valid"] and checkpoint_only:
+        return ("campaign VALID: every measured run is complete and alike (checkpoint-only runs have no AU gate: "
+                "they run no training steps)")
+    if camp["valid"] and any(not r.get("au_gate_applied", True) for r in runs if not r["warmup"]):
+        return "campaign VALID: every measured run met its AU threshold or had no AU gate (no compute configured)"
+    if camp["valid"]:
+        return "campaign VALID: every measured run met its AU threshold"
+    return "campaign NOT VALID: " + "; ".join(camp["invalid_reasons"])
+
+
+def incomplete_lines(runs) -> list[str]:
+    """One line per incomplete run, with the reason its summary gives."""
+    return [f"INCOMPLETE: {r['label']}: {r.get('incomplete_reason') or 'no reason recorded'}"
+            for r in runs if not r["complete"]]
+
+
+def drain_lines(runs) -> list[str]:
+    """Each run's checkpoint drain line (runs with checkpoint.local_folder)."""
+    return [f"{r['label']}: {drain_line(r['checkpoint_drain'])}" for r in runs if r.get("checkpoint_drain")]
+
+
+def render_checkpoint_report(report: dict) -> str:
+    """The text report of checkpoint-only runs: the checkpoint figures lead; no training rows."""
+    runs, camp = report["runs"], report["campaign"]
+    warm = sum(1 for r in runs if r["warmup"])
+    lines = [
+        f"iogen report: {len(runs)} checkpoint-only run(s) ({warm} warm-up), workload "
+        f"{', '.join(sorted({str(r['workload']) for r in runs}))}, "
+        f"{', '.join(sorted({str(r['num_accelerators']) for r in runs}))} accelerator(s)",
+        *measured_lines(runs),
+        "",
+        f"headline ({camp['reduction']}: {camp['rule']}):",
+    ]
+    lines.append(checkpoint_headline(camp) if camp.get("checkpoint") else "  no complete measured run")
+    lines.append(_verdict(camp, runs))
+    lines.extend(incomplete_lines(runs))
+    lines.extend(checkpoint_lines(runs, camp))
+    lines.extend(drain_lines(runs))
+    for note in camp["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
 def render_report(report: dict) -> str:
     """The text form of a report document (report.json mirrors it)."""
     runs = report["runs"]
     camp = report["campaign"]
+    if runs and all(r.get("checkpoint") for r in runs):
+        return render_checkpoint_report(report)
     warm = sum(1 for r in runs if r["warmup"])
     workloads = sorted({str(r["workload"]) for r in runs})
     accels = sorted({str(r["num_accelerators"]) for r in runs})
@@ -315,26 +399,13 @@ def render_report(report: dict) -> str:
         lines.append(f"note: {note}")
     h = camp["headline"]
     lines.extend(checkpoint_lines(runs, camp))
+    lines.extend(drain_lines(runs))
+    lines.extend(incomplete_lines(runs))
     lines.append("")
     lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
-    if camp.get("checkpoint") and all(r.get("checkpoint") for r in runs):
-        ch = camp["checkpoint"]["headline"]
-        lines.append(f"  checkpoint write {fmt_num(ch['save_checkpoint_io_mean_GB_per_second'], 3)} GiB/s "
-                     f"({fmt_num(ch['save_checkpoint_duration_mean_seconds'], 3)} s), read "
-                     f"{fmt_num(ch['load_checkpoint_io_mean_GB_per_second'], 3)} GiB/s "
-                     f"({fmt_num(ch['load_checkpoint_duration_mean_seconds'], 3)} s) per checkpoint "
-                     "(GiB = 2^30 bytes: DLIO's GB)")
-    else:
-        lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
-                     f"{fmt_num(h['io_mib_s'])} MiB/s")
-    if camp["valid"] and camp.get("page_cache_runs"):
-        lines.append("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
-                     + ", ".join(camp["page_cache_runs"]))
-    elif camp["valid"] and any(not r.get("au_gate_applied", True) for r in runs if not r["warmup"]):
-        lines.append("campaign VALID: every measured run met its AU threshold or had no AU gate "
-                     "(no compute configured)")
-    elif camp["valid"]:
-        lines.append("campaign VALID: every measured run met its AU threshold")
-    else:
-        lines.append("campaign NOT VALID: " + "; ".join(camp["invalid_reasons"]))
+    lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
+                 f"{fmt_num(h['io_mib_s'])} MiB/s")
+    if camp.get("checkpoint"):
+        lines.append(checkpoint_headline(camp))
+    lines.append(_verdict(camp, runs))
     return "\n".join(lines)

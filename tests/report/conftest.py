@@ -118,8 +118,22 @@ def runs_dir(tmp_path):
     return d
 
 
+def checkpoint_setup(**over):
+    """summary.json iogen.setup of a checkpoint-only run, as iogen.checkpoint.phases.setup_block writes it."""
+    base = {"kind": "checkpoint", "workload": "llama3-8b", "model": "transformer, 8,030,261,248 parameters",
+            "parallelism": "tensor 1 x pipeline 1 x data 2, ZeRO stage 3", "mode": "default", "format": "torch",
+            "num_ranks": 2, "hosts": ["testhost"], "rank_bytes_min": 700_000_000, "rank_bytes_max": 700_000_000,
+            "checkpoint_bytes": 1_400_000_000, "fsync": True, "odirect": False,
+            "tiers": "local /local, drained (sync) to /shared", "storage": "files", "num_checkpoints_write": 3,
+            "num_checkpoints_read": 0, "time_between_checkpoints_s": 0.5, "write_threads": 4, "read_threads": 4,
+            "transfer_size_bytes": 4 << 20, "core_implementation": "cython", "iogen_version": "0"}
+    base.update(over)
+    return base
+
+
 def checkpoint_summary_doc(label, write_bytes, write_ns, *, read_bytes=None, read_ns=None, schema_version=None,
-                           complete=True, plan=None, start="2026-01-01T00:00:00+00:00"):
+                           complete=True, plan=None, start="2026-01-01T00:00:00+00:00", setup=None, drain=None,
+                           incomplete_reason=None):
     """A checkpoint-only run's summary.json from synthetic checkpoint records ([checkpoints, ranks]
     bytes and durations in ns), reduced by iogen's own metrics as iogen.checkpoint.phases writes it.
 
@@ -149,6 +163,9 @@ def checkpoint_summary_doc(label, write_bytes, write_ns, *, read_bytes=None, rea
         "schema_version": version, "kind": "checkpoint", "workload": "llama3-8b", "num_accelerators": ranks,
         "start": start, "metric": metric,
         "iogen": {"complete": complete, "label": label, "warmup": False,
+                  "incomplete_reason": None if complete else incomplete_reason,
+                  **({"setup": setup} if setup is not None else {}),
+                  **({"checkpoint_drain": drain} if drain is not None else {}),
                   "checkpoint": {"folder": "/ckpt", "plan": plan or {"format": "torch", "mode": "default"},
                                  "write": w, "read": r, "write_threads": 2, "read_threads": 1,
                                  "transfer_size_bytes": 65536, "peak_rss_bytes": [1 << 20] * ranks}},
