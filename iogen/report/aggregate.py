@@ -22,6 +22,7 @@ from ..metrics import campaign as _stats
 from ..errors import DataError
 from ..metrics.checkpoint import checkpoint_series
 from ..metrics.latency import wait_histograms
+from ..metrics.summary import au_loss
 from .rundir import CAMPAIGN_FILE, read_campaign_file, write_json
 from .timeseries import read_run_steps, run_timeseries
 
@@ -136,7 +137,8 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
     """What summary.json says: the campaign figures, the run's facts and its per-epoch values."""
     rv = _stats.run_values_from_summary(doc, run_dir)
     it = doc.get("iogen") or {}
-    per_epoch = ((it.get("metrics") or {}).get("train") or {}).get("per_epoch") or {}
+    train = (it.get("metrics") or {}).get("train") or {}
+    per_epoch = train.get("per_epoch") or {}
     return {
         "label": rv.label,
         "warmup": rv.warmup,
@@ -150,6 +152,9 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
         "throughput_samples_s": rv.throughput_samples_s,
         "io_mib_s": rv.io_mib_s,
         "au_met": rv.au_met,
+        "au_achieved_percentage": train.get("au_achieved_mean_percentage"),  # the compute the sleep really took
+        "sleep_error_mean_ns": train.get("sleep_error_mean_ns"),
+        "au_loss": au_loss(train),  # where the AU below 100% went
         "au_gate_applied": rv.au_gate_applied,
         "au_threshold_percentage": rv.au_threshold_percentage,
         "page_cache_warning": it.get("page_cache_warning"),

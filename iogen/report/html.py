@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from ..histogram import LatencyHistogram, bucket_bounds
-from .text import (dataset_size_lines, device_per_epoch, drain_lines, flag_lines, fmt_bytes,
+from .text import (au_loss_lines, dataset_size_lines, device_per_epoch, drain_lines, flag_lines, fmt_bytes,
                    fmt_ns, fmt_num, incomplete_lines, measured_lines, page_cache_lines, reads_source)
 
 __all__ = ["TIMELINE_MAX_STEPS", "render_html", "write_html"]
@@ -361,6 +361,8 @@ def render_html(report: dict, text: str) -> str:
                             ("load_checkpoint_io_mean_GB_per_second", "Checkpoint read", "GiB/s", 3),
                             ("load_checkpoint_duration_mean_seconds", "Read duration", "s", 3)),
         drain_lines=drain_lines(runs), incomplete_lines=incomplete_lines(runs),
+        au_loss_lines=[line for r in runs if (r.get("au_loss") or {}).get("compute_lowered_au")
+                       for line in au_loss_lines(r["au_loss"], r["label"])],
     )
 
 

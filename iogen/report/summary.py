@@ -264,7 +264,8 @@ def _clean(obj):
 
 def headline(doc) -> tuple[str, bool]:
     """The lines `iogen run` prints, and whether the run passed its AU gate (or had none)."""
-    from .text import reads_lines, setup_line
+    from ..metrics.summary import au_loss
+    from .text import au_loss_lines, reads_lines, setup_line
 
     if not doc or not doc.get("metric"):
         return "no complete step was measured", False
@@ -282,6 +283,7 @@ def headline(doc) -> tuple[str, bool]:
         verdict = f"AU gate not applied: {gate['reason']}"
     lines = [
         f"AU {f(m.get('train_au_mean_percentage'), '.2f')}% ({verdict}) on {doc['num_accelerators']} accelerator(s)",
+        *au_loss_lines(au_loss(train)),
         f"throughput {f(m.get('train_throughput_mean_samples_per_second'), ',.1f')} samples/s, "
         f"I/O {f(train.get('io_mean_mib_s'), ',.1f')} MiB/s read "
         f"(nominal {f(m.get('train_io_mean_MB_per_second'), ',.1f')} MiB/s)",

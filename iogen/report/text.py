@@ -54,6 +54,23 @@ def fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+def au_loss_lines(loss: dict | None, label: str = "") -> list[str]:
+    """Where lost AU went (iogen.metrics.summary.au_loss), and in plain words when the emulated
+    compute, not the storage, is what lowered it."""
+    if not loss or loss["lost_points"] <= 0:
+        return []
+    who = f"{label}: " if label else ""
+    lines = [f"{who}AU lost {fmt_num(loss['lost_points'], 2)} points: {fmt_num(loss['sleep_overshoot_points'], 2)} to "
+             f"the host's sleep overshooting the requested compute (mean {fmt_ns(loss['sleep_error_mean_ns'])} per "
+             f"step of {fmt_ns(loss['requested_compute_mean_ns'])}; AU achieved "
+             f"{fmt_num(100.0 - loss['other_points'], 2)}%), {fmt_num(loss['other_points'], 2)} to the data wait "
+             f"(mean {fmt_ns(loss['wait_mean_ns'])} per step), barriers and the loop"]
+    if loss["compute_lowered_au"]:
+        lines.append(f"{who}the emulated compute, not the storage, lowered AU: most of the lost points are the "
+                     "host's sleep taking longer than asked (a loaded or oversubscribed host), not waiting for data")
+    return lines
+
+
 def checkpoint_setup_line(s: dict) -> str:
     """What a checkpoint-only run measured, in one line (its `iogen.setup`, kind "checkpoint")."""
     per_rank = (fmt_bytes(s["rank_bytes_min"]) if s["rank_bytes_min"] == s["rank_bytes_max"]
@@ -362,12 +379,16 @@ def render_report(report: dict) -> str:
         wait = r.get("wait") or {}
         rows.append([
             r["label"], "warm-up" if r["warmup"] else "measured",
-            fmt_num(r["au_percentage"], 2), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
+            fmt_num(r["au_percentage"], 2), fmt_num(r.get("au_achieved_percentage"), 2),
+            fmt_ns(r.get("sleep_error_mean_ns")), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
             fmt_ns(wait.get("p50_ns")), fmt_ns(wait.get("p99_ns")), fmt_ns(wait.get("max_ns")),
             device_per_epoch(r), reads_source(r), _gate(r),
         ])
-    lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max",
-                        "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrll"))
+    lines.append(table(["run", "kind", "AU %", "AU achieved %", "sleep error", "samples/s", "MiB/s", "wait p50",
+                        "wait p99", "wait max", "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrrrll"))
+    for r in runs:
+        if (r.get("au_loss") or {}).get("compute_lowered_au"):
+            lines.extend(au_loss_lines(r["au_loss"], r["label"]))
     lines.extend(f"note: {line}" for line in dataset_size_lines(runs))
     lines.append("")
     n = len(camp["measured_runs"])

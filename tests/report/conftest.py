@@ -12,8 +12,11 @@ MS = 1_000_000
 
 
 def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples=4, nbytes=4096,
-                epochs=1, phase=0, checkpoint_every=0, checkpoint_ns=0, start_ns=0, epoch_gap_ns=0):
+                epochs=1, phase=0, checkpoint_every=0, checkpoint_ns=0, start_ns=0, epoch_gap_ns=0,
+                requested_ns=None):
     """A step log whose step k waits wait_ns[k] (scalar or array), computes compute_ns, then barriers.
+
+    `requested_ns`: the compute asked for (default compute_ns; less when the sleep overshoots).
 
     Times start `start_ns` after the log's monotonic start; returns (header times, rows written).
     """
@@ -28,8 +31,8 @@ def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples
             t_compute_end = t_ready + compute_ns
             ck = checkpoint_ns if checkpoint_every and (step + 1) % checkpoint_every == 0 else 0
             t_step_end = t_compute_end + barrier_ns + ck
-            log.append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end, compute_ns,
-                       samples, nbytes, ck)
+            log.append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                       compute_ns if requested_ns is None else requested_ns, samples, nbytes, ck)
             t = t_step_end
             k += 1
         t += epoch_gap_ns
