@@ -461,9 +461,7 @@ def headline(doc) -> str:
         if name == "write" and phase.get("checkpoints") and ck.get("write_duration", "the write") != "the write":
             lines.append(f"checkpoint write durations count {ck['write_duration']}")
         if phase.get("checkpoints"):
-            lines.append(f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
-                         f"mean {phase['duration_mean_seconds']:.3f} s, {phase['io_mean_GB_per_second']:.3f} GiB/s "
-                         f"(DLIO's GB/s; {phase['io_mean_1e9_bytes_per_second']:.3f} x 10^9 B/s)")
+            lines.append(checkpoint_line(name, phase))
     drain = doc["iogen"].get("checkpoint_drain")
     if drain:
         from ..report.text import drain_line
@@ -488,6 +486,16 @@ def headline(doc) -> str:
                          f"max {lat['max_ns'] / 1e6:.1f} ms; requests not visible")
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
     return "\n".join(lines)
+
+
+def checkpoint_line(name: str, phase: dict) -> str:
+    """One phase's line: count and size, the mean duration, and both rates, each named: DLIO's
+    (the mean of each checkpoint's rate) and the mean bytes over the mean duration."""
+    of_mean = phase.get("io_of_mean_duration_GiB_per_second")
+    return (f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
+            f"mean {phase['duration_mean_seconds']:.3f} s; {phase['io_mean_GB_per_second']:.3f} GiB/s as the mean of "
+            f"each checkpoint's rate (DLIO's GB/s; {phase['io_mean_1e9_bytes_per_second']:.3f} x 10^9 B/s)"
+            + (f", {of_mean:.3f} GiB/s as bytes over the mean duration" if of_mean is not None else ""))
 
 
 def _size(nbytes: int) -> str:

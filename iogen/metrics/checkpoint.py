@@ -49,6 +49,9 @@ def checkpoint_phase(rank_bytes: np.ndarray, durations_ns: np.ndarray) -> dict:
         "io_stdev_GB_per_second": float(np.nanstd(job_gib_s)),
         "io_mean_GiB_per_second": float(np.nanmean(job_gib_s)),
         "io_mean_1e9_bytes_per_second": float(np.nanmean(job_bytes / safe / DECIMAL_GB)),
+        # not DLIO's figure: the mean bytes over the mean duration, the rate the mean duration implies
+        "io_of_mean_duration_GiB_per_second": (float(job_bytes.mean() / job_s.mean() / GIB) if job_s.mean() > 0
+                                               else None),
         "per_checkpoint": [
             {"bytes": int(job_bytes[i]), "duration_seconds": float(job_s[i]), "slowest_rank": int(slowest[i]),
              "io_GB_per_second": float(job_gib_s[i]), "io_GiB_per_second": float(job_gib_s[i]),

@@ -91,3 +91,22 @@ def test_compare_and_report_show_no_false_change_between_old_and_new_unit_runs(r
     (tmp_path / "old.json").write_text(json.dumps(old))
     cmp = compare(load_side(tmp_path / "old.json"), load_side(runs_dir / "cand"), metric="ckpt-write")
     assert next(r for r in cmp.rows if r["gate"])["change_percentage"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_console_line_names_both_rates():
+    from iogen.checkpoint.phases import checkpoint_line
+
+    # the reproduction: 3 checkpoints of 1,299,500,000 bytes (1.21 GiB), mean duration 1.416 s; the mean of the
+    # per-checkpoint rates (DLIO's) is not bytes / mean duration, so the line names each
+    ns = [[500_000_000], [1_200_000_000], [2_548_000_000]]
+    w = checkpoint_summary_doc("run", [[1_299_500_000]] * 3, ns)["iogen"]["checkpoint"]["write"]
+    dur = np.array([0.5, 1.2, 2.548])
+    assert w["duration_mean_seconds"] == pytest.approx(1.416)
+    dlio = np.mean(1_299_500_000 / GIB / dur)
+    of_mean = 1_299_500_000 / GIB / 1.416
+    assert w["io_mean_GB_per_second"] == pytest.approx(dlio)
+    assert w["io_of_mean_duration_GiB_per_second"] == pytest.approx(of_mean)
+    line = checkpoint_line("write", w)
+    assert line == (f"checkpoint write: 3 x 1.21 GiB, mean 1.416 s; {dlio:.3f} GiB/s as the mean of each checkpoint's "
+                    f"rate (DLIO's GB/s; {dlio * GIB / 1e9:.3f} x 10^9 B/s), {of_mean:.3f} GiB/s as bytes over the "
+                    "mean duration")
