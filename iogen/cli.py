@@ -264,6 +264,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def _print_error(exc) -> None:
+    if getattr(exc, "quiet", False):  # every rank raised the same error and rank 0 says it
+        return
     problems = getattr(exc, "problems", None)
     if problems and len(problems) > 1:
         print(f"iogen: error: {len(problems)} problems:", file=sys.stderr)

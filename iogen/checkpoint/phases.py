@@ -86,6 +86,61 @@ def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
                                       "(written with other model settings, or cut short)")
 
 
+def _existing_steps(root: str, n_write: int) -> list[int]:
+    """The checkpoints 1..n_write whose folders (global_epoch1_step{i}) are already in `root`."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    prefix = checkpoint_id(0)[:-1]  # "global_epoch1_step"
+    steps = []
+    for n in names:
+        if n.startswith(prefix) and n[len(prefix):].isdigit() and 1 <= int(n[len(prefix):]) <= n_write:
+            steps.append(int(n[len(prefix):]))
+    return sorted(steps)
+
+
+def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int) -> list[dict]:
+    """This rank's bytes on each tier (iogen.checkpoint.space.need): every checkpoint it writes is
+    kept; files of the same names already there are replaced, so their bytes count as freed."""
+    from .space import existing_bytes, need
+
+    ck = wl.checkpoint
+    local = os.path.abspath(ck.local_folder) if ck.local_folder else None
+    tiers = [(local, "the local tier (checkpoint.local_folder)")] if local else []
+    if (not local or ck.drain != "off") and wl.storage.storage_type != "s3":
+        tiers.append((folder, "checkpoint.checkpoint_folder"))
+    entries = []
+    for root, name in tiers if n_write else ():
+        written = n_write * files.file_bytes
+        replaced = existing_bytes(p for step in _existing_steps(root, n_write) for p in files.paths(root, step))
+        kept = max(0, written - replaced)
+        entries.append(need(root, kept, kept, f"{n_write} checkpoint(s) of {world_size} rank(s) on {name}"))
+    return entries
+
+
+def check_space(wl, world, files: RankFiles, folder: str, n_write: int) -> None:
+    """Refuse (exit 2, every rank alike, printed once) a run whose checkpoints do not fit the free
+    space of the file systems they go to (iogen.checkpoint.space); a collective."""
+    from .space import shortfalls
+
+    entries = space_needs(wl, world.size, files, folder, n_write)
+    host = getattr(world, "host", None) or "this host"
+    gathered = world.gather_obj([(host, e) for e in entries])
+    problems = None
+    if world.rank == 0:
+        problems, notes = shortfalls([item for rank_items in gathered for item in rank_items])
+        for note in notes:
+            import warnings
+
+            warnings.warn(note, stacklevel=2)
+    problems = world.bcast(problems)
+    if problems:
+        error = ConfigError(problems)
+        error.quiet = world.rank != 0  # the same error on every rank: rank 0 says it
+        raise error
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (getrusage ru_maxrss, KiB on Linux)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -113,6 +168,7 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     theirs = mine if source == world.rank else RankFiles(spec, source, world.size, ck.format)
     # without a drain a two-tier run reads back what stayed on the local tier
     stays_local = bool(ck.local_folder) and ck.drain == "off"
+    check_space(wl, world, mine, folder, n_write)  # before the first byte, on every rank alike
     io = None
     try:
         if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
