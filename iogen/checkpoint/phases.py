@@ -540,6 +540,13 @@ def headline(doc) -> str:
             lines.append(f"object store {phase[11:]} (s3torchconnector): {fig['objects']} objects, "
                          f"{_size(fig['bytes'])}, per object p50 {lat['p50_ns'] / 1e6:.1f} ms, "
                          f"max {lat['max_ns'] / 1e6:.1f} ms; requests not visible")
+    store = doc["iogen"].get("object_store") or {}
+    heads = [(what, (store.get(phase) or {}).get("head")) for phase, what in
+             (("setup", "bucket and presence checks"), ("checkpoint_check", "the read phase's presence checks"))]
+    heads = [(what, fig) for what, fig in heads if fig and fig.get("requests")]
+    if heads:  # boto3's HEADs, outside the timed phases (with s3torchconnector too: it has no HEAD of its own)
+        lines.append("object store HEADs (boto3, untimed): " + ", ".join(
+            f"{fig['requests']} for the {what}, p50 {fig['total_latency']['p50_ns'] / 1e6:.1f} ms" for what, fig in heads))
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
     return "\n".join(lines)
 

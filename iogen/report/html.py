@@ -80,6 +80,11 @@ def runs_plot_title(runs, unit: str) -> str:
 
 def plot_runs(runs, campaign) -> str:
     """Throughput and AU per run, with the campaign mean and its 95% interval (warm-ups grey)."""
+    return _png(runs_figure(runs, campaign))
+
+
+def runs_figure(runs, campaign):
+    """The figure of plot_runs (bars from zero, the AU threshold line on the AU panel)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     labels = [r["label"] for r in runs]
@@ -100,6 +105,11 @@ def plot_runs(runs, campaign) -> str:
         if key == "au_percentage":
             ax.set_ylim(0.0, 130.0)
             ax.set_yticks(range(0, 101, 20))
+            thresholds = sorted({r["au_threshold_percentage"] for r in runs
+                                 if r.get("au_threshold_percentage") is not None and r.get("au_gate_applied", True)})
+            for i, thr in enumerate(thresholds):  # the gate each run was held to
+                ax.axhline(thr, color="#cf222e", lw=1.2, ls="--",
+                           label=f"AU threshold {thr:g}%" if len(thresholds) == 1 else f"threshold {thr:g}%")
         else:
             ax.set_ylim(0.0, max(top * 1.35, 1e-9))
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
@@ -107,7 +117,7 @@ def plot_runs(runs, campaign) -> str:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def plot_wait_histogram(hist: LatencyHistogram, title: str) -> str:
@@ -144,6 +154,11 @@ def plot_wait_histogram(hist: LatencyHistogram, title: str) -> str:
 
 
 def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: str) -> str:
+    """The timeline of one rank (timeline_figure) as PNG."""
+    return _png(timeline_figure(rows, offset_ns, series, rank, label))
+
+
+def timeline_figure(rows, offset_ns: int, series: dict | None, rank: int, label: str):
     """Step-by-step wait/compute/barrier of one rank's first steps, above the run's interval series."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 5.2), gridspec_kw={"height_ratios": [1, 1.6]})
@@ -170,6 +185,8 @@ def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: s
         sr = series["ranks"][0]
         t = np.asarray(sr["t_s"]) + series["interval_s"] / 2
         ax2.plot(t, sr["samples_s"], color="#1f77b4", label="samples/s")
+        # from zero: a dip (an epoch boundary, time the metrics leave out) must not look like a collapse
+        ax2.set_ylim(bottom=0)
         ax2.set(xlabel=f"s from the run's first request ({series['interval_s']:g} s intervals)", ylabel="samples/s")
         ax3 = ax2.twinx()
         ax3.plot(t, sr["au_percentage"], color=_COLORS["compute"], label="AU %")
@@ -180,7 +197,7 @@ def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: s
         ax2.set_title(f"{label}, rank {sr['rank']}: per-interval throughput, AU and wait")
         ax2.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def plot_checkpoints(runs) -> str:

@@ -210,7 +210,8 @@ def _setup(wl, layout, facts) -> dict:
     memory = [n.get("memory_total_bytes") for n in facts.get("nodes", []) if n.get("memory_total_bytes")]
     return {
         "workload": wl.name,
-        "format": d.format,
+        # the format as `iogen workloads` names it: hdf5+lzf, npz+zip, ... (compression is part of what was read)
+        "format": d.format + ("" if d.compression == "none" else f"+{d.compression}"),
         "data_loader": r.data_loader,
         "read_threads": r.read_threads,
         "batch_size": r.batch_size,
