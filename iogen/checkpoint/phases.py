@@ -114,7 +114,9 @@ def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int
     for root, name in tiers if n_write else ():
         written = n_write * files.file_bytes
         replaced = existing_bytes(p for step in _existing_steps(root, n_write) for p in files.paths(root, step))
-        kept = max(0, written - replaced)
+        # a rewritten checkpoint's new files are complete before its old ones go: one checkpoint's worth
+        # of replaced bytes is there twice at the peak
+        kept = max(0, written - replaced) + min(replaced, files.file_bytes)
         entries.append(need(root, kept, kept, f"{n_write} checkpoint(s) of {world_size} rank(s) on {name}"))
     return entries
 
