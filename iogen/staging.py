@@ -72,6 +72,9 @@ class StageReport:
     reused_bytes: int = 0
     created: list = field(default_factory=list)  # files this invocation wrote (removed at the end)
     created_dirs: list = field(default_factory=list)
+    # folders this invocation created that were not empty when it removed its own: a parent shared
+    # with another node's staging folder (simulated nodes on one host), removed once that one is gone
+    left_dirs: list = field(default_factory=list)
     layouts_files: list = field(default_factory=list)  # (source layout, file indices) staged
     object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
 
@@ -299,9 +302,22 @@ def remove_staged(report: StageReport) -> None:
     for d in sorted(report.created_dirs, key=len, reverse=True):
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            pass
         except OSError:
-            pass  # not empty (reused files, someone else's) or gone
+            report.left_dirs.append(d)  # not empty (reused files, another node's folder): tried again at the end
     report.created_dirs.clear()
+
+
+def remove_left_dirs(report: StageReport) -> None:
+    """Try once more the folders this invocation created and could not remove (still not empty:
+    left; a parent another node's stager emptied meanwhile: removed)."""
+    for d in sorted(report.left_dirs, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    report.left_dirs.clear()
 
 
 def remove_all_staged(wl, layouts_files, report: StageReport) -> None:
@@ -390,11 +406,18 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     return report, [staged_layout(layout, folder, f if partial else None) for layout, f in zip(layouts, files)]
 
 
-def finish_staging(wl, report: StageReport | None) -> None:
-    """End of run: the stager removes the node's staged copies unless staging.keep."""
-    if report is None or not report.stager or wl.staging.keep:
+def finish_staging(wl, report: StageReport | None, world=None) -> None:
+    """End of run: the stager removes the node's staged copies unless staging.keep; then (with the
+    world, after a run that did not fail) every rank meets at a barrier and each stager removes the
+    folders it created that another node's folder kept from going (their common parent)."""
+    if report is None or wl.staging.keep:
         return
-    remove_all_staged(wl, report.layouts_files, report)
+    if report.stager:
+        remove_all_staged(wl, report.layouts_files, report)
+    if world is not None and not getattr(world, "failed", False) and getattr(world, "size", 1) > 1:
+        world.barrier()  # every node's staged folder is gone
+        if report.stager:
+            remove_left_dirs(report)
 
 
 def log_staging(steplog, report: StageReport) -> None:
