@@ -13,19 +13,34 @@ import warnings
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 
 
-def _workload_args(p: argparse.ArgumentParser) -> None:
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that the optional KEY=VALUE overrides are never listed as required."""
+
+    def error(self, message):
+        if "arguments are required" in message:  # argparse lists a nargs="*" positional too
+            message = message.replace(", KEY=VALUE", "").replace("KEY=VALUE, ", "")
+        super().error(message)
+
+
+_QUIET = {"run": "no live progress; one line per epoch at most",
+          "datagen": "no live progress",
+          "search": "no probe progress lines (the table and the result are still printed)"}
+
+
+def _workload_args(p: argparse.ArgumentParser, command: str = "") -> None:
     p.add_argument("workload", metavar="WORKLOAD", help="bundled workload name (see `iogen workloads`) or a YAML file")
     p.add_argument(
         "overrides", metavar="KEY=VALUE", nargs="*",
         help="config overrides: section.key=value or DLIO's ++workload.section.key=value",
     )
     p.add_argument("--accelerator", "-a", metavar="NAME", help="pick the compute time of this accelerator (e.g. h100)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no live progress; one line per epoch at most")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help=_QUIET.get(command, "accepted for scripts; this command prints no progress"))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="iogen",
         description="Deep-learning I/O load generator: emulates training jobs without a model and "
         "measures how busy storage keeps the accelerators (AU), samples/s and MiB/s.",
@@ -36,19 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("workloads", help="list bundled workloads and their key numbers")
 
     p = sub.add_parser("validate", help="print the resolved config, dataset size and steps; no I/O")
-    _workload_args(p)
+    _workload_args(p, "validate")
     p.add_argument("--world-size", "-n", type=int, default=None, help="plan for this many ranks (default: launcher's or 1)")
     p.add_argument("--json", action="store_true", help="print the resolved config and the figures as JSON")
 
     p = sub.add_parser("datagen", help="generate the dataset (parallel, resumable, with a manifest)")
-    _workload_args(p)
+    _workload_args(p, "datagen")
     p.add_argument("--workers", "-j", type=int, default=None, help="parallel writers per rank (default: CPU count)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace data iogen did not write with these settings (a foreign file with a dataset "
                         "file's name, a dataset generated with other settings); other files are never touched")
 
     p = sub.add_parser("datasize", help="MLPerf Storage's minimum dataset for N accelerators and the client memory")
-    _workload_args(p)
+    _workload_args(p, "datasize")
     p.add_argument("--accelerators", "-N", type=int, required=True, metavar="N",
                    help="emulated accelerators (ranks) across all hosts")
     p.add_argument("--hosts", type=int, default=1, metavar="H", help="client hosts (default 1)")
@@ -57,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     p = sub.add_parser("search", help="find the most accelerators that keep AU at the threshold (real runs)")
-    _workload_args(p)
+    _workload_args(p, "search")
     p.add_argument("--launcher", required=True, metavar="TEMPLATE",
                    help='how to start n ranks, with {n}: "mpiexec -n {n}", "srun -n {n} --kill-on-bad-exit=1"')
     p.add_argument("--max", type=int, required=True, metavar="N", help="most accelerators to try")
@@ -67,14 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 2)")
     p.add_argument("--repeats", type=int, default=1, metavar="K",
                    help="extra probes at most for a count near the threshold (default 1)")
+    p.add_argument("--min-steps", type=int, default=50, metavar="S",
+                   help="measured steps per rank every probe needs, over its epochs and runs: train.epochs is "
+                        "raised for a probe that would measure fewer (default 50)")
     p.add_argument("--output", "-o", metavar="DIR", help="where the search folder goes (default: output.folder)")
     p.add_argument("--no-plot", action="store_true", help="no search.png (matplotlib not needed)")
 
     p = sub.add_parser("verify", help="check the dataset against its manifest and its format")
-    _workload_args(p)
+    _workload_args(p, "verify")
 
     p = sub.add_parser("run", help="emulate training and write a run folder")
-    _workload_args(p)
+    _workload_args(p, "run")
     p.add_argument("--output", "-o", metavar="DIR", help="results folder (same as output.folder=DIR)")
     p.add_argument("--generate", action="store_true", help="generate missing data first (same as workflow.generate_data=True)")
     p.add_argument("--runs", type=int, default=1, metavar="N",
@@ -282,6 +300,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def _print_error(exc) -> None:
+    if getattr(exc, "quiet", False):  # every rank raised the same error and rank 0 says it
+        return
     problems = getattr(exc, "problems", None)
     if problems and len(problems) > 1:
         print(f"iogen: error: {len(problems)} problems:", file=sys.stderr)

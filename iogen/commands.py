@@ -244,13 +244,13 @@ def cmd_search(args) -> int:
     import os
 
     from .errors import ConfigError
-    from .search import check_launcher, check_range, create_search_dir, run_probe, search
+    from .search import check_launcher, check_range, create_search_dir, probe_epochs, run_probe, search
     from .search_output import result_line, write_outputs
 
     wl = _load(args)
     check_launcher(args.launcher)
-    if args.runs < 1 or args.repeats < 0 or args.noise < 0:
-        raise ConfigError("--runs must be >= 1, --repeats >= 0 and --noise >= 0")
+    if args.runs < 1 or args.repeats < 0 or args.noise < 0 or args.min_steps < 1:
+        raise ConfigError("--runs must be >= 1, --repeats >= 0, --noise >= 0 and --min-steps >= 1")
     check_range(wl, args.max)
     from .deps import require, workload_needs
 
@@ -268,11 +268,16 @@ def cmd_search(args) -> int:
 
     def probe(n):
         i = next(counter)
+        epochs = probe_epochs(wl, n, args.runs, args.min_steps)
+        raised = epochs > wl.train.epochs
         if not args.quiet:
-            print(f"probe {i}: {n} accelerator(s) ...", file=sys.stderr, flush=True)
+            more = (f", {epochs} epoch(s) (raised from {wl.train.epochs} to measure {args.min_steps} steps per rank)"
+                    if raised else "")
+            print(f"probe {i}: {n} accelerator(s){more} ...", file=sys.stderr, flush=True)
         return run_probe(i, n, os.path.join(search_dir, f"probe-{i:02d}-n{n}"), template=args.launcher,
-                         workload=workload, overrides=list(args.overrides), accelerator=args.accelerator,
-                         runs=args.runs)
+                         workload=workload, overrides=list(args.overrides) + ([f"train.epochs={epochs}"] if raised
+                                                                               else []),
+                         accelerator=args.accelerator, runs=args.runs)
 
     def on_point(point):
         points[point.accelerators] = point
@@ -283,10 +288,12 @@ def cmd_search(args) -> int:
 
     doc = {"format": "iogen search", "schema_version": 1, "workload": wl.name, "launcher": args.launcher,
            "max_accelerators": args.max, "runs_per_probe": args.runs, "au_threshold_percentage": threshold,
-           "noise_pp": args.noise, "repeats": args.repeats,
+           "noise_pp": args.noise, "repeats": args.repeats, "min_measured_steps": args.min_steps,
            "rule": "grow 1, 2, 4, ... to --max until a count fails, then bisect; a count passes when the mean AU "
                    "of its measured runs is >= the threshold; a count within --noise pp of the threshold (or whose "
-                   "95% interval contains it) is probed again, up to --repeats times, and decided on all its runs",
+                   "95% interval contains it, or whose epochs lie on both sides of it) is probed again, up to "
+                   "--repeats times, and decided on all its runs; every probe measures at least --min-steps steps "
+                   "per rank (train.epochs raised where needed) and must have run n ranks",
            "complete": False}
     try:
         n, points = search(probe, args.max, threshold, noise_pp=args.noise, repeats=args.repeats,
@@ -296,7 +303,7 @@ def cmd_search(args) -> int:
         write_outputs(search_dir, doc, points, threshold, None, plot=False)
         print(f"search folder (incomplete): {search_dir}", file=sys.stderr)
         raise
-    result = result_line(wl.name, n, points, threshold, args.max)
+    result = result_line(wl.name, n, points, threshold, args.max, args.min_steps)
     doc.update(complete=True, accelerators=n)
     written = write_outputs(search_dir, doc, points, threshold, result, plot=not args.no_plot)
     with open(written[1], encoding="utf-8") as fh:
@@ -357,8 +364,6 @@ def cmd_run(args) -> int:
     _check_folders(wl, output=True, data=wl.workflow.generate_data, data_write=False)
     world = get_world()
     check_ranks_agree(wl, world)
-    if world.rank == 0:
-        _rules_warnings(wl, world)
     if args.runs != 1 or args.warmup:
         from .campaign import report_campaign, run_campaign
 
@@ -366,23 +371,6 @@ def cmd_run(args) -> int:
         return _on_every_rank(world, lambda: report_campaign(campaign))
     outcome = run(wl, world, quiet=args.quiet, stream=sys.stderr)
     return _on_every_rank(world, lambda: _run_verdict(outcome))
-
-
-def _rules_warnings(wl, world) -> None:
-    """Rank 0, before a run: what MLPerf Storage's rules ask of the setup that a tool can see here
-    (printed as warnings: a run for other purposes is not refused)."""
-    from .report.rundir import host_facts
-    from .sizing import host_memory_problem, same_filesystem
-
-    if wl.storage.storage_type != "s3" and wl.workflow.train and same_filesystem(wl.dataset.data_folder,
-                                                                                  wl.output.folder):
-        print(f"iogen: warning: dataset.data_folder ({wl.dataset.data_folder}) and output.folder ({wl.output.folder}) "
-              "are on one file system: MLPerf Storage's rules ask for the results on another one than the data",
-              file=sys.stderr)
-    per_host = getattr(world, "local_ranks", 1) or 1
-    problem = host_memory_problem(per_host, host_facts().get("memory_total_bytes"))
-    if problem:
-        print(f"iogen: warning: {problem}", file=sys.stderr)
 
 
 def _on_every_rank(world, verdict) -> int:

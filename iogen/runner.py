@@ -184,7 +184,7 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
         if st.run_dir is not None or world.failed:
             doc, error = _finish(wl, world, st, error)
     finally:
-        finish_staging(wl, st.staging)
+        finish_staging(wl, st.staging, world)
         if st.log is not None:
             from .runlog import close_log
 

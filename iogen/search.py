@@ -11,13 +11,22 @@ Pass rule: the mean AU of the measured runs at n (every probe at n pooled) is at
 workload's threshold (metric.au). Noise rule: a count is "near" the threshold when that mean is
 within --noise percentage points of it, or when its 95% interval (with 2 or more runs) contains
 it; a near count is probed once more (R more runs) and decided on the pooled runs, at most
---repeats extra probes per count. The result line says when the boundary counts were near.
-The outputs (table, JSON, plot) are iogen.search_output.
+--repeats extra probes per count; so is a count whose epochs straddle the threshold (one epoch
+above it, another below). The result line says when the boundary counts were near, and when AU
+was not monotone in n (the bisection assumes it falls as ranks are added).
+
+Evidence: every probe measures at least --min-steps (default 50) steps per rank, over its
+epochs and runs: the search raises train.epochs for a probe whose planned window is shorter.
+Each probe's summaries must say it ran n ranks (`num_accelerators`): a launcher that starts
+another count (`srun -N {n}` with several tasks per node, `-n {n}{n}`) fails the search with
+exit 2 instead of recording the wrong n. The page-cache and dataset-size caveats of the probes'
+runs are carried into every output. The outputs (table, JSON, plot) are iogen.search_output.
 """
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import shlex
 import shutil
@@ -48,6 +57,9 @@ class Probe:
     returncode: int
     duration_s: float
     runs: list = field(default_factory=list)  # iogen.metrics.campaign.RunValues, measured only
+    measured_steps: int = 0  # per rank, in the metrics window, over the runs' epochs
+    epoch_au: list = field(default_factory=list)  # AU % of every epoch of every measured run
+    caveats: list = field(default_factory=list)  # (kind, text): "page cache", "dataset size"
 
 
 @dataclass
@@ -61,6 +73,12 @@ class Point:
     io_mib_s: float | None
     passed: bool
     near: bool
+    straddles: bool = False  # its epochs' AU lie on both sides of the threshold
+
+    @property
+    def measured_steps(self) -> int:
+        """Steps per rank in the metrics window, over every probe at this count."""
+        return sum(p.measured_steps for p in self.probes)
 
     @property
     def runs(self) -> int:
@@ -131,6 +149,42 @@ def signal_probe(pgid: int, sig: int) -> None:
         pass
 
 
+def window_steps_per_epoch(wl, n: int) -> int:
+    """Steps each of n ranks measures per epoch: the plan's steps less the metrics' excluded ones."""
+    from .dataset import DatasetLayout
+    from .plan import steps_per_epoch
+
+    layout = DatasetLayout.from_workload(wl, "train")
+    steps = steps_per_epoch(layout.total_samples, wl.reader.batch_size, n, wl.train.total_training_steps)
+    return max(0, steps - wl.metric.exclude_start_steps - wl.metric.exclude_end_steps)
+
+
+def probe_epochs(wl, n: int, runs: int, min_steps: int) -> int:
+    """The epochs a probe at n runs: the workload's, raised until its runs measure min_steps per rank."""
+    per_epoch = window_steps_per_epoch(wl, n)
+    epochs = int(wl.train.epochs)
+    if per_epoch > 0 and per_epoch * epochs * runs < min_steps:
+        epochs = math.ceil(min_steps / (per_epoch * runs))
+    return epochs
+
+
+def _summary_facts(doc: dict) -> tuple[int, list, list]:
+    """(window steps per rank, every epoch's AU %, caveats) of one run's summary.json."""
+    it = doc.get("iogen") or {}
+    train = (it.get("metrics") or {}).get("train") or {}
+    per_epoch = train.get("per_epoch") or {}
+    ranks = max(1, int(doc.get("num_accelerators") or 1))
+    steps = int(sum(x or 0 for x in per_epoch.get("steps") or []) // ranks)
+    caveats = []
+    if (it.get("reads_from") or {}).get("source") == "page cache":
+        caveats.append(("page cache", (it.get("reads_from") or {}).get("explanation")
+                        or "the page cache served the reads"))
+    rule = it.get("dataset_size_rule") or {}
+    if rule.get("met") is False and rule.get("message"):
+        caveats.append(("dataset size", rule["message"]))
+    return steps, [x for x in per_epoch.get("au_percentage") or [] if x is not None], caveats
+
+
 def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, overrides: list,
               accelerator: str | None, runs: int) -> Probe:
     """Launch one probe: `<launcher with n> python -m iogen run ...` into `folder`, output to probe.log."""
@@ -168,9 +222,21 @@ def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, 
         raise ProbeFailed(f"probe {index} ({n} accelerators) exited {rc}; see {log_path}: " + " | ".join(tail))
     for path in sorted(glob.glob(os.path.join(folder, "**", "summary.json"), recursive=True)):
         with open(path, encoding="utf-8") as fh:
-            values = run_values_from_summary(json.load(fh), os.path.dirname(path))
+            doc = json.load(fh)
+        ran = doc.get("num_accelerators")
+        if ran != n:  # the search would record the wrong n: its evidence is void
+            raise ProbeFailed(
+                f"probe {index} asked for {n} accelerator(s) but ran {ran} ({path}: num_accelerators): --launcher "
+                f"{template!r} does not start exactly {{n}} ranks (e.g. `srun -N {{n}}` with several tasks per node, "
+                f"or a number written beside {{n}}); use a template that starts n ranks, e.g. 'mpiexec -n {{n}}' or "
+                f"'srun -n {{n}}'")
+        values = run_values_from_summary(doc, os.path.dirname(path))
         if not values.warmup and values.complete:
             probe.runs.append(values)
+            steps, epoch_au, caveats = _summary_facts(doc)
+            probe.measured_steps += steps
+            probe.epoch_au.extend(epoch_au)
+            probe.caveats.extend(c for c in caveats if c not in probe.caveats)
     if not probe.runs:
         raise ProbeFailed(f"probe {index} ({n} accelerators) left no complete run; see {log_path}")
     return probe
@@ -192,8 +258,38 @@ def evaluate(n: int, probes: list, threshold_pct: float, noise_pp: float) -> Poi
     near = au.mean is not None and abs(au.mean - threshold_pct) < noise_pp
     if au.ci95_low is not None and au.ci95_low < threshold_pct < au.ci95_high:
         near = True
+    epochs = [a for p in probes for a in getattr(p, "epoch_au", [])]
+    straddles = bool(epochs) and min(epochs) < threshold_pct <= max(epochs)
     return Point(n, list(probes), au, mean(r.throughput_samples_s for r in runs), mean(r.io_mib_s for r in runs),
-                 passed=au.mean is not None and au.mean >= threshold_pct, near=near)
+                 passed=au.mean is not None and au.mean >= threshold_pct, near=near or straddles,
+                 straddles=straddles)
+
+
+def not_monotone(points: dict) -> list[tuple[int, int]]:
+    """(k1, k2) of successive counts probed where AU rose with more accelerators (k1 < k2)."""
+    ks = [k for k in sorted(points) if points[k].au.mean is not None]
+    return [(a, b) for a, b in zip(ks, ks[1:]) if points[b].au.mean > points[a].au.mean]
+
+
+def caveats(points: dict) -> list[str]:
+    """The probes' caveats, one line each, with the counts they apply to."""
+    by_kind: dict = {}
+    for k in sorted(points):
+        for p in points[k].probes:
+            for kind, text in getattr(p, "caveats", []):
+                entry = by_kind.setdefault(kind, [[], text])
+                if k not in entry[0]:
+                    entry[0].append(k)
+    out = []
+    for kind, (ks, text) in by_kind.items():
+        at = ", ".join(map(str, ks))
+        if kind == "page cache":
+            out.append(f"PAGE CACHE at n = {at}: {text}. The AU measures memory, not storage: N says nothing about "
+                       "the storage; use a dataset larger than memory, reader.odirect=True or "
+                       "reader.evict_page_cache=True")
+        else:
+            out.append(f"DATASET SIZE at n = {at}: {text}")
+    return out
 
 
 def search(probe, max_accelerators: int, threshold_pct: float, *, noise_pp: float = 2.0, repeats: int = 1,

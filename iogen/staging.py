@@ -110,6 +110,9 @@ class StageReport:
     reused_bytes: int = 0
     created: list = field(default_factory=list)  # files this invocation wrote (removed at the end)
     created_dirs: list = field(default_factory=list)
+    # folders this invocation created that were not empty when it removed its own: a parent shared
+    # with another node's staging folder (simulated nodes on one host), removed once that one is gone
+    left_dirs: list = field(default_factory=list)
     object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
 
     @property
@@ -354,8 +357,10 @@ def remove_staged(report: StageReport) -> None:
             continue  # under the staging folder: only through real folders (it and those above it: rmdir)
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            pass
         except OSError:
-            pass  # not empty (reused files, someone else's) or gone
+            report.left_dirs.append(d)  # not empty (reused files, another node's folder): tried again at the end
     report.created_dirs.clear()
 
 
@@ -452,6 +457,17 @@ def _sweep_temps(jobs: list[CopyJob], manifests: list) -> None:
         remove_stale_temps(folder, names)
 
 
+def remove_left_dirs(report: StageReport) -> None:
+    """Try once more the folders this invocation created and could not remove (still not empty:
+    left; a parent another node's stager emptied meanwhile: removed)."""
+    for d in sorted(report.left_dirs, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    report.left_dirs.clear()
+
+
 def staged_layout(layout, folder: str, files=None):
     """The same layout rooted at the staging folder: same relative paths, sizes and ids.
 
@@ -535,11 +551,18 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     return report, [staged_layout(layout, folder, f if partial else None) for layout, f in zip(layouts, files)]
 
 
-def finish_staging(wl, report: StageReport | None) -> None:
-    """End of run: the stager removes what it staged unless staging.keep (reused files stay)."""
-    if report is None or not report.stager or wl.staging.keep:
+def finish_staging(wl, report: StageReport | None, world=None) -> None:
+    """End of run: the stager removes what it staged unless staging.keep (reused files stay); then
+    (with the world, after a run that did not fail) every rank meets at a barrier and each stager
+    removes the folders it created that another node's folder kept from going (their common parent)."""
+    if report is None or wl.staging.keep:
         return
-    remove_staged(report)
+    if report.stager:
+        remove_staged(report)
+    if world is not None and not getattr(world, "failed", False) and getattr(world, "size", 1) > 1:
+        world.barrier()  # every node's staged folder is gone
+        if report.stager:
+            remove_left_dirs(report)
 
 
 def log_staging(steplog, report: StageReport) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 from .model import ModelSpec, job_sizes
 
 
+# MLPerf Storage's checkpointing jobs: ranks (TP x PP x DP) of each bundled model (docs/checkpointing.md)
+MLPERF_RANKS = {"llama3_8b": 8, "llama3_70b": 64, "llama3_405b": 512, "llama3_1t": 1024}
+
+
 def checkpoint_plan(wl, world_size: int) -> dict | None:
     """The checkpoint figures for `world_size` ranks, or None when the workload does not checkpoint.
 
@@ -28,6 +32,10 @@ def checkpoint_plan(wl, world_size: int) -> dict | None:
            "num_parameters": spec.num_parameters(), **sizes.to_dict(),
            "writers": sum(1 for b in sizes.rank_bytes if b), "disk_bytes": _disk_bytes(spec, world_size, fmt)
            if not during_training else spec.model_size_bytes}
+    mlperf = MLPERF_RANKS.get(str(getattr(wl.model, "name", "") or "").replace("-", "_"))
+    if mlperf and spec.transformer:  # the job MLPerf Storage runs this model as
+        doc["mlperf_ranks"] = mlperf
+        doc["mlperf_rank_bytes_max"] = max(job_sizes(spec, mlperf).to_dict()["rank_bytes"])
     if subset:
         full = spec.mp * spec.dp(world_size)
         full_bytes = job_sizes(spec, full).total_bytes
@@ -70,11 +78,24 @@ def checkpoint_lines(doc: dict) -> list[str]:
         f"checkpoint: per rank: model {_gib(min(per_model))} .. {_gib(max(per_model))}, optimizer "
         f"{_gib(min(per_opt))} .. {_gib(max(per_opt))}, total {_gib(doc['rank_bytes_min'])} .. "
         f"{_gib(doc['rank_bytes_max'])} (min .. max)",
-        f"checkpoint: job: model {_gib(doc['model_bytes'])}, optimizer {_gib(doc['optimizer_bytes'])}, total "
-        f"{_gib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes) in {doc['files']} files per checkpoint",
     ]
-    if doc["mode"] == "subset":
+    if doc["mode"] == "subset":  # the job is the full one; these ranks write their share of it
+        lines.append(f"checkpoint: job: {doc['subset_of_ranks']} ranks, total {_gib(doc['full_job_total_bytes'])} "
+                     f"({doc['full_job_total_bytes']:,} bytes) per checkpoint")
         lines.append(f"checkpoint: subset: ranks 0-{doc['world_size'] - 1} of the {doc['subset_of_ranks']}-rank job "
-                     f"({doc['subset_fraction']:.2%} of its ranks) write {_gib(doc['total_bytes'])} of its "
-                     f"{_gib(doc['full_job_total_bytes'])} ({doc['subset_bytes_fraction']:.2%})")
+                     f"({doc['subset_fraction']:.2%} of its ranks) write model {_gib(doc['model_bytes'])}, optimizer "
+                     f"{_gib(doc['optimizer_bytes'])}, total {_gib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes) "
+                     f"in {doc['files']} files of its {_gib(doc['full_job_total_bytes'])} "
+                     f"({doc['subset_bytes_fraction']:.2%})")
+    else:
+        lines.append(f"checkpoint: job: model {_gib(doc['model_bytes'])}, optimizer {_gib(doc['optimizer_bytes'])}, "
+                     f"total {_gib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes) in {doc['files']} files per "
+                     f"checkpoint; each rank writes {_gib(doc['rank_bytes_min'])} .. {_gib(doc['rank_bytes_max'])} "
+                     f"of it ({1 / doc['world_size']:.2%} of the job on average, {doc['world_size']} rank(s))")
+    mlperf = doc.get("mlperf_ranks")
+    if mlperf and mlperf != doc["world_size"] and doc["mode"] != "subset":
+        lines.append(f"checkpoint: MLPerf Storage runs this model as a job of {mlperf} ranks ({_gib(doc['mlperf_rank_bytes_max'])} "
+                     f"per rank at most); this is {doc['world_size']} rank(s): launch it on {mlperf} "
+                     f"(e.g. mpiexec -n {mlperf}), or write one host's share with checkpoint.mode=subset and "
+                     f"model.parallelism.data")
     return lines

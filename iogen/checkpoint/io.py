@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from .. import core
-from ..atomic import PendingFile, is_full_disk
+from ..atomic import PendingFile, full_disk_error, is_full_disk
 from ..errors import ConfigError, DataError, OutputError
 
 DIRECT_ALIGN = 4096
@@ -144,10 +144,14 @@ class CheckpointIO:
             raise
         errors = [f for f in files if f.error is not None]
         if errors:
-            self._abort(files)
             f = errors[0]
-            if is_full_disk(f.error):  # name the file and what it needed, not just "[Errno 28]"
-                raise f.out.full_disk(f.error) from None
+            full = None
+            if is_full_disk(f.error):  # name the file, what the checkpoint needed and what was free when it failed
+                full = full_disk_error(f.error, f.path, sum(g.layout.size_bytes for g in files),
+                                       f"the checkpoint ({len(files)} file(s) of this rank)")
+            self._abort(files)  # after the free space was measured: the temporary files still held theirs
+            if full is not None:
+                raise full from None
             raise OutputError(f.path, f"checkpoint write failed: {getattr(f.error, 'strerror', None) or f.error}") \
                 from None
         return sum(f.layout.size_bytes for f in files)

@@ -148,6 +148,63 @@ def _header_difference(expected: bytes, got: bytes, offset: int) -> str:
             "head split) or overwritten; checkpoint.num_checkpoints_write rewrites it")
 
 
+def _existing_steps(root: str, n_write: int) -> list[int]:
+    """The checkpoints 1..n_write whose folders (global_epoch1_step{i}) are already in `root`."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    prefix = checkpoint_id(0)[:-1]  # "global_epoch1_step"
+    steps = []
+    for n in names:
+        if n.startswith(prefix) and n[len(prefix):].isdigit() and 1 <= int(n[len(prefix):]) <= n_write:
+            steps.append(int(n[len(prefix):]))
+    return sorted(steps)
+
+
+def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int) -> list[dict]:
+    """This rank's bytes on each tier (iogen.checkpoint.space.need): every checkpoint it writes is
+    kept; files of the same names already there are replaced, so their bytes count as freed."""
+    from .space import existing_bytes, need
+
+    ck = wl.checkpoint
+    local = os.path.abspath(ck.local_folder) if ck.local_folder else None
+    tiers = [(local, "the local tier (checkpoint.local_folder)")] if local else []
+    if (not local or ck.drain != "off") and wl.storage.storage_type != "s3":
+        tiers.append((folder, "checkpoint.checkpoint_folder"))
+    entries = []
+    for root, name in tiers if n_write else ():
+        written = n_write * files.file_bytes
+        replaced = existing_bytes(p for step in _existing_steps(root, n_write) for p in files.paths(root, step))
+        # a rewritten checkpoint's new files are complete before its old ones go: one checkpoint's worth
+        # of replaced bytes is there twice at the peak
+        kept = max(0, written - replaced) + min(replaced, files.file_bytes)
+        entries.append(need(root, kept, kept, f"{n_write} checkpoint(s) of {world_size} rank(s) on {name}"))
+    return entries
+
+
+def check_space(wl, world, files: RankFiles, folder: str, n_write: int) -> None:
+    """Refuse (exit 2, every rank alike, printed once) a run whose checkpoints do not fit the free
+    space of the file systems they go to (iogen.checkpoint.space); a collective."""
+    from .space import shortfalls
+
+    entries = space_needs(wl, world.size, files, folder, n_write)
+    host = getattr(world, "host", None) or "this host"
+    gathered = world.gather_obj([(host, e) for e in entries])
+    problems = None
+    if world.rank == 0:
+        problems, notes = shortfalls([item for rank_items in gathered for item in rank_items])
+        for note in notes:
+            import warnings
+
+            warnings.warn(note, stacklevel=2)
+    problems = world.bcast(problems)
+    if problems:
+        error = ConfigError(problems)
+        error.quiet = world.rank != 0  # the same error on every rank: rank 0 says it
+        raise error
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (getrusage ru_maxrss, KiB on Linux)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -175,6 +232,7 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     theirs = mine if source == world.rank else RankFiles(spec, source, world.size, ck.format)
     # without a drain a two-tier run reads back what stayed on the local tier
     stays_local = bool(ck.local_folder) and ck.drain == "off"
+    check_space(wl, world, mine, folder, n_write)  # before the first byte, on every rank alike
     io = None
     try:
         if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
@@ -314,6 +372,9 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 event["local_write_ns"] = event["elapsed_ns"] = int(written[i][1])
                 drainer.start(paths, event, root=local)  # async: returns at once; sync: after the copy
                 event["elapsed_ns"] = core.clock.now_ns() - t0
+                # the checkpoint's figure is the time the job was blocked, as in training runs
+                # (docs/staging.md): the wait for the previous drain, the local write, with sync the copy
+                written[i][1] = event["elapsed_ns"] + event["drain_wait_ns"]
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
         if drainer is not None:
             drain_record = drainer.finish()  # the last drain ends before any read or summary
@@ -352,7 +413,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         if world.rank == 0:  # what this rank measured, marked incomplete; no collective after a failure
             doc = _summary(wl, SingleRank(world.size), spec, facts, written[None, :n_done(written)],
                            read[None, :n_done(read)], np.array([[peak_rss_bytes(), -1, 0, theirs.rank]], np.int64))
-            doc["iogen"].update(complete=False, error=str(exc) or type(exc).__name__,
+            doc["iogen"].update(complete=False, incomplete_reason=_reason(exc),
                                 note="rank 0's own figures up to the failure; other ranks' are not gathered")
             rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
@@ -389,6 +450,53 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     return run_dir, doc, True
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a run stopped, as the summary's `incomplete_reason` says it (Ctrl-C and signals in words)."""
+    if isinstance(exc, KeyboardInterrupt):
+        from ..signals import describe_interrupt
+
+        return str(describe_interrupt(exc))
+    return str(exc) or type(exc).__name__
+
+
+def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> dict:
+    """What a checkpoint-only run measured (summary.json `iogen.setup`, kind "checkpoint"): model,
+    parallelism, ranks, bytes per rank (its files' bytes as written or read; else the plan's),
+    format, fsync and O_DIRECT, the tiers, the schedule."""
+    ck = wl.checkpoint
+    rank_bytes = rank_bytes or plan.get("rank_bytes") or [0]
+    local = bool(ck.local_folder)
+    return {
+        "kind": "checkpoint",
+        "workload": wl.name,
+        "model": (f"transformer, {plan['num_parameters']:,} parameters" if plan.get("transformer")
+                  else f"model.model_size_bytes {plan.get('total_bytes', 0):,}"),
+        "parallelism": (f"tensor {plan['tensor']} x pipeline {plan['pipeline']} x data {plan['data']}, "
+                        f"ZeRO stage {plan.get('zero_stage')}") if plan.get("transformer") else None,
+        "mode": plan.get("mode"),
+        "format": ck.format,
+        "num_ranks": facts["num_ranks"],
+        "hosts": facts["hosts"],
+        "rank_bytes_min": int(min(rank_bytes)),
+        "rank_bytes_max": int(max(rank_bytes)),
+        "checkpoint_bytes": int(sum(rank_bytes)),
+        "fsync": bool(ck.fsync),
+        "odirect": bool(ck.odirect),
+        "tiers": (f"local {os.path.abspath(ck.local_folder)}, drained ({ck.drain}) to {checkpoint_root(wl)}"
+                  if local and ck.drain != "off" else
+                  f"local {os.path.abspath(ck.local_folder)} (drain off)" if local else checkpoint_root(wl)),
+        "storage": wl.storage.storage_type if wl.storage.storage_type == "s3" else "files",
+        "num_checkpoints_write": max(0, ck.num_checkpoints_write),
+        "num_checkpoints_read": max(0, ck.num_checkpoints_read),
+        "time_between_checkpoints_s": max(0.0, ck.time_between_checkpoints),
+        "write_threads": ck.write_threads,
+        "read_threads": ck.read_threads,
+        "transfer_size_bytes": ck.transfer_size,
+        "core_implementation": facts["core_implementation"],
+        "iogen_version": facts["iogen_version"],
+    }
+
+
 class SingleRank:
     """Stands for the world in a failed run's summary: rank 0's figures alone."""
 
@@ -402,7 +510,7 @@ def n_done(rows: np.ndarray) -> int:
 
 
 def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
-    from ..metrics.checkpoint import checkpoint_phase, dlio_checkpoint_block
+    from ..metrics.checkpoint import UNITS_SCHEMA_VERSION, checkpoint_phase, dlio_checkpoint_block
     from .describe import checkpoint_plan
 
     # gathered arrays are [ranks, checkpoints, 2]; the metrics take [checkpoints, ranks]
@@ -426,20 +534,30 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
                      "the device delivered fewer bytes than were read (or the kernel does not say): part or all "
                      "of the reads may have been served from memory (page cache, or a memory-backed file system)"),
         }
+    import datetime as _dt
+
     return {
-        "schema_version": 1,
+        "schema_version": UNITS_SCHEMA_VERSION,
         "kind": "checkpoint",
         "workload": wl.name,
+        "start": _dt.datetime.fromtimestamp(facts["start_time_s"], _dt.timezone.utc).isoformat(timespec="seconds"),
         "num_accelerators": world.size,
         "metric": dlio_checkpoint_block(w, r),
         "iogen": {
             "complete": True,
+            "incomplete_reason": None,
             **facts,
+            "setup": setup_block(wl, plan, facts, (w.get("per_rank") or r.get("per_rank") or {}).get("bytes")),
             "checkpoint": {
                 "folder": checkpoint_root(wl),
                 "plan": {k: v for k, v in plan.items() if not k.startswith("rank_")},
                 "rank_bytes": plan["rank_bytes"],
                 "write": w,
+                # with a local tier, what a write's duration counts: the time the job was blocked
+                "write_duration": ("the time blocked: the wait for the previous drain, the local write"
+                                   + (" and the copy to the shared tier (drain sync)" if wl.checkpoint.drain == "sync"
+                                      else "") if wl.checkpoint.local_folder and wl.checkpoint.drain != "off"
+                                   else "the write"),
                 "read": r,
                 "page_cache": page_cache,
                 "peak_rss_bytes": [int(x) for x in rank_facts[:, 0]],
@@ -462,10 +580,15 @@ def headline(doc) -> str:
         lines.append(f"subset: {plan['world_size']} of the job's {plan['subset_of_ranks']} ranks, "
                      f"{plan['subset_bytes_fraction']:.2%} of its checkpoint bytes")
     for name, phase in (("write", ck["write"]), ("read", ck["read"])):
+        if name == "write" and phase.get("checkpoints") and ck.get("write_duration", "the write") != "the write":
+            lines.append(f"checkpoint write durations count {ck['write_duration']}")
         if phase.get("checkpoints"):
-            lines.append(f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
-                         f"mean {phase['duration_mean_seconds']:.3f} s, {phase['io_mean_GB_per_second']:.3f} GB/s "
-                         f"({phase['io_mean_GiB_per_second']:.3f} GiB/s)")
+            lines.append(checkpoint_line(name, phase))
+    drain = doc["iogen"].get("checkpoint_drain")
+    if drain:
+        from ..report.text import drain_line
+
+        lines.append(drain_line(drain))
     pc = ck.get("page_cache")
     if pc:
         lines.append(f"checkpoint read source: {pc['note']}")
@@ -483,8 +606,25 @@ def headline(doc) -> str:
             lines.append(f"object store {phase[11:]} (s3torchconnector): {fig['objects']} objects, "
                          f"{_size(fig['bytes'])}, per object p50 {lat['p50_ns'] / 1e6:.1f} ms, "
                          f"max {lat['max_ns'] / 1e6:.1f} ms; requests not visible")
+    store = doc["iogen"].get("object_store") or {}
+    heads = [(what, (store.get(phase) or {}).get("head")) for phase, what in
+             (("setup", "bucket and presence checks"), ("checkpoint_check", "the read phase's presence checks"))]
+    heads = [(what, fig) for what, fig in heads if fig and fig.get("requests")]
+    if heads:  # boto3's HEADs, outside the timed phases (with s3torchconnector too: it has no HEAD of its own)
+        lines.append("object store HEADs (boto3, untimed): " + ", ".join(
+            f"{fig['requests']} for the {what}, p50 {fig['total_latency']['p50_ns'] / 1e6:.1f} ms" for what, fig in heads))
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
     return "\n".join(lines)
+
+
+def checkpoint_line(name: str, phase: dict) -> str:
+    """One phase's line: count and size, the mean duration, and both rates, each named: DLIO's
+    (the mean of each checkpoint's rate) and the mean bytes over the mean duration."""
+    of_mean = phase.get("io_of_mean_duration_GiB_per_second")
+    return (f"checkpoint {name}: {phase['checkpoints']} x {_size(phase['bytes_per_checkpoint'])}, "
+            f"mean {phase['duration_mean_seconds']:.3f} s; {phase['io_mean_GB_per_second']:.3f} GiB/s as the mean of "
+            f"each checkpoint's rate (DLIO's GB/s; {phase['io_mean_1e9_bytes_per_second']:.3f} x 10^9 B/s)"
+            + (f", {of_mean:.3f} GiB/s as bytes over the mean duration" if of_mean is not None else ""))
 
 
 def _size(nbytes: int) -> str:

@@ -50,6 +50,9 @@ class Checkpointer:
                     shared = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
                     store = ObjectStore.from_workload(wl, ck.drain_threads)
                 self.drainer = Drainer(shared, ck.drain_threads, ck.transfer_size, ck.drain, store)
+        # Rank 0 writes: before its first byte, the checkpoints must fit where they go
+        if world.rank == 0:
+            self._check_space(wl)
         # Rank 0 writes: its writer's content is generated here, once, outside every timed window.
         self.io = None
         if world.rank == 0:
@@ -57,6 +60,46 @@ class Checkpointer:
                                    fsync=self.fsync, seed=self.seed, randomize=ck.randomize_tensor)
             self.io.prepare_write()
         self.layout = raw_layout([Tensor(("a",), "int8", self.size_bytes)])
+
+    def planned_checkpoints(self, wl) -> int:
+        """How many checkpoints the run's schedule writes (train epochs and steps, DLIO's rule)."""
+        epochs = int(wl.train.epochs)
+        if self.every_steps:
+            from ..dataset import DatasetLayout
+            from ..plan import steps_per_epoch
+
+            layout = DatasetLayout.from_workload(wl, "train")
+            steps = steps_per_epoch(layout.total_samples, wl.reader.batch_size, self.world.size,
+                                    wl.train.total_training_steps)
+            return steps * epochs // self.every_steps
+        return sum(1 for e in range(1, epochs + 1)
+                   if e >= self.after_epoch and (e - self.after_epoch) % self.every_epochs == 0)
+
+    def _check_space(self, wl) -> None:
+        """Rank 0: refuse (exit 2) checkpoints that do not fit the free space of their file system(s);
+        warn when they fit only because each replaces the one before (iogen.checkpoint.space)."""
+        import warnings
+
+        from ..errors import ConfigError
+        from .space import need, shortfalls
+
+        count = self.planned_checkpoints(wl)
+        if not count or not self.size_bytes:
+            return
+        peak = min(count, 2) * self.size_bytes  # the newest kept, the next one being written
+        tiers = [(self.folder, "the local tier (checkpoint.local_folder)" if wl.checkpoint.local_folder
+                  else "checkpoint.checkpoint_folder")]
+        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and wl.storage.storage_type != "s3":
+            tiers.append((os.path.abspath(wl.checkpoint.checkpoint_folder), "checkpoint.checkpoint_folder"))
+        entries = [("this host", need(root, count * self.size_bytes, peak,
+                                      f"{count} checkpoint(s) of {self.size_bytes:,} bytes on {name}, the newest "
+                                      "kept"))
+                   for root, name in tiers]
+        problems, notes = shortfalls(entries)
+        for note in notes:
+            warnings.warn(note, stacklevel=2)
+        if problems:
+            raise ConfigError(problems)
 
     def due_after_epoch(self, epoch: int) -> bool:
         """Epoch-based checkpoints (off when steps_between_checkpoints is set)."""

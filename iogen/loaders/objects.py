@@ -67,7 +67,8 @@ class ObjectLoader(Loader):
         # it overlaps the engine's compute), drawn as the native loader on files draws it
         self.preprocess = Preprocess(wl, layout, world, salt=Preprocess.NATIVE_SALT)
         self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
-        self.index_figures = merge_index(None, self.store.drain(), self._index_store.drain())
+        self.setup_figures = self.store.drain()  # the bucket's HEAD (open_store's check), not indexing
+        self.index_figures = merge_index(None, self._index_store.drain())
         self.epoch_figures: list[dict] = []
         # sized before the run for a batch of the largest records (grown if a batch needs more)
         batch = rd.batch_size if layout.split == "train" else rd.batch_size_eval
@@ -213,7 +214,8 @@ class ObjectSampleReader:
         self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         store = open_store(wl, max(1, int(rd.read_threads)))
-        self.index_figures = store.drain()
+        self.setup_figures = store.drain()  # the bucket's HEAD (open_store's check), not indexing
+        self.index_figures = None
         self._store, self._index_store, self._table, self._pid = store, None, None, os.getpid()
 
     def __getstate__(self):

@@ -281,6 +281,7 @@ class PyTorchLoader(Loader):
 
             reader = ObjectSampleReader(wl, layout, fmt)
             self.index_figures, self.epoch_figures = reader.index_figures, []
+            self.setup_figures = reader.setup_figures
             return reader
         return SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
                             reopen=bool(r.reopen_files))

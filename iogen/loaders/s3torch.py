@@ -269,6 +269,7 @@ class S3TorchLoader(PyTorchLoader):
     def sample_reader(self, wl, layout, fmt):
         reader = ConnectorSampleReader(wl, layout, fmt)
         self.index_figures, self.epoch_figures = reader.index_figures, []
+        self.setup_figures = reader.setup_figures
         self.object_client = "s3torchconnector"
         return reader
 

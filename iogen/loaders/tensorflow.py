@@ -65,6 +65,7 @@ class TensorFlowLoader(Loader):
 
             self.reader = ObjectSampleReader(wl, layout, fmt)
             self.index_figures, self.epoch_figures = self.reader.index_figures, []
+            self.setup_figures = self.reader.setup_figures
         else:
             self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
                                        reopen=bool(r.reopen_files))

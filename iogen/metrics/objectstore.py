@@ -70,9 +70,10 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None)
     train = list(getattr(train_loader, "epoch_figures", []))
     evals = list(getattr(eval_loader, "epoch_figures", []) if eval_loader is not None else [])
     n_train, n_eval = (int(n) for n in world.allreduce_array(np.array([len(train), len(evals)], np.int64), "max"))
+    setup = merge_figures(getattr(l, "setup_figures", None) for l in (train_loader, eval_loader) if l is not None)
     cells = [index, *train, *[None] * (n_train - len(train)), *evals, *[None] * (n_eval - len(evals)),
              getattr(staging, "object_figures", None),
-             getattr(checkpointer, "figures", None), getattr(checkpointer, "drain_figures", None)]
+             getattr(checkpointer, "figures", None), getattr(checkpointer, "drain_figures", None), setup]
     merged = reduce_figures(world, cells)
     if merged is None:
         return None
@@ -83,12 +84,14 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None)
              "eval_epochs": [dict(epoch=e + 1, **merged[1 + n_train + e]) for e in range(n_eval)]}
     if client == "s3torchconnector":  # the epochs' reads: what iogen measures around the connector's calls
         _connector_reads(block)
-    if merged[-3]:  # data staged from the bucket (each node's stager)
-        block["staging"] = merged[-3]
-    if merged[-2]:  # checkpoint uploads, deletes (rank 0 writes)
-        block["checkpoint"] = merged[-2]
-    if merged[-1]:  # local-tier checkpoints drained to the bucket (rank 0), superseded ones deleted
-        block["checkpoint_drain"] = merged[-1]
+    if merged[-4]:  # data staged from the bucket (each node's stager)
+        block["staging"] = merged[-4]
+    if merged[-3]:  # checkpoint uploads, deletes (rank 0 writes)
+        block["checkpoint"] = merged[-3]
+    if merged[-2]:  # local-tier checkpoints drained to the bucket (rank 0), superseded ones deleted
+        block["checkpoint_drain"] = merged[-2]
+    if merged[-1]:  # the loaders' start-up check of the bucket (HEAD), apart from the indexing's requests
+        block["bucket_check"] = merged[-1]
     return block
 
 

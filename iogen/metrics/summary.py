@@ -119,3 +119,39 @@ def iogen_metric_block(run):
     if run.eval is not None:
         block["eval"] = _iogen_phase(run.eval, run.record_length_bytes)
     return block
+
+
+def au_loss(train: dict | None) -> dict | None:
+    """Where the AU below 100% went, from summary.json's `iogen.metrics.train` block.
+
+    MLPerf's AU divides the requested compute by the window's time; `au_achieved` divides the
+    compute the sleep really took by the same time. So `au_achieved - au` points were lost to the
+    host's sleep overshooting (the emulated compute, not storage), and `100 - au_achieved` to
+    everything else in the step: the data wait, barriers, the loop. None without the figures.
+    """
+    train = train or {}
+    au, achieved = train.get("au_mean_percentage"), train.get("au_achieved_mean_percentage")
+    if au is None or achieved is None:
+        return None
+    pe = train.get("per_epoch") or {}
+    steps = [s or 0 for s in pe.get("steps") or []]
+
+    def per_step(key):  # the epochs' per-step means, weighted by their steps
+        vals = pe.get(key) or []
+        pairs = [(v, n) for v, n in zip(vals, steps) if v is not None and n]
+        total = sum(n for _, n in pairs)
+        return sum(v * n for v, n in pairs) / total if total else None
+
+    lost = max(0.0, 100.0 - au)
+    sleep = achieved - au
+    other = max(0.0, 100.0 - achieved)
+    return {
+        "lost_points": lost,
+        "sleep_overshoot_points": sleep,
+        "other_points": other,
+        "sleep_error_mean_ns": train.get("sleep_error_mean_ns"),
+        "wait_mean_ns": per_step("wait_mean_ns"),
+        "requested_compute_mean_ns": per_step("requested_compute_mean_ns"),
+        # the emulated compute, not the storage, is what lowered AU
+        "compute_lowered_au": lost >= 1.0 and sleep >= 0.5 * lost,
+    }

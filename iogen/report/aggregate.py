@@ -22,6 +22,7 @@ from ..metrics import campaign as _stats
 from ..errors import DataError
 from ..metrics.checkpoint import checkpoint_series
 from ..metrics.latency import wait_histograms
+from ..metrics.summary import au_loss
 from .rundir import CAMPAIGN_FILE, read_campaign_file, read_json, summary_problem, write_json
 from .timeseries import read_run_steps, run_timeseries
 
@@ -35,7 +36,8 @@ __all__ = [
     "write_report",
 ]
 
-REPORT_SCHEMA_VERSION = 1
+# 2: runs' checkpoint `GB` figures are GiB (1: 10^9 bytes; iogen compare converts them)
+REPORT_SCHEMA_VERSION = 2
 PERCENTILES = (50, 90, 99, 99.9)
 
 
@@ -150,7 +152,8 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
     """What summary.json says: the campaign figures, the run's facts and its per-epoch values."""
     rv = _stats.run_values_from_summary(doc, run_dir)
     it = doc.get("iogen") or {}
-    per_epoch = ((it.get("metrics") or {}).get("train") or {}).get("per_epoch") or {}
+    train = (it.get("metrics") or {}).get("train") or {}
+    per_epoch = train.get("per_epoch") or {}
     return {
         "label": rv.label,
         "warmup": rv.warmup,
@@ -164,6 +167,9 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
         "throughput_samples_s": rv.throughput_samples_s,
         "io_mib_s": rv.io_mib_s,
         "au_met": rv.au_met,
+        "au_achieved_percentage": train.get("au_achieved_mean_percentage"),  # the compute the sleep really took
+        "sleep_error_mean_ns": train.get("sleep_error_mean_ns"),
+        "au_loss": au_loss(train),  # where the AU below 100% went
         "au_gate_applied": rv.au_gate_applied,
         "au_threshold_percentage": rv.au_threshold_percentage,
         "page_cache_warning": it.get("page_cache_warning"),
@@ -173,6 +179,7 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
         "dataset_size_rule": it.get("dataset_size_rule"),
         "checkpoint": rv.checkpoint,  # checkpoint-only runs: the figures a campaign reduces
         "checkpoint_series": checkpoint_series(doc),  # and per-checkpoint durations, per-rank spread
+        "checkpoint_drain": it.get("checkpoint_drain"),  # two tiers: the drain's figures
         "per_epoch": {key: per_epoch.get(key, []) for key in (
             "epoch", "au_percentage", "throughput_samples_s", "io_mib_s", "wait_mean_ns", "compute_mean_ns")},
         "wait": None,

@@ -40,17 +40,17 @@ __all__ = ["ALPHA", "GATE_METRICS", "Comparison", "Side", "compare", "load_side"
 # MLPerf Storage's checkpoint figures (summary.json `metric` of a checkpoint-only run, mean over its
 # checkpoints; iogen.metrics.checkpoint): key, name, unit, higher is better
 CHECKPOINT_COMPARED = (
-    ("save_checkpoint_io_mean_GiB_per_second", "checkpoint write", "GiB/s", True),
+    ("save_checkpoint_io_mean_GB_per_second", "checkpoint write", "GiB/s", True),
     ("save_checkpoint_duration_mean_seconds", "checkpoint write duration", "s", False),
-    ("load_checkpoint_io_mean_GiB_per_second", "checkpoint read", "GiB/s", True),
+    ("load_checkpoint_io_mean_GB_per_second", "checkpoint read", "GiB/s", True),
     ("load_checkpoint_duration_mean_seconds", "checkpoint read duration", "s", False),
 )
 # every metric compare reports: key, name, unit, decimals, higher is better
 COMPARED = tuple((key, name, unit, 2 if key == "au_percentage" else 1, True) for key, name, unit in METRICS) + tuple(
     (key, name, unit, 3, higher) for key, name, unit, higher in CHECKPOINT_COMPARED)
 GATE_METRICS = {"throughput": "throughput_samples_s", "au": "au_percentage", "io": "io_mib_s",
-                "ckpt-write": "save_checkpoint_io_mean_GiB_per_second",
-                "ckpt-read": "load_checkpoint_io_mean_GiB_per_second",
+                "ckpt-write": "save_checkpoint_io_mean_GB_per_second",
+                "ckpt-read": "load_checkpoint_io_mean_GB_per_second",
                 "ckpt-write-s": "save_checkpoint_duration_mean_seconds",
                 "ckpt-read-s": "load_checkpoint_duration_mean_seconds"}
 _UNITS = {key: unit for key, _, unit, _, _ in COMPARED}
@@ -97,6 +97,10 @@ def load_side(path) -> Side:
                 if not isinstance(doc.get("runs", []), list):
                     raise DataError(path, "report.json's \"runs\" is not a list")
                 runs = [entry_values(r) for r in doc.get("runs", [])]
+                if (doc.get("schema_version") or 1) < 2:  # its checkpoint GB figures were 10^9 bytes
+                    from ..metrics.checkpoint import upgrade_values
+
+                    runs = [dataclasses.replace(r, checkpoint=upgrade_values(r.checkpoint)) for r in runs]
             elif "metric" in doc and "iogen" in doc:  # a summary.json
                 problem = summary_problem(doc)
                 if problem:

@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from ..histogram import LatencyHistogram, bucket_bounds
-from .text import (dataset_size_lines, device_per_epoch, flag_lines, fmt_bytes, fmt_ns, fmt_num, measured_lines,
-                   page_cache_lines, reads_source)
+from .text import (au_loss_lines, dataset_size_lines, device_per_epoch, drain_lines, flag_lines, fmt_bytes,
+                   fmt_ns, fmt_num, incomplete_lines, measured_lines, page_cache_lines, reads_source)
 
 __all__ = ["TIMELINE_MAX_STEPS", "render_html", "write_html"]
 
@@ -80,6 +80,11 @@ def runs_plot_title(runs, unit: str) -> str:
 
 def plot_runs(runs, campaign) -> str:
     """Throughput and AU per run, with the campaign mean and its 95% interval (warm-ups grey)."""
+    return _png(runs_figure(runs, campaign))
+
+
+def runs_figure(runs, campaign):
+    """The figure of plot_runs (bars from zero, the AU threshold line on the AU panel)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     labels = [r["label"] for r in runs]
@@ -100,6 +105,11 @@ def plot_runs(runs, campaign) -> str:
         if key == "au_percentage":
             ax.set_ylim(0.0, 130.0)
             ax.set_yticks(range(0, 101, 20))
+            thresholds = sorted({r["au_threshold_percentage"] for r in runs
+                                 if r.get("au_threshold_percentage") is not None and r.get("au_gate_applied", True)})
+            for i, thr in enumerate(thresholds):  # the gate each run was held to
+                ax.axhline(thr, color="#cf222e", lw=1.2, ls="--",
+                           label=f"AU threshold {thr:g}%" if len(thresholds) == 1 else f"threshold {thr:g}%")
         else:
             ax.set_ylim(0.0, max(top * 1.35, 1e-9))
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
@@ -107,7 +117,7 @@ def plot_runs(runs, campaign) -> str:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def plot_wait_histogram(hist: LatencyHistogram, title: str) -> str:
@@ -144,6 +154,11 @@ def plot_wait_histogram(hist: LatencyHistogram, title: str) -> str:
 
 
 def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: str) -> str:
+    """The timeline of one rank (timeline_figure) as PNG."""
+    return _png(timeline_figure(rows, offset_ns, series, rank, label))
+
+
+def timeline_figure(rows, offset_ns: int, series: dict | None, rank: int, label: str):
     """Step-by-step wait/compute/barrier of one rank's first steps, above the run's interval series."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 5.2), gridspec_kw={"height_ratios": [1, 1.6]})
@@ -170,6 +185,8 @@ def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: s
         sr = series["ranks"][0]
         t = np.asarray(sr["t_s"]) + series["interval_s"] / 2
         ax2.plot(t, sr["samples_s"], color="#1f77b4", label="samples/s")
+        # from zero: a dip (an epoch boundary, time the metrics leave out) must not look like a collapse
+        ax2.set_ylim(bottom=0)
         ax2.set(xlabel=f"s from the run's first request ({series['interval_s']:g} s intervals)", ylabel="samples/s")
         ax3 = ax2.twinx()
         ax3.plot(t, sr["au_percentage"], color=_COLORS["compute"], label="AU %")
@@ -180,7 +197,7 @@ def plot_timeline(rows, offset_ns: int, series: dict | None, rank: int, label: s
         ax2.set_title(f"{label}, rank {sr['rank']}: per-interval throughput, AU and wait")
         ax2.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def plot_checkpoints(runs) -> str:
@@ -296,12 +313,39 @@ _SETUP_ROWS = (
 )
 
 
+# The same for checkpoint-only runs (their `iogen.setup`, kind "checkpoint").
+_CHECKPOINT_SETUP_ROWS = (
+    ("workload", lambda s: s["workload"]),
+    ("model", lambda s: s["model"]),
+    ("parallelism", lambda s: s.get("parallelism") or "n/a (one file by rank 0)"),
+    ("mode", lambda s: str(s.get("mode"))),
+    ("ranks / hosts", lambda s: f"{s['num_ranks']} rank(s) on {len(s.get('hosts') or [])} host(s)"),
+    ("bytes per rank", lambda s: fmt_bytes(s["rank_bytes_min"]) if s["rank_bytes_min"] == s["rank_bytes_max"]
+     else f"{fmt_bytes(s['rank_bytes_min'])} .. {fmt_bytes(s['rank_bytes_max'])}"),
+    ("bytes per checkpoint", lambda s: fmt_bytes(s["checkpoint_bytes"])),
+    ("format", lambda s: s["format"]),
+    ("fsync / O_DIRECT", lambda s: f"{'fsync' if s.get('fsync') else 'no fsync'} / "
+                                   f"{'O_DIRECT' if s.get('odirect') else 'buffered'}"),
+    ("tiers", lambda s: s["tiers"]),
+    ("checkpoints", lambda s: f"{s['num_checkpoints_write']} written, {s['num_checkpoints_read']} read, "
+                              f"{fmt_num(s['time_between_checkpoints_s'], 2)} s apart"),
+    ("threads / transfer", lambda s: f"{s['write_threads']} write, {s['read_threads']} read / "
+                                     f"{fmt_bytes(s['transfer_size_bytes'])}"),
+    ("core", lambda s: s["core_implementation"]),
+    ("iogen", lambda s: s["iogen_version"]),
+)
+
+
 def setup_table(runs) -> dict:
     """The configuration table: one column per distinct setup (with its runs), rows that differ marked."""
+    checkpoint_only = bool(runs) and all(r.get("checkpoint") for r in runs)
+    shown = _CHECKPOINT_SETUP_ROWS if checkpoint_only else _SETUP_ROWS
     columns: list[dict] = []
     for r in runs:
         setup = r.get("setup")
-        cells = [show(setup) if setup else "not recorded" for _, show in _SETUP_ROWS]
+        if checkpoint_only and setup and setup.get("kind") != "checkpoint":
+            setup = None
+        cells = [show(setup) if setup else "not recorded" for _, show in shown]
         for col in columns:
             if col["cells"] == cells:
                 col["runs"].append(r["label"])
@@ -309,7 +353,7 @@ def setup_table(runs) -> dict:
         else:
             columns.append({"runs": [r["label"]], "cells": cells})
     rows = [{"name": name, "cells": [c["cells"][i] for c in columns],
-             "differs": len({c["cells"][i] for c in columns}) > 1} for i, (name, _) in enumerate(_SETUP_ROWS)]
+             "differs": len({c["cells"][i] for c in columns}) > 1} for i, (name, _) in enumerate(shown)]
     return {"columns": columns, "rows": rows}
 
 
@@ -317,14 +361,25 @@ def render_html(report: dict, text: str) -> str:
     """The report page as one self-contained HTML string (images inline, no external links)."""
     from .. import __version__
 
+    runs = report["runs"]
+    checkpoint_only = bool(runs) and all(r.get("checkpoint") for r in runs)
     return _env().get_template("report.html.j2").render(
-        report=report, runs=report["runs"], campaign=report["campaign"], figures=build_figures(report),
+        report=report, runs=runs, campaign=report["campaign"], figures=build_figures(report),
         text=text, version=__version__, flag_lines=flag_lines(report["campaign"]),
-        setup=setup_table(report["runs"]), warnings=page_cache_lines(report["runs"]),
-        size_notes=dataset_size_lines(report["runs"]),
-        differ=len(measured_lines(report["runs"])) > 1,
+        setup=setup_table(runs), warnings=page_cache_lines(runs),
+        size_notes=dataset_size_lines(runs),
+        differ=len(measured_lines(runs)) > 1,
         metrics=(("au_percentage", "AU", "%", 2), ("throughput_samples_s", "Throughput", "samples/s", 1),
                  ("io_mib_s", "I/O", "MiB/s", 1)),
+        checkpoint_only=checkpoint_only,
+        # (summary key, name, unit, decimals, phase): the checkpoint figures, DLIO's keys (GB = GiB)
+        checkpoint_metrics=(("save_checkpoint_io_mean_GB_per_second", "Checkpoint write", "GiB/s", 3),
+                            ("save_checkpoint_duration_mean_seconds", "Write duration", "s", 3),
+                            ("load_checkpoint_io_mean_GB_per_second", "Checkpoint read", "GiB/s", 3),
+                            ("load_checkpoint_duration_mean_seconds", "Read duration", "s", 3)),
+        drain_lines=drain_lines(runs), incomplete_lines=incomplete_lines(runs),
+        au_loss_lines=[line for r in runs if (r.get("au_loss") or {}).get("compute_lowered_au")
+                       for line in au_loss_lines(r["au_loss"], r["label"])],
     )
 
 

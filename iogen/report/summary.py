@@ -26,7 +26,8 @@ from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
 
-SCHEMA_VERSION = 1
+# 2: every `GB` figure is GiB, as DLIO counts it (iogen.metrics.checkpoint.UNITS_SCHEMA_VERSION)
+SCHEMA_VERSION = 2
 
 
 def _iso(ts_s: float) -> str:
@@ -76,7 +77,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     if result is not None and getattr(result, "object_store", None):  # requests to the object store
         doc["iogen"]["object_store"] = result.object_store
     if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
-        doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows)
+        doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows, wl.metric.exclude_start_steps,
+                                                       wl.metric.exclude_end_steps)
     rundir.write_json(os.path.join(run_dir, "summary.json"), _clean(doc))
     if red.train_reduced is not None:
         rundir.write_json(os.path.join(run_dir, "epochs.json"), _clean(_per_rank_epochs(red)))
@@ -134,6 +136,8 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
             # MLPerf Storage's minimum dataset for these ranks and nodes' memory (iogen.sizing)
             "dataset_size_rule": run_check(wl, layout.total_samples, facts["num_ranks"],
                                            [n.get("memory_total_bytes") for n in facts.get("nodes", [])]),
+            # what else MLPerf Storage's rules ask of the setup, where a tool can see it (docs/sizing.md)
+            "rules_notes": rules_notes(wl, facts),
             # Summed over ranks: bytes the kernel really fetched from storage in each train epoch
             # (each rank's process and loader workers, iogen.metrics.device); far below the bytes
             # read means the page cache served the reads (`reads_from`).
@@ -208,7 +212,8 @@ def _setup(wl, layout, facts) -> dict:
     memory = [n.get("memory_total_bytes") for n in facts.get("nodes", []) if n.get("memory_total_bytes")]
     return {
         "workload": wl.name,
-        "format": d.format,
+        # the format as `iogen workloads` names it: hdf5+lzf, npz+zip, ... (compression is part of what was read)
+        "format": d.format + ("" if d.compression == "none" else f"+{d.compression}"),
         "data_loader": r.data_loader,
         "read_threads": r.read_threads,
         "batch_size": r.batch_size,
@@ -227,6 +232,23 @@ def _setup(wl, layout, facts) -> dict:
         "core_implementation": facts["core_implementation"],
         "iogen_version": facts["iogen_version"],
     }
+
+
+def rules_notes(wl, facts) -> list[str]:
+    """MLPerf Storage's rules this run's setup does not meet, where a tool can see it: about 0.5 GiB
+    of host memory per emulated accelerator, and the results on another file system than the data."""
+    from ..sizing import host_memory_problem, same_filesystem
+
+    notes = []
+    for node in facts.get("nodes", []) or []:
+        problem = host_memory_problem(len(node.get("ranks") or []), node.get("memory_total_bytes"))
+        if problem:
+            notes.append(f"{node.get('hostname')}: {problem}")
+            break
+    if wl.storage.storage_type != "s3" and same_filesystem(wl.dataset.data_folder, wl.output.folder):
+        notes.append(f"dataset.data_folder and output.folder are on one file system: MLPerf Storage's rules ask for "
+                     "the results on another one than the data")
+    return notes
 
 
 def _page_cache_warning(wl, layout, facts) -> str | None:
@@ -262,7 +284,8 @@ def _clean(obj):
 
 def headline(doc) -> tuple[str, bool]:
     """The lines `iogen run` prints, and whether the run passed its AU gate (or had none)."""
-    from .text import reads_lines, setup_line
+    from ..metrics.summary import au_loss
+    from .text import au_loss_lines, reads_lines, setup_line
 
     if not doc or not doc.get("metric"):
         return "no complete step was measured", False
@@ -280,6 +303,7 @@ def headline(doc) -> tuple[str, bool]:
         verdict = f"AU gate not applied: {gate['reason']}"
     lines = [
         f"AU {f(m.get('train_au_mean_percentage'), '.2f')}% ({verdict}) on {doc['num_accelerators']} accelerator(s)",
+        *au_loss_lines(au_loss(train)),
         f"throughput {f(m.get('train_throughput_mean_samples_per_second'), ',.1f')} samples/s, "
         f"I/O {f(train.get('io_mean_mib_s'), ',.1f')} MiB/s read "
         f"(nominal {f(m.get('train_io_mean_MB_per_second'), ',.1f')} MiB/s)",

@@ -54,8 +54,46 @@ def fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
-def setup_line(setup: dict | None) -> str:
-    """What a run measured, in one line (summary.json `iogen.setup`)."""
+def au_loss_lines(loss: dict | None, label: str = "") -> list[str]:
+    """Where lost AU went (iogen.metrics.summary.au_loss), and in plain words when the emulated
+    compute, not the storage, is what lowered it."""
+    if not loss or loss["lost_points"] <= 0:
+        return []
+    who = f"{label}: " if label else ""
+    lines = [f"{who}AU lost {fmt_num(loss['lost_points'], 2)} points: {fmt_num(loss['sleep_overshoot_points'], 2)} to "
+             f"the host's sleep overshooting the requested compute (mean {fmt_ns(loss['sleep_error_mean_ns'])} per "
+             f"step of {fmt_ns(loss['requested_compute_mean_ns'])}; AU achieved "
+             f"{fmt_num(100.0 - loss['other_points'], 2)}%), {fmt_num(loss['other_points'], 2)} to the data wait "
+             f"(mean {fmt_ns(loss['wait_mean_ns'])} per step), barriers and the loop"]
+    if loss["compute_lowered_au"]:
+        lines.append(f"{who}the emulated compute, not the storage, lowered AU: most of the lost points are the "
+                     "host's sleep taking longer than asked (a loaded or oversubscribed host), not waiting for data")
+    return lines
+
+
+def checkpoint_setup_line(s: dict) -> str:
+    """What a checkpoint-only run measured, in one line (its `iogen.setup`, kind "checkpoint")."""
+    per_rank = (fmt_bytes(s["rank_bytes_min"]) if s["rank_bytes_min"] == s["rank_bytes_max"]
+                else f"{fmt_bytes(s['rank_bytes_min'])} .. {fmt_bytes(s['rank_bytes_max'])}")
+    access = ", ".join(x for x in ("fsync" if s.get("fsync") else "no fsync",
+                                   "O_DIRECT" if s.get("odirect") else "") if x)
+    return (f"{s['workload']}: checkpoint-only, {s['model']}"
+            + (f", {s['parallelism']}" if s.get("parallelism") else "")
+            + (f", mode {s['mode']}" if s.get("mode") and s["mode"] != "default" else "")
+            + f"; {s['num_ranks']} rank(s) on {len(s.get('hosts') or [])} host(s), {per_rank} per rank, "
+            f"{fmt_bytes(s['checkpoint_bytes'])} per checkpoint; {s['num_checkpoints_write']} write(s), "
+            f"{s['num_checkpoints_read']} read(s), {fmt_num(s['time_between_checkpoints_s'], 2)} s between; "
+            f"{s['format']}, {access}, {s['write_threads']} write / {s['read_threads']} read thread(s), "
+            f"{fmt_bytes(s['transfer_size_bytes'])} transfers; tiers: {s['tiers']}; core {s['core_implementation']}; "
+            f"iogen {s['iogen_version']}")
+
+
+def setup_line(setup: dict | None, checkpoint: bool = False) -> str:
+    """What a run measured, in one line (summary.json `iogen.setup`); `checkpoint`: a checkpoint-only run."""
+    if setup is not None and setup.get("kind") == "checkpoint":
+        return checkpoint_setup_line(setup)
+    if setup is None and checkpoint:
+        return "setup: not recorded (checkpoint-only runs record it from summary schema_version 2 on)"
     if not setup:
         return "setup: not recorded (a run from an older iogen)"
     s = setup
@@ -91,6 +129,7 @@ def reads_lines(it: dict) -> list[str]:
             lines.append(_requests_line(f"object store, {what}", op.upper(), fig))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
+    lines += ["NOTE: " + note for note in it.get("rules_notes") or []]
     if it.get("staging"):
         lines.append(staging_line(it["staging"]))
     if it.get("checkpoint_drain"):
@@ -108,14 +147,29 @@ def _requests_line(label: str, op: str, fig: dict) -> str:
 
 
 def drain_line(dr: dict) -> str:
-    """One line on checkpoint drains: blocking vs drain time, and AU with and without a drain running."""
-    during, without = dr.get("steps_during_drain") or {}, dr.get("steps_without_drain") or {}
-    line = (f"checkpoint drain ({dr.get('mode')}): {len(dr.get('checkpoints') or [])} checkpoint(s), "
-            f"{fmt_bytes(dr.get('drain_bytes'))} to {dr.get('shared_folder')}; blocking "
-            f"{fmt_num(dr.get('blocking_s_mean'), 3)} s, drain {fmt_num(dr.get('drain_s_mean'), 3)} s (means); "
-            f"AU {fmt_num(during.get('au_percentage'), 1)}% over {during.get('steps', 0)} step(s) during a drain, "
-            f"{fmt_num(without.get('au_percentage'), 1)}% over {without.get('steps', 0)} without; "
-            f"{dr.get('waits_for_previous_drain', 0)} wait(s) for a previous drain")
+    """One line on checkpoint drains: time blocked (and its parts) vs drain time, waits, and for
+    training runs AU with and without a drain running."""
+    cks = dr.get("checkpoints") or []
+
+    def mean(key):
+        vals = [c[key] for c in cks if c.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    waited = dr.get("waits_for_previous_drain", 0)
+    rank_waits = dr.get("rank_waits_for_previous_drain")
+    line = (f"checkpoint drain ({dr.get('mode')}): {len(cks)} checkpoint(s), "
+            f"{fmt_bytes(dr.get('drain_bytes'))} to {dr.get('shared_folder')}; blocked "
+            f"{fmt_num(dr.get('blocking_s_mean'), 3)} s (local write {fmt_num(mean('local_write_s'), 3)} s, "
+            f"waiting for the previous drain {fmt_num(mean('waited_for_previous_drain_s'), 3)} s"
+            f"{', the copy itself' if dr.get('mode') == 'sync' else ''}), "
+            f"drain {fmt_num(dr.get('drain_s_mean'), 3)} s (means); ")
+    if "steps_during_drain" in dr:  # training runs: the drain's effect on the steps
+        during, without = dr.get("steps_during_drain") or {}, dr.get("steps_without_drain") or {}
+        line += (f"AU {fmt_num(during.get('au_percentage'), 1)}% over {during.get('steps', 0)} step(s) during a "
+                 f"drain, {fmt_num(without.get('au_percentage'), 1)}% over {without.get('steps', 0)} without; ")
+    line += f"{waited} of {len(cks)} checkpoint(s) waited for a previous drain"
+    if rank_waits is not None and rank_waits != waited:
+        line += f" ({rank_waits} rank waits)"
     if dr.get("error"):
         line += f"; DRAIN FAILED: {dr['error']}"
     return line
@@ -140,7 +194,7 @@ def measured_lines(runs) -> list[str]:
     """What the runs measured: one line when they agree, else one per distinct setup with its runs."""
     groups: dict[str, list[str]] = {}
     for r in runs:
-        groups.setdefault(setup_line(r.get("setup")), []).append(r["label"])
+        groups.setdefault(setup_line(r.get("setup"), bool(r.get("checkpoint"))), []).append(r["label"])
     if len(groups) == 1:
         return ["measured: " + next(iter(groups))]
     return ["CONFIGURATIONS DIFFER: these runs did not measure the same thing"] + [
@@ -230,7 +284,8 @@ def checkpoint_lines(runs: list, camp: dict) -> list[str]:
                               f"{fmt_num(max(p['rank_duration_max_seconds']), 3)} s")
         rows.append([r["label"], *(fmt_num(r["checkpoint"].get(k), d) for k, _, d in CHECKPOINT_METRICS),
                      ", ".join(spread) or "n/a"])
-    lines = ["", "checkpoints (per run: mean over its checkpoints; GB = 10^9 bytes):"]
+    lines = ["", "checkpoints (per run: mean over its checkpoints of each checkpoint's rate; GiB = 2^30 bytes, "
+                 "DLIO's and MLPerf's GB):"]
     lines.append(table(["run", *(name for _, name, _ in CHECKPOINT_METRICS), "rank durations (min-max)"], rows,
                        "lrrrrl"))
     srows = []
@@ -243,10 +298,73 @@ def checkpoint_lines(runs: list, camp: dict) -> list[str]:
     return lines
 
 
+def checkpoint_headline(camp: dict) -> str:
+    """The campaign's checkpoint headline: write and read GiB/s and durations per checkpoint."""
+    ch = camp["checkpoint"]["headline"]
+    parts = []
+    for phase, prefix in (("write", "save"), ("read", "load")):
+        rate = ch.get(f"{prefix}_checkpoint_io_mean_GB_per_second")
+        if rate is not None:
+            parts.append(f"{phase} {fmt_num(rate, 3)} GiB/s "
+                         f"({fmt_num(ch.get(f'{prefix}_checkpoint_duration_mean_seconds'), 3)} s)")
+    return (f"  checkpoint {', '.join(parts) or 'n/a'} per checkpoint (GiB/s: the mean of each checkpoint's rate, "
+            "DLIO's rule; GiB = 2^30 bytes, DLIO's GB)")
+
+
+def _verdict(camp: dict, runs: list) -> str:
+    checkpoint_only = bool(runs) and all(r.get("checkpoint") for r in runs)
+    if camp["valid"] and camp.get("page_cache_runs"):
+        return ("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
+                + ", ".join(camp["page_cache_runs"]))
+    if camp["valid"] and checkpoint_only:
+        return ("campaign VALID: every measured run is complete and alike (checkpoint-only runs have no AU gate: "
+                "they run no training steps)")
+    if camp["valid"] and any(not r.get("au_gate_applied", True) for r in runs if not r["warmup"]):
+        return "campaign VALID: every measured run met its AU threshold or had no AU gate (no compute configured)"
+    if camp["valid"]:
+        return "campaign VALID: every measured run met its AU threshold"
+    return "campaign NOT VALID: " + "; ".join(camp["invalid_reasons"])
+
+
+def incomplete_lines(runs) -> list[str]:
+    """One line per incomplete run, with the reason its summary gives."""
+    return [f"INCOMPLETE: {r['label']}: {r.get('incomplete_reason') or 'no reason recorded'}"
+            for r in runs if not r["complete"]]
+
+
+def drain_lines(runs) -> list[str]:
+    """Each run's checkpoint drain line (runs with checkpoint.local_folder)."""
+    return [f"{r['label']}: {drain_line(r['checkpoint_drain'])}" for r in runs if r.get("checkpoint_drain")]
+
+
+def render_checkpoint_report(report: dict) -> str:
+    """The text report of checkpoint-only runs: the checkpoint figures lead; no training rows."""
+    runs, camp = report["runs"], report["campaign"]
+    warm = sum(1 for r in runs if r["warmup"])
+    lines = [
+        f"iogen report: {len(runs)} checkpoint-only run(s) ({warm} warm-up), workload "
+        f"{', '.join(sorted({str(r['workload']) for r in runs}))}, "
+        f"{', '.join(sorted({str(r['num_accelerators']) for r in runs}))} accelerator(s)",
+        *measured_lines(runs),
+        "",
+        f"headline ({camp['reduction']}: {camp['rule']}):",
+    ]
+    lines.append(checkpoint_headline(camp) if camp.get("checkpoint") else "  no complete measured run")
+    lines.append(_verdict(camp, runs))
+    lines.extend(incomplete_lines(runs))
+    lines.extend(checkpoint_lines(runs, camp))
+    lines.extend(drain_lines(runs))
+    for note in camp["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
 def render_report(report: dict) -> str:
     """The text form of a report document (report.json mirrors it)."""
     runs = report["runs"]
     camp = report["campaign"]
+    if runs and all(r.get("checkpoint") for r in runs):
+        return render_checkpoint_report(report)
     warm = sum(1 for r in runs if r["warmup"])
     workloads = sorted({str(r["workload"]) for r in runs})
     accels = sorted({str(r["num_accelerators"]) for r in runs})
@@ -262,12 +380,16 @@ def render_report(report: dict) -> str:
         wait = r.get("wait") or {}
         rows.append([
             r["label"], "warm-up" if r["warmup"] else "measured",
-            fmt_num(r["au_percentage"], 2), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
+            fmt_num(r["au_percentage"], 2), fmt_num(r.get("au_achieved_percentage"), 2),
+            fmt_ns(r.get("sleep_error_mean_ns")), fmt_num(r["throughput_samples_s"]), fmt_num(r["io_mib_s"]),
             fmt_ns(wait.get("p50_ns")), fmt_ns(wait.get("p99_ns")), fmt_ns(wait.get("max_ns")),
             device_per_epoch(r), reads_source(r), _gate(r),
         ])
-    lines.append(table(["run", "kind", "AU %", "samples/s", "MiB/s", "wait p50", "wait p99", "wait max",
-                        "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrll"))
+    lines.append(table(["run", "kind", "AU %", "AU achieved %", "sleep error", "samples/s", "MiB/s", "wait p50",
+                        "wait p99", "wait max", "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrrrll"))
+    for r in runs:
+        if (r.get("au_loss") or {}).get("compute_lowered_au"):
+            lines.extend(au_loss_lines(r["au_loss"], r["label"]))
     lines.extend(f"note: {line}" for line in dataset_size_lines(runs))
     lines.append("")
     n = len(camp["measured_runs"])
@@ -299,25 +421,13 @@ def render_report(report: dict) -> str:
         lines.append(f"note: {note}")
     h = camp["headline"]
     lines.extend(checkpoint_lines(runs, camp))
+    lines.extend(drain_lines(runs))
+    lines.extend(incomplete_lines(runs))
     lines.append("")
     lines.append(f"headline ({camp['reduction']}: {camp['rule']}):")
-    if camp.get("checkpoint") and all(r.get("checkpoint") for r in runs):
-        ch = camp["checkpoint"]["headline"]
-        lines.append(f"  checkpoint write {fmt_num(ch['save_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
-                     f"({fmt_num(ch['save_checkpoint_duration_mean_seconds'], 3)} s), read "
-                     f"{fmt_num(ch['load_checkpoint_io_mean_GB_per_second'], 3)} GB/s "
-                     f"({fmt_num(ch['load_checkpoint_duration_mean_seconds'], 3)} s) per checkpoint (GB = 10^9 bytes)")
-    else:
-        lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
-                     f"{fmt_num(h['io_mib_s'])} MiB/s")
-    if camp["valid"] and camp.get("page_cache_runs"):
-        lines.append("campaign VALID for the page cache, NOT a storage result: the page cache served the reads of "
-                     + ", ".join(camp["page_cache_runs"]))
-    elif camp["valid"] and any(not r.get("au_gate_applied", True) for r in runs if not r["warmup"]):
-        lines.append("campaign VALID: every measured run met its AU threshold or had no AU gate "
-                     "(no compute configured)")
-    elif camp["valid"]:
-        lines.append("campaign VALID: every measured run met its AU threshold")
-    else:
-        lines.append("campaign NOT VALID: " + "; ".join(camp["invalid_reasons"]))
+    lines.append(f"  AU {fmt_num(h['au_percentage'], 2)}%, {fmt_num(h['throughput_samples_s'])} samples/s, "
+                 f"{fmt_num(h['io_mib_s'])} MiB/s")
+    if camp.get("checkpoint"):
+        lines.append(checkpoint_headline(camp))
+    lines.append(_verdict(camp, runs))
     return "\n".join(lines)

@@ -15,8 +15,8 @@ from iogen.runner import run
 
 from .test_checkpoint_run import TINY
 
-CKPT_KEYS = ("save_checkpoint_io_mean_GiB_per_second", "save_checkpoint_duration_mean_seconds",
-             "load_checkpoint_io_mean_GiB_per_second", "load_checkpoint_duration_mean_seconds")
+CKPT_KEYS = ("save_checkpoint_io_mean_GB_per_second", "save_checkpoint_duration_mean_seconds",
+             "load_checkpoint_io_mean_GB_per_second", "load_checkpoint_duration_mean_seconds")
 
 
 def _side(tmp_path, name, runs=2, **extra):
@@ -32,7 +32,7 @@ def _side(tmp_path, name, runs=2, **extra):
 def test_checkpoint_runs_compare_on_mlperf_checkpoint_figures(tmp_path):
     base, cand = _side(tmp_path, "base"), _side(tmp_path, "cand")
     cmp = compare(load_side(tmp_path / "base"), load_side(tmp_path / "cand"), threshold_pct=5)
-    assert cmp.metric == "save_checkpoint_io_mean_GiB_per_second"  # the default for checkpoint-only runs
+    assert cmp.metric == "save_checkpoint_io_mean_GB_per_second"  # the default for checkpoint-only runs
     rows = {r["key"]: r for r in cmp.rows}
     assert set(rows) == set(CKPT_KEYS)  # no training rows: these runs have none
     for key in CKPT_KEYS:  # the statistics of each side are those of its runs' summary.json figures
@@ -85,9 +85,9 @@ def test_checkpoint_runs_of_another_setup_are_refused(tmp_path):
 
 
 def _values(write_gib_s, write_s):
-    return {"save_checkpoint_io_mean_GiB_per_second": write_gib_s, "save_checkpoint_duration_mean_seconds": write_s,
+    return {"save_checkpoint_io_mean_GB_per_second": write_gib_s, "save_checkpoint_duration_mean_seconds": write_s,
             "au_percentage": [None] * len(write_s), "throughput_samples_s": [None] * len(write_s),
-            "io_mib_s": [None] * len(write_s), "load_checkpoint_io_mean_GiB_per_second": [],
+            "io_mib_s": [None] * len(write_s), "load_checkpoint_io_mean_GB_per_second": [],
             "load_checkpoint_duration_mean_seconds": []}
 
 

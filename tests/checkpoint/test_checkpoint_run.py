@@ -56,6 +56,11 @@ def test_write_then_read_in_one_run(tmp_path):
     assert isinstance(ck["page_cache"]["reads_could_be_from_memory"], bool)
     assert ck["peak_rss_bytes"][0] > 0
     assert os.path.exists(os.path.join(out.run_dir, "summary.json"))
+    setup = doc["iogen"]["setup"]  # what the report shows as measured
+    assert setup["kind"] == "checkpoint" and setup["num_ranks"] == 1 and setup["format"] == "torch"
+    assert setup["rank_bytes_min"] == setup["rank_bytes_max"] == setup["checkpoint_bytes"] == files.file_bytes
+    assert setup["tiers"] == str(tmp_path / "ckpt") and setup["time_between_checkpoints_s"] == 0.01
+    assert doc["iogen"]["incomplete_reason"] is None and doc["schema_version"] == 2
 
 
 def test_read_only_run_restores_what_an_earlier_run_wrote(tmp_path):
@@ -122,7 +127,7 @@ def test_sigterm_mid_write_exits_130_and_leaves_no_partial_file(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
     with open(os.path.join(run_dir, "summary.json")) as fh:
         doc = json.load(fh)
-    assert doc["iogen"]["complete"] is False and "interrupted" in doc["iogen"]["error"]
+    assert doc["iogen"]["complete"] is False and "interrupted" in doc["iogen"]["incomplete_reason"]
 
 
 def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
@@ -140,7 +145,7 @@ def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
     assert camp["checkpoint"]["headline"]["load_checkpoint_duration_mean_seconds"] > 0
     assert camp["valid"]  # no AU gate for checkpoint-only runs
     text = render_report(report)
-    assert "checkpoint write" in text and "GB/s" in text and "rank durations" in text
+    assert "checkpoint write" in text and "GiB/s" in text and "rank durations" in text
     series = report["runs"][0]["checkpoint_series"]["write"]
     assert len(series["duration_seconds"]) == 2
     assert series["rank_duration_min_seconds"][0] <= series["rank_duration_max_seconds"][0]

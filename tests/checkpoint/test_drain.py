@@ -40,8 +40,10 @@ def test_drained_copies_are_byte_identical_and_measured(tiny, tmp_path, iogen_cm
     if mode == "sync":  # each drain ends inside its own checkpoint: nothing left to wait for
         assert dr["waits_for_previous_drain"] == 0
     steps = dr["steps_during_drain"]["steps"] + dr["steps_without_drain"]["steps"]
-    assert steps == 8 - 4  # every train step but the four that wrote a checkpoint
+    # every train step of the AU's window (each epoch's first step left out) but those that wrote a checkpoint
+    assert steps == 8 - 2 - 4
     assert "checkpoint drain (" + mode in res.stdout
+    assert f"{dr['waits_for_previous_drain']} of 4 checkpoint(s) waited for a previous drain" in res.stdout
 
 
 def test_unwritable_shared_folder_is_exit_2_after_the_summary(tiny, tmp_path, iogen_cmd):
@@ -69,11 +71,40 @@ def test_drain_block_splits_steps_by_overlap_by_hand():
     drain = {"mode": "async", "shared_folder": "/s", "waits": 0, "error": None,
              "events": [{"epoch": 1, "step": 1, "elapsed_ns": 40, "local_write_ns": 30, "drain_wait_ns": 0,
                          "drain_start_ns": 150, "drain_end_ns": 250, "drain_bytes": 2**30}]}
-    block = drain_block(drain, rows)
+    block = drain_block(drain, rows, exclude_start_steps=0)
     assert block["steps_during_drain"] == {"steps": 2, "au_percentage": 50.0, "wait_ms_mean": 10 / 1e6}
     assert block["steps_without_drain"]["steps"] == 2
     (ev,) = block["checkpoints"]
     assert ev["drain_s"] == 100 / 1e9 and ev["drain_gib_s"] == pytest.approx(1e7)
+
+
+def test_drain_interference_uses_the_aus_window():
+    # the reproduction: each epoch's first step waits 40 ms for the loader's start-up; every other
+    # step waits 1 ms and computes 10 ms. A drain runs over epoch 1's steps 2-3 and does not slow
+    # them. Counting the first steps made "without a drain" look worse (63% against 90%): a drain
+    # seemed to raise AU. In the AU's window both groups are the same steps' kind: 10/11 = 90.9%.
+    ms = 1_000_000
+    rows, t = [], 0
+    for epoch in (1, 2):
+        for step in range(6):
+            wait = 40 * ms if step == 0 else ms
+            rows.append((epoch, step, t, t + wait, t + wait + 10 * ms))
+            t += wait + 10 * ms
+    arr = np.zeros(len(rows), STEP_DTYPE)
+    for i, (epoch, step, t0, ready, end) in enumerate(rows):
+        arr[i] = (epoch, step, 0, PHASE_TRAIN, b"", t0, ready, end, end, 10 * ms, 1, 1, 0)
+    start, end = arr[2]["t_request"], arr[3]["t_step_end"]
+    drain = {"mode": "async", "shared_folder": "/s", "waits": 0, "error": None,
+             "events": [{"epoch": 1, "step": 1, "elapsed_ns": 1, "local_write_ns": 1, "drain_wait_ns": 0,
+                         "drain_start_ns": int(start), "drain_end_ns": int(end), "drain_bytes": 1}]}
+    old = drain_block(drain, arr, exclude_start_steps=0)  # every step, as before
+    assert old["steps_without_drain"]["au_percentage"] == pytest.approx(100 * 100 / (2 * 50 + 8 * 11))
+    assert old["steps_without_drain"]["au_percentage"] < old["steps_during_drain"]["au_percentage"]
+    block = drain_block(drain, arr)  # the AU's default window: each epoch's first step left out
+    assert block["steps_during_drain"] == {"steps": 2, "au_percentage": pytest.approx(100 * 10 / 11),
+                                           "wait_ms_mean": pytest.approx(1.0)}
+    assert block["steps_without_drain"]["steps"] == 8
+    assert block["steps_without_drain"]["au_percentage"] == pytest.approx(100 * 10 / 11)
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
@@ -101,6 +132,20 @@ def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_ti
     assert dr["mode"] == mode and dr["error"] is None and len(dr["checkpoints"]) == 2
     assert dr["drain_bytes"] == 2 * files.file_bytes
     assert out.summary["iogen"]["complete"] is True
+    # the headline figure is the time the job was blocked (wait + local write, + the copy with sync),
+    # as in training runs, not the local write alone
+    write = out.summary["iogen"]["checkpoint"]["write"]
+    blocked = [c["blocking_s"] for c in dr["checkpoints"]]
+    assert [c["duration_seconds"] for c in write["per_checkpoint"]] == pytest.approx(blocked, abs=1e-9)
+    assert out.summary["metric"]["save_checkpoint_io_mean_GB_per_second"] == pytest.approx(
+        np.mean([files.file_bytes / 2**30 / b for b in blocked]))
+    assert all(c["blocking_s"] >= c["local_write_s"] + c["waited_for_previous_drain_s"] - 1e-9
+               for c in dr["checkpoints"])
+    from iogen.checkpoint.phases import headline
+
+    text = headline(out.summary)
+    assert f"checkpoint drain ({mode}): 2 checkpoint(s)" in text and "checkpoint write durations count the time blocked" in text
+    assert "AU" not in text.split("checkpoint drain")[1].split("\n")[0]  # no training steps to speak of
     # a later read-only restore comes from the shared tier: the local one may be gone by then
     import shutil
 

@@ -119,3 +119,25 @@ def test_datagen_then_verify(iogen_cmd, tiny, tmp_path):
     assert bad.returncode == 2  # bad data: exit 2, as the README's exit codes say (issue 11.10)
     assert victim.name in bad.stdout
     assert bad.stderr.startswith("iogen: error: verify found ") and "problem(s) in " in bad.stderr
+
+
+def test_run_without_arguments_asks_for_the_workload_only(iogen_cmd):
+    res = iogen_cmd("run")
+    assert res.returncode == 2
+    assert "the following arguments are required: WORKLOAD" in res.stderr and "KEY=VALUE" not in res.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", ["datasize", "validate", "verify"])
+def test_quiet_is_not_described_as_one_line_per_epoch_where_there_are_no_epochs(iogen_cmd, command):
+    res = iogen_cmd(command, "--help")
+    assert res.returncode == 0
+    assert "one line per epoch" not in res.stdout and "this command prints no progress" in res.stdout
+    assert "one line per epoch" in iogen_cmd("run", "--help").stdout
+
+
+def test_the_measured_line_names_the_compression(iogen_cmd, tiny):
+    pytest.importorskip("h5py")
+    res = iogen_cmd("run", "default", *tiny(**{"workflow.generate_data": True, "dataset.format": "hdf5",
+                                                 "dataset.compression": "lzf", "metric.au": 0}))
+    assert res.returncode == 0, res.stderr
+    assert "measured: default: hdf5+lzf read by the" in res.stdout

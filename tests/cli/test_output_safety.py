@@ -108,17 +108,41 @@ def test_run_output_on_a_full_disk_names_the_file_and_leaves_no_temporaries(tmp_
     assert temporaries(small_disk) == []
 
 
-def test_checkpoint_on_a_full_disk_names_the_file_and_the_bytes_needed(tmp_path, small_disk, tiny):
+def test_checkpoints_that_cannot_fit_are_refused_before_the_first_byte(tmp_path, small_disk, tiny):
+    # 2 checkpoints of 4 MiB (the newest kept, the next being written) on a 2 MiB disk: refused up front
     res = run_iogen("run", "default", "--generate", "--quiet",
                     *tiny(**{"workflow.checkpoint": True, "model.model_size_bytes": 4 * MIB,
                              "checkpoint.checkpoint_folder": small_disk / "ckpt"}))
-    assert_one_clear_line(res, str(small_disk / "ckpt"), ".ckpt: no space left on the device writing the checkpoint",
-                          "4,194,304 bytes needed")
-    assert temporaries(small_disk) == []
-    (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
-    with open(os.path.join(run_dir, "summary.json")) as fh:
-        doc = json.load(fh)
-    assert doc["iogen"]["complete"] is False and "checkpoint" in doc["iogen"]["incomplete_reason"]
+    assert_one_clear_line(res, str(small_disk / "ckpt"), "the checkpoints need 0.01 GiB (8,388,608 bytes: ",
+                          "but its file system has", "bytes) free")
+    assert temporaries(small_disk) == [] and not (small_disk / "ckpt").exists()
+
+
+def test_a_checkpoint_write_on_a_full_disk_names_the_checkpoints_bytes_and_the_space_free_when_it_failed(
+        small_disk):
+    # past the up-front check (another writer filled the disk): the writer's own error
+    from iogen.checkpoint.io import CheckpointIO
+    from iogen.checkpoint.model import Tensor
+    from iogen.checkpoint.torchzip import raw_layout
+
+    io = CheckpointIO(threads=2, transfer_bytes=256 << 10, odirect=False, fsync=False, seed=1, randomize=True)
+    io.prepare_write()
+    layouts = [raw_layout([Tensor(("a",), "int8", 3 * MIB // 2)]), raw_layout([Tensor(("b",), "int8", MIB)])]
+    paths = [str(small_disk / "model.bin"), str(small_disk / "optim.bin")]
+    try:
+        with pytest.raises(OutputError) as err:
+            io.write_files(list(zip(paths, layouts)), stamp=1)
+    finally:
+        io.close()
+    text = str(err.value)
+    total = sum(lay.size_bytes for lay in layouts)
+    assert "no space left on the device writing the checkpoint (2 file(s) of this rank)" in text
+    assert f"{total:,} bytes needed" in text  # the checkpoint, not one file
+    free = int(text.rsplit("bytes needed, ", 1)[1].split(" bytes free")[0].replace(",", ""))
+    assert free < MIB // 2  # measured while its temporary files still held the disk, not after clean-up
+    assert temporaries(small_disk) == []  # a file that was complete may stay, whole; no partial one
+    for name in os.listdir(small_disk):
+        assert os.path.getsize(small_disk / name) == layouts[paths.index(str(small_disk / name))].size_bytes
 
 
 def test_output_folder_that_is_a_file(tmp_path, tiny):
@@ -204,16 +228,17 @@ def test_run_generate_reads_a_complete_read_only_dataset(tmp_path):
         shutil.rmtree(shared)
 
 
-def test_checkpoint_only_run_on_a_full_disk_names_the_file(tmp_path, small_disk):
+def test_checkpoint_only_run_that_cannot_fit_is_refused_before_the_first_byte(tmp_path, small_disk):
     tiny_model = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
                   "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
                   "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
                   "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 2,
                   "checkpoint.checkpoint_folder": small_disk / "ckpt", "output.folder": tmp_path / "results"}
     res = run_iogen("run", "llama3-8b", "--quiet", *[f"{k}={v}" for k, v in tiny_model.items()])
-    assert_one_clear_line(res, str(small_disk / "ckpt"), ".pt: no space left on the device writing the checkpoint",
-                          "bytes needed", "bytes free")
-    assert temporaries(small_disk) == []
+    # 10 checkpoints of about 5.7 MiB on a 2 MiB disk: both numbers, before anything is written
+    assert_one_clear_line(res, str(small_disk / "ckpt"), ": the checkpoints need ", "10 checkpoint(s) of 1 rank(s)",
+                          "bytes) free")
+    assert temporaries(small_disk) == [] and not (small_disk / "ckpt").exists()
 
 
 @pytest.mark.parametrize("leave_bytes", [0, 4096, 8192])

@@ -29,7 +29,7 @@ def test_run_writes_a_complete_run_folder(tiny):
         assert key in m
     assert 0 < m["train_au_mean_percentage"] <= 100
     assert doc["iogen"]["complete"] is True
-    assert doc["schema_version"] == 1 and doc["num_accelerators"] == 1
+    assert doc["schema_version"] == 2 and doc["num_accelerators"] == 1
     assert len(m["train_au_percentage"]) == 2  # one per epoch
     wait = doc["iogen"]["metrics"]["train"]["wait_latency"]
     assert wait["count"] == 2 * 3  # 4 steps per epoch, the first left out of the window

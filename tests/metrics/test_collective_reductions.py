@@ -348,6 +348,7 @@ def ranks_drain_block(records):
             "blocking_s": max((e.get("elapsed_ns") or 0) + (e.get("drain_wait_ns") or 0) for e in evs) / 1e9,
             "local_write_s": max(e.get("local_write_ns") or 0 for e in evs) / 1e9,
             "waited_for_previous_drain_s": max(e.get("drain_wait_ns") or 0 for e in evs) / 1e9,
+            "ranks_waited": sum(1 for e in evs if e.get("drain_wait_ns")),
             "drain_s": slowest, "drain_bytes": nbytes,
             "drain_gib_s": nbytes / GIB / slowest if slowest and nbytes else None,
             "error": next((e["drain_error"] for e in evs if e.get("drain_error")), None),
@@ -360,7 +361,8 @@ def ranks_drain_block(records):
         "blocking_s_mean": float(np.mean([c["blocking_s"] for c in checkpoints])) if checkpoints else None,
         "drain_s_mean": float(np.mean(drains)) if drains else None,
         "drain_bytes": sum(c["drain_bytes"] for c in checkpoints),
-        "waits_for_previous_drain": sum(int(r.get("waits", 0)) for r in records),
+        "waits_for_previous_drain": sum(1 for c in checkpoints if c["ranks_waited"]),
+        "rank_waits_for_previous_drain": sum(c["ranks_waited"] for c in checkpoints),
         "error": next((r["error"] for r in records if r.get("error")), None),
     }
 
@@ -403,3 +405,18 @@ def test_checkpoint_drains_reduce_to_the_gathered_block(ranks, errors):
     assert all(e == want["error"] for _, e in got.values())  # every rank raises the same error
     assert got[ranks - 1][0] is None or ranks == 1
     assert sim.rank0_bytes < 2_000  # O(checkpoints) and the error texts, not one record per rank
+
+
+def test_waits_for_previous_drain_count_checkpoints_not_ranks():
+    # the reproduction: 2 ranks, 3 checkpoints, of which 2 found the previous drain running on both
+    # ranks: 2 checkpoints waited (4 rank waits), not "4"
+    records = []
+    for r in range(2):
+        events = [{"epoch": 1, "step": s, "elapsed_ns": 10**8, "local_write_ns": 10**8,
+                   "drain_wait_ns": 0 if s == 1 else (s + r) * 10**6, "drain_bytes": 1 << 20,
+                   "drain_start_ns": s * 10**9, "drain_end_ns": s * 10**9 + 5 * 10**8} for s in (1, 2, 3)]
+        records.append({"mode": "async", "shared_folder": "/shared", "events": events, "waits": 2, "error": None})
+    block, _ = Simulation(["a", "a"]).run(lambda w: reduce_drains(w, records[w.rank]))[0]
+    assert block["waits_for_previous_drain"] == 2 and block["rank_waits_for_previous_drain"] == 4
+    assert [c["ranks_waited"] for c in block["checkpoints"]] == [0, 2, 2]
+    assert block["checkpoints"][2]["blocking_s"] == pytest.approx(0.1 + 0.004)  # the write plus the wait

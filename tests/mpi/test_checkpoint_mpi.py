@@ -109,3 +109,14 @@ def test_recovery_rank_shift_reads_the_next_nodes_files(mpi):
     assert ck["read_files_of_rank"] == [2, 3, 0, 1]  # two ranks per node: rank r reads rank r + 2's files
     w = written["per_rank"]["bytes"]
     assert ck["read"]["per_rank"]["bytes"] == [w[2], w[3], w[0], w[1]] and w[0] != w[2]
+
+
+def test_a_run_that_cannot_fit_is_refused_once_not_once_per_rank(mpi):
+    over = _overrides(mpi, **{"checkpoint.num_checkpoints_write": 10**7, "checkpoint.num_checkpoints_read": 0,
+                              "model.num_layers": 32, "model.transformer.hidden_size": 4096,
+                              "model.transformer.ffn_hidden_size": 14336, "model.transformer.vocab_size": 128256,
+                              "model.transformer.num_attention_heads": 32, "model.transformer.num_kv_heads": 8})
+    res = mpi.launch(2, mpi.iogen("run", "llama3-8b", *over, "-q"))
+    assert res.rank_codes == {0: 2, 1: 2}, res
+    assert res.stderr.count("iogen: error:") == 1 and "the checkpoints need" in res.stderr, res
+    assert "of 2 rank(s)" in res.stderr and not (mpi.tmp_path / "ckpt").exists()

@@ -33,6 +33,8 @@ def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
     assert block["client"] == "boto3" and block["loader"] == loader
     assert f"read by the {loader} loader" in r.stdout
     assert "get" not in block["index"]  # the layout fixes every sample's range: no request to index
+    # the start-up HEAD of the bucket is not an indexing request
+    assert block["bucket_check"]["head"]["requests"] == 1 and "head" not in block["index"]
     epochs = block["train_epochs"]
     assert [e["epoch"] for e in epochs] == [1, 2]
     read = doc["iogen"]["metrics"]["train"]["per_epoch"]
@@ -168,7 +170,8 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     try:
         for _ in loader.epoch(make_plan(num_files=2, samples_per_file=4, batch_size=2)):
             pass
-        assert set(loader.index_figures) == {"head"}  # the bucket's, before any work
+        assert not loader.index_figures  # no indexing request at all
+        assert set(loader.setup_figures) == {"head"}  # the bucket's, before any work, kept apart
         local = tmp_path / "local"
         local.mkdir()
         for i in range(2):

@@ -73,6 +73,8 @@ def test_connector_read_only_run_and_a_missing_object(s3, tmp_path, iogen_cmd):
     r = iogen_cmd("run", "llama3-8b", *read)
     assert r.returncode == 0, r.stderr
     assert "object store read (s3torchconnector): 2 objects" in r.stdout + r.stderr
+    # its boto3 HEADs (the bucket's, each object's before the reads) are on the console too
+    assert "object store HEADs (boto3, untimed): " in r.stdout and "the read phase's presence checks" in r.stdout
     doc = summary_of(r)
     assert doc["iogen"]["object_store"]["checkpoint_read"]["get_object_stream"]["bytes"] == \
         doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"]

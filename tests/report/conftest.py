@@ -12,8 +12,11 @@ MS = 1_000_000
 
 
 def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples=4, nbytes=4096,
-                epochs=1, phase=0, checkpoint_every=0, checkpoint_ns=0, start_ns=0, epoch_gap_ns=0):
+                epochs=1, phase=0, checkpoint_every=0, checkpoint_ns=0, start_ns=0, epoch_gap_ns=0,
+                requested_ns=None):
     """A step log whose step k waits wait_ns[k] (scalar or array), computes compute_ns, then barriers.
+
+    `requested_ns`: the compute asked for (default compute_ns; less when the sleep overshoots).
 
     Times start `start_ns` after the log's monotonic start; returns (header times, rows written).
     """
@@ -28,8 +31,8 @@ def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples
             t_compute_end = t_ready + compute_ns
             ck = checkpoint_ns if checkpoint_every and (step + 1) % checkpoint_every == 0 else 0
             t_step_end = t_compute_end + barrier_ns + ck
-            log.append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end, compute_ns,
-                       samples, nbytes, ck)
+            log.append(epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                       compute_ns if requested_ns is None else requested_ns, samples, nbytes, ck)
             t = t_step_end
             k += 1
         t += epoch_gap_ns
@@ -116,3 +119,66 @@ def runs_dir(tmp_path):
     d = tmp_path / "results"
     d.mkdir()
     return d
+
+
+def checkpoint_setup(**over):
+    """summary.json iogen.setup of a checkpoint-only run, as iogen.checkpoint.phases.setup_block writes it."""
+    base = {"kind": "checkpoint", "workload": "llama3-8b", "model": "transformer, 8,030,261,248 parameters",
+            "parallelism": "tensor 1 x pipeline 1 x data 2, ZeRO stage 3", "mode": "default", "format": "torch",
+            "num_ranks": 2, "hosts": ["testhost"], "rank_bytes_min": 700_000_000, "rank_bytes_max": 700_000_000,
+            "checkpoint_bytes": 1_400_000_000, "fsync": True, "odirect": False,
+            "tiers": "local /local, drained (sync) to /shared", "storage": "files", "num_checkpoints_write": 3,
+            "num_checkpoints_read": 0, "time_between_checkpoints_s": 0.5, "write_threads": 4, "read_threads": 4,
+            "transfer_size_bytes": 4 << 20, "core_implementation": "cython", "iogen_version": "0"}
+    base.update(over)
+    return base
+
+
+def checkpoint_summary_doc(label, write_bytes, write_ns, *, read_bytes=None, read_ns=None, schema_version=None,
+                           complete=True, plan=None, start="2026-01-01T00:00:00+00:00", setup=None, drain=None,
+                           incomplete_reason=None):
+    """A checkpoint-only run's summary.json from synthetic checkpoint records ([checkpoints, ranks]
+    bytes and durations in ns), reduced by iogen's own metrics as iogen.checkpoint.phases writes it.
+
+    schema_version=1 writes it as iogen did before GiB: the `GB` figures in 10^9 bytes, no stdev,
+    size or 1e9 keys."""
+    from iogen.metrics.checkpoint import UNITS_SCHEMA_VERSION, checkpoint_phase, dlio_checkpoint_block
+
+    w = checkpoint_phase(np.asarray(write_bytes), np.asarray(write_ns))
+    r = (checkpoint_phase(np.asarray(read_bytes), np.asarray(read_ns)) if read_bytes is not None
+         else {"checkpoints": 0})
+    metric = dlio_checkpoint_block(w, r)
+    version = schema_version or UNITS_SCHEMA_VERSION
+    if version < 2:  # the old unit: bytes / 10^9 / s under the GB keys
+        metric = {k: v for k, v in metric.items() if "stdev_GB" not in k and "1e9" not in k and "size" not in k}
+        for p in ("save", "load"):
+            if f"{p}_checkpoint_io_mean_GB_per_second" in metric:
+                metric[f"{p}_checkpoint_io_mean_GB_per_second"] *= 2**30 / 1e9
+        for phase in (w, r):
+            for c in phase.get("per_checkpoint", []):
+                c["io_GB_per_second"] = c.pop("io_1e9_bytes_per_second")
+                c["slowest_rank_io_GB_per_second"] *= 2**30 / 1e9
+            if phase.get("checkpoints"):
+                phase["io_mean_GB_per_second"] = phase.pop("io_mean_1e9_bytes_per_second")
+                phase.pop("io_stdev_GB_per_second")
+    ranks = np.asarray(write_bytes).shape[1]
+    return {
+        "schema_version": version, "kind": "checkpoint", "workload": "llama3-8b", "num_accelerators": ranks,
+        "start": start, "metric": metric,
+        "iogen": {"complete": complete, "label": label, "warmup": False,
+                  "incomplete_reason": None if complete else incomplete_reason,
+                  **({"setup": setup} if setup is not None else {}),
+                  **({"checkpoint_drain": drain} if drain is not None else {}),
+                  "checkpoint": {"folder": "/ckpt", "plan": plan or {"format": "torch", "mode": "default"},
+                                 "write": w, "read": r, "write_threads": 2, "read_threads": 1,
+                                 "transfer_size_bytes": 65536, "peak_rss_bytes": [1 << 20] * ranks}},
+    }
+
+
+def make_checkpoint_run(parent, name, label="run", **kwargs):
+    """A run folder holding checkpoint_summary_doc(label, **kwargs) as its summary.json."""
+    run_dir = os.path.join(parent, name)
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "summary.json"), "w") as fh:
+        json.dump(checkpoint_summary_doc(label, **kwargs), fh)
+    return run_dir

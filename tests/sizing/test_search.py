@@ -108,7 +108,7 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
     assert gen.returncode == 0, gen.stderr
     # metric.au=0: every count passes, so the path is deterministic: 1, 2, 4 and N >= 4
     res = iogen_cmd("search", "default", *tiny(**files, **{"metric.au": 0}), "--launcher", f"{mpiexec} -n {{n}}",
-                    "--max", "4", timeout=600)
+                    "--max", "4", "--min-steps", "2", timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "N >= 4" in res.stdout
     search_dir = res.stdout.split("results: ", 1)[1].split()[0]
@@ -178,7 +178,7 @@ def test_search_probes_can_be_campaigns(iogen_cmd, tiny):
     over = tiny(**{"metric.au": 0, "train.epochs": 1})
     assert iogen_cmd("datagen", "default", *over, "-q").returncode == 0
     res = iogen_cmd("search", "default", *over, "--launcher", f"{mpiexec} -n {{n}}", "--max", "2", "--runs", "2",
-                    "--no-plot", timeout=600)
+                    "--min-steps", "2", "--no-plot", timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     search_dir = res.stdout.split("results: ", 1)[1].split()[0]
     doc = json.loads(_read(os.path.join(search_dir, "search.json")))
@@ -204,3 +204,97 @@ def test_signalling_a_probe_that_just_ended_is_not_an_error():
     probe.wait()  # reaped: its process group is gone
     signal_probe(probe.pid, signal.SIGINT)
     signal_probe(probe.pid, signal.SIGKILL)
+
+
+def _run_values(au):
+    return RunValues(label="run", path="/p", warmup=False, complete=True, au_percentage=au, throughput_samples_s=1.0,
+                     io_mib_s=1.0, au_met=au >= 90, au_threshold_percentage=90.0)
+
+
+def test_a_probe_whose_epochs_straddle_the_threshold_is_probed_again():
+    from iogen.search import evaluate
+
+    # the reproduction: one run, its epochs 11 points apart (84% and 95%), mean 89.5% - outside a 0.4 pp
+    # noise band, yet the epochs lie on both sides of 90%: near, so probed again
+    probe = Probe(1, 2, "/p/probe-01-n2", 0, 0.1, [_run_values(89.5)], measured_steps=30, epoch_au=[84.0, 95.0])
+    point = evaluate(2, [probe], 90.0, noise_pp=0.4)
+    assert point.straddles and point.near and not point.passed
+    calm = Probe(1, 2, "/p/probe-01-n2", 0, 0.1, [_run_values(89.5)], measured_steps=30, epoch_au=[89.0, 90.0 - 1e-9])
+    assert not evaluate(2, [calm], 90.0, noise_pp=0.4).near
+    calls = []
+
+    def probe_fn(n):
+        calls.append(n)
+        return Probe(len(calls), n, f"/p/{len(calls)}", 0, 0.1, [_run_values(99.0 if n == 1 else 89.5)],
+                     measured_steps=60, epoch_au=[99.0] if n == 1 else [84.0, 95.0])
+
+    n, points = search(probe_fn, 2, 90.0, noise_pp=0.4, repeats=1)
+    assert calls == [1, 2, 2] and n == 1 and points[2].measured_steps == 120
+    assert "epochs' AU lay on both sides of the threshold" in result_line("w", n, points, 90.0, 2, 50)
+
+
+def test_au_rising_with_n_and_short_probes_are_said():
+    # the reproduction: AU rose from 1 to 2 ranks; probes of 24-30 measured steps decided N
+    calls = []
+    au = {1: 93.0, 2: 96.0, 4: 91.0, 8: 60.0, 6: 70.0, 5: 85.0}
+    n, points = search(_probe_from(au, calls), 8, 90.0, noise_pp=0.1)
+    for k, steps in zip(sorted(points), (30, 24, 28, 26, 25, 30)):
+        points[k].probes[0].measured_steps = steps
+    line = result_line("w", n, points, 90.0, 8, 50)
+    assert n == 4 and "AU is not monotone in n (96.00% at 2 above 93.00% at 1)" in line
+    assert "Fewer than 50 measured steps per rank at 1, 2, 4, 5, 6, 8" in line
+    assert "not monotone" not in result_line("w", *search(_probe_from({1: 99.0, 2: 95.0, 4: 50.0, 3: 60.0}, []),
+                                                          4, 90.0), 90.0, 4)
+
+
+def test_probe_epochs_are_raised_to_the_minimum_of_measured_steps(tiny):
+    from iogen.config import load_workload
+    from iogen.search import probe_epochs, window_steps_per_epoch
+
+    wl = load_workload("default", tiny(**{"dataset.num_files_train": 64}))  # batch 2, 2 epochs, 1 step excluded
+    assert window_steps_per_epoch(wl, 1) == 31 and window_steps_per_epoch(wl, 4) == 7
+    assert probe_epochs(wl, 1, 1, 50) == 2  # 62 steps already
+    assert probe_epochs(wl, 4, 1, 50) == 8  # 7 a epoch: 8 epochs for 56
+    assert probe_epochs(wl, 4, 2, 50) == 4  # two runs of 4 epochs: 56
+    assert probe_epochs(wl, 16, 1, 50) == 50  # 1 a epoch
+
+
+def test_caveats_reach_every_search_output(tmp_path):
+    from iogen.search import caveats, evaluate
+    from iogen.search_output import write_outputs
+
+    page = ("page cache", "the page cache served the reads: the figures measure memory, not storage")
+    size = ("dataset size", "dataset smaller than MLPerf Storage's size rule for 2 accelerator(s)")
+    points = {}
+    for k, au in ((1, 95.0), (2, 80.0)):
+        p = Probe(k, k, str(tmp_path / f"probe-0{k}-n{k}"), 0, 0.1, [_run_values(au)], measured_steps=60,
+                  epoch_au=[au], caveats=[page] + ([size] if k == 2 else []))
+        points[k] = evaluate(k, [p], 90.0, 2.0)
+    notes = caveats(points)
+    assert notes[0].startswith("PAGE CACHE at n = 1, 2:") and notes[1].startswith("DATASET SIZE at n = 2:")
+    doc = {"workload": "w", "launcher": "mpiexec -n {n}", "au_threshold_percentage": 90.0, "runs_per_probe": 1,
+           "noise_pp": 2.0, "rule": "r", "min_measured_steps": 50, "accelerators": 1}
+    written = write_outputs(str(tmp_path), doc, points, 90.0, "N = 1: ...", plot=True)
+    assert json.loads(_read(written[0]))["caveats"] == notes
+    assert "CAVEAT: PAGE CACHE at n = 1, 2" in _read(written[1]) and "CAVEAT: DATASET SIZE" in _read(written[1])
+    page_html = _read(written[3])
+    assert "<b>CAVEAT:</b> PAGE CACHE at n = 1, 2" in page_html and "DATASET SIZE at n = 2" in page_html
+
+
+def test_a_launcher_that_starts_another_count_fails_the_search(iogen_cmd, tiny, tmp_path):
+    # a fake launcher that takes a node count (as `srun -N {n}` does) and starts one task whatever it is:
+    # the n = 2 probe runs 1 rank, which the search must not record as 2
+    fake = tmp_path / "fake-srun"
+    fake.write_text('#!/bin/sh\nshift 2\nexec "$@"\n')
+    fake.chmod(0o755)
+    over = tiny(**{"metric.au": 0})
+    assert iogen_cmd("datagen", "default", *over, "-q").returncode == 0
+    res = iogen_cmd("search", "default", *over, "--launcher", f"{fake} -N {{n}}", "--max", "2",
+                    "--min-steps", "12", "--no-plot")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "probe 2 asked for 2 accelerator(s) but ran 1" in res.stderr and "Traceback" not in res.stderr
+    (search_dir,) = (tmp_path / "results").glob("*-search")
+    # probe 1 (n = 1) measured 3 steps an epoch: its epochs were raised from 2 to 4 to reach 12
+    assert "train.epochs=4" in _read(search_dir / "probe-01-n1" / "probe.log")
+    doc = json.loads(_read(search_dir / "search.json"))
+    assert doc["complete"] is False and doc["points"][0]["measured_steps_per_rank"] == 12

@@ -344,3 +344,24 @@ def test_sigterm_during_staging_waits_for_the_copies_and_leaves_nothing(tiny, tm
     assert "SIGTERM" in err and "Traceback" not in err
     assert not (tmp_path / "local").exists(), os.listdir(tmp_path / "local" / "n1" / "train")
     assert tree_state(tmp_path / "data") == before
+
+
+def test_a_parent_shared_by_two_nodes_folders_is_removed_once_both_are_gone(tmp_path):
+    # simulated nodes a and b on one host, staging.folder=<tmp>/stage/{node}: a's stager created the
+    # parent and its folder, b's only its folder; a removes first (the parent still holds b's folder)
+    from iogen.staging import StageReport, remove_left_dirs, remove_staged
+
+    parent = tmp_path / "stage"
+    reports = {}
+    for node, created in (("a", [parent, parent / "a"]), ("b", [parent / "b"])):
+        for d in created:
+            d.mkdir()
+        (parent / node / "f").write_bytes(b"x")
+        reports[node] = StageReport(node, True, str(parent / node), "full", created=[str(parent / node / "f")],
+                                    created_dirs=[str(d) for d in created])
+    remove_staged(reports["a"])
+    assert parent.exists() and reports["a"].left_dirs == [str(parent)]
+    remove_staged(reports["b"])
+    assert os.listdir(parent) == []  # what the run's barrier waits for
+    remove_left_dirs(reports["a"])
+    assert not parent.exists() and tmp_path.exists()  # the folder above, not this run's, stays
