@@ -466,9 +466,12 @@ def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> 
     ck = wl.checkpoint
     rank_bytes = rank_bytes or plan.get("rank_bytes") or [0]
     local = bool(ck.local_folder)
+    from ..config.summary import comparability_class
+
     return {
         "kind": "checkpoint",
         "workload": wl.name,
+        "comparability_class": comparability_class(wl)["sha256"][:16],
         "model": (f"transformer, {plan['num_parameters']:,} parameters" if plan.get("transformer")
                   else f"model.model_size_bytes {plan.get('total_bytes', 0):,}"),
         "parallelism": (f"tensor {plan['tensor']} x pipeline {plan['pipeline']} x data {plan['data']}, "

@@ -131,3 +131,28 @@ def check_ranks_agree(wl: Workload, world) -> None:
     raise ConfigError(f"the ranks were started with different configurations: rank {first}{others} differ(s) "
                       f"from rank 0: {said}; every rank must run the same workload and overrides (only "
                       "`{node}` in staging.folder and the node name may differ)")
+
+
+# MLPerf Storage v3 hashes the configuration that defines the measured work into a provenance
+# record; iogen's class is the same kind of fingerprint. What it leaves out is what runs within a
+# class are compared by, or what does not change the work: where things are (paths, the storage
+# system under test and its client, the output), names, the accelerator count and the node names.
+CLASS_EXCLUDED = ("name", "accelerator", "output", "storage", "hydra", "dataset.data_folder",
+                  "checkpoint.checkpoint_folder", "checkpoint.local_folder", "staging.folder",
+                  "workflow.generate_data")
+
+
+def comparability_class(wl: Workload) -> dict:
+    """{"sha256", "iogen_major", "keys"}: a SHA-256 of every resolved setting that defines the work of
+    one accelerator (docs/campaigns.md lists the sections), with iogen's major version."""
+    import hashlib
+    import json
+
+    from .._version import __version__
+
+    flat = _flat(resolved_dict(wl))
+    kept = {k: v for k, v in flat.items()
+            if not any(k == x or k.startswith(x + ".") for x in CLASS_EXCLUDED)}
+    major = int(__version__.split(".")[0])
+    text = json.dumps({"iogen_major": major, "settings": kept}, sort_keys=True, default=str)
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "iogen_major": major, "keys": sorted(kept)}

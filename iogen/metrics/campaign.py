@@ -193,9 +193,9 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
 
 
 # What makes two runs comparable: the keys of summary.json iogen.setup that must be equal.
-CONFIG_KEYS = ("workload", "format", "data_loader", "read_threads", "batch_size", "record_length_bytes",
-               "record_length_bytes_stdev", "num_files_train", "num_samples_per_file", "dataset_bytes",
-               "num_ranks", "computation_time", "odirect", "evict_page_cache")
+CONFIG_KEYS = ("comparability_class", "workload", "format", "data_loader", "read_threads", "batch_size",
+               "record_length_bytes", "record_length_bytes_stdev", "num_files_train", "num_samples_per_file",
+               "dataset_bytes", "num_ranks", "computation_time", "odirect", "evict_page_cache")
 
 
 def config_differences(runs) -> list[str]:

@@ -259,7 +259,17 @@ def build_report(paths, *, reduction: str = "mean", latency: bool = True, interv
                   "wait": "ns, batch wait t_ready - t_request, metrics-window steps of the train phase"},
         "runs": runs,
         "campaign": camp,
+        "classes": comparability_groups(runs),
     }
+
+
+def comparability_groups(runs: list[dict]) -> dict:
+    """{comparability class: [run labels]} in the order met; runs from before classes under "unknown"."""
+    groups: dict = {}
+    for r in runs:
+        key = (r.get("setup") or {}).get("comparability_class") or "unknown"
+        groups.setdefault(key, []).append(r["label"])
+    return groups
 
 
 def default_output_dir(paths) -> str:

@@ -22,6 +22,7 @@ from ..metrics.device import reads_from
 from ..metrics.ranks import reduce_ranks
 from ..metrics.drain import drain_block
 from ..metrics.staging import with_epoch_ratio
+from ..config.summary import comparability_class
 from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
 from . import rundir
@@ -231,6 +232,9 @@ def _setup(wl, layout, facts) -> dict:
         "hosts": facts["hosts"],
         "core_implementation": facts["core_implementation"],
         "iogen_version": facts["iogen_version"],
+        # the work of one accelerator, hashed (iogen.config.summary.comparability_class): runs of
+        # different classes are not compared (`iogen compare` refuses without --force)
+        "comparability_class": comparability_class(wl)["sha256"][:16],
     }
 
 

@@ -346,6 +346,7 @@ def render_checkpoint_report(report: dict) -> str:
         f"{', '.join(sorted({str(r['workload']) for r in runs}))}, "
         f"{', '.join(sorted({str(r['num_accelerators']) for r in runs}))} accelerator(s)",
         *measured_lines(runs),
+        *class_lines(report),
         "",
         f"headline ({camp['reduction']}: {camp['rule']}):",
     ]
@@ -357,6 +358,16 @@ def render_checkpoint_report(report: dict) -> str:
     for note in camp["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def class_lines(report: dict) -> list[str]:
+    """Runs of more than one comparability class (another workload's work per accelerator): which."""
+    groups = report.get("classes") or {}
+    if len(groups) <= 1:
+        return []
+    return ["note: the runs belong to {} comparability classes (the work of one accelerator differs; their "
+            "statistics are not one result):".format(len(groups))] + [
+        f"  class {key}: {', '.join(labels)}" for key, labels in groups.items()]
 
 
 def render_report(report: dict) -> str:
@@ -391,6 +402,7 @@ def render_report(report: dict) -> str:
         if (r.get("au_loss") or {}).get("compute_lowered_au"):
             lines.extend(au_loss_lines(r["au_loss"], r["label"]))
     lines.extend(f"note: {line}" for line in dataset_size_lines(runs))
+    lines.extend(class_lines(report))
     lines.append("")
     n = len(camp["measured_runs"])
     lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"
