@@ -89,6 +89,35 @@ class FileIndex:
 
 
 @dataclass(frozen=True)
+class GroupIndex:
+    """Where a file's samples lie when they are rows of groups read whole (Parquet row groups).
+
+    Group g holds rows [first_row[g], first_row[g + 1]); reading it means reading the byte ranges
+    offsets[ptr[g]:ptr[g + 1]] (lengths alike): for Parquet, the chunks of the columns a run
+    reads. A loader reads a group once for all the samples of it a batch needs, and may keep it
+    (a row-group cache) for later batches.
+    """
+
+    first_row: np.ndarray
+    ptr: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        return int(self.first_row.size - 1)
+
+    def group_of(self, rows) -> np.ndarray:
+        """The group of each row."""
+        return np.searchsorted(self.first_row, np.asarray(rows, np.int64), side="right") - 1
+
+    def ranges(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, lengths) of the byte ranges that make up group g."""
+        lo, hi = int(self.ptr[g]), int(self.ptr[g + 1])
+        return self.offsets[lo:hi], self.lengths[lo:hi]
+
+
+@dataclass(frozen=True)
 class FileShape:
     """What one data file holds, read from its headers or framing (probe_file): no payload is read.
 
@@ -170,6 +199,12 @@ class Format:
     def index_file(self, path) -> FileIndex | None:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError
+
+    def group_index(self, path) -> GroupIndex | None:
+        """For formats whose samples are rows of groups read whole (Parquet): the groups and the
+        byte ranges each one is read as (GroupIndex), the file's headers checked. None (the
+        default): samples are read as index_file's ranges or decoded by read_samples."""
+        return None
 
     def fixed_index(self, num_samples: int, record_bytes: int) -> FileIndex | None:
         """The index of a file iogen's writer wrote with these settings, by arithmetic (no read),
