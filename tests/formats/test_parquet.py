@@ -1,0 +1,215 @@
+"""Parquet: files pyarrow reads with the declared schema, group ranges equal to pyarrow's reads,
+footers checked against the workload, and the config's parquet section."""
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from iogen.config import load_workload
+from iogen.errors import ConfigError, DataError
+from iogen.formats import make_format
+from iogen.formats.checksum import file_crc32c
+from iogen.formats.parquet import coalesce
+
+COLS = [("a", "float32", 1, True), ("b", "float16", 3, False), ("c", "int8", 1, True), ("d", "float64", 5, True),
+        ("e", "int32", 2, False)]
+ROW = 4 + 6 + 1 + 40 + 8
+ROWS, GROUP = 250, 64
+
+
+def fmt(codec="none", cols=COLS, group=GROUP, rows=ROWS):
+    return make_format("parquet", compression=codec, columns=cols, row_group_size=group, samples_per_file=rows)
+
+
+def write(tmp_path, name="f.parquet", stream=1, codec="none", **kw):
+    f = fmt(codec, **kw)
+    path = str(tmp_path / name)
+    size, crc = f.write_file_crc(path, kw.get("rows", ROWS), ROW if "cols" not in kw else f.row_bytes, 42, stream)
+    assert size == os.path.getsize(path) and crc == file_crc32c(path)
+    return f, path
+
+
+@pytest.mark.parametrize("codec", ["none", "snappy", "gzip", "lz4", "zstd"])
+def test_pyarrow_reads_the_declared_schema_row_groups_and_codec(tmp_path, codec):
+    f, path = write(tmp_path, codec=codec)
+    table = pq.read_table(path, schema=f.arrow_schema())
+    assert table.num_rows == ROWS and table.schema.equals(f.arrow_schema())
+    assert str(table.schema.field("d").type) == "fixed_size_list<element: double not null>[5]"
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [64, 64, 64, 58]
+    want = {"none": "UNCOMPRESSED", "lz4": "LZ4_RAW"}.get(codec, codec.upper())
+    assert {meta.row_group(0).column(j).compression for j in range(5)} <= {want, "LZ4"}
+    shape = f.probe_file(path)
+    assert (shape.samples, shape.record_bytes, shape.compression) == (ROWS, ROW, codec)
+    assert f.check_file(path, ROWS, ROW) == []
+
+
+def test_content_is_seeded_and_unique_per_file(tmp_path):
+    _, p1 = write(tmp_path, "1.parquet", stream=1)
+    _, p1b = write(tmp_path, "1b.parquet", stream=1)
+    _, p2 = write(tmp_path, "2.parquet", stream=2)
+    with open(p1, "rb") as x, open(p1b, "rb") as y:
+        assert x.read() == y.read()
+    a, b = pq.read_table(p1), pq.read_table(p2)
+    assert not np.array_equal(a.column("a").to_numpy().view(np.uint32), b.column("a").to_numpy().view(np.uint32))
+
+
+class Recording:
+    """A file object that records every (offset, length) read through it."""
+
+    def __init__(self, path):
+        self.fh = open(path, "rb")
+        self.reads = []
+        self.closed = False
+
+    def read(self, n=-1):
+        at = self.fh.tell()
+        data = self.fh.read(n)
+        self.reads.append((at, len(data)))
+        return data
+
+    def seek(self, *a):
+        return self.fh.seek(*a)
+
+    def tell(self):
+        return self.fh.tell()
+
+    def seekable(self):
+        return True
+
+    def readable(self):
+        return True
+
+    def close(self):
+        self.fh.close()
+
+
+def covered(ranges) -> list:
+    """The bytes a set of ranges covers, as sorted disjoint (offset, length) runs."""
+    return coalesce(ranges, hole=0, limit=1 << 62)
+
+
+@pytest.mark.parametrize("codec, rows, group, ranges", [("none", ROWS, GROUP, 1), ("zstd", ROWS, GROUP, 1),
+                                                        ("none", 9000, 4096, 2), ("gzip", 9000, 4096, 2)])
+def test_group_ranges_are_the_bytes_pyarrow_reads_for_the_selected_columns(tmp_path, codec, rows, group, ranges):
+    f, path = write(tmp_path, codec=codec, rows=rows, group=group)
+    gi = f.group_index(path)
+    assert list(gi.first_row) == list(range(0, rows, group)) + [rows]
+    # small chunks: one coalesced range; 4096 rows: column b (24 KiB, not read) leaves a gap
+    assert len(gi.ranges(0)[0]) == ranges
+    for g in range(gi.groups):
+        rec = Recording(path)
+        pf = pq.ParquetFile(rec)  # pyarrow's defaults, as DLIO's fork calls it
+        rec.reads.clear()  # the footer: read once per file, apart
+        pf.read_row_group(g, columns=f.selected_columns)
+        offs, lens = gi.ranges(g)
+        assert covered(rec.reads) == covered(zip(offs, lens)), g
+        rec.close()
+
+
+def test_read_samples_gives_each_rows_selected_bytes(tmp_path):
+    f, path = write(tmp_path)
+    table = pq.read_table(path)
+    parts = []
+    for name, dt, width, read in COLS:
+        if read:
+            col = table.column(name).combine_chunks()
+            values = col.flatten() if width > 1 else col
+            parts.append(values.to_numpy().astype(dt).reshape(ROWS, width).view(np.uint8))
+    want = np.concatenate(parts, axis=1)
+    ids = [0, 63, 64, 249, 64]
+    for r, s in zip(ids, f.read_samples(path, ids)):
+        assert s.nbytes == 4 + 1 + 40 and np.array_equal(f.payload_of(s), want[r])
+
+
+def _expect_error(f, path, *words):
+    with pytest.raises(DataError) as err:
+        f.metadata(path)
+    text = str(err.value)
+    assert path in text
+    for w in words:
+        assert w in text, text
+
+
+def test_bad_files_are_data_errors_naming_file_and_what_differs(tmp_path):
+    f, path = write(tmp_path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+
+    def variant(name, content):
+        p = tmp_path / name
+        p.write_bytes(content)
+        return str(p)
+
+    _expect_error(f, variant("magic.parquet", b"XXXX" + data[4:]), "not a Parquet file")
+    _expect_error(f, variant("cut.parquet", data[:-50]), "truncated")
+    n = int.from_bytes(data[-8:-4], "little")
+    footer_at = len(data) - 8 - n
+    _expect_error(f, variant("footer.parquet", data[:footer_at] + b"\x07" * n + data[-8:]), "corrupt Parquet footer")
+    # a truncated column chunk: the file ends before a chunk the footer names
+    _expect_error(f, variant("chunk.parquet", data[:200] + data[footer_at:]), "not inside the file")
+    # another dtype, a missing column, another row-group size, another row count
+    _, p = write(tmp_path, "dtype.parquet", cols=[("a", "float64", 1, True)] + COLS[1:])
+    _expect_error(f, p, "column 'a' is double", "declares float")
+    _, p = write(tmp_path, "missing.parquet", cols=COLS[:4])
+    _expect_error(f, p, "column 'e' is missing")
+    _, p = write(tmp_path, "groups.parquet", group=100)
+    _expect_error(f, p, "row group 0 holds 100 rows", "row_group_size 64")
+    _, p = write(tmp_path, "rows.parquet", rows=200)
+    _expect_error(f, p, "holds 200 rows", "num_samples_per_file is 250")
+    _, p = write(tmp_path, "codec.parquet", codec="snappy")
+    _expect_error(f, p, "column 'a'", "compressed with snappy")
+
+
+DLRM_LIKE = {
+    "format": "parquet", "num_files_train": 1, "num_samples_per_file": 100, "record_length": 13,
+    "parquet": {"row_group_size": 10, "read_mode": "row_group",
+                "columns": [{"name": "x", "dtype": "float32", "read": True},
+                            {"name": "y", "dtype": "float64", "read": False},
+                            {"name": "z", "dtype": "int8", "read": False}]},
+}
+
+
+def _load(tmp_path, **dataset):
+    import yaml
+
+    ds = {**DLRM_LIKE, "data_folder": str(tmp_path / "d"), **dataset}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"model": {"name": "t"}, "dataset": ds,
+                                    "reader": {"data_loader": "native", "batch_size": 4},
+                                    "train": {"computation_time": 0.0}}))
+    return load_workload(str(path), [])
+
+
+def test_config_accepts_both_published_spellings(tmp_path):
+    wl = _load(tmp_path)
+    assert wl.dataset.record_length_bytes == 13 and wl.dataset.parquet.row_group_size == 10
+    flux = {"parquet": {"columns": [{"name": "t5", "dtype": "float32", "size": 7},
+                                    {"name": "ts", "dtype": "float32", "width": 3}]}, "record_length": 40}
+    wl = _load(tmp_path, **flux)
+    assert wl.dataset.parquet.row_group_size is None and wl.dataset.record_length_bytes == 40
+    from iogen.formats import get_format
+
+    assert get_format(wl.dataset).row_group_size == 1024 * 1024  # pyarrow's writer default
+    wl = _load(tmp_path, record_length_bytes=13, parquet={**DLRM_LIKE["parquet"], "compression": "zstd"})
+    assert wl.dataset.compression == "zstd"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"columns": [{"name": "x", "dtype": "float128"}]}, ["dataset.parquet.columns", "dtype"]),
+    ({"columns": [{"name": "x", "dtype": "float32", "read": False}]}, ["no column has read: true"]),
+    ({"read_mode": "default"}, ["read_mode", "not implemented"]),
+    ({"bogus": 1}, ["dataset.parquet", "bogus"]),
+])
+def test_bad_parquet_entries_name_the_key(tmp_path, change, words):
+    pq_section = {**DLRM_LIKE["parquet"], **change}
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, parquet=pq_section, record_length=4)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_record_length_must_match_the_columns(tmp_path):
+    with pytest.raises(ConfigError, match="a row of the columns holds 13 bytes"):
+        _load(tmp_path, record_length=14)
