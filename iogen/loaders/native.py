@@ -18,6 +18,7 @@ from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .filetable import FileTable
+from .groups import GroupReads
 from .preprocess import Preprocess
 
 ALIGN = 4096
@@ -114,7 +115,11 @@ class NativeLoader(Loader):
         if self.direct:
             self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
         self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files))
-        if layout.num_files <= PREINDEX_MAX_FILES:
+        # formats whose samples are rows of groups read whole (Parquet row groups)
+        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct)
+        if self.groups is not None and layout.num_files <= PREINDEX_MAX_FILES:
+            self.groups.learn_all()  # every footer read and checked before the first step
+        elif layout.num_files <= PREINDEX_MAX_FILES:
             # Index parsing is iogen's own CPU work, not storage work: do it before the
             # measured steps so the first epoch measures what the later ones do.
             self.table.learn_all()
@@ -167,10 +172,16 @@ class NativeLoader(Loader):
         job.preprocess_ns = self.preprocess.batch_ns(gids.size)
         spf = self.layout.samples_per_file
         files = gids // spf
-        if self.table.decode_only(files):
+        if self.groups is not None:
+            # the groups the batch needs and the cache lacks; bytes and errors are per range
+            fds, offsets, lengths, files = self.groups.ranges(files, gids % spf)
+            if not offsets.size:
+                return job
+        elif self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)
             return job
-        fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
+        else:
+            fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
         if self.direct:
             start = offsets & ~(ALIGN - 1)
             read_len = ((offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)) - start
@@ -318,6 +329,8 @@ class NativeLoader(Loader):
 
     def epoch(self, plan):
         """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads ahead."""
+        if self.groups is not None:
+            self.groups.new_epoch()
         if self.prefetch == 0:
             for step in range(plan.steps):
                 yield self._finish(self._prepare(step, 0, plan.batches[step]))
@@ -374,6 +387,8 @@ class NativeLoader(Loader):
             self._pool.shutdown()
             self._pool = None
         self.table.close()
+        if self.groups is not None:
+            self.groups.close()
 
 
 def _collect(job) -> int:

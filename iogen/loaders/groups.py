@@ -1,0 +1,125 @@
+"""Reads of formats whose samples are rows of groups read whole (Format.group_index: Parquet).
+
+For each batch, `GroupReads.ranges` names the groups its samples lie in; a group not in the
+row-group cache is read as its byte ranges (Parquet: the selected columns' chunks, as pyarrow's
+`read_row_group(i, columns=...)` reads them) and enters the cache; a group in the cache costs no
+read. So a group fetched once serves every sample of it, in this batch and later ones, as the
+DLIO fork's per-thread row-group cache does.
+
+The cache is bounded in bytes (GROUP_CACHE_BYTES, least recently used out first) and holds which
+groups are in memory and their sizes: iogen hands a batch's bytes to the emulated model and keeps
+nothing, so the bound is the memory a framework would spend, not memory iogen holds. It starts
+empty every epoch, so each epoch reads the data again. Footers are read once per file (the
+format caches them); files are opened once and kept open until close().
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from .. import core
+from ..errors import DataError
+
+# What the row-group cache may hold: the selected columns of this many bytes of row groups.
+GROUP_CACHE_BYTES = 512 << 20
+# Files whose group index is kept (a dlrm file's is ~500 KB); more are re-read from the footer cache.
+INDEXES_KEPT = 256
+
+
+class GroupReads:
+    """Which byte ranges a batch of samples needs, given the groups already cached (one loader's)."""
+
+    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES):
+        self.layout = layout
+        self.fmt = fmt
+        self.direct = direct
+        self.cache_bytes = int(cache_bytes)
+        self.cache: collections.OrderedDict = collections.OrderedDict()  # (file, group) -> bytes
+        self.cached_bytes = 0
+        self.indexes: collections.OrderedDict = collections.OrderedDict()  # file -> GroupIndex
+        self.fds: dict[int, int] = {}
+        self.bytes_requested = 0
+
+    @classmethod
+    def for_format(cls, layout, fmt, direct: bool = False):
+        """A GroupReads when the format reads groups (a probe of the format's class), else None."""
+        from ..formats.base import Format
+
+        if type(fmt).group_index is Format.group_index:
+            return None
+        return cls(layout, fmt, direct)
+
+    def learn_all(self) -> None:
+        """Read and check every file's footer now, before the first step (a bad one is exit 2 here)."""
+        present = getattr(self.layout, "staged_files", None)
+        files = range(self.layout.num_files) if present is None else present
+        for f in files:
+            self.index(int(f))
+
+    def index(self, f: int):
+        gi = self.indexes.get(f)
+        if gi is not None:
+            self.indexes.move_to_end(f)
+            return gi
+        path = self.layout.paths[f]
+        gi = self.fmt.group_index(path)
+        if int(gi.first_row[-1]) < self.layout.samples_per_file:
+            raise DataError(path, f"holds {int(gi.first_row[-1])} samples, the workload expects "
+                                  f"{self.layout.samples_per_file}")
+        self.indexes[f] = gi
+        while len(self.indexes) > INDEXES_KEPT:
+            self.indexes.popitem(last=False)
+        return gi
+
+    def _fd(self, f: int) -> int:
+        fd = self.fds.get(f)
+        if fd is None:
+            path = self.layout.paths[f]
+            try:
+                fd = core.reader.open_file(path, self.direct)
+            except FileNotFoundError:
+                raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
+            self.fds[f] = fd
+        return fd
+
+    def new_epoch(self) -> None:
+        """Empty the row-group cache: every epoch reads its data again."""
+        self.cache.clear()
+        self.cached_bytes = 0
+
+    def ranges(self, files: np.ndarray, samples: np.ndarray):
+        """(fds, offsets, lengths, file of each range) of the groups this batch needs that are not cached."""
+        fds, offs, lens, owners = [], [], [], []
+        for f in dict.fromkeys(files.tolist()):
+            gi = self.index(f)
+            rows = samples[files == f]
+            for g in np.unique(gi.group_of(rows)).tolist():
+                key = (f, g)
+                if key in self.cache:
+                    self.cache.move_to_end(key)
+                    continue
+                o, n = gi.ranges(g)
+                fd = self._fd(f)
+                fds.append(np.full(o.size, fd, np.int64))
+                offs.append(o)
+                lens.append(n)
+                owners.append(np.full(o.size, f, np.int64))
+                size = int(n.sum())
+                self.cache[key] = size
+                self.cached_bytes += size
+                while self.cached_bytes > self.cache_bytes and len(self.cache) > 1:
+                    _, old = self.cache.popitem(last=False)
+                    self.cached_bytes -= old
+        if not offs:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty, empty
+        out = tuple(np.concatenate(a).astype(np.int64) for a in (fds, offs, lens, owners))
+        self.bytes_requested += int(out[2].sum())
+        return out
+
+    def close(self) -> None:
+        """Close the files this reader opened."""
+        for fd in self.fds.values():
+            core.reader.close_file(fd)
+        self.fds.clear()

@@ -1,0 +1,125 @@
+"""Parquet through the loaders: the native loader reads each row group's selected column chunks
+once (the footer's ranges, coalesced as pyarrow reads them), the PyTorch loader reads through
+pyarrow, and a bad footer stops the run before its first step."""
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.datagen import generate
+from iogen.dataset import DatasetLayout
+from iogen.errors import DataError
+from iogen.formats import get_format
+from iogen.loaders import get_loader
+from iogen.plan import plan_for
+
+from ..conftest import run_iogen
+
+ROWS, GROUP = 12288, 6144  # two dlrm row groups a file
+
+
+def _dlrm(folder, loader="native", **extra):
+    over = {"dataset.data_folder": folder, "dataset.num_files_train": 2, "dataset.num_samples_per_file": ROWS,
+            "reader.batch_size": 1024, "reader.read_threads": 2, "reader.data_loader": loader,
+            "reader.file_shuffle": "off", "reader.sample_shuffle": "off", **extra}
+    return load_workload("dlrm", [f"{k}={v}" for k, v in over.items()])
+
+
+@pytest.fixture(scope="module")
+def dlrm_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dlrm")
+    wl = _dlrm(folder)
+    layout = DatasetLayout.from_workload(wl, "train")
+    generate(layout, get_format(wl.dataset))
+    return folder, layout
+
+
+def _epoch_bytes(wl, cache_bytes=None):
+    layout, fmt = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        if cache_bytes is not None:
+            loader.groups.cache_bytes = cache_bytes
+        batches = list(loader.epoch(plan))
+    assert sum(b.samples for b in batches) == plan.steps * plan.batch_size
+    return sum(b.bytes for b in batches)
+
+
+def _chunks(layout, selected):
+    """(selected chunk bytes, every chunk's bytes) of the whole dataset, from pyarrow's footers."""
+    sel = total = 0
+    for path in layout.paths:
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            rg = meta.row_group(g)
+            for j in range(rg.num_columns):
+                n = rg.column(j).total_compressed_size
+                total += n
+                name = rg.column(j).path_in_schema
+                sel += n if name in selected else 0
+    return sel, total
+
+
+def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data):
+    folder, layout = dlrm_data
+    wl = _dlrm(folder)
+    fmt = get_format(wl.dataset)
+    assert len(fmt.selected_columns) == 40 and len(fmt.columns) == 200
+    sel, total = _chunks(layout, set(fmt.selected_columns))
+    ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
+    got = _epoch_bytes(wl)
+    # every row group read once: exactly the coalesced ranges of the selected chunks
+    assert got == ranges
+    assert sel <= got < total
+    assert 0.19 < got / total < 0.25, got / total  # 40 of 200 columns, 160 of 761 bytes a row
+    # shuffled samples: a group fetched once still serves every sample of it (the cache)
+    shuffled = {"reader.sample_shuffle": "seed", "reader.file_shuffle": "seed", "reader.shuffle_size": 1 << 20}
+    assert _epoch_bytes(_dlrm(folder, **shuffled)) == ranges
+    # a cache that keeps only the last group: shuffled batches fetch groups again
+    assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1) > 2 * ranges
+
+
+def test_pytorch_reads_rows_of_the_selected_columns_through_pyarrow(dlrm_data):
+    folder, layout = dlrm_data
+    wl = _dlrm(folder, "pytorch", **{"reader.read_threads": 0})
+    fmt = get_format(wl.dataset)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    table = pq.read_table(layout.paths[0], columns=fmt.selected_columns)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        batch = next(iter(loader.epoch(plan)))
+        assert batch.samples == 1024 and batch.bytes == 1024 * 160
+        x = np.asarray(batch.data.x).reshape(1024, -1).view(np.uint8)
+        first = np.concatenate([np.asarray(table.column(n)[:1].to_numpy()).view(np.uint8)
+                                for n in fmt.selected_columns])
+        ids = np.asarray(batch.data.ids)
+        assert ids[0] == 0 and np.array_equal(x[0], first)
+
+
+def test_a_bad_footer_stops_the_run_before_its_first_step(tmp_path):
+    folder = tmp_path / "d"
+    args = ["dlrm", f"dataset.data_folder={folder}", "dataset.num_files_train=2", "dataset.num_samples_per_file=100",
+            "reader.batch_size=10", "dataset.parquet.row_group_size=50", f"output.folder={tmp_path / 'out'}",
+            "reader.data_loader=native"]
+    assert run_iogen("datagen", *args).returncode == 0
+    path = DatasetLayout.from_workload(load_workload(args[0], args[1:]), "train").paths[1]
+    with open(path, "rb") as fh:
+        data = bytearray(fh.read())
+    n = int.from_bytes(data[-8:-4], "little")
+    data[-8 - n:-8] = b"\x07" * n  # same size: the manifest's size check passes, the footer does not
+    with open(path, "wb") as fh:
+        fh.write(data)
+    res = run_iogen("run", *args)
+    assert res.returncode == 2, res.stderr
+    assert path in res.stderr and "corrupt Parquet footer" in res.stderr
+    assert "epoch 1" not in res.stdout
+
+
+def test_a_schema_other_than_the_workloads_names_the_column(tmp_path):
+    small = {"dataset.num_samples_per_file": 100, "reader.batch_size": 10}
+    wl = _dlrm(tmp_path, **small, **{"dataset.parquet.row_group_size": 50})
+    layout = DatasetLayout.from_workload(wl, "train")
+    generate(layout, get_format(wl.dataset))
+    other = _dlrm(tmp_path, **small, **{"dataset.parquet.row_group_size": 25})
+    with pytest.raises(DataError, match="row group 0 holds 50 rows, dataset.parquet.row_group_size 25"):
+        get_loader(other, layout, get_format(other.dataset), SingleWorld())
