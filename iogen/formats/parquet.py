@@ -134,11 +134,6 @@ class _CrcFile:
             self.fh.close()
 
 
-_local = threading.local()
-_footer_lock = threading.Lock()
-_footers: collections.OrderedDict = collections.OrderedDict()
-
-
 class ParquetFormat(Format):
     """Parquet files of the workload's columns (see the module doc)."""
 
@@ -156,6 +151,23 @@ class ParquetFormat(Format):
         if not self.selected:
             raise ConfigError("dataset.parquet.columns: no column has read: true; a run must read at least one column")
         self.row_bytes = sum(c.row_bytes for c in self.columns)
+        self._init_caches()
+
+    def _init_caches(self):
+        # per format object (a fresh object, a fresh cache), dropped when pickled to a worker
+        self._footer_lock = threading.Lock()
+        self._footers: collections.OrderedDict = collections.OrderedDict()
+        self._local = threading.local()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for name in ("_footer_lock", "_footers", "_local"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_caches()
 
     # -- what the rest of iogen reads -------------------------------------------------------
 
@@ -243,16 +255,16 @@ class ParquetFormat(Format):
             except FileNotFoundError:
                 raise DataError(name, "data file is missing (generate it with `iogen datagen`)") from None
             key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
-            with _footer_lock:
-                if key in _footers:
-                    _footers.move_to_end(key)
-                    return _footers[key]
+            with self._footer_lock:
+                if key in self._footers:
+                    self._footers.move_to_end(key)
+                    return self._footers[key]
         meta = self._read_footer(path, name)
         if key is not None:
-            with _footer_lock:
-                _footers[key] = meta
-                while len(_footers) > FOOTERS_KEPT:
-                    _footers.popitem(last=False)
+            with self._footer_lock:
+                self._footers[key] = meta
+                while len(self._footers) > FOOTERS_KEPT:
+                    self._footers.popitem(last=False)
         return meta
 
     def _read_footer(self, path, name):
@@ -355,23 +367,24 @@ class ParquetFormat(Format):
         return None
 
     def _cache(self):
-        cache = getattr(_local, "groups", None)
+        local = self._local
+        cache = getattr(local, "groups", None)
         if cache is None:
-            cache = _local.groups = collections.OrderedDict()
-            _local.bytes = 0
+            cache = local.groups = collections.OrderedDict()
+            local.bytes = 0
         return cache
 
     def _group_rows(self, path, g: int) -> np.ndarray:
         """Row group g's selected columns as a (rows, selected bytes) uint8 matrix, from the cache or pyarrow."""
         _, pq = _pa()
         name = source_name(path)
-        key = (name, g, self.selected)
+        meta = self.metadata(path)
+        key = (name, id(meta), g)  # a changed file has another footer object
         cache = self._cache()
         hit = cache.get(key)
         if hit is not None:
             cache.move_to_end(key)
-            return hit
-        meta = self.metadata(path)
+            return hit[0]
         try:
             pf = pq.ParquetFile(path, metadata=meta)
             table = pf.read_row_group(g, columns=self.selected_columns)
@@ -380,16 +393,17 @@ class ParquetFormat(Format):
             raise DataError(name, f"row group {g} cannot be read ({type(exc).__name__}: {text})") from None
         parts = []
         for col_name in self.selected_columns:
-            arr = table.column(col_name).combine_chunks()
+            chunked = table.column(col_name)
+            arr = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             if hasattr(arr, "flatten") and arr.type.num_fields:
                 arr = arr.flatten()
             parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
         rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
-        cache[key] = rows
-        _local.bytes += rows.nbytes
-        while _local.bytes > CACHE_BYTES and len(cache) > 1:
-            _, old = cache.popitem(last=False)
-            _local.bytes -= old.nbytes
+        cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
+        self._local.bytes += rows.nbytes
+        while self._local.bytes > CACHE_BYTES and len(cache) > 1:
+            _, (old, _) = cache.popitem(last=False)
+            self._local.bytes -= old.nbytes
         return rows
 
     def read_samples(self, path, sample_ids):
