@@ -213,3 +213,9 @@ def test_bad_parquet_entries_name_the_key(tmp_path, change, words):
 def test_record_length_must_match_the_columns(tmp_path):
     with pytest.raises(ConfigError, match="a row of the columns holds 13 bytes"):
         _load(tmp_path, record_length=14)
+
+
+@pytest.mark.parametrize("name", ["parquet", "npy"])
+def test_new_formats_on_s3_are_refused_naming_the_keys(name):
+    with pytest.raises(ConfigError, match=f"dataset.format = '{name}' with storage.storage_type = 's3' is not implemented"):
+        load_workload("default", [f"dataset.format={name}", "storage.storage_type=s3", "storage.storage_root=bucket"])
