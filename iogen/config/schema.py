@@ -17,16 +17,16 @@ from .problems import did_you_mean, rule, show
 
 
 # Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
-DLIO_FORMATS = ("csv", "hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic")
+DLIO_FORMATS = ("hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic")
 DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
 DLIO_COMPRESSIONS = ("bz2", "xz")
 DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
-FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy")
+FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv")
 LOADERS = ("native", "tensorflow", "pytorch")
 COMPRESSIONS = ("none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
 FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
-                       "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"), "npy": ("none",)}
+                       "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"), "npy": ("none",), "csv": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
@@ -70,7 +70,7 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy"], _choice("format", FORMATS, DLIO_FORMATS)]
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"], _choice("format", FORMATS, DLIO_FORMATS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
                         BeforeValidator(lambda v: "none" if v is None else v),
@@ -616,7 +616,7 @@ class Workload(Section):
                 "S3IterableDataset only: set storage.storage_type=s3 and storage.s3_client=s3torchconnector, or "
                 "reader.pytorch_dataset=map"
             )
-        if self.storage.storage_type == "s3" and ds.format in ("parquet", "npy"):
+        if self.storage.storage_type == "s3" and ds.format in ("parquet", "npy", "csv"):
             problems.append(
                 f"dataset.format = {ds.format!r} with storage.storage_type = 's3' is not implemented yet: {ds.format} "
                 "datasets are read from a file system (storage.storage_type=local_fs)")

@@ -1,7 +1,7 @@
 """File formats: the registry that turns a workload's dataset section into a Format.
 
     fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat, HDF5Format, JpegFormat, PngFormat, ParquetFormat,
-                                      # NpyFormat
+                                      # NpyFormat, CsvFormat
     fmt.write_file(path, num_samples, record_bytes, seed, stream)
     fmt.index_file(path) -> FileIndex | None
     fmt.read_samples(path, sample_ids) -> list
@@ -23,6 +23,7 @@ _REGISTRY = {
     "png": ("png", "PngFormat", ("none",)),
     "parquet": ("parquet", "ParquetFormat", ("none", "snappy", "gzip", "lz4", "zstd")),
     "npy": ("npy", "NpyFormat", ("none",)),
+    "csv": ("csvfile", "CsvFormat", ("none",)),
 }
 
 __all__ = ["FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]

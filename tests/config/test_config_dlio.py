@@ -105,7 +105,7 @@ def test_default_valued_llm_keys_load_even_with_checkpointing():
     assert _load(tree).workflow.checkpoint
 
 
-@pytest.mark.parametrize("fmt", ["indexed_binary", "csv", "synthetic", "mmap_indexed_binary"])
+@pytest.mark.parametrize("fmt", ["indexed_binary", "synthetic", "mmap_indexed_binary", "hdf5_opt"])
 def test_dlio_formats_iogen_lacks_are_named(fmt):
     with pytest.raises(ConfigError) as err:
         _load({"dataset": {"format": fmt}})

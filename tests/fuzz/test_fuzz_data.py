@@ -35,7 +35,7 @@ ITERATIONS = int(os.environ.get("IOGEN_FUZZ_ITERATIONS", "25"))
 SEED = int(os.environ.get("IOGEN_FUZZ_SEED", "20261122"))
 VARIANTS = [("tfrecord", "none"), ("tfrecord", "gzip"), ("npz", "none"), ("npz", "zip"),
             ("hdf5", "none"), ("hdf5", "gzip"), ("jpeg", "none"), ("png", "none"), ("parquet", "none"),
-            ("parquet", "zstd"), ("npy", "none")]
+            ("parquet", "zstd"), ("npy", "none"), ("csv", "none")]
 IMAGES = ("jpeg", "png")  # one image a file: one sample of 4 KiB
 INTERESTING = [struct.pack("<Q", 1 << 60), struct.pack("<Q", 1 << 63), struct.pack("<q", -1),
                struct.pack("<I", 0xFFFFFFFF), struct.pack("<I", 0x7FFFFFFF), b"\0" * 8]
