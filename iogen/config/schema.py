@@ -26,20 +26,36 @@ LOADERS = ("native", "tensorflow", "pytorch")
 COMPRESSIONS = ("none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
 FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
-                       "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"), "npy": ("none",), "csv": ("none",)}
+                       "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"),
+                       "npy": ("none",), "csv": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
 
-def _choice(what: str, allowed: tuple[str, ...], dlio_only: tuple[str, ...] = (), hint: str = ""):
-    """A before-validator naming what is supported, and saying so when DLIO has the value."""
+# Why a DLIO format is not read by iogen, for the message that refuses it.
+FORMAT_REASONS = {
+    "synthetic": "DLIO's synthetic reader makes its samples in memory and reads no storage, so there is no I/O "
+                 "for iogen to emulate",
+    "hdf5_opt": "DLIO's hdf5_opt reader is its own variant of reading HDF5 files, not modelled by iogen; "
+                "format hdf5 reads the same files",
+    "indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not generated, "
+                      "checked or staged by iogen yet",
+    "mmap_indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not "
+                           "generated, checked or staged by iogen yet",
+}
+
+
+def _choice(what: str, allowed: tuple[str, ...], dlio_only: tuple[str, ...] = (), hint: str = "",
+            reasons: dict | None = None):
+    """A before-validator naming what is supported, and saying so (and why, where known) when DLIO has the value."""
 
     def check(value):
         if isinstance(value, str) and value not in allowed:
             supported = ", ".join(allowed)
             if value in dlio_only:
+                why = f" ({reasons[value]})" if reasons and value in reasons else ""
                 raise ValueError(
-                    f"{what} {value!r} is not implemented in iogen yet; supported: {supported}{hint}"
+                    f"{what} {value!r} is not implemented in iogen yet{why}; supported: {supported}{hint}"
                 )
             raise ValueError(f"unknown {what}{did_you_mean(value, allowed + dlio_only)}; supported: {supported}")
         return value
@@ -70,7 +86,8 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"], _choice("format", FORMATS, DLIO_FORMATS)]
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"],
+                   _choice("format", FORMATS, DLIO_FORMATS, reasons=FORMAT_REASONS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
                         BeforeValidator(lambda v: "none" if v is None else v),
