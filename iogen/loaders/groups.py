@@ -23,8 +23,16 @@ from ..errors import DataError
 
 # What the row-group cache may hold: the selected columns of this many bytes of row groups.
 GROUP_CACHE_BYTES = 512 << 20
-# Files whose group index is kept (a dlrm file's is ~500 KB); more are re-read from the footer cache.
-INDEXES_KEPT = 256
+# Files whose group index is kept (a dlrm file's: up to 768 groups x 40 ranges, ~500 KB); an
+# evicted one is read from its footer again when touched.
+INDEXES_KEPT = 64
+# Footers are read and checked before the first step for datasets up to this many files (a dlrm
+# footer costs about 0.1 s); larger ones are read as batches first touch their files.
+PREINDEX_MAX_FILES = 256
+# A batch's group reads land in at most this many bytes of buffer: iogen keeps no payload of a
+# group (a framework would decode it), so reads past this wrap around and reuse the buffer, and a
+# flux row group (623 MB) does not take 623 MB of memory per batch in flight.
+BUFFER_BYTES = 64 << 20
 
 
 class GroupReads:
@@ -40,6 +48,7 @@ class GroupReads:
         self.indexes: collections.OrderedDict = collections.OrderedDict()  # file -> GroupIndex
         self.fds: dict[int, int] = {}
         self.bytes_requested = 0
+        self.buffer_bytes = BUFFER_BYTES
 
     @classmethod
     def for_format(cls, layout, fmt, direct: bool = False):
@@ -51,7 +60,10 @@ class GroupReads:
         return cls(layout, fmt, direct)
 
     def learn_all(self) -> None:
-        """Read and check every file's footer now, before the first step (a bad one is exit 2 here)."""
+        """Read and check every file's footer now, before the first step (a bad one is exit 2 here);
+        only for datasets of up to PREINDEX_MAX_FILES files."""
+        if self.layout.num_files > PREINDEX_MAX_FILES:
+            return
         present = getattr(self.layout, "staged_files", None)
         files = range(self.layout.num_files) if present is None else present
         for f in files:
@@ -117,6 +129,29 @@ class GroupReads:
         out = tuple(np.concatenate(a).astype(np.int64) for a in (fds, offs, lens, owners))
         self.bytes_requested += int(out[2].sum())
         return out
+
+    def place(self, lengths: np.ndarray, piece: int, align: int = 1):
+        """(range of each piece, offset within the range, piece length, buffer offset, buffer bytes):
+        ranges cut into pieces of at most `piece` bytes, laid out back to back in a buffer of at most
+        buffer_bytes, wrapping around (pieces then share memory: their bytes are not used)."""
+        cap = self.buffer_bytes
+        piece = max(align, piece // align * align)
+        n = np.maximum(1, -(-lengths // piece))
+        owner = np.repeat(np.arange(lengths.size), n)
+        k = np.arange(owner.size) - np.repeat(np.cumsum(n) - n, n)
+        at = k * piece
+        plen = np.minimum(piece, lengths[owner] - at)
+        padded = -(-plen // align) * align
+        buf_off = np.zeros(plen.size, np.int64)
+        np.cumsum(padded[:-1], out=buf_off[1:])
+        total = int(buf_off[-1] + padded[-1]) if plen.size else 0
+        cap = max(piece, cap // piece * piece)
+        if total > cap:
+            # each piece at (its start mod cap), moved back where it would run past the end
+            buf_off = buf_off % cap
+            buf_off = np.where(buf_off + padded > cap, cap - padded, buf_off) // align * align
+            total = cap
+        return owner, at, plen, buf_off, total
 
     def close(self) -> None:
         """Close the files this reader opened."""

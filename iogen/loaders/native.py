@@ -18,6 +18,7 @@ from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .filetable import FileTable
+from .groups import BUFFER_BYTES as GROUP_BUFFER_BYTES
 from .groups import GroupReads
 from .preprocess import Preprocess
 
@@ -117,8 +118,8 @@ class NativeLoader(Loader):
         self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files))
         # formats whose samples are rows of groups read whole (Parquet row groups)
         self.groups = GroupReads.for_format(layout, fmt, direct=self.direct)
-        if self.groups is not None and layout.num_files <= PREINDEX_MAX_FILES:
-            self.groups.learn_all()  # every footer read and checked before the first step
+        if self.groups is not None:
+            self.groups.learn_all()  # footers read and checked before the first step (groups.py)
         elif layout.num_files <= PREINDEX_MAX_FILES:
             # Index parsing is iogen's own CPU work, not storage work: do it before the
             # measured steps so the first epoch measures what the later ones do.
@@ -149,6 +150,8 @@ class NativeLoader(Loader):
         # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
         per_sample = int(layout.max_record_bytes) + 2 * ALIGN + 64 if layout.num_files else 0
         nbytes = batch * per_sample
+        if self.groups is not None:
+            nbytes = min(nbytes, GROUP_BUFFER_BYTES)  # group reads wrap around in it
         slots = self.prefetch + 1
         buffers = [core.reader.aligned_buffer(nbytes, ALIGN) for _ in range(slots)]
         if nbytes * slots <= _PREFAULT_LIMIT_BYTES:
@@ -175,13 +178,13 @@ class NativeLoader(Loader):
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
             fds, offsets, lengths, files = self.groups.ranges(files, gids % spf)
-            if not offsets.size:
-                return job
-        elif self.table.decode_only(files):
+            if offsets.size:
+                self._prepare_groups(job, slot, fds, offsets, lengths, files)
+            return job
+        if self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)
             return job
-        else:
-            fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
+        fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
         if self.direct:
             start = offsets & ~(ALIGN - 1)
             read_len = ((offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)) - start
@@ -206,6 +209,21 @@ class NativeLoader(Loader):
             owner = None
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
         return job
+
+    def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
+        """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
+        if self.direct:
+            start = offsets & ~(ALIGN - 1)
+            end = (offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)
+        else:
+            start, end = offsets, offsets + lengths
+        owner, at, plen, buf_off, total = self.groups.place(end - start, self.piece_bytes,
+                                                            align=ALIGN if self.direct else 1)
+        pstart = start[owner] + at
+        required = np.clip(offsets[owner] + lengths[owner] - pstart, 0, plen)
+        buf = self._buffer(slot, total)
+        job.files, job.offsets, job.entry_buf, job.entry_len = files[owner], pstart, buf_off, plen
+        self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None)
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""

@@ -35,13 +35,17 @@ def dlrm_data(tmp_path_factory):
     return folder, layout
 
 
-def _epoch_bytes(wl, cache_bytes=None):
+def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None):
     layout, fmt = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
     plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
     with get_loader(wl, layout, fmt, SingleWorld()) as loader:
         if cache_bytes is not None:
             loader.groups.cache_bytes = cache_bytes
+        if buffer_bytes is not None:
+            loader.groups.buffer_bytes = buffer_bytes
+        sizes = [b.size for b in loader._buffers]
         batches = list(loader.epoch(plan))
+        assert [b.size for b in loader._buffers] == sizes  # no batch grew its buffer
     assert sum(b.samples for b in batches) == plan.steps * plan.batch_size
     return sum(b.bytes for b in batches)
 
@@ -78,6 +82,35 @@ def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data):
     assert _epoch_bytes(_dlrm(folder, **shuffled)) == ranges
     # a cache that keeps only the last group: shuffled batches fetch groups again
     assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1) > 2 * ranges
+    # reads into a buffer smaller than a batch's groups (pieces of 8 KiB wrap around in 64 KiB)
+    assert _epoch_bytes(_dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192}),
+                        buffer_bytes=65536) == ranges
+
+
+def test_odirect_group_reads_are_aligned_and_cover_the_ranges(dlrm_data):
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    exact = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
+    try:
+        got = _epoch_bytes(_dlrm(folder, **{"reader.odirect": True}))
+    except (OSError, DataError) as exc:  # a file system without O_DIRECT (tmpfs)
+        pytest.skip(f"O_DIRECT unavailable here: {exc}")
+    ranges = sum(fmt.group_index(p).ranges(g)[0].size for p in layout.paths for g in range(2))
+    assert exact <= got <= exact + ranges * 2 * 4096 and got % 512 == 0
+
+
+def test_place_cuts_pieces_and_wraps_them_in_the_buffer():
+    from iogen.loaders.groups import GroupReads
+
+    g = GroupReads.__new__(GroupReads)
+    g.buffer_bytes = 30
+    owner, at, plen, buf_off, total = g.place(np.array([25, 3, 10], np.int64), piece=10)
+    assert owner.tolist() == [0, 0, 0, 1, 2] and at.tolist() == [0, 10, 20, 0, 0]
+    assert plen.tolist() == [10, 10, 5, 3, 10] and total == 30  # 38 bytes wrapped into 30
+    assert all(0 <= o and o + n <= 30 for o, n in zip(buf_off.tolist(), plen.tolist()))
+    g.buffer_bytes = 1 << 20
+    owner, at, plen, buf_off, total = g.place(np.array([8192, 100], np.int64), piece=4096, align=4096)
+    assert buf_off.tolist() == [0, 4096, 8192] and total == 12288
 
 
 def test_pytorch_reads_rows_of_the_selected_columns_through_pyarrow(dlrm_data):
