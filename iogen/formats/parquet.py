@@ -10,9 +10,9 @@ Content: row group g of a file holds the bytes [first_row(g) * record_bytes, ...
 stream (iogen.formats.base), laid out column after column (column c takes rows x its row bytes).
 So a file is a pure function of (seed, stream, columns, row group size, codec).
 
-Writing goes through pyarrow's ParquetWriter (a first correct version; a direct writer of the
-layout is the faster path the issue asks for). The manifest's CRC-32C is computed on the bytes
-as pyarrow hands them to the file.
+Writing: uncompressed files are written directly (iogen.formats.parquet_direct: page headers,
+PLAIN values and the footer, a page in memory at a time); files with a codec go through pyarrow's
+ParquetWriter, a row group at a time. The manifest's CRC-32C is computed on the bytes as written.
 
 Reading:
 - `group_index` (the native loader): for each row group, the byte ranges of the selected
@@ -96,6 +96,18 @@ def _pa():
     except ImportError:  # pragma: no cover - the parquet extra
         raise ConfigError("dataset.format = 'parquet' needs pyarrow: pip install 'iogen[parquet]'") from None
     return pa, pq
+
+
+def arrow_schema_of(columns):
+    """The Arrow schema of declared columns: non-nullable scalars, non-nullable fixed-size lists."""
+    pa, _ = _pa()
+    fields = []
+    for c in columns:
+        t = pa.from_numpy_dtype(np.dtype(c.dtype))
+        if c.values > 1:
+            t = pa.list_(pa.field("element", t, nullable=False), c.values)
+        fields.append(pa.field(c.name, t, nullable=False))
+    return pa.schema(fields)
 
 
 class _CrcFile:
@@ -182,6 +194,7 @@ class ParquetFormat(Format):
         return dict(super().variant(), **{
             "parquet.row_group_size": self.row_group_size,
             "parquet.columns": [[c.name, c.dtype, c.values] for c in self.columns],
+            "parquet.writer": "iogen-direct-1" if self.compression == "none" else "pyarrow",
         })
 
     @property
@@ -189,14 +202,8 @@ class ParquetFormat(Format):
         return [self.columns[i].name for i in self.selected]
 
     def arrow_schema(self):
-        pa, _ = _pa()
-        fields = []
-        for c in self.columns:
-            t = pa.from_numpy_dtype(np.dtype(c.dtype))
-            if c.values > 1:
-                t = pa.list_(pa.field("element", t, nullable=False), c.values)
-            fields.append(pa.field(c.name, t, nullable=False))
-        return pa.schema(fields)
+        """The declared columns as an Arrow schema (non-nullable; lists of size > 1 fixed-size)."""
+        return arrow_schema_of(self.columns)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -222,9 +229,17 @@ class ParquetFormat(Format):
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
-        """Write the file with pyarrow's ParquetWriter; return (bytes, CRC-32C of what was written)."""
-        _, pq = _pa()
+        """Write the file (uncompressed: iogen's direct writer; a codec: pyarrow's ParquetWriter);
+        return (bytes, CRC-32C of what was written)."""
         self._check_record(record_bytes)
+        if self.compression == "none":
+            from . import parquet_direct
+
+            return parquet_direct.write(self, path, num_samples, seed, stream)
+        return self._write_pyarrow(path, num_samples, seed, stream)
+
+    def _write_pyarrow(self, path, num_samples, seed, stream):
+        _, pq = _pa()
         schema = self.arrow_schema()
         out = _CrcFile(path)
         try:

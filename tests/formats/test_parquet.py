@@ -219,3 +219,33 @@ def test_record_length_must_match_the_columns(tmp_path):
 def test_new_formats_on_s3_are_refused_naming_the_keys(name):
     with pytest.raises(ConfigError, match=f"dataset.format = '{name}' with storage.storage_type = 's3' is not implemented"):
         load_workload("default", [f"dataset.format={name}", "storage.storage_type=s3", "storage.storage_root=bucket"])
+
+
+ALL_TYPES = [("f4", "float32", 1, True), ("f2", "float16", 3, False), ("i1", "int8", 1, True),
+             ("f8", "float64", 5, True), ("u2", "uint16", 2, False), ("u1", "uint8", 1, True),
+             ("u4", "uint32", 1, True), ("u8", "uint64", 1, True), ("i2", "int16", 1, True), ("i4", "int32", 4, True),
+             ("i8", "int64", 1, False)]
+
+
+@pytest.mark.parametrize("rows, group, page", [(250, 100, 1 << 20), (7, 3, 64)])
+def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, group, page):
+    from iogen.formats import parquet_direct
+
+    monkeypatch.setattr(parquet_direct, "PAGE_BYTES", page)  # 64: a page a row, pages of lists too
+    f = fmt(cols=ALL_TYPES, group=group, rows=rows)
+    direct, ref = str(tmp_path / "direct.parquet"), str(tmp_path / "ref.parquet")
+    size, crc = f.write_file_crc(direct, rows, f.row_bytes, 42, 9)
+    assert size == os.path.getsize(direct) and crc == file_crc32c(direct)
+    f._write_pyarrow(ref, rows, 42, 9)
+    a, b = pq.read_table(ref), pq.read_table(direct, schema=f.arrow_schema())
+    assert b.schema.equals(f.arrow_schema()) and b.num_rows == rows
+    for name in a.column_names:  # the same values (compared as bytes: NaNs)
+        x, y = a.column(name).combine_chunks(), b.column(name).combine_chunks()
+        if x.type.num_fields:
+            x, y = x.flatten(), y.flatten()
+        assert x.to_numpy().tobytes() == y.to_numpy().tobytes(), name
+    meta = pq.read_metadata(direct)
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [
+        min(group, rows - s) for s in range(0, rows, group)]
+    assert f.check_file(direct, rows, f.row_bytes) == [] and f.probe_file(direct).samples == rows
+    assert f.variant()["parquet.writer"] == "iogen-direct-1"

@@ -156,3 +156,12 @@ def test_a_schema_other_than_the_workloads_names_the_column(tmp_path):
     other = _dlrm(tmp_path, **small, **{"dataset.parquet.row_group_size": 25})
     with pytest.raises(DataError, match="row group 0 holds 50 rows, dataset.parquet.row_group_size 25"):
         get_loader(other, layout, get_format(other.dataset), SingleWorld())
+
+
+def test_the_manifest_names_another_row_group_size(tmp_path):
+    args = ["dlrm", f"dataset.data_folder={tmp_path / 'd'}", "dataset.num_files_train=1",
+            "dataset.num_samples_per_file=100", "reader.batch_size=10", f"output.folder={tmp_path / 'out'}"]
+    assert run_iogen("datagen", *args, "dataset.parquet.row_group_size=50").returncode == 0
+    res = run_iogen("run", *args, "dataset.parquet.row_group_size=25")
+    assert res.returncode == 2
+    assert "dataset.parquet.row_group_size: the workload says 25, the data in" in res.stderr, res.stderr
