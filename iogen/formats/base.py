@@ -261,6 +261,21 @@ class Format:
         """The payload of one read_samples result, as a flat uint8 array (RecordError when it does not parse)."""
         return np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
 
+    def decode_payloads(self, path, sample_ids) -> tuple[int, object]:
+        """(bytes decoded, payloads) of samples of one file, in the order asked: a list of flat uint8
+        arrays, or one 2-D uint8 array (a row a sample) where the format has its samples so (Parquet
+        rows: one copy for a batch, not one a sample). A record that does not parse raises
+        RecordError with its place in sample_ids. The default: read_samples, then payload_of."""
+        nbytes, out = 0, []
+        for i, sample in enumerate(self.read_samples(path, sample_ids)):
+            size = getattr(sample, "nbytes", None)
+            nbytes += int(size) if size is not None else len(sample)
+            try:
+                out.append(self.payload_of(sample))
+            except RecordError as exc:
+                raise RecordError(i, exc.reason) from None
+        return nbytes, out
+
     def record_shape(self, record_bytes: int) -> tuple[int, ...]:
         """Shape of one record's array: record_dims, else (record_bytes // element size,)."""
         if self.record_dims:
