@@ -261,11 +261,12 @@ def write(fmt, path, num_samples: int, seed: int, stream: int) -> tuple[int, int
 class _Plan:
     """What writing one column needs, worked out once per file."""
 
-    __slots__ = ("c", "widen", "stored", "per_page", "meta_head")
+    __slots__ = ("c", "widen", "stored", "per_page", "meta_head", "row_bytes")
 
     def __init__(self, c):
         phys, stored, _, _ = _TYPES[c.dtype]
         self.c = c
+        self.row_bytes = c.row_bytes
         self.stored = np.dtype(stored)
         self.widen = self.stored.itemsize != np.dtype(c.dtype).itemsize
         self.per_page = max(1, PAGE_BYTES // (c.values * self.stored.itemsize))
@@ -306,7 +307,7 @@ def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: in
         fill_random(group, seed, stream, at)
     pos = 0
     for p in plans:
-        n = rows * p.c.row_bytes
+        n = rows * p.row_bytes
         chunks.append(_write_column(out, p, rows, seed, stream, at + pos,
                                     None if group is None else group[pos:pos + n]))
         pos += n
@@ -322,18 +323,18 @@ def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: in
 def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: int, whole=None) -> bytes:
     """Write one column chunk (its stream bytes in `whole` when given); return its ColumnChunk
     struct, encoded."""
-    c = p.c
+    c, rb = p.c, p.row_bytes
     start = out.pos
-    if whole is None and rows * c.row_bytes <= _FILL_WHOLE_BYTES:
-        whole = np.empty(rows * c.row_bytes, np.uint8)
+    if whole is None and rows * rb <= _FILL_WHOLE_BYTES:
+        whole = np.empty(rows * rb, np.uint8)
         fill_random(whole, seed, stream, at)
     for first in range(0, rows, p.per_page):
         k = min(p.per_page, rows - first)
         if whole is not None:
-            buf = whole[first * c.row_bytes:(first + k) * c.row_bytes]
+            buf = whole[first * rb:(first + k) * rb]
         else:
-            buf = np.empty(k * c.row_bytes, np.uint8)
-            fill_random(buf, seed, stream, at + first * c.row_bytes)
+            buf = np.empty(k * rb, np.uint8)
+            fill_random(buf, seed, stream, at + first * rb)
         values = buf.view(c.dtype)
         data = values.astype(p.stored) if p.widen else values
         levels = _levels_cached(k, c.values) if c.values > 1 else b""
