@@ -1,6 +1,8 @@
 """Parquet through the loaders: the native loader reads each row group's selected column chunks
 once (the footer's ranges, coalesced as pyarrow reads them), the PyTorch loader reads through
 pyarrow, and a bad footer stops the run before its first step."""
+from pathlib import Path
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -165,3 +167,23 @@ def test_the_manifest_names_another_row_group_size(tmp_path):
     res = run_iogen("run", *args, "dataset.parquet.row_group_size=25")
     assert res.returncode == 2
     assert "dataset.parquet.row_group_size: the workload says 25, the data in" in res.stderr, res.stderr
+
+
+PUBLISHED = Path(__file__).parents[1] / "config" / "dlio"
+
+
+@pytest.mark.parametrize("name, loader, over", [
+    ("mlperf_dlrm_b200", "native", ["dataset.num_samples_per_file=12288", "reader.batch_size=2048"]),
+    ("mlperf_flux_mi355", "pytorch", ["dataset.num_samples_per_file=4", "reader.batch_size=2",
+                                      "reader.read_threads=1", "dataset.parquet.row_group_size=2"]),
+])
+def test_the_published_yamls_validate_and_run_scaled_down(tmp_path, name, loader, over):
+    path = str(PUBLISHED / f"{name}.yaml")
+    full = load_workload(path)
+    assert full.dataset.format == "parquet" and full.dataset.num_files_train in (1024, 4296)
+    args = [path, f"dataset.data_folder={tmp_path / 'd'}", f"output.folder={tmp_path / 'out'}",
+            "dataset.num_files_train=2", "train.computation_time=0.001", "metric.au=0", f"reader.data_loader={loader}",
+            *over]
+    res = run_iogen("run", *args, "--generate")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "epoch 1 train" in res.stdout + res.stderr
