@@ -249,3 +249,13 @@ def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, gro
         min(group, rows - s) for s in range(0, rows, group)]
     assert f.check_file(direct, rows, f.row_bytes) == [] and f.probe_file(direct).samples == rows
     assert f.variant()["parquet.writer"] == "iogen-direct-1"
+
+
+def test_the_dlio_forks_generator_knobs_load_with_a_warning(tmp_path):
+    section = {**DLRM_LIKE["parquet"], "use_s3dlio_gen": True, "generation_batch_size": 10000}
+    with pytest.warns(Warning) as rec:
+        wl = _load(tmp_path, parquet=section)
+    text = " ".join(str(w.message) for w in rec)
+    assert "dataset.parquet.use_s3dlio_gen = True chooses the DLIO fork's" in text
+    assert "dataset.parquet.generation_batch_size = 10000" in text
+    assert wl.dataset.parquet.row_group_size == 10
