@@ -398,8 +398,9 @@ class ParquetFormat(Format):
             local.bytes = 0
         return cache
 
-    def _group_rows(self, path, g: int) -> np.ndarray:
-        """Row group g's selected columns as a (rows, selected bytes) uint8 matrix, from the cache or pyarrow."""
+    def _group_rows(self, path, g: int, fetched: list | None = None) -> np.ndarray:
+        """Row group g's selected columns as a (rows, selected bytes) uint8 matrix, from the cache or
+        pyarrow; a fetch adds the bytes pyarrow reads for it (its coalesced chunk ranges) to `fetched`."""
         _, pq = _pa()
         name = source_name(path)
         meta = self.metadata(path)
@@ -423,6 +424,14 @@ class ParquetFormat(Format):
                 arr = arr.flatten()
             parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
         rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+        if fetched is not None:
+            rg = meta.row_group(g)
+            chunks = []
+            for j in self.selected:
+                col = rg.column(j)
+                chunks.append((col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset,
+                               col.total_compressed_size))
+            fetched.append(sum(n for _, n in coalesce(chunks)))
         cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
         self._local.bytes += rows.nbytes
         while self._local.bytes > CACHE_BYTES and len(cache) > 1:
@@ -445,16 +454,19 @@ class ParquetFormat(Format):
         return out
 
     def decode_payloads(self, path, sample_ids):
-        """The rows' selected columns as one (samples, selected bytes) uint8 array: one copy a batch."""
+        """The rows' selected columns as one (samples, selected bytes) uint8 array (one copy a batch),
+        and the bytes read for them: the chunk ranges of the row groups fetched now (a row group in
+        this thread's cache costs none), as the native loader counts them."""
         name = source_name(path)
         meta = self.metadata(path)
         ids = check_sample_ids(name, sample_ids, meta.num_rows)
         groups = ids // self.row_group_size
         out = np.empty((ids.size, self.selected_bytes), np.uint8)
+        fetched: list = []
         for g in np.unique(groups).tolist():
             where = groups == g
-            out[where] = self._group_rows(path, int(g))[ids[where] - g * self.row_group_size]
-        return out.nbytes, out
+            out[where] = self._group_rows(path, int(g), fetched)[ids[where] - g * self.row_group_size]
+        return sum(fetched), out
 
     @property
     def selected_bytes(self) -> int:
