@@ -633,6 +633,15 @@ class Workload(Section):
                 "S3IterableDataset only: set storage.storage_type=s3 and storage.s3_client=s3torchconnector, or "
                 "reader.pytorch_dataset=map"
             )
+        if ds.format == "parquet" and rd.odirect and rd.data_loader != "native":
+            problems.append(
+                f"reader.odirect = True with dataset.format = 'parquet' and reader.data_loader = {rd.data_loader!r}: "
+                "the framework loaders read Parquet through pyarrow, which reads through the page cache; use "
+                "reader.data_loader=native for O_DIRECT reads of the column chunks, or reader.odirect=False")
+        if ds.format == "parquet" and rd.reopen_files:
+            problems.append(
+                "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
+                "reads its row groups (the footer read once); set reader.reopen_files=False")
         if self.storage.storage_type == "s3" and ds.format in ("parquet", "npy", "csv"):
             problems.append(
                 f"dataset.format = {ds.format!r} with storage.storage_type = 's3' is not implemented yet: {ds.format} "

@@ -180,6 +180,8 @@ class NativeLoader(Loader):
             fds, offsets, lengths, files = self.groups.ranges(files, gids % spf)
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
+            elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed
+                core.clock.sleep_ns(job.preprocess_ns)
             return job
         if self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)

@@ -259,3 +259,17 @@ def test_the_dlio_forks_generator_knobs_load_with_a_warning(tmp_path):
     assert "dataset.parquet.use_s3dlio_gen = True chooses the DLIO fork's" in text
     assert "dataset.parquet.generation_batch_size = 10000" in text
     assert wl.dataset.parquet.row_group_size == 10
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"reader": {"data_loader": "pytorch", "batch_size": 4, "odirect": True}}, "reader.odirect = True"),
+    ({"reader": {"data_loader": "native", "batch_size": 4, "reopen_files": True}}, "reader.reopen_files = True"),
+])
+def test_reader_keys_parquet_cannot_honour_are_refused(tmp_path, over, words):
+    import yaml
+
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"model": {"name": "t"}, "dataset": {**DLRM_LIKE, "data_folder": str(tmp_path)},
+                                    "train": {"computation_time": 0.0}, **over}))
+    with pytest.raises(ConfigError, match=words):
+        load_workload(str(path), [])

@@ -194,3 +194,18 @@ def test_the_published_yamls_validate_and_run_scaled_down(tmp_path, name, loader
     res = run_iogen("run", *args, "--generate")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "epoch 1 train" in res.stdout + res.stderr
+
+
+def test_samples_of_cached_row_groups_are_still_preprocessed(dlrm_data):
+    import time
+
+    folder, layout = dlrm_data
+    # 8 batches of 1024 rows in a file's first group of 6144: most batches read nothing
+    wl = _dlrm(folder, **{"reader.preprocess_time": "0.00002", "reader.prefetch_size": 0, "reader.read_threads": 1})
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    with get_loader(wl, layout, get_format(wl.dataset), SingleWorld()) as loader:
+        t0 = time.monotonic()
+        got = [b.bytes for b in loader.epoch(plan)]
+        spent = time.monotonic() - t0
+    assert got.count(0) >= plan.steps // 2
+    assert spent >= plan.steps * 1024 * 0.00002  # a lower bound: the emulated preprocessing of every batch
