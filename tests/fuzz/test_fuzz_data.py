@@ -227,7 +227,7 @@ def mutate_yaml(rng, data: bytes) -> tuple[bytes, str]:
     return data[:at] + token + data[at:], f"insert {token[:20]!r} at {at}"
 
 
-@pytest.mark.parametrize("workload", ["default", "unet3d", "resnet50"])
+@pytest.mark.parametrize("workload", ["default", "unet3d", "resnet50", "flux"])
 def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, capsys, workload):
     from importlib import resources
 
