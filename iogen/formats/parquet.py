@@ -110,6 +110,19 @@ def arrow_schema_of(columns):
     return pa.schema(fields)
 
 
+def _same_type(got, want) -> bool:
+    """Whether a file's column type holds what the workload declares: the same element type, and for a
+    list the same list size where the file fixes it; nullability and the list's flavour (list,
+    large list, fixed-size list: what other writers use) aside."""
+    import pyarrow.types as pt
+
+    if not (pt.is_list(got) or pt.is_large_list(got) or pt.is_fixed_size_list(got)):
+        return got == want and not pt.is_fixed_size_list(want)
+    if not pt.is_fixed_size_list(want) or got.value_type != want.value_type:
+        return False
+    return not pt.is_fixed_size_list(got) or got.list_size == want.list_size
+
+
 class _CrcFile:
     """A write-only file object that keeps the CRC-32C and length of what passes through it."""
 
@@ -326,7 +339,7 @@ class ParquetFormat(Format):
             got = have.get(f.name)
             if got is None:
                 raise DataError(name, f"column {f.name!r} is missing (the file has {', '.join(have) or 'none'})")
-            if got.type != f.type:
+            if not _same_type(got.type, f.type):
                 raise DataError(name, f"column {f.name!r} is {got.type}, the workload declares {f.type}")
         extra = [n for n in have if n not in {f.name for f in want}]
         if extra or list(have) != [f.name for f in want]:
@@ -417,11 +430,18 @@ class ParquetFormat(Format):
             text = " ".join(str(exc).split())[:200]
             raise DataError(name, f"row group {g} cannot be read ({type(exc).__name__}: {text})") from None
         parts = []
-        for col_name in self.selected_columns:
+        for j, col_name in zip(self.selected, self.selected_columns):
             chunked = table.column(col_name)
             arr = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
+            if arr.null_count:
+                raise DataError(name, f"column {col_name!r} of row group {g} holds nulls; the workload's columns "
+                                      "have a value in every row")
             if hasattr(arr, "flatten") and arr.type.num_fields:
                 arr = arr.flatten()
+            want = table.num_rows * self.columns[j].values
+            if len(arr) != want or arr.null_count:
+                raise DataError(name, f"column {col_name!r} of row group {g} holds {len(arr)} values, "
+                                      f"{table.num_rows} rows of {self.columns[j].values} make {want}")
             parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
         rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
         if fetched is not None:

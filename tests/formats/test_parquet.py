@@ -273,3 +273,34 @@ def test_reader_keys_parquet_cannot_honour_are_refused(tmp_path, over, words):
                                     "train": {"computation_time": 0.0}, **over}))
     with pytest.raises(ConfigError, match=words):
         load_workload(str(path), [])
+
+
+def test_other_writers_list_flavours_are_read(tmp_path):
+    import pyarrow as pa
+
+    # a variable-size, nullable list column (what a writer without fixed-size lists gives), 2 values a row
+    f = fmt(cols=[("a", "float32", 1, True), ("b", "int16", 2, True)], group=10, rows=25)
+    table = pa.table({"a": pa.array(np.arange(25, dtype=np.float32)),
+                      "b": pa.array([[i, -i] for i in range(25)], type=pa.list_(pa.int16()))})
+    path = str(tmp_path / "other.parquet")
+    pq.write_table(table, path, row_group_size=10, compression="none")
+    assert f.probe_file(path).samples == 25
+    got = f.read_samples(path, [7])[0]
+    assert got.tobytes() == np.float32(7).tobytes() + np.array([7, -7], np.int16).tobytes()
+    pq.write_table(table.set_column(1, "b", pa.array([[i] * 3 for i in range(25)], type=pa.list_(pa.int16(), 3))),
+                   path, row_group_size=10, compression="none")
+    with pytest.raises(DataError, match="column 'b' is fixed_size_list"):
+        fmt(cols=[("a", "float32", 1, True), ("b", "int16", 2, True)], group=10, rows=25).metadata(path)
+
+
+def test_ragged_or_null_lists_are_data_errors(tmp_path):
+    import pyarrow as pa
+
+    f = fmt(cols=[("b", "int16", 2, True)], group=10, rows=3)
+    path = str(tmp_path / "ragged.parquet")
+    for values, words in (([[1, 2], [3], [4, 5]], "holds 5 values, 3 rows of 2 make 6"),
+                          ([[1, 2], None, [4, 5]], "holds nulls")):
+        pq.write_table(pa.table({"b": pa.array(values, type=pa.list_(pa.int16()))}), path, compression="none")
+        f = fmt(cols=[("b", "int16", 2, True)], group=10, rows=3)  # a fresh object: no cached row group
+        with pytest.raises(DataError, match=words):
+            f.read_samples(path, [0])
