@@ -10,9 +10,9 @@ Content: row group g of a file holds the bytes [first_row(g) * record_bytes, ...
 stream (iogen.formats.base), laid out column after column (column c takes rows x its row bytes).
 So a file is a pure function of (seed, stream, columns, row group size, codec).
 
-Writing: uncompressed files are written directly (iogen.formats.parquet_direct: page headers,
-PLAIN values and the footer, a page in memory at a time); files with a codec go through pyarrow's
-ParquetWriter, a row group at a time. The manifest's CRC-32C is computed on the bytes as written.
+Writing: files are written directly (iogen.formats.parquet_direct: page headers, PLAIN values,
+each page compressed by pyarrow's codec when there is one, and the footer; about a page in memory
+at a time). The manifest's CRC-32C is computed on the bytes as written.
 
 Reading:
 - `group_index` (the native loader): for each row group, the byte ranges of the selected
@@ -207,7 +207,7 @@ class ParquetFormat(Format):
         return dict(super().variant(), **{
             "parquet.row_group_size": self.row_group_size,
             "parquet.columns": [[c.name, c.dtype, c.values] for c in self.columns],
-            "parquet.writer": "iogen-direct-1" if self.compression == "none" else "pyarrow",
+            "parquet.writer": "iogen-direct-1",
         })
 
     @property
@@ -242,16 +242,15 @@ class ParquetFormat(Format):
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
-        """Write the file (uncompressed: iogen's direct writer; a codec: pyarrow's ParquetWriter);
-        return (bytes, CRC-32C of what was written)."""
+        """Write the file with iogen's direct writer (pages and footer; a codec through pyarrow's
+        codecs); return (bytes, CRC-32C of what was written)."""
         self._check_record(record_bytes)
-        if self.compression == "none":
-            from . import parquet_direct
+        from . import parquet_direct
 
-            return parquet_direct.write(self, path, num_samples, seed, stream)
-        return self._write_pyarrow(path, num_samples, seed, stream)
+        return parquet_direct.write(self, path, num_samples, seed, stream)
 
     def _write_pyarrow(self, path, num_samples, seed, stream):
+        """The same content through pyarrow's ParquetWriter (tests and benchmarks compare with it)."""
         _, pq = _pa()
         schema = self.arrow_schema()
         out = _CrcFile(path)

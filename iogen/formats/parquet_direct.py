@@ -1,6 +1,6 @@
-"""Uncompressed Parquet written directly: page headers, column data and the footer, no pyarrow writer.
+"""Parquet written directly: page headers, column data and the footer, no pyarrow writer.
 
-What iogen.formats.parquet writes for `compression: none`, byte for byte a valid Parquet file
+What iogen.formats.parquet writes, for every codec, a valid Parquet file
 (format version 2.6, as pyarrow writes) that pyarrow reads with the declared schema:
 
     PAR1
@@ -13,7 +13,8 @@ fixed-size lists as a LIST group `list` / `element`; int8/int16/uint8/uint16/uin
 their integer annotation, float16 as FIXED_LEN_BYTE_ARRAY(2) FLOAT16), with pyarrow's own
 `ARROW:schema` metadata (taken from pyarrow once per schema), so readers get fixed-size lists
 back. Values are PLAIN: the column's bytes as they lie in memory (narrow integers widened to
-32 bits, as Parquet stores them). Pages hold whole rows, about PAGE_BYTES of values each (one row
+32 bits, as Parquet stores them); with a codec each page's body (levels and values) is compressed
+by pyarrow's codec (snappy, gzip, zstd, LZ4_RAW for lz4, as pyarrow's writer does). Pages hold whole rows, about PAGE_BYTES of values each (one row
 a page when a row is larger). A writer holds one column of one page group at a time, not a row
 group: memory stays around a page whatever the row-group size.
 """
@@ -28,6 +29,9 @@ from .base import fill_random
 from .checksum import crc32c
 
 PAGE_BYTES = 1 << 20
+# the workload's codec -> (Parquet's CompressionCodec, pyarrow's codec name); lz4 is LZ4_RAW, what
+# pyarrow writes for "lz4"
+CODECS = {"none": (0, None), "snappy": (1, "snappy"), "gzip": (2, "gzip"), "zstd": (6, "zstd"), "lz4": (7, "lz4_raw")}
 CREATED_BY = "iogen (direct Parquet writer)"
 
 # Thrift compact protocol types
@@ -244,12 +248,19 @@ def write(fmt, path, num_samples: int, seed: int, stream: int) -> tuple[int, int
     try:
         out = _Out(fd)
         out.write(b"PAR1")
-        plans = _plans(fmt.columns)
+        codec_id, codec_name = CODECS[fmt.compression]
+        codec = None
+        if codec_name is not None:
+            import pyarrow as pa
+
+            level = fmt.compression_level if fmt.compression in ("gzip", "zstd") else None
+            codec = pa.Codec(codec_name, compression_level=level)
+        plans = _plans(fmt.columns, codec_id)
         row_groups = []
         rgs, n = fmt.row_group_size, int(num_samples)
         for g in range(-(-n // rgs)):
             rows = min(rgs, n - g * rgs)
-            row_groups.append(_write_group(fmt, plans, out, g, rows, seed, stream))
+            row_groups.append(_write_group(fmt, plans, out, g, rows, seed, stream, codec))
         footer = _footer(fmt, n, row_groups)
         out.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
         out.flush()
@@ -263,7 +274,7 @@ class _Plan:
 
     __slots__ = ("c", "widen", "stored", "per_page", "meta_head", "row_bytes")
 
-    def __init__(self, c):
+    def __init__(self, c, codec_id: int):
         phys, stored, _, _ = _TYPES[c.dtype]
         self.c = c
         self.row_bytes = c.row_bytes
@@ -271,20 +282,20 @@ class _Plan:
         self.widen = self.stored.itemsize != np.dtype(c.dtype).itemsize
         self.per_page = max(1, PAGE_BYTES // (c.values * self.stored.itemsize))
         path = [c.name.encode()] if c.values == 1 else [c.name.encode(), b"list", b"element"]
-        head = _Struct().i32(1, phys).list(2, _I32, [_PLAIN, _RLE]).list(3, _BINARY, path).i32(4, 0)
+        head = _Struct().i32(1, phys).list(2, _I32, [_PLAIN, _RLE]).list(3, _BINARY, path).i32(4, codec_id)
         self.meta_head = bytes(head.out)  # fields 1-4 of ColumnMetaData; 5, 6, 7, 9 follow per chunk
 
 
 @functools.lru_cache(maxsize=16)
-def _plans(columns: tuple) -> tuple:
-    return tuple(_Plan(c) for c in columns)
+def _plans(columns: tuple, codec_id: int) -> tuple:
+    return tuple(_Plan(c, codec_id) for c in columns)
 
 
 @functools.lru_cache(maxsize=4096)
-def _page_head(num_values: int, body: int) -> bytes:
-    """A v1 data page header: PLAIN values, RLE levels, uncompressed."""
+def _page_head(num_values: int, body: int, stored: int) -> bytes:
+    """A v1 data page header: PLAIN values, RLE levels; `body` bytes, `stored` of them once compressed."""
     dph = _Struct().i32(1, num_values).i32(2, _PLAIN).i32(3, _RLE).i32(4, _RLE)
-    return _Struct().i32(1, _DATA_PAGE).i32(2, body).i32(3, body).struct(5, dph).end()
+    return _Struct().i32(1, _DATA_PAGE).i32(2, body).i32(3, stored).struct(5, dph).end()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -296,7 +307,7 @@ def _levels_cached(rows: int, width: int) -> bytes:
 _FILL_WHOLE_BYTES = 4 << 20
 
 
-def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: int) -> bytes:
+def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: int, codec=None) -> bytes:
     """Write row group g; return its RowGroup struct, encoded."""
     at = g * fmt.row_group_size * fmt.row_bytes  # the group's place in the file's stream
     chunks = []
@@ -305,26 +316,31 @@ def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: in
     if rows * fmt.row_bytes <= _FILL_WHOLE_BYTES * 8:  # the group's stream bytes in one call
         group = np.empty(rows * fmt.row_bytes, np.uint8)
         fill_random(group, seed, stream, at)
-    pos = 0
+    pos = unpacked = 0
     for p in plans:
         n = rows * p.row_bytes
-        chunks.append(_write_column(out, p, rows, seed, stream, at + pos,
-                                    None if group is None else group[pos:pos + n]))
+        chunk, chunk_unpacked = _write_column(out, p, rows, seed, stream, at + pos,
+                                              None if group is None else group[pos:pos + n], codec)
+        chunks.append(chunk)
+        unpacked += chunk_unpacked
         pos += n
     group_bytes = out.pos - start
     n = len(chunks)
     columns = (bytes([(n << 4) | _STRUCT]) if n < 15 else bytes([0xF0 | _STRUCT]) + _varint(n)) + b"".join(chunks)
     tail = _Struct()
     tail.last = 1
-    tail.i64(2, group_bytes).i64(3, rows).i64(5, start).i64(6, group_bytes).i16(7, g)
+    tail.i64(2, unpacked).i64(3, rows).i64(5, start).i64(6, group_bytes).i16(7, g)
     return bytes([0x10 | _LIST]) + columns + tail.end()
 
 
-def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: int, whole=None) -> bytes:
-    """Write one column chunk (its stream bytes in `whole` when given); return its ColumnChunk
-    struct, encoded."""
+def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: int, whole=None,
+                  codec=None) -> tuple[bytes, int]:
+    """Write one column chunk (its stream bytes in `whole` when given; each page's body compressed
+    with `codec`, a pyarrow Codec, when given); return its ColumnChunk struct, encoded, and its
+    uncompressed size (page headers included)."""
     c, rb = p.c, p.row_bytes
     start = out.pos
+    unpacked = 0
     if whole is None and rows * rb <= _FILL_WHOLE_BYTES:
         whole = np.empty(rows * rb, np.uint8)
         fill_random(whole, seed, stream, at)
@@ -338,13 +354,22 @@ def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: in
         values = buf.view(c.dtype)
         data = values.astype(p.stored) if p.widen else values
         levels = _levels_cached(k, c.values) if c.values > 1 else b""
-        out.write(_page_head(k * c.values, len(levels) + data.nbytes) + levels)
-        out.write(data)
+        body = len(levels) + data.nbytes
+        if codec is None:
+            head = _page_head(k * c.values, body, body)
+            out.write(head + levels)
+            out.write(data)
+        else:
+            packed = codec.compress(levels + data.tobytes() if levels else data)
+            head = _page_head(k * c.values, body, packed.size)
+            out.write(head)
+            out.write(packed)
+        unpacked += len(head) + body
     size = out.pos - start
     # ColumnChunk {2: file_offset, 3: ColumnMetaData {1-4: the plan's head, 5, 6, 7, 9}}
-    meta = (p.meta_head + b"\x16" + _varint(_zigzag(rows * c.values)) + b"\x16" + _varint(size << 1)
+    meta = (p.meta_head + b"\x16" + _varint(_zigzag(rows * c.values)) + b"\x16" + _varint(unpacked << 1)
             + b"\x16" + _varint(size << 1) + b"\x26" + _varint(start << 1) + b"\x00")
-    return b"\x26" + _varint(start << 1) + b"\x1c" + meta + b"\x00"
+    return b"\x26" + _varint(start << 1) + b"\x1c" + meta + b"\x00", unpacked
 
 
 def _footer(fmt, num_rows: int, row_groups: list) -> bytes:

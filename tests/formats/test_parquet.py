@@ -227,12 +227,14 @@ ALL_TYPES = [("f4", "float32", 1, True), ("f2", "float16", 3, False), ("i1", "in
              ("i8", "int64", 1, False)]
 
 
-@pytest.mark.parametrize("rows, group, page", [(250, 100, 1 << 20), (7, 3, 64)])
-def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, group, page):
+@pytest.mark.parametrize("rows, group, page, codec", [(250, 100, 1 << 20, "none"), (7, 3, 64, "none"),
+                                                       (250, 100, 1 << 20, "zstd"), (7, 3, 64, "snappy"),
+                                                       (30, 16, 256, "gzip"), (30, 16, 256, "lz4")])
+def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, group, page, codec):
     from iogen.formats import parquet_direct
 
     monkeypatch.setattr(parquet_direct, "PAGE_BYTES", page)  # 64: a page a row, pages of lists too
-    f = fmt(cols=ALL_TYPES, group=group, rows=rows)
+    f = fmt(codec, cols=ALL_TYPES, group=group, rows=rows)
     direct, ref = str(tmp_path / "direct.parquet"), str(tmp_path / "ref.parquet")
     size, crc = f.write_file_crc(direct, rows, f.row_bytes, 42, 9)
     assert size == os.path.getsize(direct) and crc == file_crc32c(direct)
@@ -249,6 +251,8 @@ def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, gro
         min(group, rows - s) for s in range(0, rows, group)]
     assert f.check_file(direct, rows, f.row_bytes) == [] and f.probe_file(direct).samples == rows
     assert f.variant()["parquet.writer"] == "iogen-direct-1"
+    want = {"none": "UNCOMPRESSED", "lz4": "LZ4"}.get(codec, codec.upper())  # pyarrow shows LZ4_RAW as LZ4
+    assert meta.row_group(0).column(0).compression == want
 
 
 def test_the_dlio_forks_generator_knobs_load_with_a_warning(tmp_path):
