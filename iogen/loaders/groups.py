@@ -10,7 +10,8 @@ The cache is bounded in bytes (GROUP_CACHE_BYTES, least recently used out first)
 groups are in memory and their sizes: iogen hands a batch's bytes to the emulated model and keeps
 nothing, so the bound is the memory a framework would spend, not memory iogen holds. It starts
 empty every epoch, so each epoch reads the data again. Footers are read once per file (the
-format caches them); files are opened once and kept open until close().
+format caches them); files are opened once and kept open until close(), or, past FileTable's
+descriptor budget, opened for each batch and closed once it is read.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from .. import core
 from ..errors import DataError
+from .filetable import _fd_budget
 
 # What the row-group cache may hold: the selected columns of this many bytes of row groups.
 GROUP_CACHE_BYTES = 512 << 20
@@ -49,6 +51,9 @@ class GroupReads:
         self.fds: dict[int, int] = {}
         self.bytes_requested = 0
         self.buffer_bytes = BUFFER_BYTES
+        # more files than may stay open (FileTable's budget): a batch opens what it reads, and
+        # its caller closes them once the batch is read
+        self.transient = layout.num_files > _fd_budget()
 
     @classmethod
     def for_format(cls, layout, fmt, direct: bool = False):
@@ -84,15 +89,19 @@ class GroupReads:
             self.indexes.popitem(last=False)
         return gi
 
-    def _fd(self, f: int) -> int:
-        fd = self.fds.get(f)
+    def _fd(self, f: int, opened: dict) -> int:
+        """File f's descriptor: kept for the run, or (transient) opened for this batch into `opened`."""
+        held = opened if self.transient else self.fds
+        fd = held.get(f)
         if fd is None:
             path = self.layout.paths[f]
             try:
                 fd = core.reader.open_file(path, self.direct)
             except FileNotFoundError:
+                for other in opened.values():
+                    core.reader.close_file(other)
                 raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
-            self.fds[f] = fd
+            held[f] = fd
         return fd
 
     def new_epoch(self) -> None:
@@ -101,8 +110,10 @@ class GroupReads:
         self.cached_bytes = 0
 
     def ranges(self, files: np.ndarray, samples: np.ndarray):
-        """(fds, offsets, lengths, file of each range) of the groups this batch needs that are not cached."""
+        """(fds, offsets, lengths, file of each range, descriptors to close after the batch) of the
+        groups this batch needs that are not cached."""
         fds, offs, lens, owners = [], [], [], []
+        opened: dict[int, int] = {}
         for f in dict.fromkeys(files.tolist()):
             gi = self.index(f)
             rows = samples[files == f]
@@ -112,7 +123,7 @@ class GroupReads:
                     self.cache.move_to_end(key)
                     continue
                 o, n = gi.ranges(g)
-                fd = self._fd(f)
+                fd = self._fd(f, opened)
                 fds.append(np.full(o.size, fd, np.int64))
                 offs.append(o)
                 lens.append(n)
@@ -125,10 +136,10 @@ class GroupReads:
                     self.cached_bytes -= old
         if not offs:
             empty = np.zeros(0, np.int64)
-            return empty, empty, empty, empty
+            return empty, empty, empty, empty, []
         out = tuple(np.concatenate(a).astype(np.int64) for a in (fds, offs, lens, owners))
         self.bytes_requested += int(out[2].sum())
-        return out
+        return out + (list(opened.values()),)
 
     def place(self, lengths: np.ndarray, piece: int, align: int = 1):
         """(range of each piece, offset within the range, piece length, buffer offset, buffer bytes):

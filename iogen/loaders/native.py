@@ -177,7 +177,7 @@ class NativeLoader(Loader):
         files = gids // spf
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
-            fds, offsets, lengths, files = self.groups.ranges(files, gids % spf)
+            fds, offsets, lengths, files, job.transient = self.groups.ranges(files, gids % spf)
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
             elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed

@@ -1,6 +1,7 @@
 """Parquet through the loaders: the native loader reads each row group's selected column chunks
 once (the footer's ranges, coalesced as pyarrow reads them), the PyTorch loader reads through
 pyarrow, and a bad footer stops the run before its first step."""
+import os
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +210,15 @@ def test_samples_of_cached_row_groups_are_still_preprocessed(dlrm_data):
         spent = time.monotonic() - t0
     assert got.count(0) >= plan.steps // 2
     assert spent >= plan.steps * 1024 * 0.00002  # a lower bound: the emulated preprocessing of every batch
+
+
+def test_past_the_descriptor_budget_a_batch_opens_and_closes_its_files(dlrm_data, monkeypatch):
+    from iogen.loaders import groups
+
+    folder, layout = dlrm_data
+    monkeypatch.setattr(groups, "_fd_budget", lambda: 1)  # 2 files > 1: transient descriptors
+    fmt = get_format(_dlrm(folder).dataset)
+    ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
+    before = len(os.listdir("/proc/self/fd"))
+    assert _epoch_bytes(_dlrm(folder, **{"reader.file_shuffle": "seed", "reader.sample_shuffle": "seed"})) == ranges
+    assert len(os.listdir("/proc/self/fd")) == before
