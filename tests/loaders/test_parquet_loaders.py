@@ -222,3 +222,14 @@ def test_past_the_descriptor_budget_a_batch_opens_and_closes_its_files(dlrm_data
     before = len(os.listdir("/proc/self/fd"))
     assert _epoch_bytes(_dlrm(folder, **{"reader.file_shuffle": "seed", "reader.sample_shuffle": "seed"})) == ranges
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_staged_parquet_dataset_is_read_from_the_staged_copy(tmp_path):
+    args = ["dlrm", f"dataset.data_folder={tmp_path / 'd'}", "dataset.num_files_train=2",
+            "dataset.num_samples_per_file=100", "reader.batch_size=10", "dataset.parquet.row_group_size=50",
+            f"output.folder={tmp_path / 'out'}", "reader.data_loader=native", "metric.au=0",
+            "workflow.stage_data=True", f"staging.folder={tmp_path / 'stage'}"]
+    res = run_iogen("run", *args, "--generate")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "staged (node scope): 2 file(s)" in res.stdout + res.stderr
+    assert not list((tmp_path / "stage").rglob("*.parquet"))  # the staged copy is removed after the run
