@@ -95,7 +95,8 @@ _PARAM_KEYS = {
 }
 # format variant key -> workload key; compression_level is left out: it changes how files were
 # written, not what a reader gets
-_VARIANT_KEYS = ("format", "compression", "record_element_type", "record_dims", "enable_chunking", "chunk_size")
+_VARIANT_KEYS = ("format", "compression", "record_element_type", "record_dims", "enable_chunking", "chunk_size",
+                 "parquet.row_group_size", "parquet.columns")
 
 
 def _check_with_manifest(layout, fmt, manifest: dict):

@@ -21,6 +21,7 @@ EXTRAS = {
     "jinja2": "report",
     "boto3": "s3",
     "s3torchconnector": "s3torch",
+    "pyarrow": "parquet",
 }
 
 
@@ -61,6 +62,8 @@ def workload_needs(wl) -> dict[str, str]:
             needs["s3torchconnector"] = "storage.s3_client=s3torchconnector"
     if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "hdf5":
         needs["h5py"] = "dataset.format=hdf5"
+    if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "parquet":
+        needs["pyarrow"] = "dataset.format=parquet"
     loader = str(getattr(wl.reader.data_loader, "value", wl.reader.data_loader))
     if loader == "tensorflow":
         needs["tensorflow"] = "reader.data_loader=tensorflow"

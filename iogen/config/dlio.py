@@ -243,6 +243,30 @@ def sort_dlio_key(section: str, key: str, value, tree: dict) -> tuple[str | None
     return f"{path} = {show(value)}: sets {spec.what}, not implemented in iogen yet{tail}", None
 
 
+# dataset.parquet keys of MLPerf Storage's DLIO fork that tune its own generator (iogen writes Parquet
+# its own way): loaded with a warning, dropped.
+PARQUET_GENERATOR_KEYS = {
+    "use_s3dlio_gen": "chooses the DLIO fork's s3dlio-based generator",
+    "generation_batch_size": "sets how many rows the DLIO fork's generator builds at a time",
+}
+
+
+def _parquet_generator_keys(clean: dict) -> list[str]:
+    """Drop (with a warning each) the DLIO fork's Parquet generator knobs from dataset.parquet."""
+    dataset = clean.get("dataset")
+    pq = dataset.get("parquet") if isinstance(dataset, dict) else None
+    if not isinstance(pq, dict) or not any(k in pq for k in PARQUET_GENERATOR_KEYS):
+        return []
+    pq = dict(pq)
+    out = []
+    for key, what in PARQUET_GENERATOR_KEYS.items():
+        if key in pq:
+            out.append(f"dataset.parquet.{key} = {show(pq.pop(key))} {what}; iogen writes Parquet files its own way "
+                       "(the same files whatever it says), so it is ignored")
+    dataset["parquet"] = pq
+    return out
+
+
 def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
     """Keep iogen's keys; sort DLIO's others; reject unknown keys. Returns (tree, problems, warnings)."""
     clean, problems, warnings = {}, [], []
@@ -272,6 +296,7 @@ def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
                 problems.append(unknown_key(name, key, fields, dlio_keys_of(name)))
         if name in SECTIONS:
             clean[name] = kept
+    warnings += _parquet_generator_keys(clean)
     workflow = clean.get("workflow", {})
     if workflow.get("checkpoint") is True and workflow.get("train", True) is not False:
         defaults = {"recovery_rank_shift": False, "randomize_tensor": True}

@@ -6,6 +6,8 @@ YAML's own keys. Overriding a key that exists neither in iogen nor in DLIO is an
 """
 from __future__ import annotations
 
+import typing
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -114,6 +116,9 @@ def check_path(path: tuple[str, ...]) -> str | None:
     fields = list(SECTIONS[head].model_fields)
     if key in fields:
         sub = SECTIONS[head].model_fields[key].annotation
+        if deeper and not isinstance(sub, type):  # Optional[Section] (dataset.parquet)
+            inner = [a for a in typing.get_args(sub) if isinstance(a, type) and hasattr(a, "model_fields")]
+            sub = inner[0] if inner else sub
         if deeper and isinstance(sub, type) and hasattr(sub, "model_fields"):  # a nested section
             if deeper[0] in sub.model_fields:
                 return _check_below_field((head, key, deeper[0]), deeper[1:])

@@ -17,29 +17,45 @@ from .problems import did_you_mean, rule, show
 
 
 # Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
-DLIO_FORMATS = ("csv", "npy", "hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic", "parquet")
+DLIO_FORMATS = ("hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic")
 DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
 DLIO_COMPRESSIONS = ("bz2", "xz")
 DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
-FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png")
+FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv")
 LOADERS = ("native", "tensorflow", "pytorch")
-COMPRESSIONS = ("none", "gzip", "lzf", "zip")
+COMPRESSIONS = ("none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
 FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
-                       "jpeg": ("none",), "png": ("none",)}
+                       "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"),
+                       "npy": ("none",), "csv": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
 
-def _choice(what: str, allowed: tuple[str, ...], dlio_only: tuple[str, ...] = (), hint: str = ""):
-    """A before-validator naming what is supported, and saying so when DLIO has the value."""
+# Why a DLIO format is not read by iogen, for the message that refuses it.
+FORMAT_REASONS = {
+    "synthetic": "DLIO's synthetic reader makes its samples in memory and reads no storage, so there is no I/O "
+                 "for iogen to emulate",
+    "hdf5_opt": "DLIO's hdf5_opt reader is its own variant of reading HDF5 files, not modelled by iogen; "
+                "format hdf5 reads the same files",
+    "indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not generated, "
+                      "checked or staged by iogen yet",
+    "mmap_indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not "
+                           "generated, checked or staged by iogen yet",
+}
+
+
+def _choice(what: str, allowed: tuple[str, ...], dlio_only: tuple[str, ...] = (), hint: str = "",
+            reasons: dict | None = None):
+    """A before-validator naming what is supported, and saying so (and why, where known) when DLIO has the value."""
 
     def check(value):
         if isinstance(value, str) and value not in allowed:
             supported = ", ".join(allowed)
             if value in dlio_only:
+                why = f" ({reasons[value]})" if reasons and value in reasons else ""
                 raise ValueError(
-                    f"{what} {value!r} is not implemented in iogen yet; supported: {supported}{hint}"
+                    f"{what} {value!r} is not implemented in iogen yet{why}; supported: {supported}{hint}"
                 )
             raise ValueError(f"unknown {what}{did_you_mean(value, allowed + dlio_only)}; supported: {supported}")
         return value
@@ -70,9 +86,10 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png"], _choice("format", FORMATS, DLIO_FORMATS)]
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"],
+                   _choice("format", FORMATS, DLIO_FORMATS, reasons=FORMAT_REASONS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
-Compression = Annotated[Literal["none", "gzip", "lzf", "zip"],
+Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
                         BeforeValidator(lambda v: "none" if v is None else v),
                         _choice("compression", COMPRESSIONS, DLIO_COMPRESSIONS)]
 StorageType = Annotated[Literal["local_fs", "s3"], _choice(
@@ -161,6 +178,60 @@ class Workflow(Section):
         return self
 
 
+ElementType = Annotated[Literal["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+                                "float16", "float32", "float64"], _choice("element type", ELEMENT_TYPES)]
+# pyarrow's writer puts at most this many rows in a row group when none is given (its default)
+PARQUET_DEFAULT_ROW_GROUP = 1024 * 1024
+
+
+class ParquetColumn(Section):
+    """One column of `dataset.parquet.columns`: a scalar (size 1) or a fixed-size list of `size` values."""
+
+    name: NonEmptyStr
+    dtype: ElementType = "float32"
+    size: Optional[PosInt] = None
+    width: Optional[PosInt] = None  # another spelling of size
+    read: bool = True
+
+    @model_validator(mode="after")
+    def _one_size(self):
+        if self.size is not None and self.width is not None and self.size != self.width:
+            raise rule(f"size = {self.size} and width = {self.width} disagree: give one of them")
+        return self
+
+    @property
+    def values(self) -> int:
+        """Values a row holds in this column."""
+        return int(self.size or self.width or 1)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes a row holds in this column."""
+        return self.values * _itemsize(self.dtype)
+
+
+class Parquet(Section):
+    """`dataset.parquet`: the columns, row groups and read mode of Parquet files."""
+
+    # None: pyarrow's writer default (PARQUET_DEFAULT_ROW_GROUP rows)
+    row_group_size: Optional[PosInt] = None
+    read_mode: Annotated[Literal["row_group"], _choice("parquet read_mode", ("row_group",), ("default",), hint=(
+        ": iogen reads one row group at a time, the selected columns only"))] = "row_group"
+    columns: Optional[Annotated[list[ParquetColumn], Field(min_length=1)]] = None
+    compression: Optional[Compression] = None
+
+    @model_validator(mode="after")
+    def _read_some(self):
+        if self.columns is not None:
+            if not any(c.read for c in self.columns):
+                raise rule("dataset.parquet.columns: no column has read: true; a run must read at least one column")
+            names = [c.name for c in self.columns]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise rule(f"dataset.parquet.columns: column name {dup[0]!r} appears more than once")
+        return self
+
+
 class Dataset(Section):
     """`dataset`: what the files are and where they live."""
 
@@ -182,6 +253,35 @@ class Dataset(Section):
     record_dims: Optional[Annotated[list[PosInt], Field(min_length=1)]] = None
     record_element_type: str = "uint8"
     keep_files: bool = True
+    parquet: Optional[Parquet] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parquet_keys(cls, data):
+        # parquet.compression is another place for dataset.compression; record_length_bytes
+        # follows from the columns when not given
+        if not isinstance(data, dict) or not isinstance(data.get("parquet"), dict):
+            return data
+        pq = dict(data["parquet"])
+        data = dict(data)
+        if "compression" in pq:
+            codec = pq.pop("compression")
+            if codec is None:  # a resolved config writes it out as null
+                pass
+            elif "compression" in data and data["compression"] != codec:
+                raise rule(f"dataset.compression = {show(data['compression'])} and dataset.parquet.compression = "
+                           f"{show(codec)} disagree: give one of them")
+            else:
+                data["compression"] = codec
+        data["parquet"] = pq
+        cols = pq.get("columns")
+        if "record_length_bytes" not in data and isinstance(cols, list):
+            try:
+                data["record_length_bytes"] = sum(
+                    int(c.get("size") or c.get("width") or 1) * _itemsize(c.get("dtype", "float32")) for c in cols)
+            except Exception:  # noqa: BLE001 - malformed columns: validation names the key
+                pass
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +319,21 @@ class Dataset(Section):
                 f"dataset.compression = {self.compression!r} does not apply to format {self.format!r}; "
                 f"{self.format} supports: {', '.join(FORMAT_COMPRESSIONS[self.format])}"
             )
+        if self.parquet is not None and self.format != "parquet":
+            problems.append(f"dataset.parquet applies to dataset.format parquet, not {self.format!r}; remove it")
+        if self.format == "parquet":
+            cols = self.parquet.columns if self.parquet is not None else None
+            if cols:
+                nbytes = sum(c.row_bytes for c in cols)
+                if nbytes != self.record_length_bytes:
+                    problems.append(
+                        f"dataset.record_length_bytes = {self.record_length_bytes} disagrees with dataset.parquet.columns: "
+                        f"a row of the columns holds {nbytes} bytes; set record_length_bytes to {nbytes} or leave it out")
+            if self.record_length_bytes_stdev:
+                problems.append("dataset.record_length_bytes_stdev: every Parquet row has the same columns; set it to 0")
+            if self.record_dims:
+                problems.append("dataset.record_dims: a Parquet row's shape is its columns (dataset.parquet.columns); "
+                                "remove record_dims")
         if not self.keep_files:
             problems.append(
                 "dataset.keep_files = False: DLIO deletes the generated dataset after the run; iogen never "
@@ -518,6 +633,19 @@ class Workload(Section):
                 "S3IterableDataset only: set storage.storage_type=s3 and storage.s3_client=s3torchconnector, or "
                 "reader.pytorch_dataset=map"
             )
+        if ds.format == "parquet" and rd.odirect and rd.data_loader != "native":
+            problems.append(
+                f"reader.odirect = True with dataset.format = 'parquet' and reader.data_loader = {rd.data_loader!r}: "
+                "the framework loaders read Parquet through pyarrow, which reads through the page cache; use "
+                "reader.data_loader=native for O_DIRECT reads of the column chunks, or reader.odirect=False")
+        if ds.format == "parquet" and rd.reopen_files:
+            problems.append(
+                "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
+                "reads its row groups (the footer read once); set reader.reopen_files=False")
+        if self.storage.storage_type == "s3" and ds.format in ("parquet", "npy", "csv"):
+            problems.append(
+                f"dataset.format = {ds.format!r} with storage.storage_type = 's3' is not implemented yet: {ds.format} "
+                "datasets are read from a file system (storage.storage_type=local_fs)")
         if self.storage.storage_type == "s3":
             from ..objectkeys import workload_problems
 

@@ -1,6 +1,7 @@
 """File formats: the registry that turns a workload's dataset section into a Format.
 
-    fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat, HDF5Format, JpegFormat, PngFormat
+    fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat, HDF5Format, JpegFormat, PngFormat, ParquetFormat,
+                                      # NpyFormat, CsvFormat
     fmt.write_file(path, num_samples, record_bytes, seed, stream)
     fmt.index_file(path) -> FileIndex | None
     fmt.read_samples(path, sample_ids) -> list
@@ -20,6 +21,9 @@ _REGISTRY = {
     "hdf5": ("hdf5", "HDF5Format", ("none", "gzip", "lzf")),
     "jpeg": ("jpeg", "JpegFormat", ("none",)),
     "png": ("png", "PngFormat", ("none",)),
+    "parquet": ("parquet", "ParquetFormat", ("none", "snappy", "gzip", "lz4", "zstd")),
+    "npy": ("npy", "NpyFormat", ("none",)),
+    "csv": ("csvfile", "CsvFormat", ("none",)),
 }
 
 __all__ = ["FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]
@@ -60,6 +64,12 @@ def get_format(dataset) -> Format:
     if name == "hdf5":
         options = {"enable_chunking": bool(getattr(dataset, "enable_chunking", False)),
                    "chunk_size": int(getattr(dataset, "chunk_size", 0) or 0)}
+    elif name == "parquet":
+        pq = getattr(dataset, "parquet", None)
+        cols = getattr(pq, "columns", None)
+        options = {"row_group_size": getattr(pq, "row_group_size", None),
+                   "record_bytes": int(getattr(dataset, "record_length_bytes", 0) or 0),
+                   "columns": None if not cols else [(c.name, c.dtype, c.values, c.read) for c in cols]}
     return make_format(
         name,
         compression=getattr(dataset, "compression", "none"),

@@ -89,6 +89,35 @@ class FileIndex:
 
 
 @dataclass(frozen=True)
+class GroupIndex:
+    """Where a file's samples lie when they are rows of groups read whole (Parquet row groups).
+
+    Group g holds rows [first_row[g], first_row[g + 1]); reading it means reading the byte ranges
+    offsets[ptr[g]:ptr[g + 1]] (lengths alike): for Parquet, the chunks of the columns a run
+    reads. A loader reads a group once for all the samples of it a batch needs, and may keep it
+    (a row-group cache) for later batches.
+    """
+
+    first_row: np.ndarray
+    ptr: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        return int(self.first_row.size - 1)
+
+    def group_of(self, rows) -> np.ndarray:
+        """The group of each row."""
+        return np.searchsorted(self.first_row, np.asarray(rows, np.int64), side="right") - 1
+
+    def ranges(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, lengths) of the byte ranges that make up group g."""
+        lo, hi = int(self.ptr[g]), int(self.ptr[g + 1])
+        return self.offsets[lo:hi], self.lengths[lo:hi]
+
+
+@dataclass(frozen=True)
 class FileShape:
     """What one data file holds, read from its headers or framing (probe_file): no payload is read.
 
@@ -171,6 +200,12 @@ class Format:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError
 
+    def group_index(self, path) -> GroupIndex | None:
+        """For formats whose samples are rows of groups read whole (Parquet): the groups and the
+        byte ranges each one is read as (GroupIndex), the file's headers checked. None (the
+        default): samples are read as index_file's ranges or decoded by read_samples."""
+        return None
+
     def fixed_index(self, num_samples: int, record_bytes: int) -> FileIndex | None:
         """The index of a file iogen's writer wrote with these settings, by arithmetic (no read),
         when the format's layout fixes it (a reader of remote objects then needs no request);
@@ -225,6 +260,21 @@ class Format:
     def payload_of(self, sample) -> np.ndarray:
         """The payload of one read_samples result, as a flat uint8 array (RecordError when it does not parse)."""
         return np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
+
+    def decode_payloads(self, path, sample_ids) -> tuple[int, object]:
+        """(bytes decoded, payloads) of samples of one file, in the order asked: a list of flat uint8
+        arrays, or one 2-D uint8 array (a row a sample) where the format has its samples so (Parquet
+        rows: one copy for a batch, not one a sample). A record that does not parse raises
+        RecordError with its place in sample_ids. The default: read_samples, then payload_of."""
+        nbytes, out = 0, []
+        for i, sample in enumerate(self.read_samples(path, sample_ids)):
+            size = getattr(sample, "nbytes", None)
+            nbytes += int(size) if size is not None else len(sample)
+            try:
+                out.append(self.payload_of(sample))
+            except RecordError as exc:
+                raise RecordError(i, exc.reason) from None
+        return nbytes, out
 
     def record_shape(self, record_bytes: int) -> tuple[int, ...]:
         """Shape of one record's array: record_dims, else (record_bytes // element size,)."""

@@ -18,6 +18,8 @@ from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .filetable import FileTable
+from .groups import BUFFER_BYTES as GROUP_BUFFER_BYTES
+from .groups import GroupReads
 from .preprocess import Preprocess
 
 ALIGN = 4096
@@ -114,7 +116,11 @@ class NativeLoader(Loader):
         if self.direct:
             self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
         self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files))
-        if layout.num_files <= PREINDEX_MAX_FILES:
+        # formats whose samples are rows of groups read whole (Parquet row groups)
+        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct)
+        if self.groups is not None:
+            self.groups.learn_all()  # footers read and checked before the first step (groups.py)
+        elif layout.num_files <= PREINDEX_MAX_FILES:
             # Index parsing is iogen's own CPU work, not storage work: do it before the
             # measured steps so the first epoch measures what the later ones do.
             self.table.learn_all()
@@ -144,6 +150,8 @@ class NativeLoader(Loader):
         # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
         per_sample = int(layout.max_record_bytes) + 2 * ALIGN + 64 if layout.num_files else 0
         nbytes = batch * per_sample
+        if self.groups is not None:
+            nbytes = min(nbytes, GROUP_BUFFER_BYTES)  # group reads wrap around in it
         slots = self.prefetch + 1
         buffers = [core.reader.aligned_buffer(nbytes, ALIGN) for _ in range(slots)]
         if nbytes * slots <= _PREFAULT_LIMIT_BYTES:
@@ -167,6 +175,14 @@ class NativeLoader(Loader):
         job.preprocess_ns = self.preprocess.batch_ns(gids.size)
         spf = self.layout.samples_per_file
         files = gids // spf
+        if self.groups is not None:
+            # the groups the batch needs and the cache lacks; bytes and errors are per range
+            fds, offsets, lengths, files, job.transient = self.groups.ranges(files, gids % spf)
+            if offsets.size:
+                self._prepare_groups(job, slot, fds, offsets, lengths, files)
+            elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed
+                core.clock.sleep_ns(job.preprocess_ns)
+            return job
         if self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)
             return job
@@ -195,6 +211,21 @@ class NativeLoader(Loader):
             owner = None
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
         return job
+
+    def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
+        """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
+        if self.direct:
+            start = offsets & ~(ALIGN - 1)
+            end = (offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)
+        else:
+            start, end = offsets, offsets + lengths
+        owner, at, plen, buf_off, total = self.groups.place(end - start, self.piece_bytes,
+                                                            align=ALIGN if self.direct else 1)
+        pstart = start[owner] + at
+        required = np.clip(offsets[owner] + lengths[owner] - pstart, 0, plen)
+        buf = self._buffer(slot, total)
+        job.files, job.offsets, job.entry_buf, job.entry_len = files[owner], pstart, buf_off, plen
+        self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None)
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
@@ -318,6 +349,8 @@ class NativeLoader(Loader):
 
     def epoch(self, plan):
         """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads ahead."""
+        if self.groups is not None:
+            self.groups.new_epoch()
         if self.prefetch == 0:
             for step in range(plan.steps):
                 yield self._finish(self._prepare(step, 0, plan.batches[step]))
@@ -374,6 +407,8 @@ class NativeLoader(Loader):
             self._pool.shutdown()
             self._pool = None
         self.table.close()
+        if self.groups is not None:
+            self.groups.close()
 
 
 def _collect(job) -> int:

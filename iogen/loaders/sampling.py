@@ -9,8 +9,9 @@ every format through the format's own contract, so a new format needs no loader 
   `reader.odirect`), into one caller-supplied buffer, and checked with `Format.check_read` when
   the format has it (TFRecord data CRCs). Bytes counted: the bytes read, framing included, as the
   native loader counts them.
-- everything else (compressed variants): `Format.read_samples` decodes; bytes counted: the
-  decoded sizes, as the native loader counts them.
+- everything else (compressed variants, Parquet rows): the format decodes a file's samples
+  (`Format.decode_payloads`: read_samples and payload_of, or one array of equal rows); bytes
+  counted: the decoded sizes, as the native loader counts them.
 
 A sample's payload is what the format says it is (`Format.payload_spans` for ranges read,
 `Format.payload_of` for decoded samples): the row of an NPZ/HDF5 array, or the `image` feature
@@ -176,16 +177,32 @@ class SampleReader:
     def _decode(self, files, samples, alloc) -> BatchRead:
         """Compressed samples: the format decodes them, per file, in the order asked."""
         payloads = [None] * files.size
+        rows = []  # (where, 2-D payloads) of formats that decode a file's samples as one array
         nbytes = 0
         for f in dict.fromkeys(files.tolist()):
             where = np.flatnonzero(files == f)
             path = self.path(f)
-            for i, sample in zip(where, self.fmt.read_samples(path, samples[where])):
-                nbytes += _nbytes(sample)
-                try:
-                    payloads[i] = self.fmt.payload_of(sample)
-                except RecordError as exc:
-                    raise DataError(path, f"record {int(samples[i])}: {exc.reason}") from None
+            try:
+                decoded, got = self.fmt.decode_payloads(path, samples[where])
+            except RecordError as exc:
+                raise DataError(path, f"record {int(samples[where[exc.index]])}: {exc.reason}") from None
+            nbytes += decoded
+            if isinstance(got, np.ndarray):
+                rows.append((where, got))
+            else:
+                for i, p in zip(where.tolist(), got):
+                    payloads[i] = p
+        if rows and len({m.shape[1] for _, m in rows}) == 1 and sum(w.size for w, _ in rows) == files.size:
+            width = rows[0][1].shape[1]  # every sample a row of one width: one copy a file
+            buf = alloc(files.size * width)
+            view = buf[:files.size * width].reshape(files.size, width)
+            for where, m in rows:
+                view[where] = m
+            return BatchRead(buf, np.arange(files.size, dtype=np.int64) * width, np.full(files.size, width, np.int64),
+                             nbytes)
+        for where, m in rows:
+            for i, p in zip(where.tolist(), m):
+                payloads[i] = p
         return packed(payloads, nbytes, alloc)
 
 
@@ -198,8 +215,3 @@ def packed(payloads, nbytes: int, alloc) -> BatchRead:
     for p, s in zip(payloads, starts.tolist()):
         buf[s:s + p.size] = p
     return BatchRead(buf, starts, lengths, nbytes)
-
-
-def _nbytes(sample) -> int:
-    nbytes = getattr(sample, "nbytes", None)
-    return int(nbytes) if nbytes is not None else len(sample)

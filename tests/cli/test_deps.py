@@ -62,6 +62,14 @@ def test_hdf5_without_h5py_refuses_before_any_work(tmp_path, without, tiny):
     assert not (tmp_path / "data").exists() and not (tmp_path / "results").exists()
 
 
+def test_parquet_without_pyarrow_refuses_before_any_work(tmp_path, without, tiny):
+    over = tiny(**{"dataset.format": "parquet"})
+    one_error_line(without(("pyarrow",), "run", "default", *over, "--generate", "-q"), "iogen[parquet]")
+    one_error_line(without(("pyarrow",), "datagen", "default", *over, "-q"), "iogen[parquet]")
+    one_error_line(without(("pyarrow",), "verify", "default", *over), "iogen[parquet]")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results").exists()
+
+
 def test_framework_loaders_without_their_framework(tmp_path, without, tiny):
     res = without(("tensorflow",), "run", "default", *tiny(**{"reader.data_loader": "tensorflow"}), "--generate")
     one_error_line(res, "iogen[tensorflow]")

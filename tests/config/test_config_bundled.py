@@ -11,8 +11,8 @@ from iogen.config import (
 )
 from iogen.errors import ConfigError
 
-BUNDLED = ["bert", "cosmoflow", "cosmoflow_staged", "deepcam", "deepcam_staged", "default", "llama3-1t",
-           "llama3-405b", "llama3-70b", "llama3-8b", "resnet50", "retinanet", "unet3d"]
+BUNDLED = ["bert", "cosmoflow", "cosmoflow_staged", "deepcam", "deepcam_staged", "default", "dlrm", "flux",
+           "llama3-1t", "llama3-405b", "llama3-70b", "llama3-8b", "resnet50", "retinanet", "unet3d"]
 TRAINING = [name for name in BUNDLED if not name.startswith("llama3-")]  # the llama3 ones only checkpoint
 
 
@@ -190,3 +190,33 @@ def test_retinanet_carries_mlperf_v3_per_accelerator_batch_and_compute(accelerat
     assert (wl.reader.read_threads, wl.train.epochs, wl.metric.au) == (8, 8, 0.85)
     # an override of the batch still wins over the accelerator's
     assert load_workload("retinanet", ["reader.batch_size=3"], accelerator=accelerator).reader.batch_size == 3
+
+
+@pytest.mark.parametrize("accelerator,compute", [("b200", 0.000375), ("mi355", 0.0005625)])
+def test_dlrm_carries_the_published_parquet_columns_and_compute(accelerator, compute):
+    wl = load_workload("dlrm", accelerator=accelerator)
+    ds = wl.dataset
+    assert (ds.format, ds.num_files_train, ds.num_samples_per_file, ds.record_length_bytes) == (
+        "parquet", 1024, 4718592, 761)
+    assert (ds.compression, ds.parquet.row_group_size, ds.parquet.read_mode) == ("none", 6144, "row_group")
+    cols = ds.parquet.columns
+    assert [c.name for c in cols] == [f"feature_{i:03d}" for i in range(200)]
+    assert sum(c.read for c in cols) == 40 and sum(c.row_bytes for c in cols if c.read) == 160
+    assert (cols[0].dtype, cols[2].dtype, cols[7].dtype, cols[11].read, cols[195].read) == (
+        "float16", "float64", "int8", True, True)
+    assert (wl.reader.batch_size, wl.reader.read_threads, wl.reader.prefetch_size) == (16384, 4, 2)
+    assert (wl.train.computation_time.mean_s, wl.train.epochs, wl.metric.au) == (compute, 1, 0.70)
+
+
+@pytest.mark.parametrize("accelerator,batch,compute", [("b200", 48, 1.35), ("mi355", 72, 2.025)])
+def test_flux_carries_the_published_columns_batch_and_compute(accelerator, batch, compute):
+    wl = load_workload("flux", accelerator=accelerator)
+    ds = wl.dataset
+    assert (ds.format, ds.num_files_train, ds.num_samples_per_file, ds.record_length_bytes) == (
+        "parquet", 4296, 288, 2164832)
+    assert [(c.name, c.dtype, c.values) for c in ds.parquet.columns] == [
+        ("t5_encodings", "float32", 524328), ("clip_encodings", "float32", 409), ("mean", "float32", 8232),
+        ("logvar", "float32", 8232), ("timestamp", "float32", 7)]
+    assert ds.parquet.row_group_size is None  # the writer's default (1,048,576 rows)
+    assert (wl.reader.batch_size, wl.reader.read_threads, wl.train.computation_time.mean_s) == (batch, 8, compute)
+    assert (wl.train.epochs, wl.metric.au) == (1, 0.90)

@@ -105,13 +105,15 @@ def test_default_valued_llm_keys_load_even_with_checkpointing():
     assert _load(tree).workflow.checkpoint
 
 
-@pytest.mark.parametrize("fmt", ["indexed_binary", "parquet", "csv", "synthetic", "npy"])
+@pytest.mark.parametrize("fmt", ["indexed_binary", "synthetic", "mmap_indexed_binary", "hdf5_opt"])
 def test_dlio_formats_iogen_lacks_are_named(fmt):
     with pytest.raises(ConfigError) as err:
         _load({"dataset": {"format": fmt}})
     (line,) = err.value.problems
-    assert f"dataset.format = '{fmt}'" in line and "not implemented in iogen yet" in line
-    assert "supported: npz, hdf5, tfrecord, jpeg, png" in line
+    assert f"dataset.format = '{fmt}'" in line and "not implemented in iogen yet (" in line
+    assert "supported: npz, hdf5, tfrecord, jpeg, png, parquet, npy, csv" in line
+    assert {"synthetic": "reads no storage", "hdf5_opt": "format hdf5 reads the same files"}.get(
+        fmt, ".off.idx, .sz.idx") in line
 
 
 def test_dali_loader_profiling_and_aistore_are_rejected_together():

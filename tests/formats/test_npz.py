@@ -158,7 +158,7 @@ def test_get_format_from_dataset_section(workload):
     with pytest.raises(ConfigError, match="compression"):
         get_format(workload(compression="gzip").dataset)
     with pytest.raises(ConfigError, match="format"):
-        get_format(workload(format="parquet").dataset)
+        get_format(workload(format="hdf5_opt").dataset)
 
 
 def test_large_sample_written_in_chunks_matches_reference(tmp_path):

@@ -34,7 +34,8 @@ from iogen.plan import plan_for
 ITERATIONS = int(os.environ.get("IOGEN_FUZZ_ITERATIONS", "25"))
 SEED = int(os.environ.get("IOGEN_FUZZ_SEED", "20261122"))
 VARIANTS = [("tfrecord", "none"), ("tfrecord", "gzip"), ("npz", "none"), ("npz", "zip"),
-            ("hdf5", "none"), ("hdf5", "gzip"), ("jpeg", "none"), ("png", "none")]
+            ("hdf5", "none"), ("hdf5", "gzip"), ("jpeg", "none"), ("png", "none"), ("parquet", "none"),
+            ("parquet", "zstd"), ("npy", "none"), ("csv", "none")]
 IMAGES = ("jpeg", "png")  # one image a file: one sample of 4 KiB
 INTERESTING = [struct.pack("<Q", 1 << 60), struct.pack("<Q", 1 << 63), struct.pack("<q", -1),
                struct.pack("<I", 0xFFFFFFFF), struct.pack("<I", 0x7FFFFFFF), b"\0" * 8]
@@ -226,7 +227,7 @@ def mutate_yaml(rng, data: bytes) -> tuple[bytes, str]:
     return data[:at] + token + data[at:], f"insert {token[:20]!r} at {at}"
 
 
-@pytest.mark.parametrize("workload", ["default", "unet3d", "resnet50"])
+@pytest.mark.parametrize("workload", ["default", "unet3d", "resnet50", "flux"])
 def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, capsys, workload):
     from importlib import resources
 

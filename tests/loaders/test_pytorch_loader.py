@@ -27,6 +27,11 @@ def test_reads_the_plan_in_order_with_native_byte_counts(datasets, lt, fmt, work
     lt.check_parity(wl, order=True)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_npy_rows_read_the_plan_in_order_with_native_byte_counts(datasets, lt, workers):
+    lt.check_parity(datasets.workload("npy", "pytorch", reader__read_threads=workers), order=True)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_compressed_files_are_decoded_in_plan_order(datasets, lt, fmt):
     wl = datasets.workload(fmt, "pytorch", dataset__compression=COMPRESSED[fmt], reader__read_threads=1)

@@ -1,0 +1,249 @@
+"""Parquet (issue 24): iogen's reads and generation against plain loops doing the same work.
+
+Three comparisons on a scaled-down dlrm (or flux) dataset, page cache warm, compute 0, the
+contenders alternating in one process:
+
+1. reads, native: a whole iogen run with the native loader (`--threads` read threads) against a
+   plain loop that preads the same column-chunk ranges (each row group's selected chunks, as
+   the footer gives them, coalesced as pyarrow reads them) with the same threads (C pread, no GIL);
+2. reads, PyTorch: a whole iogen run with the PyTorch loader (`--threads` workers) against a
+   plain torch DataLoader whose dataset's items are row groups read with
+   `pyarrow.parquet.ParquetFile(path).read_row_group(i, columns=[...])`, same workers;
+3. generation: iogen's direct writer against a plain write of the same number of bytes (fill +
+   os.write) and pyarrow's ParquetWriter of the same content, same threads.
+
+    .venv/bin/python bench/parquet_reads.py --workload dlrm --files 8 --rows 49152 --batch 4096
+    .venv/bin/python bench/parquet_reads.py --workload flux --files 16 --rows 32 --batch 8 --threads 4
+    .venv/bin/python bench/parquet_reads.py --workload dlrm --files 4 --rows 24576 --codec zstd
+
+Prints Markdown tables of medians and the ratios iogen / baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+def overrides(args, workdir, loader):
+    return [f"dataset.data_folder={workdir}/data", f"output.folder={workdir}/results",
+            f"dataset.num_files_train={args.files}", f"dataset.num_samples_per_file={args.rows}",
+            f"dataset.compression={args.codec}", f"reader.batch_size={args.batch}",
+            f"reader.read_threads={args.threads}", f"reader.data_loader={loader}",
+            "reader.file_shuffle=off", "reader.sample_shuffle=off", "train.computation_time=0",
+            "train.epochs=1", "metric.au=0"] + (
+        [f"dataset.parquet.row_group_size={args.row_group}"] if args.row_group else [])
+
+
+def iogen_run(args, workdir, loader):
+    """One whole iogen run; (MiB/s read, samples/s) from its summary."""
+    from iogen.comm import SingleWorld
+    from iogen.config import load_workload
+    from iogen.runner import run
+
+    wl = load_workload(args.workload, overrides(args, workdir, loader))
+    out = run(wl, SingleWorld(), quiet=True)
+    train = out.summary["iogen"]["metrics"]["train"]
+    return train["io_mean_mib_s"], train["throughput_mean_samples_s"]
+
+
+def chunk_ranges(fmt, paths):
+    """(path index, offset, length) of every selected, coalesced chunk range of every file."""
+    out = []
+    for k, p in enumerate(paths):
+        gi = fmt.group_index(p)
+        out += [(k, int(o), int(n)) for o, n in zip(gi.offsets, gi.lengths)]
+    return out
+
+
+def pread_ranges_mib_s(paths, ranges, threads, core, pool) -> float:
+    """Plain C preads of the same ranges, thread t taking ranges t, t+T, ...: MiB/s."""
+    import numpy as np
+
+    fds = [core.reader.open_file(p, False) for p in paths]
+    biggest = max(n for _, _, n in ranges)
+    bufs = [core.reader.aligned_buffer(biggest) for _ in range(threads)]
+
+    def share(t):
+        mine = ranges[t::threads]
+        f = np.array([fds[k] for k, _, _ in mine], np.int64)
+        o = np.array([x for _, x, _ in mine], np.int64)
+        n = np.array([x for _, _, x in mine], np.int64)
+        total = 0
+        for i in range(len(mine)):  # one range at a time into the thread's buffer
+            total += core.reader.pread_into(f[i:i + 1], o[i:i + 1], n[i:i + 1], n[i:i + 1], bufs[t],
+                                            np.zeros(1, np.int64))
+        return total
+
+    try:
+        t0 = time.perf_counter()
+        total = sum(pool.map(share, range(threads)))
+        return total / 2**20 / (time.perf_counter() - t0)
+    finally:
+        for fd in fds:
+            core.reader.close_file(fd)
+
+
+def pyarrow_loop_samples_s(paths, columns, workers: int) -> tuple[float, float]:
+    """A plain torch DataLoader over (file, row group) items read with read_row_group: (MiB/s of
+    decoded columns, rows/s)."""
+    import pyarrow.parquet as pq
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    items = []
+    for p in paths:
+        meta = pq.read_metadata(p)
+        items += [(p, g) for g in range(meta.num_row_groups)]
+
+    class Groups(Dataset):
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, i):
+            p, g = items[i]
+            t = pq.ParquetFile(p).read_row_group(g, columns=columns)
+            return torch.tensor([t.num_rows, t.nbytes])
+
+    loader = DataLoader(Groups(), batch_size=None, num_workers=workers, prefetch_factor=2 if workers else None)
+    t0 = time.perf_counter()
+    rows = nbytes = 0
+    for x in loader:
+        rows += int(x[0])
+        nbytes += int(x[1])
+    dt = time.perf_counter() - t0
+    return nbytes / 2**20 / dt, rows / dt
+
+
+def gen_mib_s(fmt, workdir, files, rows, row_bytes, threads, pool, writer) -> float:
+    def one(i):
+        path = os.path.join(workdir, f"gen_{i}.parquet")
+        size = writer(path, i)
+        os.unlink(path)
+        return size
+
+    t0 = time.perf_counter()
+    total = sum(pool.map(one, range(files)))
+    return total / 2**20 / (time.perf_counter() - t0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="dlrm", choices=["dlrm", "flux"])
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=49152, help="dataset.num_samples_per_file")
+    ap.add_argument("--row-group", type=int, default=None, help="dataset.parquet.row_group_size")
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--codec", default="none", choices=["none", "snappy", "gzip", "lz4", "zstd"])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args(argv)
+
+    import numpy as np
+
+    from iogen import core
+    from iogen.config import load_workload
+    from iogen.dataset import DatasetLayout
+    from iogen.datagen import generate
+    from iogen.formats import get_format
+    from iogen.formats.base import fill_random
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from benchenv import machine_line, print_footer
+
+    before = machine_line()
+    workdir = args.dir or tempfile.mkdtemp(prefix="iogen-bench-parquet-")
+    wl = load_workload(args.workload, overrides(args, workdir, "native"))
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    generate(layout, fmt)
+    paths = sorted(glob.glob(os.path.join(workdir, "data", "train", "**", "*.parquet"), recursive=True))
+    ranges = chunk_ranges(fmt, paths)
+    pool = ThreadPoolExecutor(args.threads)
+    warm_buf = core.reader.aligned_buffer(8 << 20)
+
+    def warm():
+        for p in paths:
+            core.reader.pread_loop_baseline(p, 8 << 20, warm_buf)
+
+    native, plain, torch_runs, arrow = [], [], [], []
+    for _ in range(args.reps):
+        warm()
+        plain.append(pread_ranges_mib_s(paths, ranges, args.threads, core, pool))
+        warm()
+        native.append(iogen_run(args, workdir, "native"))
+        warm()
+        torch_runs.append(iogen_run(args, workdir, "pytorch"))
+        warm()
+        arrow.append(pyarrow_loop_samples_s(paths, fmt.selected_columns, args.threads))
+
+    rb = int(wl.dataset.record_length_bytes)
+    gen_files = max(args.threads, 2)
+
+    def iogen_writer(path, i):
+        return fmt.write_file_crc(path, args.rows, rb, 7, i)[0]
+
+    sizes = {}
+
+    def plain_writer(path, i):
+        n = sizes.setdefault("n", os.path.getsize(paths[0]))
+        buf = np.empty(n, np.uint8)
+        fill_random(buf, 7, i)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(buf)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return n
+
+    def pyarrow_writer(path, i):
+        fmt._write_pyarrow(path, args.rows, 7, i)
+        return os.path.getsize(path)
+
+    gens = []
+    for _ in range(args.reps):
+        g_iogen = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, iogen_writer)
+        g_plain = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, plain_writer)
+        g_arrow = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, pyarrow_writer)
+        gens.append((g_iogen, g_plain, g_arrow))
+
+    med = statistics.median
+    print(f"parquet {args.workload}: {args.files} files x {args.rows} rows, row groups of {fmt.row_group_size}, "
+          f"codec {args.codec}, {len(fmt.selected_columns)} of {len(fmt.columns)} columns read, batch {args.batch}, "
+          f"{args.threads} threads/workers, compute 0, page cache warm, {args.reps} repetitions")
+    print()
+    print("| contender | MiB/s (median) | samples/s (median) |")
+    print("|---|---|---|")
+    print(f"| pread loop of the selected chunk ranges (C, {args.threads} threads) | {med(plain):,.0f} | |")
+    print(f"| iogen native (whole run) | {med(r[0] for r in native):,.0f} | {med(r[1] for r in native):,.0f} |")
+    print(f"| plain DataLoader of read_row_group ({args.threads} workers; MiB/s of decoded columns) | "
+          f"{med(r[0] for r in arrow):,.0f} | {med(r[1] for r in arrow):,.0f} |")
+    print(f"| iogen pytorch (whole run; MiB/s of selected bytes delivered) | {med(r[0] for r in torch_runs):,.0f} | "
+          f"{med(r[1] for r in torch_runs):,.0f} |")
+    print()
+    print(f"ratio iogen native / pread loop: {med(r[0] / p for r, p in zip(native, plain)):.2f}")
+    print(f"ratio iogen pytorch / plain read_row_group DataLoader (samples/s): "
+          f"{med(t[1] / a[1] for t, a in zip(torch_runs, arrow)):.2f}")
+    print()
+    print(f"| generation, {gen_files} files, {args.threads} threads | MiB/s (median) |")
+    print("|---|---|")
+    print(f"| iogen (direct writer, {args.codec}) | {med(g[0] for g in gens):,.0f} |")
+    print(f"| plain fill + write of the same bytes | {med(g[1] for g in gens):,.0f} |")
+    print(f"| pyarrow ParquetWriter ({args.codec}) | {med(g[2] for g in gens):,.0f} |")
+    print()
+    print(f"ratio iogen / plain write: {med(g[0] / g[1] for g in gens):.2f}")
+    print()
+    print_footer(before, __file__, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

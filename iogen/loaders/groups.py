@@ -1,0 +1,171 @@
+"""Reads of formats whose samples are rows of groups read whole (Format.group_index: Parquet).
+
+For each batch, `GroupReads.ranges` names the groups its samples lie in; a group not in the
+row-group cache is read as its byte ranges (Parquet: the selected columns' chunks, as pyarrow's
+`read_row_group(i, columns=...)` reads them) and enters the cache; a group in the cache costs no
+read. So a group fetched once serves every sample of it, in this batch and later ones, as the
+DLIO fork's per-thread row-group cache does.
+
+The cache is bounded in bytes (GROUP_CACHE_BYTES, least recently used out first) and holds which
+groups are in memory and their sizes: iogen hands a batch's bytes to the emulated model and keeps
+nothing, so the bound is the memory a framework would spend, not memory iogen holds. It starts
+empty every epoch, so each epoch reads the data again. Footers are read once per file (the
+format caches them); files are opened once and kept open until close(), or, past FileTable's
+descriptor budget, opened for each batch and closed once it is read.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from .. import core
+from ..errors import DataError
+from .filetable import _fd_budget
+
+# What the row-group cache may hold: the selected columns of this many bytes of row groups.
+GROUP_CACHE_BYTES = 512 << 20
+# Files whose group index is kept (a dlrm file's: up to 768 groups x 40 ranges, ~500 KB); an
+# evicted one is read from its footer again when touched.
+INDEXES_KEPT = 64
+# Footers are read and checked before the first step for datasets up to this many files (a dlrm
+# footer costs about 0.1 s); larger ones are read as batches first touch their files.
+PREINDEX_MAX_FILES = 256
+# A batch's group reads land in at most this many bytes of buffer: iogen keeps no payload of a
+# group (a framework would decode it), so reads past this wrap around and reuse the buffer, and a
+# flux row group (623 MB) does not take 623 MB of memory per batch in flight.
+BUFFER_BYTES = 64 << 20
+
+
+class GroupReads:
+    """Which byte ranges a batch of samples needs, given the groups already cached (one loader's)."""
+
+    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES):
+        self.layout = layout
+        self.fmt = fmt
+        self.direct = direct
+        self.cache_bytes = int(cache_bytes)
+        self.cache: collections.OrderedDict = collections.OrderedDict()  # (file, group) -> bytes
+        self.cached_bytes = 0
+        self.indexes: collections.OrderedDict = collections.OrderedDict()  # file -> GroupIndex
+        self.fds: dict[int, int] = {}
+        self.bytes_requested = 0
+        self.buffer_bytes = BUFFER_BYTES
+        # more files than may stay open (FileTable's budget): a batch opens what it reads, and
+        # its caller closes them once the batch is read
+        self.transient = layout.num_files > _fd_budget()
+
+    @classmethod
+    def for_format(cls, layout, fmt, direct: bool = False):
+        """A GroupReads when the format reads groups (a probe of the format's class), else None."""
+        from ..formats.base import Format
+
+        if type(fmt).group_index is Format.group_index:
+            return None
+        return cls(layout, fmt, direct)
+
+    def learn_all(self) -> None:
+        """Read and check every file's footer now, before the first step (a bad one is exit 2 here);
+        only for datasets of up to PREINDEX_MAX_FILES files."""
+        if self.layout.num_files > PREINDEX_MAX_FILES:
+            return
+        present = getattr(self.layout, "staged_files", None)
+        files = range(self.layout.num_files) if present is None else present
+        for f in files:
+            self.index(int(f))
+
+    def index(self, f: int):
+        gi = self.indexes.get(f)
+        if gi is not None:
+            self.indexes.move_to_end(f)
+            return gi
+        path = self.layout.paths[f]
+        gi = self.fmt.group_index(path)
+        if int(gi.first_row[-1]) < self.layout.samples_per_file:
+            raise DataError(path, f"holds {int(gi.first_row[-1])} samples, the workload expects "
+                                  f"{self.layout.samples_per_file}")
+        self.indexes[f] = gi
+        while len(self.indexes) > INDEXES_KEPT:
+            self.indexes.popitem(last=False)
+        return gi
+
+    def _fd(self, f: int, opened: dict) -> int:
+        """File f's descriptor: kept for the run, or (transient) opened for this batch into `opened`."""
+        held = opened if self.transient else self.fds
+        fd = held.get(f)
+        if fd is None:
+            path = self.layout.paths[f]
+            try:
+                fd = core.reader.open_file(path, self.direct)
+            except FileNotFoundError:
+                for other in opened.values():
+                    core.reader.close_file(other)
+                raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
+            held[f] = fd
+        return fd
+
+    def new_epoch(self) -> None:
+        """Empty the row-group cache: every epoch reads its data again."""
+        self.cache.clear()
+        self.cached_bytes = 0
+
+    def ranges(self, files: np.ndarray, samples: np.ndarray):
+        """(fds, offsets, lengths, file of each range, descriptors to close after the batch) of the
+        groups this batch needs that are not cached."""
+        fds, offs, lens, owners = [], [], [], []
+        opened: dict[int, int] = {}
+        for f in dict.fromkeys(files.tolist()):
+            gi = self.index(f)
+            rows = samples[files == f]
+            for g in np.unique(gi.group_of(rows)).tolist():
+                key = (f, g)
+                if key in self.cache:
+                    self.cache.move_to_end(key)
+                    continue
+                o, n = gi.ranges(g)
+                fd = self._fd(f, opened)
+                fds.append(np.full(o.size, fd, np.int64))
+                offs.append(o)
+                lens.append(n)
+                owners.append(np.full(o.size, f, np.int64))
+                size = int(n.sum())
+                self.cache[key] = size
+                self.cached_bytes += size
+                while self.cached_bytes > self.cache_bytes and len(self.cache) > 1:
+                    _, old = self.cache.popitem(last=False)
+                    self.cached_bytes -= old
+        if not offs:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty, empty, []
+        out = tuple(np.concatenate(a).astype(np.int64) for a in (fds, offs, lens, owners))
+        self.bytes_requested += int(out[2].sum())
+        return out + (list(opened.values()),)
+
+    def place(self, lengths: np.ndarray, piece: int, align: int = 1):
+        """(range of each piece, offset within the range, piece length, buffer offset, buffer bytes):
+        ranges cut into pieces of at most `piece` bytes, laid out back to back in a buffer of at most
+        buffer_bytes, wrapping around (pieces then share memory: their bytes are not used)."""
+        cap = self.buffer_bytes
+        piece = max(align, piece // align * align)
+        n = np.maximum(1, -(-lengths // piece))
+        owner = np.repeat(np.arange(lengths.size), n)
+        k = np.arange(owner.size) - np.repeat(np.cumsum(n) - n, n)
+        at = k * piece
+        plen = np.minimum(piece, lengths[owner] - at)
+        padded = -(-plen // align) * align
+        buf_off = np.zeros(plen.size, np.int64)
+        np.cumsum(padded[:-1], out=buf_off[1:])
+        total = int(buf_off[-1] + padded[-1]) if plen.size else 0
+        cap = max(piece, cap // piece * piece)
+        if total > cap:
+            # each piece at (its start mod cap), moved back where it would run past the end
+            buf_off = buf_off % cap
+            buf_off = np.where(buf_off + padded > cap, cap - padded, buf_off) // align * align
+            total = cap
+        return owner, at, plen, buf_off, total
+
+    def close(self) -> None:
+        """Close the files this reader opened."""
+        for fd in self.fds.values():
+            core.reader.close_file(fd)
+        self.fds.clear()
