@@ -22,6 +22,7 @@ EXTRAS = {
     "boto3": "s3",
     "s3torchconnector": "s3torch",
     "pyarrow": "parquet",
+    "PIL": "image",
 }
 
 
@@ -69,6 +70,8 @@ def workload_needs(wl) -> dict[str, str]:
         needs["tensorflow"] = "reader.data_loader=tensorflow"
     elif loader == "pytorch":
         needs["torch"] = "reader.data_loader=pytorch"
+    if getattr(wl.reader, "decode_images", False):
+        needs["PIL"] = "reader.decode_images=True"
     if wants_mpi():
         found = detect_launcher()
         needs["mpi4py"] = f"started by {found[0]}" if found else "IOGEN_MPI=on"

@@ -37,6 +37,7 @@ class EngineResult:
     # from storage (iogen.metrics.device), i.e. not served by the page cache; None where the
     # kernel does not say
     device_read_bytes: list = field(default_factory=list)
+    decode: dict | None = None  # decode mode: summary.json's `iogen.decode` (iogen.loaders.decode), rank 0
 
 
 class Engine:

@@ -262,6 +262,11 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         log_staging(st.steplog, st.staging)
     engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
     st.result = engine.run()
+    if wl.reader.decode_images:  # decode mode: the images' decode CPU, every rank's summed (collective)
+        from .loaders.decode import decode_block
+
+        st.result.decode = decode_block(world, getattr(st.train_loader, "decode_cost", None),
+                                        getattr(st.eval_loader, "decode_cost", None))
     if wl.storage.storage_type == "s3":
         from .metrics.objectstore import run_block
 

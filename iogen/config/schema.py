@@ -369,6 +369,9 @@ class Reader(Section):
     verify_checksums: bool = True
     # iogen: open and close the file for every sample read (map-style datasets), not once per run.
     reopen_files: bool = False
+    # iogen: decode every image sample with Pillow where it was read (jpeg, png), its CPU time
+    # reported apart from I/O (iogen/loaders/decode.py); by default a sample is its file's bytes.
+    decode_images: bool = False
     # iogen: the pytorch loader's dataset style through s3torchconnector (S3MapDataset or
     # S3IterableDataset); other byte sources read map-style only (objectkeys.workload_problems).
     pytorch_dataset: Literal["map", "iterable"] = "map"
@@ -603,6 +606,8 @@ class Workload(Section):
                 "'tfrecord': tf.data's TFRecordDataset checks every record's CRC and cannot be told not to; "
                 "set reader.verify_checksums to True, or use reader.data_loader native or pytorch"
             )
+        if rd.decode_images:
+            problems += _decode_problems(ds, rd, self.storage, self.workflow)
         if rd.odirect and ds.compression != "none":
             problems.append(
                 f"reader.odirect = True with dataset.compression = {ds.compression!r}: compressed samples are "
@@ -731,3 +736,22 @@ def _product(dims) -> int:
 def _itemsize(element_type: str) -> int:
     digits = "".join(c for c in element_type if c.isdigit())
     return int(digits) // 8
+
+
+# the formats reader.decode_images decodes (iogen/loaders/decode.py)
+IMAGE_FORMATS = ("jpeg", "png")
+
+
+def _decode_problems(ds, rd, storage, workflow) -> list[str]:
+    """reader.decode_images: images only, read by the native or pytorch loader from a file system."""
+    if ds.format not in IMAGE_FORMATS:
+        return [f"reader.decode_images = True with dataset.format = {ds.format!r}: decode mode decodes images "
+                f"({', '.join(IMAGE_FORMATS)}); set reader.decode_images to False"]
+    if rd.data_loader not in ("native", "pytorch"):
+        return [f"reader.decode_images = True with reader.data_loader = {rd.data_loader!r}: images are decoded "
+                "by the native loader's reading threads or the pytorch loader's workers; use "
+                "reader.data_loader native or pytorch"]
+    if storage.storage_type == "s3" and not workflow.stage_data:
+        return ["reader.decode_images = True with storage.storage_type = 's3' is not implemented: images are "
+                "decoded when read from a file system (storage.storage_type=local_fs, or workflow.stage_data)"]
+    return []

@@ -17,6 +17,7 @@ from .. import core
 from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .base import Batch, Loader
+from .decode import DecodeCost, ImageDecoder
 from .filetable import FileTable
 from .groups import BUFFER_BYTES as GROUP_BUFFER_BYTES
 from .groups import GroupReads
@@ -87,7 +88,7 @@ class _Job:
     """One batch on its way: where each read goes, and how many reads are still out."""
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
-                 "inline_bytes", "transient", "preprocess_ns", "split")
+                 "inline_bytes", "transient", "preprocess_ns", "split", "decoded")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -99,6 +100,7 @@ class _Job:
         self.transient = ()
         self.preprocess_ns = 0
         self.split = False
+        self.decoded = []  # decode mode: each slice's (images, cpu ns, pixel bytes)
 
 
 class NativeLoader(Loader):
@@ -136,6 +138,9 @@ class NativeLoader(Loader):
         # core call as the read (TFRecord: one pread per 256 KiB of adjacent records, not one each)
         self._read_records = getattr(fmt, "pread_records", None) if not self.direct else None
         self._verify = bool(reader.verify_checksums)
+        # decode mode (reader.decode_images): each image decoded by the thread that read it (decode.py)
+        self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
+        self.decode_cost = DecodeCost() if self.decoder is not None else None
         self._pool = _Readers(self.threads) if self.threads > 1 else None
         self._buffers = self._preallocate(wl, layout)
 
@@ -278,6 +283,8 @@ class NativeLoader(Loader):
                     # whole records of this slice: check them now, while they are still in
                     # this core's cache, in parallel with the other slices
                     self._check_entries(job, buf, first, first + read_len.size)
+                    if self.decoder is not None:
+                        self._decode_images(job, buf, first, first + read_len.size)
             if preprocess_ns:
                 core.clock.sleep_ns(preprocess_ns)
             return nbytes
@@ -326,7 +333,18 @@ class NativeLoader(Loader):
         buf = self._buffers[job.slot]
         if job.split:
             self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads
+            if self.decoder is not None:
+                self._decode_images(job, buf, 0, job.n_samples)
+        if self.decoder is not None:
+            for cost in job.decoded:
+                self.decode_cost.add(cost)
         return Batch(job.n_samples, nbytes, buf)
+
+    def _decode_images(self, job, buf, lo: int, hi: int) -> None:
+        """Decode mode: decode the images lo..hi of a batch (Pillow, GIL released), timing each."""
+        files = job.files
+        job.decoded.append(self.decoder.decode(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi],
+                                               lambda i: self.layout.paths[int(files[lo + i])]))
 
     def _check_entries(self, job, buf, lo: int, hi: int) -> None:
         """Check the records lo..hi of a batch: checksums (TFRecord CRC32C, in the core, without the GIL), structure."""

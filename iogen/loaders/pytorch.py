@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import DataError, IogenError
 from .base import Batch, Loader
+from .decode import DecodeCost, ImageDecoder
 from .preprocess import Preprocess, sleep_ns
 from .sampling import SampleReader, default_alloc
 from .shaping import Payload, SampleShaper
@@ -120,10 +121,13 @@ class _SharedRing:
 
 
 class PlanDataset(Dataset):
-    """Samples by global id; `__getitems__` reads a whole batch and returns (ids, x, nbytes, requests),
-    requests being the object store's request figures of the batch (None on files)."""
+    """Samples by global id; `__getitems__` reads a whole batch and returns (ids, x, nbytes, requests,
+    decoded), requests being the object store's request figures of the batch (None on files), decoded
+    the decode mode's (images, thread CPU ns, pixel bytes) of the batch (None when off)."""
 
-    def __init__(self, reader: SampleReader, shaper: SampleShaper, total: int, ring_depth: int = 4):
+    def __init__(self, reader: SampleReader, shaper: SampleShaper, total: int, ring_depth: int = 4,
+                 decoder=None):
+        self.decoder = decoder  # decode mode (reader.decode_images): iogen.loaders.decode.ImageDecoder
         self.reader = reader
         self.shaper = shaper
         self.total = int(total)
@@ -159,13 +163,18 @@ class PlanDataset(Dataset):
             task = np.asarray(gids, np.int64)
             ids = task[0] if task.ndim == 2 else task
             read = self.reader.read(ids, alloc)
+            decoded = None
+            if self.decoder is not None:  # each image decoded here, in the worker, and timed
+                spf = self.reader.samples_per_file
+                decoded = self.decoder.decode(read.buf, read.starts, read.lengths,
+                                              lambda i: self.reader.path(int(ids[i]) // spf))
             x = self.shaper.batch(read, alloc)
             x = [_as_tensor(a, buffers) for a in x] if isinstance(x, list) else _as_tensor(x, buffers)
             if task.ndim == 2:
                 sleep_ns(int(task[1].sum()))
             # object storage: this process's request figures ride with the batch (None on files)
             drain = getattr(self.reader, "drain", None)
-            return torch.from_numpy(ids.copy()), x, read.nbytes, drain() if drain else None
+            return torch.from_numpy(ids.copy()), x, read.nbytes, drain() if drain else None, decoded
         except Exception as exc:  # crosses to the main process as a record, raised there
             return _WorkerFailure(exc)
 
@@ -254,8 +263,10 @@ class PyTorchLoader(Loader):
         self.preprocess = Preprocess(wl, layout, world)
         prefetch_factor = max(1, math.ceil(int(r.prefetch_size) / max(1, self.workers)))
         reader = self.sample_reader(wl, layout, fmt)
-        dataset = PlanDataset(reader, SampleShaper(fmt, resize),
-                              layout.total_samples, ring_depth=prefetch_factor + 1)
+        decode = bool(getattr(r, "decode_images", False))
+        self.decode_cost = DecodeCost() if decode else None  # summed from what each batch carries back
+        dataset = PlanDataset(reader, SampleShaper(fmt, resize), layout.total_samples,
+                              ring_depth=prefetch_factor + 1, decoder=ImageDecoder(fmt) if decode else None)
         kwargs = {}
         if self.workers > 0:
             kwargs = {
@@ -308,7 +319,9 @@ class PyTorchLoader(Loader):
                                    f"(epoch {plan.epoch})") from None
             if isinstance(item, _WorkerFailure):
                 raise item.exception()
-            ids, x, nbytes, requests = item
+            ids, x, nbytes, requests, decoded = item
+            if decoded is not None:
+                self.decode_cost.add(decoded)
             if requests is not None:
                 from ..metrics.objectstore import merge_figures
 

@@ -77,6 +77,8 @@ def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     doc = _summary_doc(run_dir, wl, world, facts, result, error, layout, red)
     if result is not None and getattr(result, "object_store", None):  # requests to the object store
         doc["iogen"]["object_store"] = result.object_store
+    if result is not None and getattr(result, "decode", None):  # decode mode: host CPU of decoding, apart from I/O
+        doc["iogen"]["decode"] = result.decode
     if result is not None and result.drain:  # checkpoints drained from the local to the shared tier
         doc["iogen"]["checkpoint_drain"] = drain_block(result.drain, rows, wl.metric.exclude_start_steps,
                                                        wl.metric.exclude_end_steps)
@@ -289,7 +291,7 @@ def _clean(obj):
 def headline(doc) -> tuple[str, bool]:
     """The lines `iogen run` prints, and whether the run passed its AU gate (or had none)."""
     from ..metrics.summary import au_loss
-    from .text import au_loss_lines, reads_lines, setup_line
+    from .text import au_loss_lines, decode_line, reads_lines, setup_line
 
     if not doc or not doc.get("metric"):
         return "no complete step was measured", False
@@ -314,6 +316,8 @@ def headline(doc) -> tuple[str, bool]:
         "measured: " + setup_line(it.get("setup")),
         *reads_lines(it),
     ]
+    if it.get("decode"):
+        lines.append(decode_line(it["decode"]))
     if not it["complete"]:
         lines.append(f"INCOMPLETE: {it['incomplete_reason']}")
     return "\n".join(lines), bool(gate["met"]) if gate["applied"] else True

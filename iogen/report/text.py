@@ -137,6 +137,13 @@ def reads_lines(it: dict) -> list[str]:
     return lines
 
 
+def decode_line(dec: dict) -> str:
+    """Decode mode's line: the host CPU time decoding took, apart from I/O (summary.json `iogen.decode`)."""
+    per = dec.get("decode_cpu_ms_per_image")
+    return (f"decode ({dec.get('decoder')}): {dec.get('images', 0):,} images, {dec.get('decode_cpu_s', 0.0):,.2f} s "
+            f"host CPU ({'n/a' if per is None else format(per, '.3f')} ms per image), apart from I/O")
+
+
 def _requests_line(label: str, op: str, fig: dict) -> str:
     """One line on an operation's requests: count, bytes, latency p50/p99, retries and 503s."""
     lat = fig.get("total_latency") or {}
