@@ -16,7 +16,7 @@ reading bytes already there.
 """
 cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from iogen._core.crcbuf cimport crc_fn, crc_of_view
 from iogen._core.splitmix cimport mix64
@@ -143,11 +143,15 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
 # so a block is JPEG_BLOCK_BITS bits, and no run of eight 1-bits can occur (a field's 6 ones, then
 # at most EOB's leading 1): the scan never holds a 0xFF byte and needs no byte stuffing, so its
 # length is arithmetic. Field i takes the low 6 bits of byte i of stream (seed, stream) from
-# offset_bytes. The last byte is padded with 1-bits, as JPEG asks.
+# offset_bytes. The last byte is padded with 1-bits, as JPEG asks. The fields are drawn a chunk at
+# a time into an L1-resident buffer and packed two blocks (27 bytes) at a time (jpeg_pack.h).
 DEF JPEG_COEFS = 15
 DEF JPEG_FIELD_BITS = 6
 DEF JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
-DEF JPEG_CHUNK_FIELDS = 4095  # random bytes drawn per step (whole blocks: a multiple of JPEG_COEFS)
+DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of blocks (136 pairs)
+
+cdef extern from "jpeg_pack.h" nogil:
+    int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -160,51 +164,23 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BITS,
                                    JPEG_COEFS)
     cdef int64_t n = nblocks
-    cdef int64_t out_len = (n * JPEG_BLOCK_BITS + 7) // 8
     if n == 0:
         return 0
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef unsigned char *dst = &view[0]
-    cdef unsigned char fields[JPEG_CHUNK_FIELDS]
-    cdef uint64_t acc = 0
-    cdef int nacc = 0
-    cdef int64_t pos = 0, b = 0, f, nf, take
-    cdef int c
+    # + 8: the packer reads one word past a block's last field (and drops the extra byte)
+    cdef unsigned char fields[JPEG_CHUNK_FIELDS + 8]
+    cdef int64_t pos = 0, b = 0, take
+    memset(fields + JPEG_CHUNK_FIELDS, 0, 8)
     with nogil:
         while b < n:
             take = n - b
             if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
                 take = JPEG_CHUNK_FIELDS // JPEG_COEFS
-            nf = take * JPEG_COEFS
-            fill_bytes(fields, nf, key, start + <uint64_t>(b * JPEG_COEFS))
-            f = 0
-            while f < nf:
-                # one block: DC "0" and the first field's 7 bits, 8 bits in all
-                acc = (acc << 8) | (fields[f] & 0x3F)
-                nacc += 8
-                dst[pos] = <unsigned char>(acc >> (nacc - 8))
-                pos += 1
-                nacc -= 8
-                for c in range(1, JPEG_COEFS):
-                    acc = (acc << 7) | (fields[f + c] & 0x3F)
-                    nacc += 7
-                    if nacc >= 8:
-                        dst[pos] = <unsigned char>(acc >> (nacc - 8))
-                        pos += 1
-                        nacc -= 8
-                acc = (acc << 2) | 2  # EOB
-                nacc += 2
-                if nacc >= 8:
-                    dst[pos] = <unsigned char>(acc >> (nacc - 8))
-                    pos += 1
-                    nacc -= 8
-                acc &= 0xFF  # only the bits still to be written matter
-                f += JPEG_COEFS
+            fill_bytes(fields, take * JPEG_COEFS, key, start + <uint64_t>(b * JPEG_COEFS))
+            pos += iogen_jpeg_pack(dst + pos, fields, take)
             b += take
-        if nacc > 0:  # pad the last byte with 1-bits
-            dst[pos] = <unsigned char>(((acc << (8 - nacc)) | ((1 << (8 - nacc)) - 1)) & 0xFF)
-            pos += 1
     return pos
 
 

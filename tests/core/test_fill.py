@@ -161,7 +161,8 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 
 # -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
 
-@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (4096, 123)])
+@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
+                                          (545, 3), (4096, 123)])
 def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset):
     a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
     b = a.copy()
