@@ -176,6 +176,19 @@ def check_jpeg_scan_args(seed, stream, offset_bytes, blocks, buf_bytes, block_bi
     return blocks
 
 
+def check_png_stored_args(seed, stream, offset_bytes, row, raw, buf_bytes, block_max) -> tuple[int, int, int]:
+    """Validate fill.png_stored's arguments; return (row, raw, bytes written) as ints (they fit in buf_bytes)."""
+    row = _check_int("row", row)
+    raw = _check_int("raw", raw)
+    if row < 1 or raw < 1:
+        raise ValueError(f"row and raw must be >= 1, got {row} and {raw}")
+    check_fill_args(seed, stream, offset_bytes, raw)
+    need = raw + 5 * (-(-raw // block_max))
+    if need > buf_bytes:
+        raise ValueError(f"stored blocks over {raw} bytes need {need} bytes, the buffer holds {buf_bytes}")
+    return row, raw, need
+
+
 def check_publish_args(log_fd, log_line, crc_hex_at) -> int:
     """Validate publish.write_file's log arguments; return log_fd as an int (-1: no log line)."""
     if (type(log_fd) is int and type(crc_hex_at) is int and 0 <= log_fd <= INT_MAX and log_line is not None

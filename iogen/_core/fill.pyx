@@ -21,7 +21,8 @@ from libc.string cimport memcpy, memset
 from iogen._core.crcbuf cimport crc_fn, crc_of_view
 from iogen._core.splitmix cimport mix64
 
-from iogen._core._common import check_crc, check_fill_args, check_jpeg_scan_args, writable_byte_view
+from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_args, check_png_stored_args,
+                                 writable_byte_view)
 
 cdef extern from "crc32.h" nogil:
     void iogen_crc32_init()
@@ -37,7 +38,8 @@ cdef extern from "fill_words.h" nogil:
 iogen_crc32_init()
 iogen_fill_words_init()
 
-__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan"]
+__all__ = ["adler32", "crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan",
+           "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -182,6 +184,78 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
             pos += iogen_jpeg_pack(dst + pos, fields, take)
             b += take
     return pos
+
+
+cdef extern from "adler32.h" nogil:
+    uint32_t iogen_adler32(uint32_t adler, const unsigned char *p, size_t n)
+
+# PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
+# bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
+# it is in the L1 cache: fill, filter bytes, Adler-32 (adler32.h) and CRC-32 of what is written.
+DEF PNG_STORED_MAX = 65535
+DEF PNG_PIECE = 16384
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(False)
+@cython.cdivision(True)
+def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
+    """Write zlib's stored deflate blocks over `raw` scanline bytes to buf's start: rows of `row`
+    bytes, each a filter byte 0 then the stream's bytes (scanline byte i is byte offset_bytes + i of
+    (seed, stream), filter bytes overwritten). Return (bytes written, the scanlines' Adler-32, the
+    CRC-32 of the bytes written continuing from crc) (GIL released)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    r, nraw, need = check_png_stored_args(seed, stream, offset_bytes, row, raw, view.shape[0], PNG_STORED_MAX)
+    cdef uint32_t c = check_crc(crc)
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef uint64_t start = <uint64_t>offset_bytes
+    cdef int64_t rowb = r, total = nraw
+    cdef unsigned char *dst = &view[0]
+    cdef uint32_t adler = 1
+    cdef int64_t pos = 0, done = 0, take, piece, k, first
+    with nogil:
+        while done < total:
+            take = total - done
+            if take > PNG_STORED_MAX:
+                take = PNG_STORED_MAX
+            dst[pos] = 1 if done + take == total else 0
+            dst[pos + 1] = <unsigned char>(take & 0xFF)
+            dst[pos + 2] = <unsigned char>(take >> 8)
+            dst[pos + 3] = <unsigned char>((take ^ 0xFFFF) & 0xFF)
+            dst[pos + 4] = <unsigned char>((take ^ 0xFFFF) >> 8)
+            c = iogen_crc32(c, dst + pos, 5)
+            pos += 5
+            first = done + take
+            while done < first:
+                piece = first - done
+                if piece > PNG_PIECE:
+                    piece = PNG_PIECE
+                fill_bytes(dst + pos, piece, key, start + <uint64_t>done)
+                k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
+                while k < piece:
+                    dst[pos + k] = 0
+                    k += rowb
+                adler = iogen_adler32(adler, dst + pos, <size_t>piece)
+                c = iogen_crc32(c, dst + pos, <size_t>piece)
+                pos += piece
+                done += piece
+    return pos, adler, c
+
+
+def adler32(data, value=1):
+    """Return the Adler-32 of data continuing from value, as zlib.adler32(data, value)."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    cdef uint32_t a = check_crc(value)
+    cdef size_t n = view.shape[0]
+    if n == 0:
+        return a
+    cdef const unsigned char *p = &view[0]
+    if n >= <size_t>NOGIL_MIN_BYTES:
+        with nogil:
+            a = iogen_adler32(a, p, n)
+    else:
+        a = iogen_adler32(a, p, n)
+    return a
 
 
 cdef object _crc32(data, crc, bint software):

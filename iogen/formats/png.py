@@ -106,24 +106,16 @@ class PngFormat(ImageFormat):
         data_len = 2 + zlib_bytes(raw) + 4
         start = pos
         put(struct.pack(">I", data_len) + b"IDAT" + b"\x78\x01")
-        # the stored blocks' payload: noise in place, block headers and filter bytes after
-        blocks = max(1, -(-raw // STORED_MAX))
-        adler = 1
-        row = 1 + 3 * width
-        for b in range(blocks):
-            take = min(STORED_MAX, raw - b * STORED_MAX)
-            last = b == blocks - 1
-            put(struct.pack("<BHH", 1 if last else 0, take, take ^ 0xFFFF))
-            body = buf[pos:pos + take]
-            fill_random(body, seed, stream, noise_at)
-            first = b * STORED_MAX
-            body[(-first) % row::row] = 0  # filter "None" at every scanline start in this block
-            adler = zlib.adler32(body, adler)
-            noise_at += take
-            pos += take
+        # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
+        from .. import core
+
+        crc = core.fill.crc32(buf[start + 4:pos])
+        written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_bytes(raw)], seed, stream, noise_at,
+                                                   1 + 3 * width, raw, crc)
+        pos += written
         put(struct.pack(">I", adler))
-        pos += 4
-        _chunk_crc(buf, start, data_len)
+        crc = core.fill.crc32(buf[pos - 4:pos], crc)
+        put(struct.pack(">I", crc))
         put(IEND)
         assert pos == n, (pos, n)
 

@@ -1,9 +1,12 @@
 """fill: counter-based deterministic content; both implementations must give the same bytes."""
 import hashlib
+import struct
 import zlib
 
 import numpy as np
 import pytest
+
+from iogen._core.pure.fill import fill_random as fill_random_pure
 
 
 def filled(impl, nbytes, seed, stream, offset_bytes=0):
@@ -194,3 +197,46 @@ def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
         core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, 1)
     with pytest.raises(ValueError, match="blocks must be >= 0"):
         core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, -1)
+
+
+# -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 5536, 5537, 5552 * 3 + 5, 200_001])
+def test_adler32_is_zlibs(core, n):
+    data = np.empty(n, np.uint8)
+    core.fill.fill_random(data, 3, 4, 0)
+    data[: n // 3] = 0xFF  # long runs of the largest byte: the sums' worst case
+    for start in (1, 0xFFF0FFF0, 123_456_789):
+        assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+
+
+def _stored_reference(seed, stream, offset, row, raw, crc):
+    """PNG's stored blocks as png.py built them before the core did (fill, filter bytes, zlib's sums)."""
+    out, adler, noise = bytearray(), 1, offset
+    for first in range(0, raw, 65535):
+        take = min(65535, raw - first)
+        out += struct.pack("<BHH", 1 if first + take == raw else 0, take, take ^ 0xFFFF)
+        body = np.empty(take, np.uint8)
+        fill_random_pure(body, seed, stream, noise)
+        body[(-first) % row::row] = 0
+        adler = zlib.adler32(body, adler)
+        out += body.tobytes()
+        noise += take
+    return bytes(out), adler, zlib.crc32(bytes(out), crc)
+
+
+@pytest.mark.parametrize("row,raw,offset", [(4, 4, 0), (7, 700, 3), (2473, 2473 * 130, 1 << 33),
+                                            (65536, 65536 * 2, 5), (100, 65535, 0), (10, 65540, 9)])
+def test_png_stored_blocks_are_the_reference_in_both_cores(cython_core, python_core, row, raw, offset):
+    want, adler, crc = _stored_reference(9, 4, offset, row, raw, 77)
+    for impl in (cython_core, python_core):
+        buf = np.full(len(want) + 9, 0xAA, np.uint8)
+        assert impl.fill.png_stored(buf, 9, 4, offset, row, raw, 77) == (len(want), adler, crc)
+        assert buf[:len(want)].tobytes() == want and (buf[len(want):] == 0xAA).all()
+
+
+def test_png_stored_refuses_a_short_buffer_and_bad_sizes(core):
+    with pytest.raises(ValueError, match="need 15 bytes, the buffer holds 14"):
+        core.fill.png_stored(np.zeros(14, np.uint8), 1, 2, 0, 5, 10)
+    with pytest.raises(ValueError, match="row and raw must be >= 1"):
+        core.fill.png_stored(np.zeros(14, np.uint8), 1, 2, 0, 0, 10)

@@ -10,9 +10,10 @@ import zlib
 import numpy as np
 
 from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, check_jpeg_scan_args,
-                                 mix64_array, writable_byte_view)
+                                 check_png_stored_args, mix64_array, writable_byte_view)
 
-__all__ = ["crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan"]
+__all__ = ["adler32", "crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan",
+           "png_stored"]
 
 # The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
 JPEG_COEFS = 15
@@ -103,3 +104,31 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     packed = np.packbits(np.concatenate([flat, np.ones(pad, np.uint8)]))
     out[:packed.size] = packed
     return int(packed.size)
+
+
+PNG_STORED_MAX = 65535
+
+
+def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
+    """zlib's stored deflate blocks over `raw` scanline bytes (see fill.pyx); return (bytes, Adler-32, CRC-32)."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    row, raw, need = check_png_stored_args(seed, stream, offset_bytes, row, raw, out.shape[0], PNG_STORED_MAX)
+    c = check_crc(crc)
+    lines = np.empty(raw, np.uint8)
+    fill_random(lines, seed, stream, offset_bytes)
+    lines[::row] = 0
+    pos = 0
+    for first in range(0, raw, PNG_STORED_MAX):
+        take = min(PNG_STORED_MAX, raw - first)
+        header = bytes([1 if first + take == raw else 0, take & 0xFF, take >> 8,
+                        (take ^ 0xFFFF) & 0xFF, (take ^ 0xFFFF) >> 8])
+        out[pos:pos + 5] = np.frombuffer(header, np.uint8)
+        out[pos + 5:pos + 5 + take] = lines[first:first + take]
+        pos += 5 + take
+    c = zlib.crc32(out[:pos], c)
+    return pos, zlib.adler32(lines), c
+
+
+def adler32(data, value=1):
+    """Return the Adler-32 of data continuing from value, as zlib.adler32(data, value)."""
+    return zlib.adler32(memoryview(data).cast("B"), check_crc(value))
