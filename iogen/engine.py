@@ -22,6 +22,20 @@ from .steplog import PHASE_EVAL, PHASE_TRAIN
 
 # Compute at least this long hides the previous step's bookkeeping (see Engine._phase).
 HIDE_BOOKKEEPING_NS = 1_000_000
+# The compute sleep's spin where ranks share CPUs (below): the timer slack, no more.
+SHARED_CPU_SPIN_NS = 50_000
+
+
+def compute_spin_ns(calibrated_ns: int, policy=None) -> int:
+    """The spin at the end of each emulated compute: the calibrated window (p99 of this machine's
+    sleep overshoot), except where the node's ranks share CPUs (fewer than 2 CPUs per rank: the
+    MPI wait policy then sleeps instead of spinning, iogen.watchdog). There a busy machine's
+    window (up to 2 ms a step) is CPU taken from the ranks' own readers and from the other ranks,
+    every step, so the spin stays at the timer slack and a late wake-up is what the step pays.
+    """
+    if policy is not None and policy.spin_s == 0:
+        return min(int(calibrated_ns), SHARED_CPU_SPIN_NS)
+    return int(calibrated_ns)
 
 
 @dataclass
@@ -53,7 +67,7 @@ class Engine:
         self.progress = progress
         self.clock = core.clock
         # Measure this machine's sleep overshoot once: the final stretch of every sleep spins.
-        self.spin_ns = core.clock.calibrate_spin_ns()
+        self.spin_ns = compute_spin_ns(core.clock.calibrate_spin_ns(), getattr(world, "policy", None))
         self.checkpointer = None
         if wl.workflow.checkpoint:
             if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3" \
