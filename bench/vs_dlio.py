@@ -1,6 +1,7 @@
 """iogen against DLIO, side by side on the same files, in the same run.
 
-iogen generates one dataset (NPZ, or TFRecord with --format tfrecord); then, alternating in each repetition with the page cache warmed
+iogen generates one dataset (NPZ, TFRecord with --format tfrecord, or JPEG with --format jpeg: MLPerf
+Storage v3.0's retinanet files, one image a file); then, alternating in each repetition with the page cache warmed
 before every contender, DLIO (`dlio_benchmark`, run from its own Python: --dlio-python or
 $IOGEN_DLIO_PYTHON) and iogen read it with the same loader, read threads, batch size, compute
 time and epochs. Every figure is what each tool reports in its own summary.json, under DLIO's
@@ -13,6 +14,12 @@ counts every step of an epoch over the whole epoch's time, its first step (worke
 included, while its AU leaves the first step's time and compute out (statscounter.py:
 compute_metrics_train); iogen leaves the first step out of both (metric.exclude_start_steps=1).
 DLIO sleeps with time.sleep, iogen with its calibrated sleep. The table shows both as published.
+DLIO 2.0 decodes every JPEG with Pillow; iogen reads a JPEG sample's bytes (MLPerf Storage v3.0's
+reader) unless --decode turns on its decode mode (reader.decode_images: Pillow too, same threads):
+the like-for-like comparison. The table's title says which.
+
+    .venv/bin/python bench/vs_dlio.py --format jpeg --record-bytes 322957 --files 2000 --batch 24 --threads 8 \
+        --compute 0 --dlio-python /tmp/dliovenv/bin/python --reps 3 [--decode]
 
     .venv/bin/python bench/vs_dlio.py --dlio-python /tmp/dliovenv/bin/python --reps 3
 
@@ -115,12 +122,17 @@ def main(argv=None) -> int:
     ap.add_argument("--loader", default=None, choices=["pytorch", "tensorflow"],
                     help="DLIO's data_loader (default: pytorch for npz, tensorflow for tfrecord); iogen uses the "
                          "same loader, and its native one beside it")
-    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord"],
-                    help="the dataset's format (TFRecord records carry the `image` and `size` features both read)")
+    ap.add_argument("--format", default="npz", choices=["npz", "tfrecord", "jpeg"],
+                    help="the dataset's format (TFRecord records carry the `image` and `size` features both read; "
+                         "JPEG: one image a file)")
+    ap.add_argument("--decode", action="store_true",
+                    help="jpeg: iogen decodes every image with Pillow (reader.decode_images), as DLIO 2.0 does")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary folder)")
     args = ap.parse_args(argv)
     args.loader = args.loader or ("tensorflow" if args.format == "tfrecord" else "pytorch")
+    if args.decode and args.format != "jpeg":
+        ap.error("--decode applies to --format jpeg")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import machine_line, print_footer
 
@@ -137,6 +149,8 @@ def main(argv=None) -> int:
             "workflow.evaluation=False", "workflow.checkpoint=False"]
     run_iogen(base + ["workflow.generate_data=True", "train.epochs=1"], "native")  # generate once
     base.append("workflow.generate_data=False")
+    if args.decode:
+        base.append("reader.decode_images=True")
     os.makedirs(os.path.join(data, "valid"), exist_ok=True)  # DLIO 2.0 lists valid/ even without eval files
     paths = sorted(glob.glob(os.path.join(data, "train", "**", f"*.{args.format}"), recursive=True))
     os.makedirs(os.path.join(work, "cfg", "workload"), exist_ok=True)
@@ -163,7 +177,9 @@ def main(argv=None) -> int:
             ("train_io_mean_MB_per_second", "MiB/s (DLIO's MB key)", ",.1f"))
     print(f"iogen vs DLIO: {args.files} {args.format} files x {args.record_bytes:,} B, {args.loader} loader, batch {args.batch}, read_threads "
           f"{args.threads} for both, compute {args.compute * 1e3:g} ms/step, {args.epochs} epochs, page cache warm, "
-          f"{args.reps} repetitions alternating (medians, min-max); iogen core {core.core_description()}")
+          f"{args.reps} repetitions alternating (medians, min-max); iogen core {core.core_description()}"
+          + ("; jpeg: iogen decodes with Pillow, as DLIO does" if args.decode else
+             "; jpeg: iogen reads the bytes, DLIO 2.0 decodes with Pillow" if args.format == "jpeg" else ""))
     print()
     print("| contender | " + " | ".join(name for _, name, _ in keys) + " | samples/s vs DLIO |")
     print("|---|" + "---:|" * (len(keys) + 1))
