@@ -174,7 +174,9 @@ class PlanDataset(Dataset):
                 sleep_ns(int(task[1].sum()))
             # object storage: this process's request figures ride with the batch (None on files)
             drain = getattr(self.reader, "drain", None)
-            return torch.from_numpy(ids.copy()), x, read.nbytes, drain() if drain else None, decoded
+            # the ids go back as a numpy array, pickled by value with the batch: a tensor would cost a
+            # fresh shared-memory segment, its descriptor passed over a socket, every batch
+            return ids.copy(), x, read.nbytes, drain() if drain else None, decoded
         except Exception as exc:  # crosses to the main process as a record, raised there
             return _WorkerFailure(exc)
 
@@ -331,7 +333,7 @@ class PyTorchLoader(Loader):
                 figures.append(requests)
                 if step == plan.steps - 1:
                     self.epoch_figures.append(merge_figures(figures))
-            yield Batch(int(ids.shape[0]), int(nbytes), Payload(ids, x))
+            yield Batch(int(ids.shape[0]), int(nbytes), Payload(torch.from_numpy(ids), x))
 
     def close(self) -> None:
         """Stop the workers (persistent workers otherwise live as long as the DataLoader)."""

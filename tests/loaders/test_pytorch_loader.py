@@ -205,6 +205,8 @@ def test_a_batch_stays_intact_while_workers_read_ahead(datasets, lt, prefetch):
         for plan in lt.plans(wl, layout):
             for batch in loader.epoch(plan):
                 time.sleep(0.02)  # let the workers fill every buffer they are allowed to
+                # the ids cross from the worker by value (no shared segment a batch), and arrive as a tensor
+                assert batch.data.ids.dtype == torch.int64 and batch.data.ids.shape == (1,)
                 gid = int(batch.data.ids[0])
                 assert np.array_equal(batch.data.x[0].numpy(), lt.expected_sample(layout, gid))
 
