@@ -157,7 +157,7 @@ cdef extern from "jpeg_pack.h" nogil:
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
-@cython.wraparound(False)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 @cython.cdivision(True)
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in
@@ -197,7 +197,7 @@ DEF PNG_PIECE = 16384
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
-@cython.wraparound(False)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 @cython.cdivision(True)
 def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
     """Write zlib's stored deflate blocks over `raw` scanline bytes to buf's start: rows of `row`
