@@ -13,7 +13,8 @@
   opened and indexed lazily in each worker.
 - A worker reads a whole batch in one `SampleReader.read` call (one GIL-free batched pread)
   into a shared-memory buffer and returns a view of it as the batch tensor, so the batch
-  reaches the main process without a copy.
+  reaches the main process without a copy; the buffer's storage crosses once, later batches
+  only their view of it (_RingView).
 - A worker's exception comes back as a record and is raised in the main process as the same
   iogen error (DataError with its path and offset); a worker that dies (killed, crashed) makes
   the DataLoader raise at once; `timeout` is a backstop against a worker that hangs.
@@ -96,8 +97,11 @@ class _SharedRing:
 
     def __init__(self, depth: int):
         self.slots = [[] for _ in range(max(2, depth))]
+        self.gens = [[] for _ in self.slots]  # per buffer: its generation (this process, a counter)
         self.k = -1
         self.used = []
+        self._made = 0
+        self._sent = set()  # ((worker, slot, index), generation) whose storage the main process has been sent
 
     def next_batch(self):
         """Start the next batch: its buffers come from the next slot."""
@@ -111,13 +115,70 @@ class _SharedRing:
         if i == len(bufs) or bufs[i].numel() < nbytes:
             size = max(nbytes, int(bufs[i].numel() * 1.25)) if i < len(bufs) else nbytes
             t = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+            self._made += 1
+            gen = (os.getpid(), self._made)
             if i == len(bufs):
                 bufs.append(t)
+                self.gens[self.k].append(gen)
             else:
                 bufs[i] = t
+                self.gens[self.k][i] = gen
         t = self.slots[self.k][i][:nbytes]
         self.used.append(t)
         return t.numpy()
+
+    def views(self, x, worker: int):
+        """x (a tensor or a list of them) with every tensor on this batch's buffers as a _RingView:
+        the buffer's storage goes to the main process once per buffer, then only its key."""
+        if isinstance(x, list):
+            return [self.views(a, worker) for a in x]
+        ptr = x.untyped_storage().data_ptr()
+        for i, t in enumerate(self.slots[self.k]):
+            if t.untyped_storage().data_ptr() == ptr:
+                key, gen = (worker, self.k, i), self.gens[self.k][i]
+                first = (key, gen) not in self._sent
+                self._sent.add((key, gen))
+                return _RingView(key, gen, t.untyped_storage() if first else None, x)
+        return x  # not on a ring buffer: pickled as torch does
+
+
+class _RingView:
+    """A batch tensor on a worker's ring buffer, as it crosses to the main process.
+
+    Pickled as a tensor, a shared buffer costs a connection to the worker's descriptor server (an
+    HMAC challenge each way, the descriptor passed, then a cache look-up) every batch. A ring
+    buffer is the same storage batch after batch, so it crosses once, with its first batch; later
+    batches carry its key and the view (dtype, shape, strides, offset) only. Batches reach the
+    main process in sampler order, so a buffer's first batch is rebuilt before any later one.
+    """
+
+    __slots__ = ("key", "gen", "storage", "dtype", "shape", "stride", "offset")
+
+    def __init__(self, key, gen, storage, x):
+        self.key, self.gen, self.storage = key, gen, storage
+        self.dtype, self.shape, self.stride, self.offset = x.dtype, tuple(x.shape), x.stride(), x.storage_offset()
+
+
+class RingViews:
+    """The main process's side: each worker buffer's storage, kept from its first batch (by worker,
+    slot and index; a newer generation of a buffer replaces the older one)."""
+
+    def __init__(self):
+        self.storages = {}
+
+    def rebuild(self, x):
+        """x with every _RingView made a tensor on its buffer's storage again."""
+        if isinstance(x, list):
+            return [self.rebuild(a) for a in x]
+        if not isinstance(x, _RingView):
+            return x
+        if x.storage is not None:
+            self.storages[x.key] = (x.gen, x.storage)
+        gen, storage = self.storages.get(x.key, (None, None))
+        if gen != x.gen:
+            raise RuntimeError(f"a DataLoader worker's batch refers to a shared buffer {x.key} {x.gen} that never "
+                               "reached this process")
+        return torch.empty(0, dtype=x.dtype).set_(storage, x.offset, x.shape, x.stride)
 
 
 class PlanDataset(Dataset):
@@ -126,7 +187,10 @@ class PlanDataset(Dataset):
     the decode mode's (images, thread CPU ns, pixel bytes) of the batch (None when off)."""
 
     def __init__(self, reader: SampleReader, shaper: SampleShaper, total: int, ring_depth: int = 4,
-                 decoder=None):
+                 decoder=None, ring_views: bool = False):
+        # workers send a ring buffer's storage once, then views of it (_RingView); off with
+        # pin_memory, whose thread pins the tensors it finds in a batch
+        self.ring_views = bool(ring_views)
         self.decoder = decoder  # decode mode (reader.decode_images): iogen.loaders.decode.ImageDecoder
         self.reader = reader
         self.shaper = shaper
@@ -170,6 +234,8 @@ class PlanDataset(Dataset):
                                               lambda i: self.reader.path(int(ids[i]) // spf))
             x = self.shaper.batch(read, alloc)
             x = [_as_tensor(a, buffers) for a in x] if isinstance(x, list) else _as_tensor(x, buffers)
+            if self.ring_views and self._ring is not None:
+                x = self._ring.views(x, torch.utils.data.get_worker_info().id)
             if task.ndim == 2:
                 sleep_ns(int(task[1].sum()))
             # object storage: this process's request figures ride with the batch (None on files)
@@ -268,7 +334,9 @@ class PyTorchLoader(Loader):
         decode = bool(getattr(r, "decode_images", False))
         self.decode_cost = DecodeCost() if decode else None  # summed from what each batch carries back
         dataset = PlanDataset(reader, SampleShaper(fmt, resize), layout.total_samples,
-                              ring_depth=prefetch_factor + 1, decoder=ImageDecoder(fmt) if decode else None)
+                              ring_depth=prefetch_factor + 1, decoder=ImageDecoder(fmt) if decode else None,
+                              ring_views=not r.pin_memory)
+        self.ring_views = RingViews()
         kwargs = {}
         if self.workers > 0:
             kwargs = {
@@ -333,7 +401,7 @@ class PyTorchLoader(Loader):
                 figures.append(requests)
                 if step == plan.steps - 1:
                     self.epoch_figures.append(merge_figures(figures))
-            yield Batch(int(ids.shape[0]), int(nbytes), Payload(torch.from_numpy(ids), x))
+            yield Batch(int(ids.shape[0]), int(nbytes), Payload(torch.from_numpy(ids), self.ring_views.rebuild(x)))
 
     def close(self) -> None:
         """Stop the workers (persistent workers otherwise live as long as the DataLoader)."""

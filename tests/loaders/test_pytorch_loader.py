@@ -211,6 +211,22 @@ def test_a_batch_stays_intact_while_workers_read_ahead(datasets, lt, prefetch):
                 assert np.array_equal(batch.data.x[0].numpy(), lt.expected_sample(layout, gid))
 
 
+def test_a_workers_buffers_cross_to_the_main_process_once(datasets, lt):
+    """Batch after batch a worker's ring buffer is the same storage: it crosses once, then only views of it."""
+    wl = datasets.workload("npz", "pytorch", reader__read_threads=2, reader__prefetch_size=2)
+    layout, fmt = lt.parts(wl)
+    seen = set()
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        for plan in lt.plans(wl, layout):
+            for batch in loader.epoch(plan):
+                seen.add(batch.data.x.untyped_storage().data_ptr())
+                for gid, row in zip(batch.data.ids.tolist(), batch.data.x):
+                    assert np.array_equal(row.numpy(), lt.expected_sample(layout, gid))
+        kept = {storage.data_ptr() for _, storage in loader.ring_views.storages.values()}
+    # 2 workers x a ring of prefetch_factor (1) + 1 buffers: every batch is a view on one of them
+    assert seen <= kept and 1 <= len(kept) <= 4
+
+
 HANDOFF = """
 import os, socket, sys
 from multiprocessing import resource_sharer
