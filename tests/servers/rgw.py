@@ -23,7 +23,7 @@ import uuid
 
 PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "monmaptool", "ceph", "radosgw-admin")
-DAEMONS = ("radosgw", "osd.0", "mon.a")  # stop order
+DAEMONS = ("radosgw", "ceph-osd", "ceph-mon")  # stop order
 ACCESS_KEY = "IOGENRGWACCESSKEY000"
 SECRET_KEY = "iogen-rgw-secret-key-0000000000000000000"
 START_TIMEOUT_S = 180
@@ -142,6 +142,8 @@ def _daemon(d, *args) -> None:
                                 stderr=out, start_new_session=True)
     finally:
         out.close()
+    with open(f"{d}/run/{args[0]}.started-pid", "w") as fh:  # ours: stop() ends it by this PID
+        fh.write(str(proc.pid))
     time.sleep(0.5)
     if proc.poll() is not None:
         with open(f"{d}/log/{args[0]}.out", "rb") as fh:
@@ -210,10 +212,10 @@ def _wait(d, ready, deadline, what) -> None:
 
 
 def stop(d: str) -> None:
-    """End every daemon started under d by the PID its file names; wait for each to exit."""
+    """End every daemon started under d by the PID start() recorded; wait for each to exit."""
     d = os.path.abspath(d)
     for name in DAEMONS:
-        path = f"{d}/run/client.rgw.pid" if name == "radosgw" else f"{d}/run/{name}.pid"
+        path = f"{d}/run/{name}.started-pid"
         try:
             with open(path) as fh:
                 pid = int(fh.read().strip())
