@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import manifest as mf
 from ._version import __version__
-from .datagen import _DATA_NAME, GenerateResult, Problem, _shown, default_workers
+from .datagen import GenerateResult, Problem, _shown, default_workers
+from .formats import DATA_NAME
 from .errors import DataError
 from .formats.checksum import crc32c, format_crc
 
@@ -87,7 +88,7 @@ def _existing(store, layout) -> dict[str, int]:
 
 
 def _data_named(rel: str) -> bool:
-    return bool(_DATA_NAME.match(rel.rsplit("/", 1)[-1]))
+    return bool(DATA_NAME.match(rel.rsplit("/", 1)[-1]))
 
 
 def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int, dict]]:
