@@ -151,7 +151,7 @@ DEF JPEG_CHUNK_FIELDS = 4095  # random bytes drawn per step (whole blocks: a mul
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
-@cython.wraparound(False)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
 @cython.cdivision(True)
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in
