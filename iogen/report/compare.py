@@ -80,7 +80,7 @@ class Side:
 
     def series(self, key) -> np.ndarray:
         """The finite values of one metric."""
-        return np.array([v for v in self.values[key] if v is not None and math.isfinite(v)], dtype=np.float64)
+        return np.array([v for v in self.values.get(key, ()) if v is not None and math.isfinite(v)], dtype=np.float64)
 
 
 def _side_from_runs(path, runs: list[RunValues]) -> Side:
