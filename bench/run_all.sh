@@ -37,6 +37,7 @@ done
 run loaders $PY bench/loaders_compare.py --reps 2 --epochs 2 --dir "$WORK/loaders"
 run startup $PY bench/startup.py --reps 5
 run checkpoint_vs_dd $PY bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --shard-gib 2 --repeat 3
+run checkpoint_vs_dd_whole $PY bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --repeat 3 --whole
 run staging $PY bench/staging_vs_copy.py --dir "$WORK/staging"
 run drain $PY bench/drain_interference.py --dir "$WORK/drain"
 if $PY -c "import moto" 2>/dev/null; then
