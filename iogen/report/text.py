@@ -376,6 +376,7 @@ def render_checkpoint_report(report: dict) -> str:
     lines.extend(incomplete_lines(runs))
     lines.extend(checkpoint_lines(runs, camp))
     lines.extend(drain_lines(runs))
+    lines.extend(cpu_table(runs))
     for note in camp["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
