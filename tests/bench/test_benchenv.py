@@ -76,6 +76,8 @@ def test_run_measured_counts_the_whole_child_tree(benchenv):
     assert user + system >= 0.59
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_vs_dlio_prints_both_tables_and_says_dlio_was_not_measured(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "IOGEN_DLIO_PYTHON"}
     done = subprocess.run(
