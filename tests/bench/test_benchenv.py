@@ -1,6 +1,7 @@
 """bench/benchenv.py: the cool-down rule a figure must meet to count toward a target, the
 process-tree CPU measurement bench/vs_dlio.py applies to both tools, and vs_dlio.py run for real
 with tiny sizes (DLIO absent: iogen's side, and the line that says DLIO was not measured)."""
+import importlib.util
 import os
 import re
 import subprocess
@@ -78,6 +79,7 @@ def test_run_measured_counts_the_whole_child_tree(benchenv):
 
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_vs_dlio_prints_both_tables_and_says_dlio_was_not_measured(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "IOGEN_DLIO_PYTHON"}
     done = subprocess.run(
