@@ -430,6 +430,12 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         from ..metrics.drain import reduce_drains
 
         drain_block, drain_error = reduce_drains(world, drain_record)
+    from ..metrics.cpu import cpu_block, tree_cpu
+
+    # the whole invocation's CPU, every rank's process tree summed (docs/metrics.md, "CPU time")
+    mine_cpu = tree_cpu()
+    cpu_user, cpu_system = (float(x) for x in world.allreduce_array(np.array([mine_cpu.user_s, mine_cpu.system_s]),
+                                                                    "sum"))
     object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
     all_objects = None
     if objects:  # every rank's requests merged by reductions, on rank 0
@@ -439,6 +445,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
+        doc["iogen"]["cpu"] = cpu_block(None, None, None, None, cpu_user, cpu_system, None)
         if all_objects is not None:
             doc["iogen"]["object_store"] = {"client": wl.storage.s3_client, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
@@ -617,6 +624,10 @@ def headline(doc) -> str:
         lines.append("object store HEADs (boto3, untimed): " + ", ".join(
             f"{fig['requests']} for the {what}, p50 {fig['total_latency']['p50_ns'] / 1e6:.1f} ms" for what, fig in heads))
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
+    cpu = doc["iogen"].get("cpu") or {}
+    if cpu.get("invocation_cpu_s") is not None:
+        lines.append(f"CPU (user + system, every rank's process tree): whole invocation {cpu['invocation_cpu_s']:.2f} s, "
+                     "start-up included")
     return "\n".join(lines)
 
 
