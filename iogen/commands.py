@@ -188,7 +188,7 @@ def cmd_datagen(args) -> int:
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
     if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
         from .objectdata import generate_objects
-        from .objectstore import open_store
+        from .storage.s3 import open_store
 
         results = generate_objects(open_store(wl), layouts, fmt, world, workers=args.workers,
                                    overwrite=args.overwrite, progress=GenerateProgress(sys.stderr, args.quiet,
@@ -326,7 +326,7 @@ def cmd_verify(args) -> int:
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     store = None
     if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
-        from .objectstore import open_store
+        from .storage.s3 import open_store
 
         store = open_store(wl)
     for split in splits:

@@ -113,7 +113,7 @@ class StageReport:
     # folders this invocation created that were not empty when it removed its own: a parent shared
     # with another node's staging folder (simulated nodes on one host), removed once that one is gone
     left_dirs: list = field(default_factory=list)
-    object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
+    object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.storage.s3)
 
     @property
     def copy_s(self) -> float:
@@ -276,7 +276,7 @@ def object_transfers(wl):
     if wl.storage.storage_type != "s3":
         return None
     from .objectcopy import Transfers
-    from .objectstore import ObjectStore
+    from .storage.s3 import ObjectStore
 
     st = wl.staging
     store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked with the data

@@ -128,7 +128,7 @@ class Drainer:
         """The upload threads, their clients and part buffers, and the coordinating thread, made now
         (a client costs ~0.1 s): outside every checkpoint's drain time."""
         from ..objectcopy import Transfers
-        from ..objectstore import part_size_bytes
+        from ..storage.s3 import part_size_bytes
 
         self._transfers = Transfers(self.store, self.threads, part_size_bytes(self.transfer), "iogen-drain-put")
         self._coordinator = ThreadPoolExecutor(1, thread_name_prefix="iogen-drain")  # creates and completes

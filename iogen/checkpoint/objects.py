@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import core
-from ..objectstore import part_size_bytes  # a checkpoint-only run's part size: whole transfer-size blocks
+from ..storage.s3 import part_size_bytes  # a checkpoint-only run's part size: whole transfer-size blocks
 from .training import Checkpointer
 
 MIN_PART_BYTES = 5 << 20
@@ -29,7 +29,7 @@ class ObjectCheckpointer(Checkpointer):
 
     def __init__(self, wl, world):
         from ..objectkeys import folder_uri
-        from ..objectstore import open_store
+        from ..storage.s3 import open_store
 
         ck = wl.checkpoint
         self._schedule(wl, world)
@@ -99,7 +99,7 @@ class ObjectCheckpointIO:
     CheckpointIO writes: the content (transfer_size bytes of the core's seeded fill) repeated,
     the first 8 bytes of each transfer-size block stamped (stamp ^ file offset), the layout's
     framing over it. Parts are part_size_bytes(transfer_size); `threads` parts in flight across
-    the rank's objects (iogen.objectstore.ObjectStore.put_objects). Each upload thread holds one
+    the rank's objects (iogen.storage.s3.ObjectStore.put_objects). Each upload thread holds one
     part-sized copy of the content, stamped and framed in place for each part (then restored), and
     botocore gets one bytes copy of it per part: memory is about 2 x threads x part size, never
     a file's size. Reads are ranged GETs of one part size, `read_threads` in flight, each thread
@@ -108,7 +108,7 @@ class ObjectCheckpointIO:
 
     def __init__(self, wl, *, threads: int, transfer_bytes: int, seed: int, randomize: bool = True,
                  read_threads: int | None = None):
-        from ..objectstore import open_store
+        from ..storage.s3 import open_store
 
         self.threads = max(1, int(threads))
         self.read_threads = max(1, int(read_threads or threads))
@@ -237,7 +237,7 @@ class ObjectCheckpointIO:
         return sum(self._read_pool.map(one, tasks))
 
     def figures(self) -> dict:
-        """The request figures since the last call (iogen.objectstore.ObjectStore.drain)."""
+        """The request figures since the last call (iogen.storage.s3.ObjectStore.drain)."""
         return self.store.drain()
 
     def close(self) -> None:

@@ -333,7 +333,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
 
         store = None
         if objects:  # the drain's own store: its requests are the drain's figures
-            from ..objectstore import ObjectStore
+            from ..storage.s3 import ObjectStore
 
             store = ObjectStore.from_workload(wl, ck.drain_threads)
         drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)

@@ -45,7 +45,7 @@ class Checkpointer:
                 shared, store = ck.checkpoint_folder, None
                 if wl.storage.storage_type == "s3":  # the shared tier is the bucket (same keys as direct uploads)
                     from ..objectkeys import folder_uri
-                    from ..objectstore import ObjectStore
+                    from ..storage.s3 import ObjectStore
 
                     shared = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
                     store = ObjectStore.from_workload(wl, ck.drain_threads)

@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..storage import clients as storage_clients
+from ..storage import storage_types
 from .distributions import TimeDist
 from .names import FolderPath, PathComponent
 from .problems import did_you_mean, rule, show
@@ -92,9 +94,12 @@ Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loa
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
                         BeforeValidator(lambda v: "none" if v is None else v),
                         _choice("compression", COMPRESSIONS, DLIO_COMPRESSIONS)]
-StorageType = Annotated[Literal["local_fs", "s3"], _choice(
-    "storage type", ("local_fs", "s3"), DLIO_STORAGE,
+# The storage types and S3 clients are the storage registry's (iogen/storage/__init__.py): a new
+# backend is accepted here by its registry line alone.
+StorageType = Annotated[str, _choice(
+    "storage type", storage_types(), DLIO_STORAGE,
     hint=" (a parallel file system mounted with POSIX semantics is local_fs to iogen)")]
+S3Client = Annotated[str, _choice("S3 client", storage_clients())]
 StepCap = Annotated[Optional[PosInt], _off_if_sentinel(-1)]
 CheckpointSteps = Annotated[Optional[PosInt], _off_if_sentinel(-1, 0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -495,7 +500,7 @@ class Storage(Section):
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
     # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
     # what a client does not implement yet is refused (objectkeys.workload_problems).
-    s3_client: Literal["boto3", "s3torchconnector"] = "boto3"
+    s3_client: S3Client = "boto3"
 
     @model_validator(mode="after")
     def _s3_keys(self):

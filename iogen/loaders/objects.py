@@ -53,7 +53,7 @@ class ObjectLoader(Loader):
 
     def __init__(self, wl, layout, fmt, world):
         super().__init__(wl, layout, fmt, world)
-        from ..objectstore import ObjectStore, open_store
+        from ..storage.s3 import ObjectStore, open_store
 
         rd = wl.reader
         self.threads = max(1, int(rd.read_threads))
@@ -204,7 +204,7 @@ class ObjectSampleReader:
     """
 
     def __init__(self, wl, layout, fmt):
-        from ..objectstore import open_store
+        from ..storage.s3 import open_store
 
         st, rd = wl.storage, wl.reader
         self._client_args = (st.endpoint_url, st.region, st.addressing_style)
@@ -228,7 +228,7 @@ class ObjectSampleReader:
         with _MAKE_LOCK:
             if self._store is not None and self._pid == os.getpid() and self._table is not None:
                 return self._store
-            from ..objectstore import ObjectStore
+            from ..storage.s3 import ObjectStore
 
             endpoint, region, style = self._client_args
             if self._store is None or self._pid != os.getpid():

@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..errors import ConfigError, DataError
 from ..objectkeys import split_uri
 from ..histogram import LatencyHistogram
-from ..objectstore import connector_args
+from ..storage.s3torch import connector_args
 from .objects import ObjectSampleReader
 from .pytorch import PyTorchLoader, _first
 

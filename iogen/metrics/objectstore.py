@@ -1,6 +1,6 @@
 """Object-store request figures across drains, threads, batches and ranks: summary.json's `iogen.object_store`.
 
-An ObjectStore counts its requests (iogen/objectstore.py) and hands them over with drain();
+An ObjectStore counts its requests (iogen/storage/s3.py) and hands them over with drain();
 these functions merge such figures exactly (counts summed, latency histograms merged by adding
 their buckets, iogen/histogram.py) and build the run's block.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..objectstore import OPS, STREAM_OPS, OpStats, StreamStats
+from ..storage.figures import OPS, STREAM_OPS, OpStats, StreamStats
 from .latency import reduce_histograms
 
 
