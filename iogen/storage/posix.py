@@ -32,6 +32,11 @@ def _write_all(fd: int, data, offset: int) -> None:
         done += put
 
 
+def _parent(path: str) -> None:
+    """Make path's folder (a path names a file as a key names an object: its folders are implied)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
 class PosixStorage(Storage):
     """Files (see the module doc). `direct`: reads with O_DIRECT (the caller's buffers and ranges aligned)."""
 
@@ -115,10 +120,19 @@ class PosixStorage(Storage):
     # -- writes -------------------------------------------------------------------------------
 
     def publish(self, path: str, data, fsync: bool = False) -> None:
-        with replacing(path, needed_bytes=memoryview(data).nbytes) as tmp:
-            core.publish.write_file(tmp, data, final_path=path, fsync=bool(fsync))
+        """The core's write_file: written under this process's temporary name, renamed into place (one call)."""
+        _parent(path)
+        pending = PendingFile(path, needed_bytes=memoryview(data).nbytes)
+        try:
+            core.publish.write_file(pending.tmp, data, final_path=path, fsync=bool(fsync))
+        except BaseException as exc:
+            pending.discard()
+            if is_full_disk(exc):
+                raise pending.full_disk(exc) from None
+            raise
 
     def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool, fsync: bool = False) -> int:
+        _parent(path)
         pending = PendingFile(path, needed_bytes=size)
         fd = os.open(pending.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
@@ -146,6 +160,7 @@ class PosixStorage(Storage):
 
         size = os.stat(src).st_size
         buf = np.empty(COPY_BUFFER_BYTES, np.uint8)
+        _parent(dst)
         with replacing(dst, needed_bytes=size) as tmp:
             s = core.reader.open_file(src)
             try:
