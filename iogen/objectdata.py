@@ -280,9 +280,9 @@ def check_objects(store, layout, fmt) -> None:
 
 def prepare_objects(wl, world, layouts, fmt, progress_stream=None, quiet=False) -> None:
     """Before a run: the bucket checked, missing objects generated when asked, the manifests checked."""
-    from .storage.s3 import open_store
+    from .storage import get_storage
 
-    store = open_store(wl)
+    store = get_storage(wl)
     if wl.workflow.generate_data:
         from .progress import GenerateProgress
 

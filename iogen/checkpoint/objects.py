@@ -9,6 +9,9 @@ them in flight. The content is generated once, before any timed window, as the f
 are stamped with the checkpoint and part numbers, so no two parts are the same bytes. An upload
 that fails is aborted (no partial object); only the newest checkpoint is kept (the previous one
 is deleted outside the timed windows). The requests are counted (iogen.object_store.checkpoint).
+The object is written through the storage backend's write_stream (iogen/storage/): boto3's
+multipart upload, or with `storage.s3_client: s3torchconnector` one S3Checkpoint writer stream,
+whose per-object figures join the requests.
 """
 from __future__ import annotations
 
@@ -28,12 +31,11 @@ class ObjectCheckpointer(Checkpointer):
     """Checkpointer whose rank 0 writes objects (see the module doc)."""
 
     def __init__(self, wl, world):
-        from ..objectkeys import folder_uri
-        from ..storage.s3 import open_store
+        from ..storage import backend_class, get_storage
 
         ck = wl.checkpoint
         self._schedule(wl, world)
-        self.folder = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
+        self.folder = backend_class(wl).checkpoint_folder(wl)
         self.drainer = None
         self.io = None
         self.store = None
@@ -42,7 +44,7 @@ class ObjectCheckpointer(Checkpointer):
             return
         self.part_bytes = max(MIN_PART_BYTES, int(ck.transfer_size))
         threads = max(1, int(ck.write_threads))
-        self.store = open_store(wl, threads)
+        self.store = get_storage(wl, threads)  # boto3's multipart uploads, or s3torchconnector's writer streams
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="iogen-ckpt-put")
         content = np.empty(min(self.part_bytes, max(1, self.size_bytes)), np.uint8)
         if ck.randomize_tensor:
@@ -62,6 +64,7 @@ class ObjectCheckpointer(Checkpointer):
             ready.wait(timeout=60)
 
         list(self._pool.map(warm, range(threads)))
+        self.store.prepare_stream(self.part_bytes)  # a streaming client's own client and connection, now
 
     def _part(self, i: int):
         """Part i's bytes, in this thread's copy of the content, stamped (checkpoint, part)."""
@@ -75,14 +78,14 @@ class ObjectCheckpointer(Checkpointer):
     def _write_file(self, epoch: int, step: int) -> str:
         uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
         self._stamp = self.count + 1
-        self.store.put_parts(uri, self.size_bytes, self.part_bytes, self._part, self._pool)
+        self.store.write_stream(uri, self.size_bytes, self.part_bytes, self._part, self._pool)
         self._supersede(uri)
         return uri
 
     def cleanup(self) -> None:
         """Delete superseded checkpoint objects (outside the timed windows)."""
         while self.stale:
-            self.store.delete(self.stale.pop())
+            self.store.remove(self.stale.pop())
 
     def finish(self) -> None:
         """End of run: stop the upload threads; keep the request figures for the summary."""
@@ -108,7 +111,7 @@ class ObjectCheckpointIO:
 
     def __init__(self, wl, *, threads: int, transfer_bytes: int, seed: int, randomize: bool = True,
                  read_threads: int | None = None):
-        from ..storage.s3 import open_store
+        from ..storage import get_storage
 
         self.threads = max(1, int(threads))
         self.read_threads = max(1, int(read_threads or threads))
@@ -116,7 +119,7 @@ class ObjectCheckpointIO:
         self.part_bytes = part_size_bytes(self.transfer)
         self.seed = seed
         self.randomize = randomize
-        self.store = open_store(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
+        self.store = get_storage(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
         self._write_pool = None
         self._read_pool = None
         self._pristine = None

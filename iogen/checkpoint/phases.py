@@ -20,6 +20,7 @@ import numpy as np
 from .. import core
 from ..atomic import make_folders, remove_stale_temps
 from ..errors import ConfigError, DataError, os_error_text
+from ..storage import backend_class, capabilities
 from .io import CheckpointIO, evict
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -61,11 +62,8 @@ def read_rank(world, shift: bool) -> tuple[int, str | None]:
 
 def checkpoint_root(wl) -> str:
     """Where checkpoints live: the folder's absolute path, or on object storage its s3:// URI."""
-    if wl.storage.storage_type == "s3":
-        from ..objectkeys import folder_uri
-
-        return folder_uri(wl.storage.storage_root, wl.checkpoint.checkpoint_folder)
-    return os.path.abspath(wl.checkpoint.checkpoint_folder)
+    folder = backend_class(wl).checkpoint_folder(wl)
+    return os.path.abspath(folder) if capabilities(wl).local_paths else folder
 
 
 def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
@@ -235,11 +233,13 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     check_space(wl, world, mine, folder, n_write)  # before the first byte, on every rank alike
     io = None
     try:
-        if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
+        caps = capabilities(wl)
+        if not caps.local_paths:  # objects (docs/objectstore.md); the bucket is checked here
             from .objects import ObjectCheckpointIO
             from .s3torch import ConnectorCheckpointIO
 
-            kind = ConnectorCheckpointIO if wl.storage.s3_client == "s3torchconnector" else ObjectCheckpointIO
+            # a client that hides its requests streams each object on its own (figures per object)
+            kind = ConnectorCheckpointIO if "objects" in caps.figures else ObjectCheckpointIO
             io = kind(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
                       seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
                       read_threads=ck.read_threads)
@@ -333,9 +333,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
 
         store = None
         if objects:  # the drain's own store: its requests are the drain's figures
-            from ..storage.s3 import ObjectStore
-
-            store = ObjectStore.from_workload(wl, ck.drain_threads)
+            store = backend_class(wl).from_workload(wl, ck.drain_threads)
         drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)
     read_folder = folder if drainer is not None or not local else local
     writer = file_io or io
@@ -440,7 +438,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         if all_objects is not None:
-            doc["iogen"]["object_store"] = {"client": wl.storage.s3_client, **{
+            doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
         if drain_block is not None:
             doc["iogen"]["checkpoint_drain"] = drain_block
@@ -523,7 +521,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
     device = rank_facts[:, 1]
     read_bytes = int(read[:, :, 0].sum()) if read.shape[1] else 0
     page_cache = None
-    if read.shape[1] and wl.storage.storage_type != "s3":  # objects: no page cache in the way
+    if read.shape[1] and capabilities(wl).page_cache:  # objects: no page cache in the way
         known = bool((device >= 0).all())
         dev_total = int(device.sum()) if known else None
         from_storage = known and dev_total >= 0.9 * read_bytes

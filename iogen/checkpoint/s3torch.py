@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from ..storage.s3torch import StreamFigures, open_connector, read_object, stream_object, warm_connector
-from .objects import ObjectCheckpointer, ObjectCheckpointIO
+from .objects import ObjectCheckpointIO
 
 
 def _run_objects(pool, work, items) -> list:
@@ -89,38 +89,3 @@ class ConnectorCheckpointIO(ObjectCheckpointIO):
     def figures(self) -> dict:
         """boto3's request figures (HEADs) and the connector's per-object figures since the last call."""
         return {**self.store.drain(), **self.streams.drain()}
-
-
-class ConnectorCheckpointer(ObjectCheckpointer):
-    """ObjectCheckpointer whose rank 0 streams each checkpoint through S3Checkpoint.writer (one object,
-    one stream: checkpoint.write_threads has no parallel parts to share here). Deleting the superseded
-    object goes through boto3, outside the timed windows."""
-
-    def __init__(self, wl, world):
-        super().__init__(wl, world)
-        self.streams = StreamFigures()
-        self.s3 = None
-        if world.rank == 0:
-            self.s3 = open_connector(wl, self.store, self.part_bytes)
-            warm_connector(self.s3, wl.storage)
-
-    def _write_file(self, epoch: int, step: int) -> str:
-        uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
-        self._stamp = self.count + 1
-        stream_object(self.s3, uri, self.size_bytes, self.part_bytes, self._part, self.streams)
-        self._supersede(uri)
-        return uri
-
-    def finish(self) -> None:
-        """End of run: boto3's requests (deletes) and the connector's per-object figures, for the summary."""
-        super().finish()
-        if self.store is not None:
-            self.figures = {**(self.figures or {}), **self.streams.drain()}
-        return None
-
-
-def checkpointer(wl, world):
-    """The training checkpointer on object storage for the workload's storage.s3_client."""
-    if wl.storage.s3_client == "s3torchconnector":
-        return ConnectorCheckpointer(wl, world)
-    return ObjectCheckpointer(wl, world)

@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import ConfigError, DataError
-from ..objectkeys import split_uri
+from ..storage.keys import split_uri
 from ..histogram import LatencyHistogram
 from ..storage.s3torch import connector_args
 from .objects import ObjectSampleReader

@@ -24,12 +24,14 @@ class Backend(NamedTuple):
     cls: str
     storage_type: str
     client: str | None = None  # storage.s3_client value; None: the storage type has no client choice
+    object_keys: bool = False  # storage_root is bucket[/prefix] and paths are bucket/key URIs (iogen/storage/keys.py)
 
 
 _REGISTRY = {b.name: b for b in (
     Backend("posix", "iogen.storage.posix", "PosixStorage", "local_fs"),
-    Backend("s3", "iogen.storage.s3", "ObjectStore", "s3", "boto3"),
-    Backend("s3torchconnector", "iogen.storage.s3torch", "ConnectorStorage", "s3", "s3torchconnector"),
+    Backend("s3", "iogen.storage.s3", "ObjectStore", "s3", "boto3", object_keys=True),
+    Backend("s3torchconnector", "iogen.storage.s3torch", "ConnectorStorage", "s3", "s3torchconnector", object_keys=True),
+    Backend("faultfs", "iogen.storage.faultfs", "FaultStorage", "faultfs", object_keys=True),  # for tests
 )}
 
 
@@ -41,6 +43,11 @@ def backend_names() -> tuple[str, ...]:
 def storage_types() -> tuple[str, ...]:
     """The values storage.storage_type accepts (each selects one or more backends), in registry order."""
     return tuple(dict.fromkeys(b.storage_type for b in _REGISTRY.values()))
+
+
+def object_key_types() -> tuple[str, ...]:
+    """The storage types whose storage_root is a bucket (and key prefix) and whose paths are object URIs."""
+    return tuple(dict.fromkeys(b.storage_type for b in _REGISTRY.values() if b.object_keys))
 
 
 def clients(storage_type: str | None = None) -> tuple[str, ...]:
@@ -92,4 +99,4 @@ def get_storage(wl, threads: int = 16, check: bool = True) -> Storage:
 
 
 __all__ = ["Backend", "Capabilities", "Storage", "backend_class", "backend_name", "backend_names", "capabilities",
-           "clients", "get_storage", "storage_types"]
+           "clients", "get_storage", "object_key_types", "storage_types"]

@@ -21,7 +21,6 @@ backend's `capabilities` (a `Capabilities`), never by a stage naming a storage t
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +30,10 @@ import numpy as np
 class Capabilities:
     """What a backend's storage does, for the stages to ask instead of naming a storage type.
 
-    local_paths: paths are this machine's file names (folders can be checked and created; a
-        staging or checkpoint folder may overlap them); False: they are object URIs.
+    local_paths: paths are this machine's file names, which the stages' file paths open with the
+        core's system calls (folders can be checked and created; a staging or checkpoint folder may
+        overlap them); False: they are object URIs and every byte goes through the backend's
+        operations (the stages' object paths, until those fold into one path over Storage).
     page_cache: reads may be served from this node's page cache (a warning applies when the data
         fits in memory, and block-device counters tell storage from cache).
     evict: the client can drop the data from that cache (reader.evict_page_cache).
@@ -43,7 +44,9 @@ class Capabilities:
     figures: which figures the backend yields: "device" (block-device bytes, read by
         iogen/metrics/device.py), "requests" (per-request counts, retries, 503s, latency from
         drain()), "objects" (per-object transfer figures only: a client that hides its requests).
-    needs: the optional packages (import names) the backend imports, for `iogen.deps`.
+    needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
+    torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
+        (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
     """
 
     local_paths: bool
@@ -54,6 +57,7 @@ class Capabilities:
     temp_names_visible: bool
     figures: frozenset
     needs: tuple = ()
+    torch_datasets: bool = False
 
 
 class Storage:
@@ -61,6 +65,7 @@ class Storage:
     registry name and `capabilities` a class attribute, so both are known before a client exists."""
 
     name: str = ""
+    client_name: str | None = None  # the client library, as summaries name it (None: the core's system calls)
     capabilities: Capabilities
 
     @classmethod
@@ -124,6 +129,10 @@ class Storage:
         Returns size."""
         raise NotImplementedError
 
+    def prepare_stream(self, part_bytes: int) -> None:
+        """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
+        outside the timed windows; nothing by default."""
+
     def copy_in(self, path: str, local_path: str) -> int:
         """Copy path to the local file local_path (created or truncated); return the bytes copied."""
         raise NotImplementedError
@@ -150,7 +159,3 @@ class Storage:
     def close(self) -> None:
         """Release clients and handles (the storage stays usable: they are made again on demand)."""
 
-
-def local_parent(path: str) -> str:
-    """The folder a local path's temporary name goes in (its own folder: a rename stays on one file system)."""
-    return os.path.dirname(os.path.abspath(path)) or "."

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..objectkeys import SCHEME, split_uri
+from .keys import SCHEME, split_uri
 from .base import Capabilities, Storage
 from .figures import OPS, OpStats
 
@@ -53,8 +53,10 @@ class ObjectStore(Storage):
     """One S3 endpoint as iogen's byte source (see the module doc)."""
 
     name = "s3"
+    client_name = "boto3"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
-                                temp_names_visible=False, figures=frozenset({"requests"}), needs=("boto3",))
+                                temp_names_visible=False, figures=frozenset({"requests"}),
+                                needs=(("boto3", "storage.storage_type=s3"),))
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
                  addressing_style: str = "auto", max_pool_connections: int = 16):
@@ -479,21 +481,21 @@ class ObjectStore(Storage):
 
     def check(self, wl) -> None:
         """HEAD the workload's bucket (check_bucket)."""
-        from ..objectkeys import root_parts
+        from .keys import root_parts
 
         self.check_bucket(root_parts(wl.storage.storage_root)[0])
 
     @classmethod
     def data_folder(cls, wl) -> str:
         """s3://bucket/prefix/data_folder: the layout's paths are object URIs."""
-        from ..objectkeys import data_uri
+        from .keys import data_uri
 
         return data_uri(wl)
 
     @classmethod
     def checkpoint_folder(cls, wl) -> str:
         """s3://bucket/prefix/checkpoint_folder."""
-        from ..objectkeys import folder_uri
+        from .keys import folder_uri
 
         return folder_uri(wl.storage.storage_root, wl.checkpoint.checkpoint_folder)
 

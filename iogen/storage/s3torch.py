@@ -28,7 +28,7 @@ import threading
 import time
 
 from ..errors import ConfigError, DataError
-from ..objectkeys import root_parts, split_uri
+from .keys import root_parts, split_uri
 from .base import Capabilities
 from .figures import StreamStats
 from .s3 import MAX_ATTEMPTS, ObjectStore
@@ -57,7 +57,7 @@ def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None
     else:
         path_style = storage.addressing_style == "path"
     config = {"force_path_style": path_style}
-    if part_bytes:  # 5 MiB .. 5 GiB (objectkeys._s3_client_problems, checkpoint part sizes)
+    if part_bytes:  # 5 MiB .. 5 GiB (storage.keys._s3_client_problems, checkpoint part sizes)
         config["part_size"] = int(part_bytes)
     if max_attempts:
         config["max_attempts"] = int(max_attempts)
@@ -196,9 +196,12 @@ class ConnectorStorage(ObjectStore):
     (see the module doc); every other operation is boto3's."""
 
     name = "s3torchconnector"
+    client_name = "s3torchconnector"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests", "objects"}),
-                                needs=("boto3", "s3torchconnector"))
+                                needs=(("boto3", "storage.storage_type=s3"),
+                                       ("s3torchconnector", "storage.s3_client=s3torchconnector")),
+                                torch_datasets=True)
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -220,6 +223,10 @@ class ConnectorStorage(ObjectStore):
             warm_connector(self._s3, self._storage)
             self._part_bytes = part_bytes
         return self._s3
+
+    def prepare_stream(self, part_bytes: int) -> None:
+        """The S3Checkpoint of part_bytes parts, its native client and first connection made now."""
+        self.connector(part_bytes)
 
     def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool=None, fsync: bool = False,
                      stop: threading.Event | None = None) -> int:

@@ -1,8 +1,9 @@
 """One conformance suite every storage backend passes (fsspec's tests/abstract is the model).
 
 Each backend is the real thing: files in a temporary folder (posix), a moto server over HTTP
-(s3, and s3torchconnector whose streamed writes go through the AWS CRT), chosen through the
-registry from a workload, as the stages choose it.
+(s3, and s3torchconnector whose streamed writes go through the AWS CRT), the fault-injecting
+folder backend with no faults (faultfs), chosen through the registry from a workload, as the
+stages choose it.
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,14 +21,21 @@ def _payload(n: int, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
 
 
-@pytest.fixture(params=["posix", "s3", "s3torchconnector"])
-def backend(request, tmp_path):
+@pytest.fixture(params=["posix", "s3", "s3torchconnector", "faultfs"])
+def backend(request, tmp_path, monkeypatch):
     """(storage, root): a backend chosen by get_storage from a workload, and the folder/prefix its paths go under."""
     name = request.param
     if name == "posix":
         wl = load_workload("default", [f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'out'}"])
         root = str(tmp_path / "store") + "/"
         (tmp_path / "store").mkdir()
+    elif name == "faultfs":  # no faults: the operations themselves (tests/storage/test_faultfs.py injects them)
+        pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+        monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+        (tmp_path / "store" / "bkt").mkdir(parents=True)
+        wl = load_workload("default", ["storage.storage_type=faultfs", "storage.storage_root=bkt",
+                                       f"storage.endpoint_url={tmp_path / 'store'}", f"output.folder={tmp_path / 'out'}"])
+        root = "s3://bkt/conf/"
     else:
         if name == "s3torchconnector":
             pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector")
@@ -45,8 +53,8 @@ def backend(request, tmp_path):
 
 
 def test_registry_names_are_what_the_config_accepts():
-    assert {"posix", "s3", "s3torchconnector"} <= set(backend_names())
-    assert {"local_fs", "s3"} <= set(storage_types())
+    assert {"posix", "s3", "s3torchconnector", "faultfs"} <= set(backend_names())
+    assert {"local_fs", "s3", "faultfs"} <= set(storage_types())
 
 
 def test_publish_then_stat_read_and_list(backend):
