@@ -352,6 +352,10 @@ class FaultStorage(ObjectStore):
             c = self._local.client = FolderClient(self)
         return c
 
+    def _check_client(self, timeout_s: float):
+        """The start-up check's client: the folder's (no connection to bound)."""
+        return self.client()
+
     def where(self) -> str:
         return f"the faultfs folder {self.folder}"
 
