@@ -77,6 +77,14 @@ def backend_name(storage) -> str:
     raise ValueError(f"storage.storage_type {kind!r} is not registered")
 
 
+def files_section(storage):
+    """The storage section of local files (the posix backend) with storage's other keys: what the loaders
+    see once a dataset is staged to node-local storage."""
+    defaults = type(storage).model_fields
+    return storage.model_copy(update={"storage_type": _REGISTRY["posix"].storage_type,
+                                      "s3_client": defaults["s3_client"].default})
+
+
 def backend_class(name_or_storage) -> type[Storage]:
     """The backend class of a registry name, a storage section or a workload."""
     name = name_or_storage if isinstance(name_or_storage, str) else backend_name(name_or_storage)
@@ -99,4 +107,4 @@ def get_storage(wl, threads: int = 16, check: bool = True) -> Storage:
 
 
 __all__ = ["Backend", "Capabilities", "Storage", "backend_class", "backend_name", "backend_names", "capabilities",
-           "clients", "get_storage", "object_key_types", "storage_types"]
+           "clients", "files_section", "get_storage", "object_key_types", "storage_types"]

@@ -109,9 +109,6 @@ def workload_problems(wl) -> list[str]:
         if _climbs(ck.checkpoint_folder):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
-    if wf.stage_data and wl.storage.storage_type == "faultfs":  # staging.py's object path is chosen by type s3
-        problems.append("workflow.stage_data = True: staging from storage.storage_type faultfs is not implemented "
-                        "yet; set workflow.stage_data=False")
     if wf.stage_data and wl.storage.s3_client != "boto3":
         problems.append("workflow.stage_data = True: staging downloads through boto3 and the run then reads the "
                         f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "

@@ -1,5 +1,7 @@
 """The fault-injecting test backend (storage.storage_type faultfs): selected by its registry name, its
-faults reach the stages' retry, error and figure paths, in this process and across processes."""
+faults reach the stages' retry, error and figure paths (datagen, verify, run with the native and
+pytorch loaders, MPI ranks, staging, a checkpoint drain, training and checkpoint-only checkpoints),
+in this process and across processes."""
 import importlib.util
 import os
 
@@ -61,8 +63,6 @@ def test_the_config_takes_the_registry_name_and_checks_the_folder(ffs):
     assert load_workload("default", overrides()).storage.storage_type == "faultfs"
     with pytest.raises(ConfigError, match="storage.endpoint_url = 'rel/store': with storage.storage_type faultfs"):
         load_workload("default", overrides(**{"storage.endpoint_url": "rel/store"}))
-    with pytest.raises(ConfigError, match="workflow.stage_data = True: staging from storage.storage_type faultfs"):
-        load_workload("default", overrides(**{"workflow.stage_data": True}))
     with pytest.raises(ConfigError, match="does not exist"):
         get_storage(load_workload("default", overrides(**{"storage.endpoint_url": str(overrides.folder / "no")})))
 
@@ -129,6 +129,25 @@ def test_stages_run_on_faultfs_with_faults(ffs, iogen_cmd):
     assert r.returncode == 0, r.stderr
     assert os.listdir(overrides.folder / "bkt" / "pre" / "ck" / "global_epoch1_step1")
     assert not os.listdir(overrides.folder / ".faultfs" / "tmp")  # no temporary name left
+
+
+def test_staging_and_a_drain_run_on_faultfs_with_faults(ffs, iogen_cmd, tmp_path):
+    """Staged from faultfs (every 3rd request throttled: the 5 staging GETs, one after another, meet at
+    least one) and checkpoints drained from a local tier to it, in one run."""
+    overrides, env = ffs
+    over = overrides(**{"train.epochs": 1, "workflow.stage_data": True, "staging.folder": tmp_path / "stage",
+                        "workflow.checkpoint": True, "model.model_size_bytes": 6_000_000,
+                        "checkpoint.checkpoint_folder": "ck", "checkpoint.local_folder": tmp_path / "local"})
+    assert iogen_cmd("datagen", "default", *over, env=env("")).returncode == 0
+    r = iogen_cmd("run", "default", *over, env=env("throttle_every=3,latency_ms=1"))
+    assert r.returncode == 0, r.stderr
+    doc = load_summary(r.stdout.split("results: ")[1].strip())
+    assert doc["iogen"]["staging"]["staged_files"] == 4
+    block = doc["iogen"]["object_store"]
+    staged = block["staging"]["get"]
+    assert staged["requests"] == 5 and staged["throttled_503"] >= 1 and staged["retries"] == staged["throttled_503"]
+    assert block["checkpoint_drain"]["put"]["bytes"] == 6_000_000
+    assert os.listdir(overrides.folder / "bkt" / "pre" / "ck") == ["default-epoch1-step0.ckpt"]
 
 
 def test_an_injected_error_ends_the_run_with_exit_2_naming_the_object(ffs, iogen_cmd):
