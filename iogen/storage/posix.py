@@ -102,7 +102,7 @@ class PosixStorage(Storage):
         for root, _dirs, files in os.walk(folder):
             for name in files:
                 p = os.path.join(root, name)
-                if p.startswith(prefix) or prefix.endswith("/") and p.startswith(prefix.rstrip("/")):
+                if p.startswith(prefix):
                     try:
                         out[p] = os.stat(p).st_size
                     except FileNotFoundError:

@@ -10,7 +10,7 @@ import pytest
 boto3 = pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
 
-FAKE_KEY = "AKIAIOGENTESTKEY0001"  # the setup requests' key: the server checks none before its IAM user exists
+from ..conftest import FAKE_ACCESS_KEY  # the setup requests' key: the server checks none before its IAM user exists
 
 AUTH_SETUP_REQUESTS = 3  # create a user, its access key and its policy; then every request is checked
 
@@ -22,7 +22,7 @@ def s3_auth_server(moto_servers):
     import json
 
     endpoint = moto_servers({"INITIAL_NO_AUTH_ACTION_COUNT": str(AUTH_SETUP_REQUESTS)})
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_KEY,
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_ACCESS_KEY,
                        aws_secret_access_key="setup")
     iam.create_user(UserName="iogen")
     key = iam.create_access_key(UserName="iogen")["AccessKey"]
