@@ -120,6 +120,7 @@ class ObjectCheckpointIO:
         self.seed = seed
         self.randomize = randomize
         self.store = get_storage(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
+        self.store.prepare_stream(self.part_bytes)  # a streaming client's own client and connection, now
         self._write_pool = None
         self._read_pool = None
         self._pristine = None
@@ -192,15 +193,8 @@ class ObjectCheckpointIO:
     def write_files(self, paths_layouts, stamp: int) -> int:
         """Upload every (URI, layout) as one object; returns the bytes in them. DataError naming one on failure."""
         self.prepare_write()
-        sizes = [lay.size_bytes for _, lay in paths_layouts]
-        part = self.part_maker(paths_layouts, stamp)
-
-        def part_of(j: int, i: int) -> bytes:
-            return part(j, i).tobytes()  # botocore takes bytes, not a buffer: one copy per part
-
-        self.store.put_objects([(uri, size) for (uri, _), size in zip(paths_layouts, sizes)], self.part_bytes, part_of,
-                               self._write_pool)
-        return sum(sizes)
+        items = [(uri, lay.size_bytes) for uri, lay in paths_layouts]
+        return self.store.write_objects(items, self.part_bytes, self.part_maker(paths_layouts, stamp), self._write_pool)
 
     def release_write_buffers(self) -> None:
         """Drop the content and the upload threads' buffers (before a read phase)."""
@@ -224,23 +218,21 @@ class ObjectCheckpointIO:
                                      "(written with other model settings, or cut short)")
 
     def read_files(self, uris_sizes) -> int:
-        """Read every object whole by ranged GETs into reused buffers; returns bytes read."""
+        """Read every object whole into reused buffers (the backend's read_objects); returns bytes read."""
         p = self.part_bytes
         if self._read_pool is None:
             self._read_pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="iogen-ckpt-get")
-        tasks = [(uri, off, min(p, size - off)) for uri, size in uris_sizes for off in range(0, size, p)]
 
-        def one(task) -> int:
-            uri, off, n = task
+        def buffer():
             loc = self._local
             if getattr(loc, "rbuf", None) is None:
                 loc.rbuf = np.empty(p, np.uint8)  # allocated at the first read, reused after
-            return self.store.readinto(uri, off, loc.rbuf[:n])  # a short object: DataError naming it
+            return loc.rbuf
 
-        return sum(self._read_pool.map(one, tasks))
+        return self.store.read_objects(list(uris_sizes), p, self._read_pool, buffer)  # a short one: DataError
 
     def figures(self) -> dict:
-        """The request figures since the last call (iogen.storage.s3.ObjectStore.drain)."""
+        """The backend's figures since the last call (requests; with s3torchconnector its per-object figures too)."""
         return self.store.drain()
 
     def close(self) -> None:

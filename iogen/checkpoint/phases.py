@@ -236,13 +236,10 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
         caps = capabilities(wl)
         if not caps.local_paths:  # objects (docs/objectstore.md); the bucket is checked here
             from .objects import ObjectCheckpointIO
-            from .s3torch import ConnectorCheckpointIO
 
-            # a client that hides its requests streams each object on its own (figures per object)
-            kind = ConnectorCheckpointIO if "objects" in caps.figures else ObjectCheckpointIO
-            io = kind(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
-                      seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                      read_threads=ck.read_threads)
+            io = ObjectCheckpointIO(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
+                                    seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                                    read_threads=ck.read_threads)
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
                           range(n_write + 1, n_read + 1), None if stays_local else io)

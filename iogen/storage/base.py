@@ -129,6 +129,22 @@ class Storage:
         Returns size."""
         raise NotImplementedError
 
+    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+        """Write several files/objects at once: items [(path, size)]; part i of item j is part_of(j, i) (a
+        buffer, made on a pool thread); nothing appears under a path unless all of it was written. The
+        default writes them one after another through write_stream; a backend spreads the parts of all
+        of them over pool where it can. Returns the bytes."""
+        for j, (path, size) in enumerate(items):
+            self.write_stream(path, int(size), part_bytes, lambda i, j=j: part_of(j, i), pool)
+        return sum(int(size) for _, size in items)
+
+    def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
+        """Read several files/objects whole, items [(path, size)], part_bytes at a time into buffer() (the
+        calling pool thread's reused buffer of part_bytes); a missing or short one is a DataError naming it.
+        Returns the bytes read."""
+        tasks = [(path, off, min(part_bytes, size - off)) for path, size in items for off in range(0, size, part_bytes)]
+        return sum(pool.map(lambda t: self.readinto(t[0], t[1], buffer()[:t[2]]), tasks))
+
     def prepare_stream(self, part_bytes: int) -> None:
         """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
         outside the timed windows; nothing by default."""

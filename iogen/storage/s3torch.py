@@ -163,6 +163,20 @@ class _Stopped(Exception):
     """Another object failed or the run was interrupted: this one stops between parts."""
 
 
+def run_objects(pool, work, items) -> list:
+    """work(item, stop) for each item on pool; on a failure or an interrupt the others stop between parts first."""
+    from concurrent.futures import wait
+
+    stop = threading.Event()
+    futures = [pool.submit(work, item, stop) for item in items]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        stop.set()
+        wait(futures)  # every writer aborted or finished before the error leaves
+        raise
+
+
 def read_object(s3, uri: str, size: int, view, figures: StreamFigures, stop: threading.Event | None = None) -> int:
     """Read the object whole through the connector's unbuffered range-based reader, view (a part-sized,
     reused buffer) at a time; returns the bytes (a short object is a DataError)."""
@@ -232,6 +246,27 @@ class ConnectorStorage(ObjectStore):
                      stop: threading.Event | None = None) -> int:
         """One streamed object through S3Checkpoint.writer (the CRT uploads its parts: pool is not used)."""
         return stream_object(self.connector(part_bytes), path, size, part_bytes, part_of, self.streams, stop)
+
+    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+        """One S3Checkpoint writer stream per object, pool's threads one object each (never two on one);
+        on a failure or an interrupt the others stop between parts, aborted."""
+        s3 = self.connector(part_bytes)
+
+        def one(j, stop):
+            uri, size = items[j]
+            return stream_object(s3, uri, int(size), part_bytes, lambda i: part_of(j, i), self.streams, stop)
+
+        return sum(run_objects(pool, one, range(len(items))))
+
+    def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
+        """Each object whole through the connector's unbuffered range reader into buffer(), one object a thread."""
+        s3 = self.connector(part_bytes)
+
+        def one(item, stop):
+            uri, size = item
+            return read_object(s3, uri, int(size), memoryview(buffer()), self.streams, stop)
+
+        return sum(run_objects(pool, one, list(items)))
 
     def drain(self) -> dict:
         """boto3's request figures and the connector's per-object figures since the last drain."""
