@@ -5,6 +5,7 @@ Each backend is the real thing: files in a temporary folder (posix), a moto serv
 folder backend with no faults (faultfs), chosen through the registry from a workload, as the
 stages choose it.
 """
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -123,6 +124,40 @@ def test_write_stream_writes_every_part_and_nothing_on_failure(backend):
             st.write_stream(root + "ck/b.ckpt", size, part, fails, pool)
     assert st.stat(root + "ck/b.ckpt") is None
     assert list(st.list(root + "ck/")) == [root + "ck/a.ckpt"]  # no temporary name left behind
+
+
+def test_write_objects_and_read_them_back(backend):
+    """Several at once (the checkpoint writer's and restore's calls); a failure leaves none of the unfinished."""
+    st, root = backend
+    part = S3_PART if not st.capabilities.local_paths else 64 << 10
+    items = [(root + "ckpt/a.pt", part + 100), (root + "ckpt/b.pt", 300)]
+    content = {j: [_payload(part, 20 + 4 * j + i) for i in range(2)] for j in range(2)}
+    local = threading.local()
+    with ThreadPoolExecutor(2) as pool:
+        assert st.write_objects(items, part, lambda j, i: content[j][i][:min(part, items[j][1] - i * part)],
+                                pool) == part + 400
+
+        def buffer():
+            if getattr(local, "buf", None) is None:
+                local.buf = np.empty(part, np.uint8)
+            return local.buf
+
+        assert st.read_objects(items, part, pool, buffer) == part + 400
+        for j, (path, size) in enumerate(items):
+            got = np.zeros(size, np.uint8)
+            st.readinto(path, 0, got)
+            assert np.array_equal(got, np.concatenate(content[j])[:size])
+
+        def fails(j, i):
+            if (j, i) == (0, 1):
+                raise RuntimeError("a part failed")
+            return content[j][i][:min(part, items[j][1] - i * part)]
+
+        with pytest.raises(RuntimeError, match="a part failed"):
+            st.write_objects([(root + "ckpt2/a.pt", part + 100)], part, fails, pool)
+        with pytest.raises(DataError, match="ckpt/missing.pt"):
+            st.read_objects([(root + "ckpt/missing.pt", 10)], part, pool, buffer)
+    assert st.stat(root + "ckpt2/a.pt") is None
 
 
 def test_copy_out_and_in_round_trip(backend, tmp_path):
