@@ -20,7 +20,7 @@ import numpy as np
 from .. import core
 from ..atomic import make_folders, remove_stale_temps
 from ..errors import ConfigError, DataError, os_error_text
-from ..storage import backend_class, capabilities
+from ..storage import backend_class, capabilities, storage_label
 from .io import CheckpointIO, evict
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -168,7 +168,7 @@ def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int
     ck = wl.checkpoint
     local = os.path.abspath(ck.local_folder) if ck.local_folder else None
     tiers = [(local, "the local tier (checkpoint.local_folder)")] if local else []
-    if (not local or ck.drain != "off") and wl.storage.storage_type != "s3":
+    if (not local or ck.drain != "off") and capabilities(wl).local_paths:
         tiers.append((folder, "checkpoint.checkpoint_folder"))
     entries = []
     for root, name in tiers if n_write else ():
@@ -483,7 +483,7 @@ def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> 
         "tiers": (f"local {os.path.abspath(ck.local_folder)}, drained ({ck.drain}) to {checkpoint_root(wl)}"
                   if local and ck.drain != "off" else
                   f"local {os.path.abspath(ck.local_folder)} (drain off)" if local else checkpoint_root(wl)),
-        "storage": wl.storage.storage_type if wl.storage.storage_type == "s3" else "files",
+        "storage": storage_label(wl),
         "num_checkpoints_write": max(0, ck.num_checkpoints_write),
         "num_checkpoints_read": max(0, ck.num_checkpoints_read),
         "time_between_checkpoints_s": max(0.0, ck.time_between_checkpoints),

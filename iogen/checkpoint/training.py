@@ -88,7 +88,9 @@ class Checkpointer:
         peak = min(count, 2) * self.size_bytes  # the newest kept, the next one being written
         tiers = [(self.folder, "the local tier (checkpoint.local_folder)" if wl.checkpoint.local_folder
                   else "checkpoint.checkpoint_folder")]
-        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and wl.storage.storage_type != "s3":
+        from ..storage import capabilities
+
+        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and capabilities(wl).local_paths:
             tiers.append((os.path.abspath(wl.checkpoint.checkpoint_folder), "checkpoint.checkpoint_folder"))
         entries = [("this host", need(root, count * self.size_bytes, peak,
                                       f"{count} checkpoint(s) of {self.size_bytes:,} bytes on {name}, the newest "

@@ -77,6 +77,12 @@ def backend_name(storage) -> str:
     raise ValueError(f"storage.storage_type {kind!r} is not registered")
 
 
+def storage_label(wl) -> str:
+    """What summaries call the storage: "files" on local files, else the storage type (e.g. "s3")."""
+    b = _REGISTRY[backend_name(wl)]
+    return "files" if backend_class(b.name).capabilities.local_paths else b.storage_type
+
+
 def files_section(storage):
     """The storage section of local files (the posix backend) with storage's other keys: what the loaders
     see once a dataset is staged to node-local storage."""
@@ -107,4 +113,4 @@ def get_storage(wl, threads: int = 16, check: bool = True) -> Storage:
 
 
 __all__ = ["Backend", "Capabilities", "Storage", "backend_class", "backend_name", "backend_names", "capabilities",
-           "clients", "files_section", "get_storage", "object_key_types", "storage_types"]
+           "clients", "files_section", "get_storage", "object_key_types", "storage_label", "storage_types"]

