@@ -59,11 +59,13 @@ class Engine:
         self.spin_ns = core.clock.calibrate_spin_ns()
         self.checkpointer = None
         if wl.workflow.checkpoint:
-            if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3" \
-                    and not wl.checkpoint.local_folder:  # with a local tier: written there, drained to the bucket
-                from .checkpoint.s3torch import checkpointer  # rank 0 uploads an object (boto3 or s3torchconnector)
+            from .storage import capabilities
 
-                self.checkpointer = checkpointer(wl, world)
+            if not capabilities(wl).local_paths \
+                    and not wl.checkpoint.local_folder:  # with a local tier: written there, drained to the bucket
+                from .checkpoint.objects import ObjectCheckpointer  # rank 0 writes an object through the storage
+
+                self.checkpointer = ObjectCheckpointer(wl, world)
             else:
                 self.checkpointer = Checkpointer(wl, world)
         self.allreduce_buf = None

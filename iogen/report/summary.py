@@ -25,6 +25,7 @@ from ..metrics.staging import with_epoch_ratio
 from ..config.summary import comparability_class
 from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
+from ..storage import capabilities
 from . import rundir
 
 # 2: every `GB` figure is GiB, as DLIO counts it (iogen.metrics.checkpoint.UNITS_SCHEMA_VERSION)
@@ -159,7 +160,7 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
         doc["iogen"]["reads_from"] = reads_from(red.device_read_bytes, list(run.train.epochs.bytes_all))
-        if wl.storage.storage_type == "s3" and not wl.workflow.stage_data:  # every byte came over HTTP
+        if not capabilities(wl).page_cache and not wl.workflow.stage_data:  # every byte came over HTTP
             doc["iogen"]["reads_from"] = {"source": "storage", "device_share": None, "explanation":
                                           "the object store served every byte read (ranged GETs over HTTP; "
                                           "the node's page cache plays no part)"}
@@ -278,7 +279,7 @@ def rules_notes(wl, facts) -> list[str]:
         if problem:
             notes.append(f"{node.get('hostname')}: {problem}")
             break
-    if wl.storage.storage_type != "s3" and same_filesystem(wl.dataset.data_folder, wl.output.folder):
+    if capabilities(wl).local_paths and same_filesystem(wl.dataset.data_folder, wl.output.folder):
         notes.append(f"dataset.data_folder and output.folder are on one file system: MLPerf Storage's rules ask for "
                      "the results on another one than the data")
     return notes
@@ -287,7 +288,7 @@ def rules_notes(wl, facts) -> list[str]:
 def _page_cache_warning(wl, layout, facts) -> str | None:
     """A warning when some node's per-epoch share of the dataset fits in that node's memory."""
     if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False) \
-            or (wl.storage.storage_type == "s3" and not wl.workflow.stage_data):
+            or (not capabilities(wl).page_cache and not wl.workflow.stage_data):
         return None  # objects are not cached by the node; O_DIRECT reads bypass the page cache; eviction empties it every epoch
     fits = [h for h in _data_per_host(wl, layout, facts)
             if h["memory_total_bytes"] and h["epoch_bytes"] < h["memory_total_bytes"]]
