@@ -20,6 +20,8 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
 
 def sleep_loop_au(paths: list, batch: int, epochs: int, compute_s: float, threads: int = 2,

@@ -1,14 +1,21 @@
-"""What every benchmark prints beside its figures: the machine, how loaded it was, the command.
+"""What every benchmark prints beside its figures: the machine, how loaded it was, the command;
+and the cool-down every bench script waits for before it measures (below).
 
 These benchmarks run on shared machines; a figure without the load it was taken under cannot be
-judged. Each script prints `machine_line()` before and after measuring and `command_line()`.
+judged. Each script prints `machine_line()` before and after measuring and `command_line()`,
+and importing this module makes it wait for a quiet machine first and say at exit whether its
+figures count toward a target (`cool-down:` line; docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import platform
+import resource
 import shlex
+import subprocess
 import sys
+import time
 
 
 def load_line() -> str:
@@ -30,8 +37,193 @@ def command_line(script: str, argv=None) -> str:
     return " ".join([".venv/bin/python", f"bench/{os.path.basename(script)}"] + [shlex.quote(a) for a in args])
 
 
+def run_measured(cmd, **kwargs):
+    """subprocess.run(cmd) and the CPU its whole process tree spent: (CompletedProcess, user s, system s).
+
+    The difference of getrusage(RUSAGE_CHILDREN) around the run: the child and every descendant
+    that was waited for (a descendant's waited-for children roll up into its own figure), the
+    same measurement whichever tool runs. A descendant left running, or reparented before it was
+    waited for, is not counted; run one command at a time from this process.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = subprocess.run(cmd, **kwargs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return res, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+
+
 def print_footer(before: str, script: str, argv=None) -> None:
     """The lines that close every benchmark's output: the machine before and after, the command."""
     print(f"before: {before}")
     print(f"after: {machine_line()}")
     print(f"command: {command_line(script, argv)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cool-down: a figure counts toward a target (docs/benchmarks.md) only when it was taken on a
+# quiet machine. Every bench script imports this module before it measures; the import waits
+# until the 1-minute load is below COOLDOWN_LOAD and no other process uses HEAVY_CPU_SHARE of a
+# CPU or more, for at most --cooldown-max seconds (default DEFAULT_MAX_WAIT_S), and at exit
+# prints one `cool-down:` line: the load before and after, what else ran, and whether the
+# figure counts. A benchmark raises the load itself, so the rule is about what ran beside it:
+# the start must be quiet, and at the end no other process may be heavy. --no-cooldown (or
+# IOGEN_BENCH_NO_COOLDOWN=1) skips the wait; the figure is then judged the same way.
+
+COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
+HEAVY_CPU_SHARE = 0.25  # another process using this share of one CPU or more is other work
+DEFAULT_MAX_WAIT_S = 900.0
+SAMPLE_S = 2.0  # how long one look at the other processes lasts
+POLL_S = 15.0
+
+
+def _proc_ticks() -> dict:
+    """{pid: (utime + stime ticks, name, parent pid)} of every process /proc shows."""
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        comm = stat[stat.find(b"(") + 1:stat.rfind(b")")].decode(errors="replace")
+        fields = stat[stat.rfind(b")") + 2:].split()
+        try:
+            out[int(name)] = (int(fields[11]) + int(fields[12]), comm, int(fields[1]))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def heavy_processes(before: dict, after: dict, interval_s: float, ticks_per_s: float, exclude=(),
+                    share: float = HEAVY_CPU_SHARE) -> list:
+    """[(pid, name, share of one CPU)] of the processes in both readings that used >= `share` of a
+    CPU between them, heaviest first; `exclude`: pids that are this benchmark (itself, its tree)."""
+    heavy = []
+    for pid, (t1, name, _) in after.items():
+        if pid in exclude or pid not in before:
+            continue
+        used = (t1 - before[pid][0]) / ticks_per_s / interval_s
+        if used >= share:
+            heavy.append((pid, name, used))
+    return sorted(heavy, key=lambda h: -h[2])
+
+
+def _ours(procs: dict) -> set:
+    """This process, its descendants, and its ancestors (the shell or run_all.sh that started it;
+    not their other children: another engineer's work may share an ancestor with this one)."""
+    me = os.getpid()
+    mine = {me}
+    grew = True
+    while grew:
+        kids = {p for p, (_, _, ppid) in procs.items() if ppid in mine and p not in mine}
+        grew = bool(kids)
+        mine |= kids
+    pid = me
+    while pid in procs and procs[pid][2] not in (0, pid):
+        pid = procs[pid][2]
+        mine.add(pid)
+    return mine
+
+
+def other_work(sample_s: float = SAMPLE_S) -> list:
+    """Other processes heavy over the next `sample_s` seconds (the benchmark's own tree left out)."""
+    before = _proc_ticks()
+    time.sleep(sample_s)
+    after = _proc_ticks()
+    return heavy_processes(before, after, sample_s, float(os.sysconf("SC_CLK_TCK")), _ours(after))
+
+
+def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool,
+          threshold: float = COOLDOWN_LOAD) -> tuple[bool, str]:
+    """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside it."""
+    why = []
+    if load_start >= threshold:
+        why.append(f"1-minute load {load_start:.2f} >= {threshold:g} at the start"
+                   + (" (the cool-down wait ran out)" if timed_out else " (no cool-down wait)"))
+    for when, heavy in (("at the start", heavy_start), ("at the end", heavy_end)):
+        if heavy:
+            shown = ", ".join(f"{name} (pid {pid}, {used:.0%} of a CPU)" for pid, name, used in heavy[:3])
+            why.append(f"other work running {when}: {shown}" + (f" and {len(heavy) - 3} more" if len(heavy) > 3 else ""))
+    if timed_out and not why:
+        why.append("the cool-down wait ran out before the machine was quiet")
+    if why:
+        return False, "; ".join(why)
+    return True, f"quiet start (1-minute load {load_start:.2f} < {threshold:g}) and nothing else heavy ran"
+
+
+def _pop_flags(argv: list) -> tuple[bool, float]:
+    """Remove --no-cooldown and --cooldown-max S (or =S) from argv; (skip the wait, max wait s)."""
+    skip = os.environ.get("IOGEN_BENCH_NO_COOLDOWN", "") not in ("", "0")
+    max_wait = float(os.environ.get("IOGEN_BENCH_COOLDOWN_MAX", DEFAULT_MAX_WAIT_S))
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--no-cooldown":
+            skip = True
+        elif a == "--cooldown-max" and i + 1 < len(argv):
+            max_wait = float(argv[i + 1])
+            i += 1
+        elif a.startswith("--cooldown-max="):
+            max_wait = float(a.split("=", 1)[1])
+        else:
+            out.append(a)
+        i += 1
+    argv[:] = out
+    return skip, max_wait
+
+
+_INSIDE = "IOGEN_BENCH_COOLDOWN_DONE"  # set for the children of a bench script that waited
+COOLDOWN: dict = {}  # what the wait found; the `cool-down:` line at exit reports it
+
+
+def cool_down(skip: bool, max_wait_s: float, poll_s: float = POLL_S, sample_s: float = SAMPLE_S,
+              load_below: float = COOLDOWN_LOAD) -> dict:
+    """Wait for a quiet machine (unless `skip`), at most `max_wait_s`; what was found at the start."""
+    t0 = time.monotonic()
+    while True:
+        load = os.getloadavg()
+        heavy = other_work(sample_s)
+        waited = time.monotonic() - t0
+        quiet = load[0] < load_below and not heavy
+        if quiet or skip or waited >= max_wait_s:
+            return {"load_before": load, "heavy_start": heavy, "waited_s": waited, "skipped": skip,
+                    "timed_out": not quiet and not skip}
+        print(f"cool-down: waiting for a quiet machine (1-minute load {load[0]:.2f}, {len(heavy)} other busy "
+              f"process(es)), {waited:.0f} of at most {max_wait_s:.0f} s", file=sys.stderr, flush=True)
+        time.sleep(max(0.0, min(poll_s, max_wait_s - waited)))
+
+
+def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
+    """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
+    counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"])
+    b, a = state["load_before"], load_after
+    wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
+    return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "
+            f"{a[2]:.2f}; {'COUNTS toward a target' if counts else 'does NOT count toward a target'}: {why}")
+
+
+def _report_at_exit() -> None:
+    if COOLDOWN:
+        print(cooldown_line(COOLDOWN, os.getloadavg(), other_work(1.0)), flush=True)
+
+
+def _start() -> None:
+    """At import by a bench script run as a program: wait, then report at exit (not under pytest or --help)."""
+    main = sys.modules.get("__main__")
+    script = os.path.abspath(getattr(main, "__file__", "") or "")
+    if os.path.dirname(script) != os.path.dirname(os.path.abspath(__file__)) or script == os.path.abspath(__file__):
+        return  # imported by a test or a tool, not by a bench script run as a program
+    skip, max_wait = _pop_flags(sys.argv)
+    if any(a in ("-h", "--help") for a in sys.argv[1:]) or os.environ.get(_INSIDE):
+        return  # --help; or a helper process a bench script started (its parent waited and reports)
+    os.environ[_INSIDE] = "1"
+    COOLDOWN.update(cool_down(skip, max_wait))
+    atexit.register(_report_at_exit)
+
+
+_start()

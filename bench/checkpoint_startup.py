@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
 
 def launch_once(args) -> float | None:

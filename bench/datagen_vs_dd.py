@@ -23,6 +23,8 @@ import tempfile
 import time
 
 import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
 
 def baseline(folder: str, sizes: list[int], fsync: bool, workers: int) -> float:

@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
 
 def main(argv=None) -> int:

@@ -26,6 +26,8 @@ import platform
 import statistics
 import sys
 import tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
 LOADERS = ("native", "tensorflow", "pytorch")
 

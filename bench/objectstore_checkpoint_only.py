@@ -7,7 +7,7 @@ bytes copy per part, every request counted; restore by ranged GETs into reused b
 plain loop (the same objects and part size: create_multipart_upload / upload_part of slices of
 prepared bytes / complete, or one put_object; reads: ranged get_object of the same parts,
 Body.read(), from a ThreadPoolExecutor). With s3torchconnector installed, two more: iogen through
-ConnectorCheckpointIO (`storage.s3_client: s3torchconnector`: S3Checkpoint.writer per object fed
+ObjectCheckpointIO on the s3torchconnector backend (`storage.s3_client: s3torchconnector`: S3Checkpoint.writer per object fed
 with the same stamped parts, restore by the connector's unbuffered range reader into reused
 buffers) and a plain S3Checkpoint loop (the same objects, the same part size, --threads objects
 at once from a ThreadPoolExecutor: writer(uri).write() of part-sized slices of prepared bytes,
@@ -136,7 +136,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     print(f"| iogen ObjectCheckpointIO | {mib / med['iw']:.1f} | {mib / med['ir']:.1f} |")
     print(f"| plain boto3 loop | {mib / med['pw']:.1f} | {mib / med['pr']:.1f} |")
     if connector:
-        print(f"| iogen ConnectorCheckpointIO (s3torchconnector) | {mib / med['cw']:.1f} | {mib / med['cr']:.1f} |")
+        print(f"| iogen ObjectCheckpointIO (s3torchconnector) | {mib / med['cw']:.1f} | {mib / med['cr']:.1f} |")
         print(f"| plain S3Checkpoint loop | {mib / med['qw']:.1f} | {mib / med['qr']:.1f} |")
     else:
         print("| s3torchconnector contenders | not measured (not installed, or --no-connector) | |")
@@ -170,13 +170,16 @@ def _iogen_timers(io, files, folder):
 
 
 def _connector_contenders(wl, files, bucket, threads, content, pool):
-    """(write pair, read pair) through s3torchconnector: iogen's ConnectorCheckpointIO, a plain S3Checkpoint loop."""
+    """(write pair, read pair) through s3torchconnector: iogen's ObjectCheckpointIO on the s3torchconnector
+    backend (what iogen run uses with storage.s3_client s3torchconnector), a plain S3Checkpoint loop."""
     import numpy as np
     from s3torchconnector import S3ReaderConstructor
 
-    from iogen.checkpoint.s3torch import ConnectorCheckpointIO, open_connector
+    from iogen.checkpoint.objects import ObjectCheckpointIO
+    from iogen.storage.s3torch import open_connector
 
-    cio = ConnectorCheckpointIO(wl, threads=threads, transfer_bytes=wl.checkpoint.transfer_size, seed=1,
+    wl = wl.model_copy(update={"storage": wl.storage.model_copy(update={"s3_client": "s3torchconnector"})})
+    cio = ObjectCheckpointIO(wl, threads=threads, transfer_bytes=wl.checkpoint.transfer_size, seed=1,
                                 read_threads=threads)
     part = cio.part_bytes
     s3 = open_connector(wl, cio.store, part)  # the plain loop's own S3Checkpoint: same settings

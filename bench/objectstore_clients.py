@@ -5,7 +5,7 @@ ranges (each of --objects objects of --object-mib cut into --range-kib pieces) w
 threads of a ThreadPoolExecutor, alternating, medians of --reps passes:
 
 - boto3: one shared client, get_object(Range=...)["Body"].read();
-- iogen: iogen.objectstore.ObjectStore.readinto (a boto3 client per thread, counted, into a buffer);
+- iogen: iogen.storage.s3.ObjectStore.readinto (a boto3 client per thread, counted, into a buffer);
 - obstore: obstore.get_range on one S3Store (Rust, object_store crate);
 - s3torchconnector: S3Client.get_object with the range-based reader, seek + readinto (AWS CRT).
 
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
 
 def _bench(args, endpoint, moto: bool) -> int:
 
-    from iogen.objectstore import ObjectStore
+    from iogen.storage.s3 import ObjectStore
 
     region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
     client, bucket = new_bucket(__file__, "iogen-clients", args.threads)

@@ -43,7 +43,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
     from iogen.objectcopy import Transfers, upload_files
-    from iogen.objectstore import ObjectStore
+    from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-drain", args.threads)
     size, part = args.file_mib << 20, args.part_mib << 20

@@ -150,7 +150,7 @@ def _bench(args, endpoint) -> int:
     from iogen.formats import get_format
     from iogen.loaders.objects import ObjectLoader
     from iogen.objectdata import generate_objects
-    from iogen.objectstore import open_store
+    from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
     print(f"before: {machine_line()}")

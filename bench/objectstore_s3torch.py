@@ -82,7 +82,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.formats import get_format
     from iogen.loaders import get_loader
     from iogen.objectdata import generate_objects
-    from iogen.objectstore import open_store
+    from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
     _, bucket = new_bucket(__file__, "iogen-bench", 1)

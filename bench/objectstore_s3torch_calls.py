@@ -48,7 +48,8 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.formats import get_format
     from iogen.loaders import get_loader
     from iogen.objectdata import generate_objects
-    from iogen.objectstore import connector_args, open_store
+    from iogen.storage.s3 import open_store
+    from iogen.storage.s3torch import connector_args
     from iogen.plan import make_plan
 
     _, bucket = new_bucket(__file__, "iogen-bench", 1)

@@ -44,7 +44,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.filecopy import CopyJob
     from iogen.formats.checksum import crc32c, format_crc
     from iogen.objectcopy import Transfers, download_objects
-    from iogen.objectstore import ObjectStore
+    from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-stage", args.threads)
     size = args.object_mib << 20

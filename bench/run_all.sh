@@ -1,14 +1,22 @@
 #!/bin/bash
-# Every whole-run benchmark of docs/benchmarks.md, in sequence, each script's Markdown output
-# into OUT/<name>.md (stderr into OUT/<name>.err), then the pytest-benchmark microbenchmarks.
-# Sizes are kept small: these machines are shared. Usage, from the repository root:
-#   bench/run_all.sh OUT_DIR [WORK_DIR]       (DLIO: set IOGEN_DLIO_PYTHON=/path/to/dliovenv/bin/python)
+# Re-measures docs/benchmarks.md in one go: every benchmark of its summary, in sequence, each
+# script's Markdown output into OUT/<name>.md (stderr into OUT/<name>.err), the pytest-benchmark
+# microbenchmarks, then OUT/summary.md (bench/summarize.py): one row per output with the commit,
+# the date, the load before and after, the command and whether the figure counts.
+# Every script first waits for a quiet machine (bench/benchenv.py: 1-minute load below 1.0 and
+# nothing else heavy, at most 15 minutes each) and says at its end whether its figures count.
+# Usage, from the repository root:
+#   bench/run_all.sh OUT_DIR [WORK_DIR]
+# DLIO: set IOGEN_DLIO_PYTHON=/path/to/dliovenv/bin/python. Skip the waits (figures then do not
+# count on a busy machine): IOGEN_BENCH_NO_COOLDOWN=1. Object-store rows need moto installed.
 set -u
 OUT=${1:?usage: bench/run_all.sh OUT_DIR [WORK_DIR]}
 WORK=${2:-$(mktemp -d -t iogen-bench-XXXXXX)}
 PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT" "$WORK"
-run() { name=$1; shift; echo "== $name $(date -u +%T)" >> "$OUT/log"; "$@" > "$OUT/$name.md" 2> "$OUT/$name.err"; echo "rc=$? $(date -u +%T)" >> "$OUT/log"; }
+{ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo "started $(date -u +%FT%TZ)"; } > "$OUT/meta"
+run() { name=$1; shift; echo "== $name $(date -u +%FT%TZ)" >> "$OUT/log"; "$@" > "$OUT/$name.md" 2> "$OUT/$name.err"; echo "rc=$? $(date -u +%FT%TZ)" >> "$OUT/log"; }
 run vs_dlio $PY bench/vs_dlio.py --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio"
 run vs_dlio_tfrecord $PY bench/vs_dlio.py --format tfrecord --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio_tfr"
 run sleep $PY bench/sleep_accuracy.py --reps 100,100,10
@@ -28,8 +36,20 @@ for f in npz tfrecord hdf5; do
 done
 run loaders $PY bench/loaders_compare.py --reps 2 --epochs 2 --dir "$WORK/loaders"
 run startup $PY bench/startup.py --reps 5
+run checkpoint_vs_dd $PY bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --shard-gib 2 --repeat 3
+run checkpoint_vs_dd_whole $PY bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --repeat 3 --whole
+run staging $PY bench/staging_vs_copy.py --dir "$WORK/staging"
+run drain $PY bench/drain_interference.py --dir "$WORK/drain"
+if $PY -c "import moto" 2>/dev/null; then
+  run os_reads $PY bench/objectstore_reads.py
+  run os_checkpoint_only $PY bench/objectstore_checkpoint_only.py
+  run os_s3torch $PY bench/objectstore_s3torch.py
+  run os_staging $PY bench/objectstore_staging.py
+fi
 run scale $PY bench/plan_scale.py all --reps 3
 run scale_startup $PY bench/plan_scale.py startup --files 100000 --reps 3 --tmp "$WORK"
 run scale_datagen $PY bench/plan_scale.py datagen --files 10000 --threads 2 --reps 3 --tmp "$WORK"
 $PY -m pytest bench/ --benchmark-only -q -p no:cacheprovider > "$OUT/micro.md" 2>&1
-echo "micro rc=$? $(date -u +%T)" >> "$OUT/log"
+echo "micro rc=$? $(date -u +%FT%TZ)" >> "$OUT/log"
+$PY bench/summarize.py "$OUT" > "$OUT/summary.md"
+echo "summary: $OUT/summary.md"

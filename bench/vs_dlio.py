@@ -21,6 +21,14 @@ the like-for-like comparison. The table's title says which.
     .venv/bin/python bench/vs_dlio.py --format jpeg --record-bytes 322957 --files 2000 --batch 24 --threads 8 \
         --compute 0 --dlio-python /tmp/dliovenv/bin/python --reps 3 [--decode]
 
+CPU per sample, the figure that sizes a client fleet, comes from one measurement applied to
+both tools: each contender runs as its own process (the `iogen run` command, DLIO's
+`dlio_benchmark` script) and its whole process tree's user + system CPU seconds are the
+difference of this script's getrusage(RUSAGE_CHILDREN) around it (benchenv.run_measured),
+DataLoader workers and start-up included. It is divided by the samples both tools read (files x
+samples per file x epochs, the same for both). iogen's own steady figure (CPU s per 1,000
+samples over its metrics window, summary.json iogen.cpu) is printed beside it.
+
     .venv/bin/python bench/vs_dlio.py --dlio-python /tmp/dliovenv/bin/python --reps 3
 
 DLIO 2.0.0 in its own venv: python3 -m venv /tmp/dliovenv && /tmp/dliovenv/bin/pip install
@@ -34,11 +42,15 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import machine_line, print_footer, run_measured  # noqa: E402
 
 WORKLOAD_YAML = """\
 model: iogen_vs_dlio
@@ -85,28 +97,33 @@ def warm(paths, buf, core) -> None:
 
 
 def run_dlio(python: str, work: str, rep: int) -> dict:
-    """One DLIO run; DLIO's own summary.json metric block."""
+    """One DLIO run: DLIO's own summary.json metric block, and its process tree's CPU (`cpu_s`)."""
     out = os.path.join(work, f"dlio-out-{rep}")
     script = os.path.join(os.path.dirname(python), "dlio_benchmark")
     cmd = [script, "--config-dir", os.path.join(work, "cfg"), "workload=iogen_vs_dlio",
            f"++workload.output.folder={out}", f"hydra.run.dir={out}/hydra"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=1800)
+    res, user, system = run_measured(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=1800)
     path = os.path.join(out, "summary.json")
     if res.returncode != 0 or not os.path.exists(path):
         raise SystemExit(f"DLIO failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)["metric"]
+        return dict(json.load(fh)["metric"], cpu_s=user + system, window_cpu_s_per_1000_samples=None)
 
 
 def run_iogen(base: list, loader: str) -> dict:
-    """One iogen run in this process; its summary's DLIO-key metric block."""
-    from iogen.comm import SingleWorld
-    from iogen.config import load_workload
-    from iogen.runner import run
-
-    out = run(load_workload("default", base + [f"reader.data_loader={loader}"]), SingleWorld(), quiet=True)
-    return out.summary["metric"]
+    """One `iogen run` as its own process: its summary's DLIO-key metric block, its process tree's CPU
+    (`cpu_s`, measured as DLIO's is) and iogen's own window figure."""
+    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
+    cmd = [iogen, "run", "default", *base, f"reader.data_loader={loader}", "--quiet"]
+    res, user, system = run_measured(cmd, capture_output=True, text=True, timeout=1800)
+    found = re.search(r"^results: (.+)$", res.stdout, re.M)
+    if res.returncode not in (0, 1) or not found:  # 1: the AU gate, which this comparison does not judge
+        raise SystemExit(f"iogen failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    with open(os.path.join(found.group(1), "summary.json"), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    return dict(doc["metric"], cpu_s=user + system,
+                window_cpu_s_per_1000_samples=(doc["iogen"].get("cpu") or {}).get("window_cpu_s_per_1000_samples"))
 
 
 def main(argv=None) -> int:
@@ -133,8 +150,6 @@ def main(argv=None) -> int:
     args.loader = args.loader or ("tensorflow" if args.format == "tfrecord" else "pytorch")
     if args.decode and args.format != "jpeg":
         ap.error("--decode applies to --format jpeg")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import machine_line, print_footer
 
     from iogen import core
 
@@ -195,6 +210,23 @@ def main(argv=None) -> int:
                   for a, b in zip(results[c], results["DLIO 2.0"])]
             ratio = f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
         print(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
+    print()
+    samples = args.files * args.epochs  # num_samples_per_file is 1 for both tools
+    print(f"CPU per 1,000 samples (user + system s of each tool's whole process tree, start-up and loader workers "
+          f"included; {samples:,} samples read per run):")
+    print()
+    print("| contender | CPU s per run | CPU s / 1,000 samples | vs DLIO | iogen's window figure (s / 1,000 samples) |")
+    print("|---|---:|---:|---:|---:|")
+    def per_k(c):
+        return [r["cpu_s"] / samples * 1000.0 for r in results[c]]
+
+    for c in contenders:
+        mine = per_k(c)
+        window = [r["window_cpu_s_per_1000_samples"] for r in results[c] if r["window_cpu_s_per_1000_samples"]]
+        ratio = "DLIO not measured" if why_not else f"{statistics.median(mine) / statistics.median(per_k('DLIO 2.0')):.3f}x"
+        print(f"| {c} | {statistics.median(r['cpu_s'] for r in results[c]):.2f} | "
+              f"{statistics.median(mine):.3f} ({min(mine):.3f}-{max(mine):.3f}) | {ratio} | "
+              f"{format(statistics.median(window), '.3f') if window else 'n/a (DLIO does not measure it)'} |")
     print()
     if why_not:
         print(f"DLIO was not measured: {why_not}.")

@@ -121,10 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
                    help="tolerated slowdown in %% of the baseline mean (default 5)")
     p.add_argument("--metric", choices=("throughput", "au", "io", "ckpt-write", "ckpt-read", "ckpt-write-s",
-                                        "ckpt-read-s"), default=None,
+                                        "ckpt-read-s", "cpu-gib", "cpu-samples", "cpu-invocation",
+                                        "cpu-invocation-samples"), default=None,
                    help="gate metric: samples/s, AU %% or MiB/s; for checkpoint-only runs checkpoint write or "
-                        "read GiB/s, or their duration (-s) (default throughput; for checkpoint-only runs ckpt-write, "
-                        "or ckpt-read when nothing was written)")
+                        "read GiB/s, or their duration (-s); CPU seconds of the process trees (lower is better) "
+                        "per GiB read or per 1,000 samples over the window (cpu-gib, cpu-samples), of the whole "
+                        "invocation (cpu-invocation) or per 1,000 samples of it (cpu-invocation-samples) "
+                        "(default throughput; for checkpoint-only runs ckpt-write, or ckpt-read when nothing was "
+                        "written)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     p.add_argument("--force", action="store_true",
                    help="compare runs of different configurations (format, loader, dataset, ranks, compute)")

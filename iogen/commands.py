@@ -34,7 +34,9 @@ def _check_folders(wl, *, output: bool = False, data: bool = False, data_write: 
     from .atomic import folder_problem
     from .errors import ConfigError
 
-    local = wl.storage.storage_type != "s3"  # with s3, data_folder is a key prefix
+    from .storage import capabilities
+
+    local = capabilities(wl).local_paths  # on an object store data_folder is a key prefix
     # With two tiers the run writes checkpoints to local_folder; the drain reports its own target.
     ckpt_key, ckpt_folder = (("checkpoint.local_folder", wl.checkpoint.local_folder) if wl.checkpoint.local_folder
                              else ("checkpoint.checkpoint_folder", wl.checkpoint.checkpoint_folder))
@@ -175,6 +177,7 @@ def cmd_datagen(args) -> int:
     from .formats import get_format
     from .progress import GenerateProgress
     from .runner import generate_data
+    from .storage import capabilities, get_storage
 
     wl = _load(args)
     _refuse_checkpoint_only(wl, "datagen")
@@ -186,11 +189,10 @@ def cmd_datagen(args) -> int:
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
-    if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
+    if not capabilities(wl).local_paths:  # objects (docs/objectstore.md)
         from .objectdata import generate_objects
-        from .objectstore import open_store
 
-        results = generate_objects(open_store(wl), layouts, fmt, world, workers=args.workers,
+        results = generate_objects(get_storage(wl), layouts, fmt, world, workers=args.workers,
                                    overwrite=args.overwrite, progress=GenerateProgress(sys.stderr, args.quiet,
                                                                                        world.rank))
     else:
@@ -317,6 +319,7 @@ def cmd_verify(args) -> int:
     from .datagen import verify
     from .dataset import DatasetLayout
     from .formats import get_format
+    from .storage import capabilities, get_storage
 
     wl = _load(args)
     _require_for(wl, "verify", loader=False)
@@ -325,10 +328,8 @@ def cmd_verify(args) -> int:
     bad = 0
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     store = None
-    if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md)
-        from .objectstore import open_store
-
-        store = open_store(wl)
+    if not capabilities(wl).local_paths:  # objects (docs/objectstore.md)
+        store = get_storage(wl)
     for split in splits:
         layout = DatasetLayout.from_workload(wl, split)
         if store is not None:

@@ -31,6 +31,7 @@ from .dataset import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from .errors import DataError
 from .formats import get_format
 from .formats.base import error_text
+from .formats import DATA_NAME
 from .formats.checksum import file_crc32c, format_crc
 from .threadwork import run_on_threads
 
@@ -91,7 +92,6 @@ def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
 # iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
 _TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
 # A dataset file's name as DLIO and iogen write it: <prefix>_<i>_of_<N>.<suffix>
-_DATA_NAME = re.compile(r"^.+_\d+_of_\d+\.(npz|hdf5|h5|tfrecord)$")
 
 
 def _split_names(layout, pattern) -> list[str]:
@@ -114,7 +114,7 @@ def _leftovers(layout) -> list[str]:
 
 def _dataset_files(layout) -> list[str]:
     """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
-    return _split_names(layout, _DATA_NAME)
+    return _split_names(layout, DATA_NAME)
 
 
 def _shown(items, limit: int = 3) -> str:

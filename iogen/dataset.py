@@ -231,11 +231,9 @@ class DatasetLayout:
                 raise ConfigError(
                     f"dataset.record_length_bytes_stdev: {ds.record_length_bytes_stdev}: records with "
                     f"fixed dataset.record_dims {list(dims)} cannot vary in size; set it to 0")
-        folder = ds.data_folder
-        if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
-            from .objectkeys import data_uri
+        from .storage import backend_class
 
-            folder = data_uri(wl)  # s3://bucket/prefix/data_folder: paths are object URIs
+        folder = backend_class(wl).data_folder(wl)  # on an object store s3://bucket/prefix/data_folder: URIs
         return cls(folder, split, int(num_files or 0), int(ds.num_samples_per_file),
                    record_bytes, float(ds.record_length_bytes_stdev or 0), int(wl.train.seed),
                    fmt.suffix, file_prefix=ds.file_prefix, num_subfolders=int(subfolders or 0),

@@ -57,10 +57,9 @@ def workload_needs(wl) -> dict[str, str]:
     from .comm import detect_launcher, wants_mpi
 
     needs = {}
-    if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
-        needs["boto3"] = "storage.storage_type=s3"
-        if getattr(wl.storage, "s3_client", "boto3") == "s3torchconnector":
-            needs["s3torchconnector"] = "storage.s3_client=s3torchconnector"
+    from .storage import capabilities
+
+    needs.update(capabilities(wl).needs)  # the storage backend's client libraries
     if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "hdf5":
         needs["h5py"] = "dataset.format=hdf5"
     if str(getattr(wl.dataset.format, "value", wl.dataset.format)) == "parquet":

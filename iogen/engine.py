@@ -15,8 +15,9 @@ import numpy as np
 
 from . import core
 from .checkpoint import Checkpointer
+from .metrics.cpu import tree_cpu
 from .metrics.device import device_read_bytes
-from .metrics.epoch import epoch_metrics
+from .metrics.epoch import epoch_metrics, window_bounds
 from .plan import plan_for
 from .steplog import PHASE_EVAL, PHASE_TRAIN
 
@@ -52,6 +53,9 @@ class EngineResult:
     # kernel does not say
     device_read_bytes: list = field(default_factory=list)
     decode: dict | None = None  # decode mode: summary.json's `iogen.decode` (iogen.loaders.decode), rank 0
+    # per train epoch whose metrics window ran to its end: (epoch, user s, system s) of CPU time
+    # this rank's process tree spent in the window, checkpoint writes left out (iogen.metrics.cpu)
+    cpu_window: list = field(default_factory=list)
 
 
 class Engine:
@@ -70,11 +74,13 @@ class Engine:
         self.spin_ns = compute_spin_ns(core.clock.calibrate_spin_ns(), getattr(world, "policy", None))
         self.checkpointer = None
         if wl.workflow.checkpoint:
-            if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3" \
-                    and not wl.checkpoint.local_folder:  # with a local tier: written there, drained to the bucket
-                from .checkpoint.s3torch import checkpointer  # rank 0 uploads an object (boto3 or s3torchconnector)
+            from .storage import capabilities
 
-                self.checkpointer = checkpointer(wl, world)
+            if not capabilities(wl).local_paths \
+                    and not wl.checkpoint.local_folder:  # with a local tier: written there, drained to the bucket
+                from .checkpoint.objects import ObjectCheckpointer  # rank 0 writes an object through the storage
+
+                self.checkpointer = ObjectCheckpointer(wl, world)
             else:
                 self.checkpointer = Checkpointer(wl, world)
         self.allreduce_buf = None
@@ -152,8 +158,20 @@ class Engine:
         window_from = self.wl.metric.exclude_start_steps if plan.steps > self.wl.metric.exclude_start_steps else 0
         t_first = now()
         samples_done = compute_done = 0
+        # CPU time of the process tree over the metrics window (train only): read just before the
+        # window's first t_request and just after its last step, outside the window's time; a
+        # checkpoint written inside the window is subtracted (its readings lie inside checkpoint_ns).
+        w_start, w_stop, _ = window_bounds(plan.steps, self.wl.metric.exclude_start_steps,
+                                           self.wl.metric.exclude_end_steps)
+        if phase != PHASE_TRAIN:
+            w_start = w_last = -1
+        else:
+            w_last = w_stop - 1
+        cpu_start = cpu_ckpt = None
         try:
             for step in range(plan.steps):
+                if step == w_start:
+                    cpu_start = tree_cpu()
                 t_request = now()
                 if step == window_from:
                     t_first = t_request
@@ -177,7 +195,12 @@ class Engine:
                 checkpoint_ns = 0
                 if ckpt is not None and ckpt.due_after_step(step + 1):
                     t0 = now()
+                    in_window = w_start <= step <= w_last
+                    c0 = tree_cpu() if in_window else None
                     res.checkpoints.append(ckpt.write(epoch, step + 1))
+                    if in_window:
+                        spent = tree_cpu() - c0
+                        cpu_ckpt = spent if cpu_ckpt is None else cpu_ckpt + spent
                     t_step_end = now()
                     checkpoint_ns = max(1, t_step_end - t0)
                     # Deleting the superseded checkpoint is not checkpoint I/O: it runs after
@@ -194,6 +217,11 @@ class Engine:
                     if progress is not None and progress.due(t_step_end):
                         progress.step(epoch, phase, step + 1, plan.steps, t_step_end, samples_done, compute_done,
                                       t_first)
+                if step == w_last and cpu_start is not None:
+                    spent = tree_cpu() - cpu_start
+                    if cpu_ckpt is not None:
+                        spent = spent - cpu_ckpt
+                    res.cpu_window.append((epoch, spent.user_s, spent.system_s))
         finally:
             if pending is not None:  # an interrupted phase keeps its last measured step
                 append(*pending)

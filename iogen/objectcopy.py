@@ -2,7 +2,7 @@
 
 - `upload_files` drains local files to objects (iogen/checkpoint/drain.py with storage_type s3):
   every part of every file is one task on the caller's pool, so `drain_threads` PUTs are in
-  flight across the files (iogen.objectstore.ObjectStore.put_objects: one PUT for a file of one
+  flight across the files (iogen.storage.s3.ObjectStore.put_objects: one PUT for a file of one
   part, a multipart upload above, every unfinished upload aborted on a failure, so no partial
   object appears under a final key). Each part is pread into the pool thread's reused buffer;
   botocore takes bytes, not a buffer, so it gets one copy of it.

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import manifest as mf
 from ._version import __version__
-from .datagen import _DATA_NAME, GenerateResult, Problem, _shown, default_workers
+from .datagen import GenerateResult, Problem, _shown, default_workers
+from .formats import DATA_NAME
 from .errors import DataError
 from .formats.checksum import crc32c, format_crc
 
@@ -87,7 +88,7 @@ def _existing(store, layout) -> dict[str, int]:
 
 
 def _data_named(rel: str) -> bool:
-    return bool(_DATA_NAME.match(rel.rsplit("/", 1)[-1]))
+    return bool(DATA_NAME.match(rel.rsplit("/", 1)[-1]))
 
 
 def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int, dict]]:
@@ -150,7 +151,7 @@ def _write_one(store, layout, fmt, i: int, digest: str, part_bytes: int) -> dict
 def generate_objects(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False,
                      part_bytes=None) -> list[GenerateResult]:
     """Generate the layouts' objects, rank r its files r, r+N, ...; rank 0 writes the manifests last."""
-    from .objectstore import DEFAULT_PART_BYTES
+    from .storage.s3 import DEFAULT_PART_BYTES
 
     part_bytes = part_bytes or DEFAULT_PART_BYTES
     t0 = time.perf_counter()
@@ -279,9 +280,9 @@ def check_objects(store, layout, fmt) -> None:
 
 def prepare_objects(wl, world, layouts, fmt, progress_stream=None, quiet=False) -> None:
     """Before a run: the bucket checked, missing objects generated when asked, the manifests checked."""
-    from .objectstore import open_store
+    from .storage import get_storage
 
-    store = open_store(wl)
+    store = get_storage(wl)
     if wl.workflow.generate_data:
         from .progress import GenerateProgress
 

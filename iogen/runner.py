@@ -72,7 +72,9 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     layouts = [layout for layout in (train, evaluation) if layout is not None]
-    if wl.storage.storage_type == "s3":  # objects: their own check and generation (iogen/objectdata.py)
+    from .storage import capabilities
+
+    if not capabilities(wl).local_paths:  # objects: their own check and generation (iogen/objectdata.py)
         from .objectdata import prepare_objects
 
         prepare_objects(wl, world, layouts, fmt, progress_stream, quiet)
@@ -267,11 +269,13 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
 
         st.result.decode = decode_block(world, getattr(st.train_loader, "decode_cost", None),
                                         getattr(st.eval_loader, "decode_cost", None))
-    if wl.storage.storage_type == "s3":
+    from .storage import backend_class, capabilities
+
+    if "requests" in capabilities(wl).figures:  # the storage client's figures: summary.json's iogen.object_store
         from .metrics.objectstore import run_block
 
         st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer,
-                                           staging=st.staging)
+                                           staging=st.staging, client=backend_class(wl).client_name)
 
 
 def _finish(wl, world, st: _RunState, error):

@@ -38,6 +38,7 @@ import numpy as np
 from .atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
 from .errors import ConfigError, DataError
 from .filecopy import ALIGN, CopyJob, copy_files
+from .storage import backend_class, capabilities, files_section
 
 
 def staging_folder(template: str, node: str) -> str:
@@ -47,7 +48,7 @@ def staging_folder(template: str, node: str) -> str:
 
 def guarded_folders(wl) -> list[tuple[str, str]]:
     """(key, folder) of the local folders a staging folder must keep out of: data, output, checkpoints."""
-    files = wl.storage.storage_type != "s3"  # with s3, data and checkpoint folders are key prefixes
+    files = capabilities(wl).local_paths  # on an object store, data and checkpoint folders are key prefixes
     out = [("dataset.data_folder", wl.dataset.data_folder)] if files else []
     out.append(("output.folder", wl.output.folder))
     if wl.workflow.checkpoint:
@@ -113,7 +114,7 @@ class StageReport:
     # folders this invocation created that were not empty when it removed its own: a parent shared
     # with another node's staging folder (simulated nodes on one host), removed once that one is gone
     left_dirs: list = field(default_factory=list)
-    object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.objectstore)
+    object_figures: dict | None = None  # staged from a bucket: the stager's requests (iogen.storage.s3)
 
     @property
     def copy_s(self) -> float:
@@ -149,9 +150,9 @@ def check_config(wl, nodes=None) -> None:
             nodes = configured_nodes()
         for node in dict.fromkeys(nodes):
             problems += overlap_problems(wl, node)
-    if wl.storage.storage_type == "s3" and st.odirect_read:
-        problems.append("staging.odirect_read = True applies to a file source; with storage.storage_type s3 the "
-                        "source is a bucket (ranged GETs): set it to False")
+    if not capabilities(wl).direct_io and st.odirect_read:
+        problems.append("staging.odirect_read = True applies to a file source; from the object store "
+                        f"({backend_class(wl).name} backend) the source is read by ranged GETs: set it to False")
     if st.transfer_size is not None and st.transfer_size % ALIGN:
         problems.append(f"staging.transfer_size = {st.transfer_size}: must be a multiple of {ALIGN} bytes")
     if problems:
@@ -267,31 +268,30 @@ def transfer_bytes(wl) -> int:
     given = wl.staging.transfer_size
     if given is not None:
         return int(given)
-    return OBJECT_TRANSFER_BYTES if wl.storage.storage_type == "s3" else FILE_TRANSFER_BYTES
+    return FILE_TRANSFER_BYTES if capabilities(wl).local_paths else OBJECT_TRANSFER_BYTES
 
 
 def object_transfers(wl):
-    """With storage_type s3, the stager's download threads, each with its client and part buffer
+    """From an object store, the stager's download threads, each with its client and part buffer
     (iogen.objectcopy.Transfers); None on files."""
-    if wl.storage.storage_type != "s3":
+    if capabilities(wl).local_paths:
         return None
     from .objectcopy import Transfers
-    from .objectstore import ObjectStore
 
     st = wl.staging
-    store = ObjectStore.from_workload(wl, st.threads)  # the bucket was checked with the data
+    store = backend_class(wl).from_workload(wl, st.threads)  # the bucket was checked with the data
     return Transfers(store, st.threads, transfer_bytes(wl), "iogen-stage-get")
 
 
 def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=None) -> None:
     """The stager's work: copy (or reuse) the node's files into report.folder.
 
-    With storage_type s3 the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py)
+    From an object store the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py)
     on `transfers` (object_transfers(wl), made here when not given), their request figures kept
     in report.object_figures.
     """
     st = wl.staging
-    own = transfers is None and wl.storage.storage_type == "s3"
+    own = transfers is None and not capabilities(wl).local_paths
     if own:
         transfers = object_transfers(wl)
     store = transfers.store if transfers is not None else None
@@ -488,10 +488,9 @@ def staged_layout(layout, folder: str, files=None):
 def staged_workload(wl):
     """The workload as the loaders see it once the data is staged: storage is local files (from a
     bucket too: every loader reads the staged copies, never an object)."""
-    if wl.storage.storage_type != "s3":
+    if capabilities(wl).local_paths:
         return wl
-    storage = wl.storage.model_copy(update={"storage_type": "local_fs", "s3_client": "boto3"})
-    return wl.model_copy(update={"storage": storage})
+    return wl.model_copy(update={"storage": files_section(wl.storage)})
 
 
 def node_files(world, mine: list) -> list:

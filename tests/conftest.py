@@ -187,3 +187,102 @@ def tree_state(root, skip=()) -> dict:
                 with open(path, "rb") as fh:
                     out[rel] = fh.read()
     return out
+
+
+# -- a real S3 server: moto's standalone server on 127.0.0.1 --------------------------------------
+# No mocked client: boto3 (in the test and in the `iogen` child processes) talks HTTP to a separate
+# server process. One server per test session; each test gets its own bucket.
+
+FAKE_ACCESS_KEY = "AKIAIOGENTESTKEY0001"
+MOTO_STARTUP_TIMEOUT_S = 30
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_servers(tmp_path_factory):
+    """start(env_extra) -> the endpoint of a new moto server (with those environment variables),
+    every one stopped at the session's end. Skips without boto3 and moto[server]."""
+    import time
+    import urllib.request
+
+    pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
+    pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
+    started = []
+
+    def start(env_extra: dict) -> str:
+        port = _free_port()
+        log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
+        started.append((proc, log))
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + MOTO_STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {proc.returncode}; see {log.name}")
+            try:
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+                return endpoint
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not answer on {endpoint} in {MOTO_STARTUP_TIMEOUT_S} s")
+                time.sleep(0.1)
+
+    try:
+        yield start
+    finally:
+        for proc, log in started:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(moto_servers):
+    """The endpoint URL of a moto server started for the session."""
+    return moto_servers({})
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, tmp_path):
+    """Endpoint, fresh bucket and fake credentials in the environment (the AWS chain iogen uses).
+
+    Yields a namespace: endpoint, bucket, secret (a marker value to look for in written files),
+    client (a boto3 client on the server), env (the variables, for child processes).
+    """
+    import uuid
+
+    import boto3
+
+    secret = "iogenSECRETmarker" + uuid.uuid4().hex
+    env = {
+        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+        # no ~/.aws files of the machine running the tests
+        "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none"),
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    bucket = "iogen-" + uuid.uuid4().hex[:12]
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
+                          aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=secret)
+    client.create_bucket(Bucket=bucket)
+    yield SimpleNamespace(endpoint=s3_server, bucket=bucket, secret=secret, client=client, env=env)
+    client.close()
+

@@ -16,6 +16,9 @@ from iogen._core._common import check_ckpt_args, writable_byte_view
 cdef extern from "<string.h>" nogil:
     char *strerror(int errnum)
 
+cdef extern from "io_compat.h" nogil:
+    int iogen_write_behind(int fd, long long off, long long length, int drop)
+
 
 cdef int write_blocks(int fd, unsigned char *buf, int64_t transfer, int64_t start, int64_t end,
                       uint64_t stamp, int64_t *written) noexcept nogil:
@@ -41,6 +44,21 @@ cdef int write_blocks(int fd, unsigned char *buf, int64_t transfer, int64_t star
 
 def _os_error(int err):
     return OSError(err, strerror(err).decode("utf-8", "replace"))
+
+
+def write_behind(int fd, int64_t start, int64_t length, bint drop):
+    """Write-behind of file bytes [start, start + length), GIL released: start their write-back
+    (drop False), or wait until they are on the device and drop their pages from the page cache
+    (drop True). A file system that cannot do it is no error."""
+    cdef int err
+    if start < 0 or length < 0:
+        raise ValueError(f"start and length must be >= 0, got {start} and {length}")
+    if length == 0:
+        return
+    with nogil:
+        err = iogen_write_behind(fd, start, length, drop)
+    if err != 0:
+        raise _os_error(err)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build

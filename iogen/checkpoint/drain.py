@@ -15,7 +15,7 @@ finished checkpoint to a Drainer:
 
 Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py:
 the same parallel copy as data staging, iogen's temporary name, renamed when complete). With
-storage_type s3 the shared tier is the bucket: each file becomes the object of the same name
+an object store (storage.storage_type s3) the shared tier is the bucket: each file becomes the object of the same name
 under the checkpoint folder's URI (iogen/objectcopy.py: parts pread into reused buffers,
 `drain_threads` part uploads in flight, a failed upload aborted so no partial object appears).
 A failed drain is recorded (the summary carries it) and reported once the run's summary is
@@ -45,7 +45,9 @@ def tier_problems(wl) -> list[str]:
     def forms(path):
         return {os.path.abspath(path), os.path.realpath(path)}
 
-    files = wl.storage.storage_type != "s3"  # with s3, data and checkpoint folders are key prefixes
+    from ..storage import capabilities
+
+    files = capabilities(wl).local_paths  # on an object store, data and checkpoint folders are key prefixes
     ck = wl.checkpoint
     folders = [("checkpoint.checkpoint_folder", ck.checkpoint_folder)] if files else []
     if ck.local_folder:
@@ -128,7 +130,7 @@ class Drainer:
         """The upload threads, their clients and part buffers, and the coordinating thread, made now
         (a client costs ~0.1 s): outside every checkpoint's drain time."""
         from ..objectcopy import Transfers
-        from ..objectstore import part_size_bytes
+        from ..storage.s3 import part_size_bytes
 
         self._transfers = Transfers(self.store, self.threads, part_size_bytes(self.transfer), "iogen-drain-put")
         self._coordinator = ThreadPoolExecutor(1, thread_name_prefix="iogen-drain")  # creates and completes

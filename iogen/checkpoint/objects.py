@@ -9,6 +9,9 @@ them in flight. The content is generated once, before any timed window, as the f
 are stamped with the checkpoint and part numbers, so no two parts are the same bytes. An upload
 that fails is aborted (no partial object); only the newest checkpoint is kept (the previous one
 is deleted outside the timed windows). The requests are counted (iogen.object_store.checkpoint).
+The object is written through the storage backend's write_stream (iogen/storage/): boto3's
+multipart upload, or with `storage.s3_client: s3torchconnector` one S3Checkpoint writer stream,
+whose per-object figures join the requests.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import core
-from ..objectstore import part_size_bytes  # a checkpoint-only run's part size: whole transfer-size blocks
+from ..storage.s3 import part_size_bytes  # a checkpoint-only run's part size: whole transfer-size blocks
 from .training import Checkpointer
 
 MIN_PART_BYTES = 5 << 20
@@ -28,12 +31,11 @@ class ObjectCheckpointer(Checkpointer):
     """Checkpointer whose rank 0 writes objects (see the module doc)."""
 
     def __init__(self, wl, world):
-        from ..objectkeys import folder_uri
-        from ..objectstore import open_store
+        from ..storage import backend_class, get_storage
 
         ck = wl.checkpoint
         self._schedule(wl, world)
-        self.folder = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
+        self.folder = backend_class(wl).checkpoint_folder(wl)
         self.drainer = None
         self.io = None
         self.store = None
@@ -42,7 +44,7 @@ class ObjectCheckpointer(Checkpointer):
             return
         self.part_bytes = max(MIN_PART_BYTES, int(ck.transfer_size))
         threads = max(1, int(ck.write_threads))
-        self.store = open_store(wl, threads)
+        self.store = get_storage(wl, threads)  # boto3's multipart uploads, or s3torchconnector's writer streams
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="iogen-ckpt-put")
         content = np.empty(min(self.part_bytes, max(1, self.size_bytes)), np.uint8)
         if ck.randomize_tensor:
@@ -62,6 +64,7 @@ class ObjectCheckpointer(Checkpointer):
             ready.wait(timeout=60)
 
         list(self._pool.map(warm, range(threads)))
+        self.store.prepare_stream(self.part_bytes)  # a streaming client's own client and connection, now
 
     def _part(self, i: int):
         """Part i's bytes, in this thread's copy of the content, stamped (checkpoint, part)."""
@@ -75,14 +78,14 @@ class ObjectCheckpointer(Checkpointer):
     def _write_file(self, epoch: int, step: int) -> str:
         uri = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
         self._stamp = self.count + 1
-        self.store.put_parts(uri, self.size_bytes, self.part_bytes, self._part, self._pool)
+        self.store.write_stream(uri, self.size_bytes, self.part_bytes, self._part, self._pool)
         self._supersede(uri)
         return uri
 
     def cleanup(self) -> None:
         """Delete superseded checkpoint objects (outside the timed windows)."""
         while self.stale:
-            self.store.delete(self.stale.pop())
+            self.store.remove(self.stale.pop())
 
     def finish(self) -> None:
         """End of run: stop the upload threads; keep the request figures for the summary."""
@@ -99,7 +102,7 @@ class ObjectCheckpointIO:
     CheckpointIO writes: the content (transfer_size bytes of the core's seeded fill) repeated,
     the first 8 bytes of each transfer-size block stamped (stamp ^ file offset), the layout's
     framing over it. Parts are part_size_bytes(transfer_size); `threads` parts in flight across
-    the rank's objects (iogen.objectstore.ObjectStore.put_objects). Each upload thread holds one
+    the rank's objects (iogen.storage.s3.ObjectStore.put_objects). Each upload thread holds one
     part-sized copy of the content, stamped and framed in place for each part (then restored), and
     botocore gets one bytes copy of it per part: memory is about 2 x threads x part size, never
     a file's size. Reads are ranged GETs of one part size, `read_threads` in flight, each thread
@@ -108,7 +111,7 @@ class ObjectCheckpointIO:
 
     def __init__(self, wl, *, threads: int, transfer_bytes: int, seed: int, randomize: bool = True,
                  read_threads: int | None = None):
-        from ..objectstore import open_store
+        from ..storage import get_storage
 
         self.threads = max(1, int(threads))
         self.read_threads = max(1, int(read_threads or threads))
@@ -116,7 +119,8 @@ class ObjectCheckpointIO:
         self.part_bytes = part_size_bytes(self.transfer)
         self.seed = seed
         self.randomize = randomize
-        self.store = open_store(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
+        self.store = get_storage(wl, max(self.threads, self.read_threads))  # HEADs the bucket: exit 2 before work
+        self.store.prepare_stream(self.part_bytes)  # a streaming client's own client and connection, now
         self._write_pool = None
         self._read_pool = None
         self._pristine = None
@@ -189,15 +193,8 @@ class ObjectCheckpointIO:
     def write_files(self, paths_layouts, stamp: int) -> int:
         """Upload every (URI, layout) as one object; returns the bytes in them. DataError naming one on failure."""
         self.prepare_write()
-        sizes = [lay.size_bytes for _, lay in paths_layouts]
-        part = self.part_maker(paths_layouts, stamp)
-
-        def part_of(j: int, i: int) -> bytes:
-            return part(j, i).tobytes()  # botocore takes bytes, not a buffer: one copy per part
-
-        self.store.put_objects([(uri, size) for (uri, _), size in zip(paths_layouts, sizes)], self.part_bytes, part_of,
-                               self._write_pool)
-        return sum(sizes)
+        items = [(uri, lay.size_bytes) for uri, lay in paths_layouts]
+        return self.store.write_objects(items, self.part_bytes, self.part_maker(paths_layouts, stamp), self._write_pool)
 
     def release_write_buffers(self) -> None:
         """Drop the content and the upload threads' buffers (before a read phase)."""
@@ -221,23 +218,21 @@ class ObjectCheckpointIO:
                                      "(written with other model settings, or cut short)")
 
     def read_files(self, uris_sizes) -> int:
-        """Read every object whole by ranged GETs into reused buffers; returns bytes read."""
+        """Read every object whole into reused buffers (the backend's read_objects); returns bytes read."""
         p = self.part_bytes
         if self._read_pool is None:
             self._read_pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="iogen-ckpt-get")
-        tasks = [(uri, off, min(p, size - off)) for uri, size in uris_sizes for off in range(0, size, p)]
 
-        def one(task) -> int:
-            uri, off, n = task
+        def buffer():
             loc = self._local
             if getattr(loc, "rbuf", None) is None:
                 loc.rbuf = np.empty(p, np.uint8)  # allocated at the first read, reused after
-            return self.store.readinto(uri, off, loc.rbuf[:n])  # a short object: DataError naming it
+            return loc.rbuf
 
-        return sum(self._read_pool.map(one, tasks))
+        return self.store.read_objects(list(uris_sizes), p, self._read_pool, buffer)  # a short one: DataError
 
     def figures(self) -> dict:
-        """The request figures since the last call (iogen.objectstore.ObjectStore.drain)."""
+        """The backend's figures since the last call (requests; with s3torchconnector its per-object figures too)."""
         return self.store.drain()
 
     def close(self) -> None:

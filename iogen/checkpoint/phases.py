@@ -20,6 +20,7 @@ import numpy as np
 from .. import core
 from ..atomic import make_folders, remove_stale_temps
 from ..errors import ConfigError, DataError, os_error_text
+from ..storage import backend_class, capabilities, storage_label
 from .io import CheckpointIO, evict
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -61,11 +62,8 @@ def read_rank(world, shift: bool) -> tuple[int, str | None]:
 
 def checkpoint_root(wl) -> str:
     """Where checkpoints live: the folder's absolute path, or on object storage its s3:// URI."""
-    if wl.storage.storage_type == "s3":
-        from ..objectkeys import folder_uri
-
-        return folder_uri(wl.storage.storage_root, wl.checkpoint.checkpoint_folder)
-    return os.path.abspath(wl.checkpoint.checkpoint_folder)
+    folder = backend_class(wl).checkpoint_folder(wl)
+    return os.path.abspath(folder) if capabilities(wl).local_paths else folder
 
 
 def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
@@ -170,7 +168,7 @@ def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int
     ck = wl.checkpoint
     local = os.path.abspath(ck.local_folder) if ck.local_folder else None
     tiers = [(local, "the local tier (checkpoint.local_folder)")] if local else []
-    if (not local or ck.drain != "off") and wl.storage.storage_type != "s3":
+    if (not local or ck.drain != "off") and capabilities(wl).local_paths:
         tiers.append((folder, "checkpoint.checkpoint_folder"))
     entries = []
     for root, name in tiers if n_write else ():
@@ -235,14 +233,13 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     check_space(wl, world, mine, folder, n_write)  # before the first byte, on every rank alike
     io = None
     try:
-        if wl.storage.storage_type == "s3":  # objects (docs/objectstore.md); the bucket is checked here
+        caps = capabilities(wl)
+        if not caps.local_paths:  # objects (docs/objectstore.md); the bucket is checked here
             from .objects import ObjectCheckpointIO
-            from .s3torch import ConnectorCheckpointIO
 
-            kind = ConnectorCheckpointIO if wl.storage.s3_client == "s3torchconnector" else ObjectCheckpointIO
-            io = kind(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
-                      seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                      read_threads=ck.read_threads)
+            io = ObjectCheckpointIO(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
+                                    seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                                    read_threads=ck.read_threads)
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
                           range(n_write + 1, n_read + 1), None if stays_local else io)
@@ -333,9 +330,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
 
         store = None
         if objects:  # the drain's own store: its requests are the drain's figures
-            from ..objectstore import ObjectStore
-
-            store = ObjectStore.from_workload(wl, ck.drain_threads)
+            store = backend_class(wl).from_workload(wl, ck.drain_threads)
         drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)
     read_folder = folder if drainer is not None or not local else local
     writer = file_io or io
@@ -430,6 +425,12 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         from ..metrics.drain import reduce_drains
 
         drain_block, drain_error = reduce_drains(world, drain_record)
+    from ..metrics.cpu import cpu_block, tree_cpu
+
+    # the whole invocation's CPU, every rank's process tree summed (docs/metrics.md, "CPU time")
+    mine_cpu = tree_cpu()
+    cpu_user, cpu_system = (float(x) for x in world.allreduce_array(np.array([mine_cpu.user_s, mine_cpu.system_s]),
+                                                                    "sum"))
     object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
     all_objects = None
     if objects:  # every rank's requests merged by reductions, on rank 0
@@ -439,8 +440,9 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
+        doc["iogen"]["cpu"] = cpu_block(None, None, None, None, cpu_user, cpu_system, None)
         if all_objects is not None:
-            doc["iogen"]["object_store"] = {"client": wl.storage.s3_client, **{
+            doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
         if drain_block is not None:
             doc["iogen"]["checkpoint_drain"] = drain_block
@@ -488,7 +490,7 @@ def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> 
         "tiers": (f"local {os.path.abspath(ck.local_folder)}, drained ({ck.drain}) to {checkpoint_root(wl)}"
                   if local and ck.drain != "off" else
                   f"local {os.path.abspath(ck.local_folder)} (drain off)" if local else checkpoint_root(wl)),
-        "storage": wl.storage.storage_type if wl.storage.storage_type == "s3" else "files",
+        "storage": storage_label(wl),
         "num_checkpoints_write": max(0, ck.num_checkpoints_write),
         "num_checkpoints_read": max(0, ck.num_checkpoints_read),
         "time_between_checkpoints_s": max(0.0, ck.time_between_checkpoints),
@@ -523,7 +525,7 @@ def _summary(wl, world, spec, facts, written, read, rank_facts) -> dict:
     device = rank_facts[:, 1]
     read_bytes = int(read[:, :, 0].sum()) if read.shape[1] else 0
     page_cache = None
-    if read.shape[1] and wl.storage.storage_type != "s3":  # objects: no page cache in the way
+    if read.shape[1] and capabilities(wl).page_cache:  # objects: no page cache in the way
         known = bool((device >= 0).all())
         dev_total = int(device.sum()) if known else None
         from_storage = known and dev_total >= 0.9 * read_bytes
@@ -617,6 +619,10 @@ def headline(doc) -> str:
         lines.append("object store HEADs (boto3, untimed): " + ", ".join(
             f"{fig['requests']} for the {what}, p50 {fig['total_latency']['p50_ns'] / 1e6:.1f} ms" for what, fig in heads))
     lines.append(f"peak RSS per rank: {max(ck['peak_rss_bytes']) / 2**20:.0f} MiB (max over ranks)")
+    cpu = doc["iogen"].get("cpu") or {}
+    if cpu.get("invocation_cpu_s") is not None:
+        lines.append(f"CPU (user + system, every rank's process tree): whole invocation {cpu['invocation_cpu_s']:.2f} s, "
+                     "start-up included")
     return "\n".join(lines)
 
 

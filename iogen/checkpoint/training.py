@@ -43,12 +43,11 @@ class Checkpointer:
                 from .drain import Drainer
 
                 shared, store = ck.checkpoint_folder, None
-                if wl.storage.storage_type == "s3":  # the shared tier is the bucket (same keys as direct uploads)
-                    from ..objectkeys import folder_uri
-                    from ..objectstore import ObjectStore
+                from ..storage import backend_class, capabilities, get_storage
 
-                    shared = folder_uri(wl.storage.storage_root, ck.checkpoint_folder)
-                    store = ObjectStore.from_workload(wl, ck.drain_threads)
+                if not capabilities(wl).local_paths:  # the shared tier is the bucket (same keys as direct uploads)
+                    shared = backend_class(wl).checkpoint_folder(wl)
+                    store = get_storage(wl, ck.drain_threads, check=False)
                 self.drainer = Drainer(shared, ck.drain_threads, ck.transfer_size, ck.drain, store)
         # Rank 0 writes: before its first byte, the checkpoints must fit where they go
         if world.rank == 0:
@@ -89,7 +88,9 @@ class Checkpointer:
         peak = min(count, 2) * self.size_bytes  # the newest kept, the next one being written
         tiers = [(self.folder, "the local tier (checkpoint.local_folder)" if wl.checkpoint.local_folder
                   else "checkpoint.checkpoint_folder")]
-        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and wl.storage.storage_type != "s3":
+        from ..storage import capabilities
+
+        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and capabilities(wl).local_paths:
             tiers.append((os.path.abspath(wl.checkpoint.checkpoint_folder), "checkpoint.checkpoint_folder"))
         entries = [("this host", need(root, count * self.size_bytes, peak,
                                       f"{count} checkpoint(s) of {self.size_bytes:,} bytes on {name}, the newest "

@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..storage import clients as storage_clients
+from ..storage import object_key_types, storage_types
 from .distributions import TimeDist
 from .names import FolderPath, PathComponent
 from .problems import did_you_mean, rule, show
@@ -92,9 +94,12 @@ Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loa
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
                         BeforeValidator(lambda v: "none" if v is None else v),
                         _choice("compression", COMPRESSIONS, DLIO_COMPRESSIONS)]
-StorageType = Annotated[Literal["local_fs", "s3"], _choice(
-    "storage type", ("local_fs", "s3"), DLIO_STORAGE,
+# The storage types and S3 clients are the storage registry's (iogen/storage/__init__.py): a new
+# backend is accepted here by its registry line alone.
+StorageType = Annotated[str, _choice(
+    "storage type", storage_types(), DLIO_STORAGE,
     hint=" (a parallel file system mounted with POSIX semantics is local_fs to iogen)")]
+S3Client = Annotated[str, _choice("S3 client", storage_clients())]
 StepCap = Annotated[Optional[PosInt], _off_if_sentinel(-1)]
 CheckpointSteps = Annotated[Optional[PosInt], _off_if_sentinel(-1, 0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -373,7 +378,7 @@ class Reader(Section):
     # reported apart from I/O (iogen/loaders/decode.py); by default a sample is its file's bytes.
     decode_images: bool = False
     # iogen: the pytorch loader's dataset style through s3torchconnector (S3MapDataset or
-    # S3IterableDataset); other byte sources read map-style only (objectkeys.workload_problems).
+    # S3IterableDataset); other byte sources read map-style only (storage.keys.workload_problems).
     pytorch_dataset: Literal["map", "iterable"] = "map"
 
 
@@ -497,12 +502,12 @@ class Storage(Section):
     region: Optional[NonEmptyStr] = None
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
     # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
-    # what a client does not implement yet is refused (objectkeys.workload_problems).
-    s3_client: Literal["boto3", "s3torchconnector"] = "boto3"
+    # what a client does not implement yet is refused (storage.keys.workload_problems).
+    s3_client: S3Client = "boto3"
 
     @model_validator(mode="after")
     def _s3_keys(self):
-        from ..objectkeys import storage_problems
+        from ..storage.keys import storage_problems
 
         problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
                                     self.addressing_style, self.s3_client)
@@ -565,8 +570,8 @@ class Workload(Section):
         # storage's get_uri joins them); made absolute, so a resolved config reloads the same.
         storage = data.get("storage") if isinstance(data, dict) else None
         root = storage.get("storage_root") if isinstance(storage, dict) else None
-        if storage.get("storage_type") == "s3" if isinstance(storage, dict) else False:
-            return data  # object keys: the folders stay relative to the bucket (iogen/objectkeys.py)
+        if storage.get("storage_type") in object_key_types() if isinstance(storage, dict) else False:
+            return data  # object keys: the folders stay relative to the bucket (iogen/storage/keys.py)
         if not isinstance(root, str) or not root or "\0" in root or os.path.normpath(root) == ".":
             return data
         data = dict(data)
@@ -647,12 +652,13 @@ class Workload(Section):
             problems.append(
                 "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
                 "reads its row groups (the footer read once); set reader.reopen_files=False")
-        if self.storage.storage_type == "s3" and ds.format in ("parquet", "npy", "csv"):
+        if self.storage.storage_type in object_key_types() and ds.format in ("parquet", "npy", "csv"):
             problems.append(
-                f"dataset.format = {ds.format!r} with storage.storage_type = 's3' is not implemented yet: {ds.format} "
+                f"dataset.format = {ds.format!r} with storage.storage_type = {self.storage.storage_type!r} is not "
+                f"implemented yet: {ds.format} "
                 "datasets are read from a file system (storage.storage_type=local_fs)")
-        if self.storage.storage_type == "s3":
-            from ..objectkeys import workload_problems
+        if self.storage.storage_type in object_key_types():
+            from ..storage.keys import workload_problems
 
             problems += workload_problems(self)
         if self.staging.folder and not self.workflow.stage_data:

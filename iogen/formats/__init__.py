@@ -11,6 +11,8 @@ Formats import their heavy libraries (h5py) only when used.
 """
 from __future__ import annotations
 
+import re
+
 from ..errors import ConfigError
 from .base import FileIndex, Format, fill_random
 
@@ -26,7 +28,13 @@ _REGISTRY = {
     "csv": ("csvfile", "CsvFormat", ("none",)),
 }
 
-__all__ = ["FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]
+__all__ = ["DATA_NAME", "DATA_SUFFIXES", "FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]
+
+# Every suffix a data file of any format may have, iogen's and DLIO's (.h5, .jpg): what counts as a
+# dataset file that iogen did not write, and so never overwrites without --overwrite (a test
+# checks that every registered format's suffix is here).
+DATA_SUFFIXES = ("npz", "tfrecord", "hdf5", "h5", "jpeg", "jpg", "png", "parquet", "npy", "csv")
+DATA_NAME = re.compile(r"^.+_\d+_of_\d+\.(" + "|".join(DATA_SUFFIXES) + r")$")
 
 FORMATS = tuple(_REGISTRY)
 

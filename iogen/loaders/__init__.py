@@ -42,11 +42,14 @@ def loader_class(name: str):
 
 def get_loader(wl, layout, fmt, world) -> Loader:
     """Build the loader the workload selects."""
-    if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3" and wl.reader.data_loader == "native":
+    from ..storage import capabilities
+
+    caps = capabilities(wl)
+    if not caps.local_paths and wl.reader.data_loader == "native":
         from .objects import ObjectLoader  # the native loader's plan over ranged GETs
 
         return ObjectLoader(wl, layout, fmt, world)
-    if getattr(getattr(wl, "storage", None), "s3_client", "boto3") == "s3torchconnector":
+    if caps.torch_datasets:
         loader_class(wl.reader.data_loader)  # torch missing: the same message as without s3
         from .s3torch import S3TorchLoader  # s3torchconnector's datasets as the byte source
 

@@ -53,21 +53,21 @@ class ObjectLoader(Loader):
 
     def __init__(self, wl, layout, fmt, world):
         super().__init__(wl, layout, fmt, world)
-        from ..objectstore import ObjectStore, open_store
+        from ..storage import backend_class, get_storage
 
         rd = wl.reader
         self.threads = max(1, int(rd.read_threads))
         self.prefetch = max(0, int(rd.prefetch_size))
         self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
-        self.store = open_store(wl, self.threads)
-        self._index_store = ObjectStore.from_workload(wl, self.threads)  # its requests: object_store.index
+        self.store = get_storage(wl, self.threads)
+        self._index_store = backend_class(wl).from_workload(wl, self.threads)  # its requests: object_store.index
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-get")
         # DLIO's per-sample preprocessing, spent by the reading threads after a batch's GETs (so
         # it overlaps the engine's compute), drawn as the native loader on files draws it
         self.preprocess = Preprocess(wl, layout, world, salt=Preprocess.NATIVE_SALT)
         self.table = ObjectTable(layout, fmt, self._index_store, self.part_bytes)
-        self.setup_figures = self.store.drain()  # the bucket's HEAD (open_store's check), not indexing
+        self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
         self.index_figures = merge_index(None, self._index_store.drain())
         self.epoch_figures: list[dict] = []
         # sized before the run for a batch of the largest records (grown if a batch needs more)
@@ -204,17 +204,17 @@ class ObjectSampleReader:
     """
 
     def __init__(self, wl, layout, fmt):
-        from ..objectstore import open_store
+        from ..storage import backend_class, get_storage
 
-        st, rd = wl.storage, wl.reader
-        self._client_args = (st.endpoint_url, st.region, st.addressing_style)
+        rd = wl.reader
+        self._make_store = (backend_class(wl), wl)  # each process makes its own (pickled by reference and value)
         self.layout = layout  # a DatasetLayout pickles as its parameters, no list of keys
         self.samples_per_file = layout.samples_per_file
         self.fmt = fmt
         self.part_bytes = int(rd.transfer_size or DEFAULT_PART_BYTES)
         self._check = getattr(fmt, "check_read", None) if rd.verify_checksums else None
-        store = open_store(wl, max(1, int(rd.read_threads)))
-        self.setup_figures = store.drain()  # the bucket's HEAD (open_store's check), not indexing
+        store = get_storage(wl, max(1, int(rd.read_threads)))
+        self.setup_figures = store.drain()  # the bucket's HEAD (get_storage's check), not indexing
         self.index_figures = None
         self._store, self._index_store, self._table, self._pid = store, None, None, os.getpid()
 
@@ -228,12 +228,10 @@ class ObjectSampleReader:
         with _MAKE_LOCK:
             if self._store is not None and self._pid == os.getpid() and self._table is not None:
                 return self._store
-            from ..objectstore import ObjectStore
-
-            endpoint, region, style = self._client_args
+            cls, wl = self._make_store
             if self._store is None or self._pid != os.getpid():
-                self._store = ObjectStore(endpoint, region, style)
-            self._index_store = ObjectStore(endpoint, region, style)
+                self._store = cls.from_workload(wl)
+            self._index_store = cls.from_workload(wl)
             self._table = ObjectTable(self.layout, self.fmt, self._index_store, self.part_bytes)
             self._pid = os.getpid()
             return self._store

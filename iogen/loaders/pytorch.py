@@ -357,7 +357,9 @@ class PyTorchLoader(Loader):
     def sample_reader(self, wl, layout, fmt):
         """The byte source: files, or objects through boto3 (iogen/loaders/s3torch.py: s3torchconnector)."""
         r = wl.reader
-        if getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3":
+        from ..storage import capabilities
+
+        if not capabilities(wl).local_paths:
             from .objects import ObjectSampleReader  # the same byte source as the native object reads
 
             reader = ObjectSampleReader(wl, layout, fmt)

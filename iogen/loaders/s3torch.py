@@ -41,9 +41,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import ConfigError, DataError
-from ..objectkeys import split_uri
+from ..storage.keys import split_uri
 from ..histogram import LatencyHistogram
-from ..objectstore import connector_args
+from ..storage.s3torch import connector_args
 from .objects import ObjectSampleReader
 from .pytorch import PyTorchLoader, _first
 

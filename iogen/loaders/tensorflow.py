@@ -59,7 +59,9 @@ class TensorFlowLoader(Loader):
         self.buffer_bytes = int(r.transfer_size) if r.transfer_size else None
         self.shuffle_size = int(r.shuffle_size or 1024)
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
-        objects = getattr(getattr(wl, "storage", None), "storage_type", "local_fs") == "s3"
+        from ..storage import capabilities
+
+        objects = not capabilities(wl).local_paths
         if objects:  # tf.data cannot read S3 itself: every format goes through iogen's reader (map mode)
             from .objects import ObjectSampleReader
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checkpoint import CHECKPOINT_METRICS, checkpoint_values
+from .cpu import cpu_values
 from .tdist import t_quantile
 
 __all__ = [
@@ -154,6 +155,7 @@ class RunValues:
     setup: dict | None = None  # summary.json iogen.setup: what was measured (format, loader, ...)
     reads_source: str | None = None  # iogen.reads_from.source: storage, page cache, ...
     checkpoint: dict | None = None  # checkpoint-only runs: iogen.metrics.checkpoint.checkpoint_values
+    cpu: dict | None = None  # CPU time of the process trees: iogen.metrics.cpu.cpu_values
 
     def value(self, metric: str) -> float | None:
         """The run's value of one of METRICS."""
@@ -186,6 +188,7 @@ def run_values_from_summary(doc: dict, path: str = "") -> RunValues:
         # a checkpoint-only run has no training steps, so no AU to gate on
         au_gate_applied=bool(gate.get("applied", True)) and doc.get("kind") != "checkpoint",
         checkpoint=checkpoint_values(doc),
+        cpu=cpu_values(doc),
         t_staging_s=(it.get("staging") or {}).get("t_staging_s"),
         setup=it.get("setup"),
         reads_source=(it.get("reads_from") or {}).get("source"),

@@ -1,6 +1,6 @@
 """Object-store request figures across drains, threads, batches and ranks: summary.json's `iogen.object_store`.
 
-An ObjectStore counts its requests (iogen/objectstore.py) and hands them over with drain();
+An ObjectStore counts its requests (iogen/storage/s3.py) and hands them over with drain();
 these functions merge such figures exactly (counts summed, latency histograms merged by adding
 their buckets, iogen/histogram.py) and build the run's block.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..objectstore import OPS, STREAM_OPS, OpStats, StreamStats
+from ..storage.figures import OPS, STREAM_OPS, OpStats, StreamStats
 from .latency import reduce_histograms
 
 
@@ -61,10 +61,10 @@ def reduce_figures(world, cells) -> list[dict] | None:
     return out
 
 
-def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None) -> dict | None:
+def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None, client: str = "boto3") -> dict | None:
     """summary.json's `iogen.object_store` on rank 0 (None elsewhere): per epoch and for indexing, every rank's requests merged.
 
-    Collective: every rank calls it after its loop.
+    Collective: every rank calls it after its loop. client: the storage backend's client (its client_name).
     """
     index = merge_figures(getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None)
     train = list(getattr(train_loader, "epoch_figures", []))
@@ -77,7 +77,6 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None)
     merged = reduce_figures(world, cells)
     if merged is None:
         return None
-    client = getattr(train_loader or eval_loader, "object_client", "boto3")
     block = {"client": client, "loader": train_loader.name if train_loader is not None else None,
              "index": merged[0],
              "train_epochs": [dict(epoch=e + 1, **merged[1 + e]) for e in range(n_train)],

@@ -37,10 +37,16 @@ class RankReduction:
     device_read_bytes: list  # per train epoch, summed over ranks; None where a rank could not tell
     wait_epochs: list | None  # per train epoch, LatencyHistogram of the batch wait, merged over ranks (rank 0)
     wait_run: LatencyHistogram | None  # the same over the whole run (rank 0)
+    # CPU seconds (iogen.metrics.cpu), summed over ranks: per train epoch's metrics window, user
+    # and system (None where a rank did not finish that window); and the whole invocation so far
+    cpu_window_user_s: list = ()
+    cpu_window_system_s: list = ()
+    cpu_invocation: tuple = (None, None)  # (user s, system s)
 
 
 def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_steps: int,
-                 clock_offset_ns: int = 0, device_read_bytes=()) -> RankReduction:
+                 clock_offset_ns: int = 0, device_read_bytes=(), cpu_window=(),
+                 cpu_invocation=None) -> RankReduction:
     """Reduce this rank's rows with every other rank's (a collective: every rank calls it)."""
     window = dict(exclude_start_steps=exclude_start_steps, exclude_end_steps=exclude_end_steps)
     train_epochs = epochs_reached(world, rows, PHASE_TRAIN)
@@ -55,10 +61,12 @@ def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_s
         evals_reduced = allreduce_reductions(world, rank_reductions(mine[None]))
         evals = world.gather_array(mine) if gather else None
     wait_epochs, wait_run = wait_latency(world, header, rows, train_epochs, **window)
+    cpu_user, cpu_system, cpu_inv = summed_cpu(world, cpu_window, train_epochs, cpu_invocation)
     return RankReduction(train=train, evals=evals, train_reduced=train_reduced, evals_reduced=evals_reduced,
                          train_epochs=train_epochs,
                          device_read_bytes=summed_device_bytes(world, device_read_bytes, train_epochs.size),
-                         wait_epochs=wait_epochs, wait_run=wait_run)
+                         wait_epochs=wait_epochs, wait_run=wait_run, cpu_window_user_s=cpu_user,
+                         cpu_window_system_s=cpu_system, cpu_invocation=cpu_inv)
 
 
 def epochs_reached(world, rows, phase) -> np.ndarray:
@@ -83,6 +91,31 @@ def summed_device_bytes(world, per_epoch, epochs: int) -> list:
         mine[i] = np.nan if v is None else float(v)
     total = world.allreduce_array(mine, "sum")
     return [None if not math.isfinite(v) else int(v) for v in total]
+
+
+def summed_cpu(world, cpu_window, epochs, invocation) -> tuple[list, list, tuple]:
+    """CPU seconds over ranks in one allreduce: (window user per epoch, window system per epoch,
+    (invocation user, invocation system)); None where any rank lacks the figure.
+
+    `cpu_window`: this rank's (epoch, user s, system s) per train epoch (iogen.engine);
+    `invocation`: this rank's iogen.metrics.cpu.CpuTimes of the whole invocation, or None.
+    """
+    n = len(epochs)
+    index = {int(e): i for i, e in enumerate(epochs)}
+    mine = np.full(2 * n + 2, np.nan)
+    for epoch, user, system in cpu_window or ():
+        i = index.get(int(epoch))
+        if i is not None:
+            mine[i], mine[n + i] = user, system
+    if invocation is not None:
+        mine[2 * n], mine[2 * n + 1] = invocation.user_s, invocation.system_s
+    total = world.allreduce_array(mine, "sum")  # NaN anywhere stays NaN: unknown, not too low
+
+    def clean(v):
+        return float(v) if math.isfinite(v) else None
+
+    return ([clean(v) for v in total[:n]], [clean(v) for v in total[n:2 * n]],
+            (clean(total[2 * n]), clean(total[2 * n + 1])))
 
 
 def wait_latency(world, header, rows, epochs, *, exclude_start_steps: int, exclude_end_steps: int):

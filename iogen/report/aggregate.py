@@ -177,6 +177,7 @@ def _summary_entry(doc: dict, run_dir: str) -> dict:
         "reads_from": it.get("reads_from"),
         "device_read_bytes_per_epoch": it.get("device_read_bytes_per_epoch"),
         "dataset_size_rule": it.get("dataset_size_rule"),
+        "cpu": rv.cpu,  # CPU seconds of every rank's process tree (iogen.metrics.cpu)
         "checkpoint": rv.checkpoint,  # checkpoint-only runs: the figures a campaign reduces
         "checkpoint_series": checkpoint_series(doc),  # and per-checkpoint durations, per-rank spread
         "checkpoint_drain": it.get("checkpoint_drain"),  # two tiers: the drain's figures
@@ -215,7 +216,7 @@ def entry_values(entry) -> _stats.RunValues:
         num_accelerators=entry["num_accelerators"], start=entry["start"],
         au_gate_applied=entry.get("au_gate_applied", True),
         setup=entry.get("setup"), reads_source=(entry.get("reads_from") or {}).get("source"),
-        checkpoint=entry.get("checkpoint"),
+        checkpoint=entry.get("checkpoint"), cpu=entry.get("cpu"),
     )
 
 

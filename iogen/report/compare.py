@@ -5,8 +5,10 @@ by `iogen report` (a small file a CI job can keep as its baseline). Warm-ups and
 runs are left out. The gate metric is one of throughput (samples/s), au (AU %) or io (MiB/s)
 for training runs, and for checkpoint-only runs MLPerf Storage's checkpoint figures from
 summary.json (mean over checkpoints of each checkpoint's GiB/s or duration: ckpt-write,
-ckpt-read, ckpt-write-s, ckpt-read-s). The threshold is relative to the baseline mean; a
-slowdown is a lower value, or for a duration a higher one.
+ckpt-read, ckpt-write-s, ckpt-read-s), and for any run the CPU time of its process trees
+(summary.json iogen.cpu: cpu-gib, cpu-samples, cpu-invocation, cpu-invocation-samples). The
+threshold is relative to the baseline mean; a slowdown is a lower value, or for a duration or
+CPU time a higher one.
 
 Decision (docs/reports.md):
 - both sides have >= 2 runs: Welch's t-test (unequal variances; scipy.stats.ttest_ind's figures,
@@ -31,6 +33,7 @@ import numpy as np
 
 from ..metrics.campaign import METRICS, RunValues, config_differences, fact_differences, run_values_from_summary
 from ..metrics.checkpoint import CHECKPOINT_SETUP_KEYS
+from ..metrics.cpu import CPU_METRICS
 from ..metrics.tdist import t_cdf, t_quantile
 from ..errors import DataError
 from .text import fmt_num, table
@@ -47,12 +50,16 @@ CHECKPOINT_COMPARED = (
 )
 # every metric compare reports: key, name, unit, decimals, higher is better
 COMPARED = tuple((key, name, unit, 2 if key == "au_percentage" else 1, True) for key, name, unit in METRICS) + tuple(
-    (key, name, unit, 3, higher) for key, name, unit, higher in CHECKPOINT_COMPARED)
+    (key, name, unit, 3, higher) for key, name, unit, higher in CHECKPOINT_COMPARED) + tuple(
+    (key, name, unit, 3, False) for key, name, unit in CPU_METRICS)  # CPU time: lower is better
+_CPU = {key for key, _, _ in CPU_METRICS}
 GATE_METRICS = {"throughput": "throughput_samples_s", "au": "au_percentage", "io": "io_mib_s",
                 "ckpt-write": "save_checkpoint_io_mean_GB_per_second",
                 "ckpt-read": "load_checkpoint_io_mean_GB_per_second",
                 "ckpt-write-s": "save_checkpoint_duration_mean_seconds",
-                "ckpt-read-s": "load_checkpoint_duration_mean_seconds"}
+                "ckpt-read-s": "load_checkpoint_duration_mean_seconds",
+                "cpu-gib": "window_cpu_s_per_gib", "cpu-samples": "window_cpu_s_per_1000_samples",
+                "cpu-invocation": "invocation_cpu_s", "cpu-invocation-samples": "invocation_cpu_s_per_1000_samples"}
 _UNITS = {key: unit for key, _, unit, _, _ in COMPARED}
 _NAMES = {key: name for key, name, _, _, _ in COMPARED}
 _DIGITS = {key: digits for key, _, _, digits, _ in COMPARED}
@@ -73,13 +80,14 @@ class Side:
 
     def series(self, key) -> np.ndarray:
         """The finite values of one metric."""
-        return np.array([v for v in self.values[key] if v is not None and math.isfinite(v)], dtype=np.float64)
+        return np.array([v for v in self.values.get(key, ()) if v is not None and math.isfinite(v)], dtype=np.float64)
 
 
 def _side_from_runs(path, runs: list[RunValues]) -> Side:
     used = [r for r in runs if not r.warmup and r.complete]
     left = [r.label for r in runs if r.warmup or not r.complete]
-    values = {key: [r.value(key) if key in _TRAINING else (r.checkpoint or {}).get(key) for r in used]
+    values = {key: [r.value(key) if key in _TRAINING else (r.cpu or {}).get(key) if key in _CPU
+                    else (r.checkpoint or {}).get(key) for r in used]
               for key, _, _, _, _ in COMPARED}
     return Side(path, [r.label for r in used], values, left, used)
 
@@ -314,7 +322,7 @@ def _verdict(key: str, change: float, threshold_pct: float, alpha: float, method
         return verdict
     if worse_by > threshold_pct:
         return (f"no regression established: candidate is {fmt_num(worse_by, 2)}% "
-                f"{'slower' if _HIGHER[key] else 'longer'}, but not beyond {thr} with {100 * (1 - alpha):g}% confidence")
+                f"{'slower' if _HIGHER[key] else 'costlier' if key in _CPU else 'longer'}, but not beyond {thr} with {100 * (1 - alpha):g}% confidence")
     return f"no regression: change {fmt_num(change, 2, signed=True)}% (threshold {'-' if _HIGHER[key] else '+'}{thr})"
 
 
@@ -342,8 +350,10 @@ def render_comparison(cmp: Comparison) -> str:
         ])
     lines.append(table(["metric", "baseline mean", "stdev", "candidate mean", "stdev", "change"], rows))
     lines.append("* gate metric; stdev: sample (n - 1), n/a for a single run")
-    if any(not r["higher_is_better"] for r in cmp.rows):
+    if any(not r["higher_is_better"] and r["key"] not in _CPU for r in cmp.rows):
         lines.append("durations (s): lower is better; MLPerf Storage's checkpoint figures are means over checkpoints")
+    if any(r["key"] in _CPU for r in cmp.rows):
+        lines.append("CPU s: user + system seconds of every rank's process tree, loader workers included; lower is better")
     if cmp.change_ci_pct is not None:
         lo, hi = cmp.change_ci_pct
         lines.append(f"95% interval of the change (Welch): {fmt_num(lo, 2, signed=True)}% .. {fmt_num(hi, 2, signed=True)}%")

@@ -149,11 +149,21 @@ def summary_problem(doc: dict) -> str | None:
     return _figure_problem(doc, "")
 
 
+# No figure iogen writes comes near this (10^21 bytes is a zettabyte, 10^21 ns 31,700 years):
+# beyond it (or NaN, infinity) the file was not written by iogen, and statistics would overflow.
+FIGURE_BOUND = 1e21
+
+
+def _is_scalar_key(key: str) -> bool:
+    """A mean, a stdev, a threshold or a count is one number (per-epoch figures are lists)."""
+    return key in _NUMBER_KEYS or any(w in key for w in ("mean", "stdev", "threshold"))
+
+
 def _is_number(v) -> bool:
-    """A number, null, or a (nested) list of them (per-epoch and per-rank figures)."""
+    """A finite number within FIGURE_BOUND, null, or a (nested) list of them (per-epoch and per-rank figures)."""
     if isinstance(v, list):
         return all(_is_number(x) for x in v)
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and -FIGURE_BOUND <= v <= FIGURE_BOUND)
 
 
 def _figure_problem(node, where: str) -> str | None:
@@ -163,6 +173,9 @@ def _figure_problem(node, where: str) -> str | None:
             if isinstance(key, str) and (key.endswith(_NUMBER_ENDINGS) or key in _NUMBER_KEYS) and not (
                     _is_number(value)):
                 return f"{here!r} is {json.dumps(value)[:40]}, not a number"
+            if isinstance(key, str) and _is_scalar_key(key) and isinstance(value, list) and \
+                    not where.rsplit(".", 1)[-1].startswith("per_"):  # per_epoch, per_rank: lists
+                return f"{here!r} is a list, not one number"
             problem = _figure_problem(value, here)
             if problem:
                 return problem

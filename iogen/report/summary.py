@@ -25,6 +25,7 @@ from ..metrics.staging import with_epoch_ratio
 from ..config.summary import comparability_class
 from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
+from ..storage import capabilities
 from . import rundir
 
 # 2: every `GB` figure is GiB, as DLIO counts it (iogen.metrics.checkpoint.UNITS_SCHEMA_VERSION)
@@ -68,10 +69,15 @@ def write_config(run_dir: str, resolved: dict, facts: dict) -> None:
 
 def finish(run_dir, wl, world, facts, result, error, layout) -> dict | None:
     """Reduce every rank's step log and write summary.json and epochs.json (rank 0 writes)."""
+    from ..metrics.cpu import tree_cpu
+
+    cpu_invocation = tree_cpu()  # this rank's process tree since it started, loader workers included
     header, rows, offset_ns = _own_steplog(run_dir, world.rank, error)
     red = reduce_ranks(world, header, rows, exclude_start_steps=wl.metric.exclude_start_steps,
                        exclude_end_steps=wl.metric.exclude_end_steps, clock_offset_ns=offset_ns,
-                       device_read_bytes=result.device_read_bytes if result is not None else ())
+                       device_read_bytes=result.device_read_bytes if result is not None else (),
+                       cpu_window=result.cpu_window if result is not None else (),
+                       cpu_invocation=cpu_invocation)
     if world.rank != 0 or run_dir is None or facts is None:
         return None
     doc = _summary_doc(run_dir, wl, world, facts, result, error, layout, red)
@@ -156,7 +162,7 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
         doc["metric"] = dlio_metric_block(run)
         doc["iogen"]["metrics"] = iogen_metric_block(run)
         doc["iogen"]["reads_from"] = reads_from(red.device_read_bytes, list(run.train.epochs.bytes_all))
-        if wl.storage.storage_type == "s3" and not wl.workflow.stage_data:  # every byte came over HTTP
+        if not capabilities(wl).page_cache and not wl.workflow.stage_data:  # every byte came over HTTP
             doc["iogen"]["reads_from"] = {"source": "storage", "device_share": None, "explanation":
                                           "the object store served every byte read (ranged GETs over HTTP; "
                                           "the node's page cache plays no part)"}
@@ -164,9 +170,33 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
         doc["iogen"]["metrics"]["train"]["wait_latency"] = red.wait_run.summary()
         doc["iogen"]["metrics"]["train"]["per_epoch"]["wait_latency"] = [h.summary() for h in red.wait_epochs]
         spans = run.train.epochs.span_ns
+        doc["iogen"]["cpu"] = _cpu(red, run)
     if facts.get("staging"):  # T_staging per node and MLPerf HPC's T_staging / T_epoch
         doc["iogen"]["staging"] = with_epoch_ratio(facts["staging"], spans)
     return doc
+
+
+def _cpu(red, run) -> dict:
+    """summary.json `iogen.cpu`: CPU time of every rank's process tree (docs/metrics.md section 7).
+
+    The window figures sum the train epochs whose window every rank finished, with that window's
+    samples and bytes (summed over ranks); the invocation's figures are per 1,000 samples of every
+    step read, train and eval, including the steps outside the window.
+    """
+    from ..metrics.cpu import cpu_block
+
+    c = run.train.epochs
+    known = [i for i, (u, s) in enumerate(zip(red.cpu_window_user_s, red.cpu_window_system_s))
+             if u is not None and s is not None]
+    user = sum(red.cpu_window_user_s[i] for i in known) if known else None
+    system = sum(red.cpu_window_system_s[i] for i in known) if known else None
+    samples = float(sum(c.samples[i] for i in known)) if known else None
+    nbytes = float(sum(c.bytes[i] for i in known)) if known else None
+    every = float(run.train.total_samples) + (float(run.eval.total_samples) if run.eval is not None else 0.0)
+    per_epoch = [None if u is None or s is None else u + s
+                 for u, s in zip(red.cpu_window_user_s, red.cpu_window_system_s)]
+    return cpu_block(user, system, samples, nbytes, red.cpu_invocation[0], red.cpu_invocation[1], every,
+                     per_epoch)
 
 
 def _per_rank_epochs(red):
@@ -251,7 +281,7 @@ def rules_notes(wl, facts) -> list[str]:
         if problem:
             notes.append(f"{node.get('hostname')}: {problem}")
             break
-    if wl.storage.storage_type != "s3" and same_filesystem(wl.dataset.data_folder, wl.output.folder):
+    if capabilities(wl).local_paths and same_filesystem(wl.dataset.data_folder, wl.output.folder):
         notes.append(f"dataset.data_folder and output.folder are on one file system: MLPerf Storage's rules ask for "
                      "the results on another one than the data")
     return notes
@@ -260,7 +290,7 @@ def rules_notes(wl, facts) -> list[str]:
 def _page_cache_warning(wl, layout, facts) -> str | None:
     """A warning when some node's per-epoch share of the dataset fits in that node's memory."""
     if getattr(wl.reader, "odirect", False) or getattr(wl.reader, "evict_page_cache", False) \
-            or (wl.storage.storage_type == "s3" and not wl.workflow.stage_data):
+            or (not capabilities(wl).page_cache and not wl.workflow.stage_data):
         return None  # objects are not cached by the node; O_DIRECT reads bypass the page cache; eviction empties it every epoch
     fits = [h for h in _data_per_host(wl, layout, facts)
             if h["memory_total_bytes"] and h["epoch_bytes"] < h["memory_total_bytes"]]
@@ -291,7 +321,7 @@ def _clean(obj):
 def headline(doc) -> tuple[str, bool]:
     """The lines `iogen run` prints, and whether the run passed its AU gate (or had none)."""
     from ..metrics.summary import au_loss
-    from .text import au_loss_lines, decode_line, reads_lines, setup_line
+    from .text import au_loss_lines, cpu_line, decode_line, reads_lines, setup_line
 
     if not doc or not doc.get("metric"):
         return "no complete step was measured", False
@@ -318,6 +348,9 @@ def headline(doc) -> tuple[str, bool]:
     ]
     if it.get("decode"):
         lines.append(decode_line(it["decode"]))
+    cpu = cpu_line(it.get("cpu"))
+    if cpu:
+        lines.append(cpu)
     if not it["complete"]:
         lines.append(f"INCOMPLETE: {it['incomplete_reason']}")
     return "\n".join(lines), bool(gate["met"]) if gate["applied"] else True

@@ -233,6 +233,28 @@ def dataset_size_lines(runs) -> list[str]:
     return [f"{', '.join(labels)}: {message}" for message, labels in below.items()]
 
 
+def cpu_line(cpu: dict | None) -> str | None:
+    """One line of a run's CPU figures (summary.json iogen.cpu), or None when it has none."""
+    if not cpu:
+        return None
+    return (f"CPU (user + system, every rank's process tree): {fmt_num(cpu.get('window_cpu_s_per_gib'), 3)} s per "
+            f"GiB read, {fmt_num(cpu.get('window_cpu_s_per_1000_samples'), 3)} s per 1,000 samples over the "
+            f"window; whole invocation {fmt_num(cpu.get('invocation_cpu_s'), 2)} s "
+            f"({fmt_num(cpu.get('invocation_cpu_s_per_1000_samples'), 3)} s per 1,000 samples), start-up included")
+
+
+def cpu_table(runs) -> list[str]:
+    """The runs' CPU figures (iogen.metrics.cpu) as a table; nothing when no run has them."""
+    if not any(r.get("cpu") for r in runs):
+        return []
+    rows = [[r["label"], *(fmt_num((r.get("cpu") or {}).get(k), d) for k, d in (
+        ("window_cpu_s_per_gib", 3), ("window_cpu_s_per_1000_samples", 3), ("invocation_cpu_s", 2),
+        ("invocation_cpu_s_per_1000_samples", 3)))] for r in runs]
+    return ["", "CPU time (user + system s of every rank's process tree, loader workers included):",
+            table(["run", "window s/GiB", "window s/1000 samples", "invocation s", "invocation s/1000 samples"],
+                  rows, "lrrrr")]
+
+
 def device_per_epoch(run) -> str:
     """Mean device bytes per epoch of a run (every rank), or n/a."""
     dev = [d for d in (run.get("device_read_bytes_per_epoch") or []) if d is not None]
@@ -362,6 +384,7 @@ def render_checkpoint_report(report: dict) -> str:
     lines.extend(incomplete_lines(runs))
     lines.extend(checkpoint_lines(runs, camp))
     lines.extend(drain_lines(runs))
+    lines.extend(cpu_table(runs))
     for note in camp["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -405,6 +428,7 @@ def render_report(report: dict) -> str:
         ])
     lines.append(table(["run", "kind", "AU %", "AU achieved %", "sleep error", "samples/s", "MiB/s", "wait p50",
                         "wait p99", "wait max", "device/epoch", "reads from", "AU gate"], rows, "llrrrrrrrrrll"))
+    lines.extend(cpu_table(runs))
     for r in runs:
         if (r.get("au_loss") or {}).get("compute_lowered_au"):
             lines.extend(au_loss_lines(r["au_loss"], r["label"]))

@@ -55,6 +55,9 @@ def test_write_then_read_in_one_run(tmp_path):
     assert ck["page_cache"]["evicted_before_reads"] in (True, False)
     assert isinstance(ck["page_cache"]["reads_could_be_from_memory"], bool)
     assert ck["peak_rss_bytes"][0] > 0
+    cpu = doc["iogen"]["cpu"]  # no samples read: the whole invocation's CPU alone
+    assert cpu["invocation_cpu_s"] > 0 and cpu["window_cpu_s"] is None
+    assert cpu["invocation_cpu_s"] == pytest.approx(cpu["invocation_user_cpu_s"] + cpu["invocation_system_cpu_s"])
     assert os.path.exists(os.path.join(out.run_dir, "summary.json"))
     setup = doc["iogen"]["setup"]  # what the report shows as measured
     assert setup["kind"] == "checkpoint" and setup["num_ranks"] == 1 and setup["format"] == "torch"
@@ -146,6 +149,7 @@ def test_campaign_and_report_reduce_checkpoint_runs(tmp_path):
     assert camp["valid"]  # no AU gate for checkpoint-only runs
     text = render_report(report)
     assert "checkpoint write" in text and "GiB/s" in text and "rank durations" in text
+    assert "CPU time (user + system s" in text  # the whole invocation's CPU of each run
     series = report["runs"][0]["checkpoint_series"]["write"]
     assert len(series["duration_seconds"]) == 2
     assert series["rank_duration_min_seconds"][0] <= series["rank_duration_max_seconds"][0]

@@ -147,3 +147,23 @@ def test_reads_use_their_own_threads_and_buffers_and_leave_the_content_alone(tmp
         assert [bytes(b) for b in io.buffers] == content  # what later writes write is unchanged
     finally:
         io.close()
+
+
+def test_write_behind_writes_the_same_bytes_as_a_plain_write(tmp_path):
+    # 40 MiB in 16 KiB blocks: with fsync each task goes out in several write-behind pieces
+    # (WRITE_BEHIND_BYTES), framing blocks among them; without fsync in one run. Same bytes.
+    from iogen.checkpoint.io import WRITE_BEHIND_BYTES
+
+    tensors = [Tensor(("big", str(i)), "fp16", (5 << 20) + 7 * i) for i in range(4)] + TENSORS
+    layout = file_layout("torch", tensors)
+    assert layout.size_bytes > 2 * WRITE_BEHIND_BYTES
+    paths = []
+    for fsync in (True, False):
+        io = _io(fsync=fsync, threads=2)
+        paths.append(str(tmp_path / f"f{int(fsync)}.pt"))
+        try:
+            assert io.write_files([(paths[-1], layout)], stamp=99) == layout.size_bytes
+        finally:
+            io.close()
+    assert _read(paths[0]) == _read(paths[1])
+    assert sorted(os.listdir(tmp_path)) == ["f0.pt", "f1.pt"]

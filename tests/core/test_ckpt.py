@@ -91,3 +91,31 @@ def test_both_implementations_write_the_same_bytes(cython_core, python_core, tmp
         finally:
             os.close(fd)
     assert (tmp_path / "cython").read_bytes() == (tmp_path / "python").read_bytes()
+
+
+def test_write_behind_keeps_the_bytes_and_is_no_error_where_unsupported(core, tmp_path):
+    path = str(tmp_path / "f")
+    buf, t = _buf(65536), 65536
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        core.ckpt.write_range(fd, buf, 0, 5 * t, t, 7)
+        core.ckpt.write_behind(fd, 0, 2 * t, False)  # write-back started
+        core.ckpt.write_behind(fd, 0, 2 * t, True)  # waited for and dropped from the page cache
+        core.ckpt.write_behind(fd, 2 * t, 3 * t, True)
+        core.ckpt.write_behind(fd, 0, 0, True)  # nothing to do
+        with pytest.raises(ValueError):
+            core.ckpt.write_behind(fd, -1, t, False)
+    finally:
+        os.close(fd)
+    data = np.fromfile(path, np.uint8)
+    assert data.size == 5 * t
+    assert all(int.from_bytes(data[k * t:k * t + 8].tobytes(), "little") == 7 ^ (k * t) for k in range(5))
+    assert np.array_equal(data[8:t], buf[8:t])
+    r, w = os.pipe()  # a pipe cannot: no error, write-behind is an optimisation
+    try:
+        core.ckpt.write_behind(w, 0, t, True)
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(OSError):
+        core.ckpt.write_behind(w, 0, t, True)  # closed: EBADF

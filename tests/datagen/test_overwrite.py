@@ -88,3 +88,27 @@ def test_cli_exit_2_names_the_file_and_overwrite_proceeds(tmp_path, iogen_cmd):
     res = iogen_cmd("datagen", "default", *over, "-q", "--overwrite")
     assert res.returncode == 0, res.stderr
     assert read(data / "train" / "README") == "keep" and os.path.isdir(data / "valid")
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png", "parquet", "npy", "csv"])
+def test_foreign_files_of_every_format_are_never_overwritten(tmp_path, iogen_cmd, fmt):
+    """A dataset another tool wrote (DLIO's JPEGs, say) under the names iogen would write: datagen
+    refuses them by name (exit 2) and leaves them byte-identical; --overwrite replaces them."""
+    from iogen.formats import DATA_SUFFIXES, FORMATS, make_format
+
+    assert all(make_format(name).suffix in DATA_SUFFIXES for name in FORMATS)
+    train = tmp_path / "data" / "train"
+    train.mkdir(parents=True)
+    foreign = {f"img_{i}_of_4.{fmt}": bytes([i]) * 1000 for i in range(4)}
+    for name, data in foreign.items():
+        (train / name).write_bytes(data)
+    args = [f"dataset.format={fmt}", f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=4",
+            "dataset.num_samples_per_file=1", "dataset.record_length_bytes=4096"]
+    if fmt == "parquet":
+        args[3] = "dataset.num_samples_per_file=8"
+        args[4] = "dataset.record_length_bytes=64"
+    res = iogen_cmd("datagen", "default", *args)
+    assert res.returncode == 2 and "refusing to overwrite them" in res.stderr, res.stderr
+    assert {p.name: p.read_bytes() for p in train.iterdir()} == foreign
+    res = iogen_cmd("run", "default", *args, "workflow.generate_data=True", f"output.folder={tmp_path / 'out'}")
+    assert res.returncode == 2 and {p.name: p.read_bytes() for p in train.iterdir()} == foreign, res.stderr

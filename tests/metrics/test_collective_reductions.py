@@ -18,7 +18,7 @@ from iogen.metrics.drain import GIB, reduce_drains
 from iogen.metrics.latency import reduce_histograms
 from iogen.metrics.objectstore import merge_figures, reduce_figures, run_block
 from iogen.metrics.staging import reduce_staging, staging_block
-from iogen.objectstore import OPS, OpStats
+from iogen.storage.figures import OPS, OpStats
 from iogen.report.summary import run_facts
 from iogen.staging import StageReport, node_files
 

@@ -75,6 +75,11 @@ def test_epoch_lines_equal_the_summary_and_device_bytes_count_every_reader(datas
     assert [tp for _, tp, _ in printed] == [format(x, ",.1f") for x in per_epoch["throughput_samples_s"]]
     assert [au for _, _, au in printed] == [format(x, ".2f") for x in per_epoch["au_percentage"]]
     assert per_epoch["au_percentage"] == doc["metric"]["train_au_percentage"]
+    # CPU per sample is measured for every loader, its workers' processes or threads included
+    cpu = doc["iogen"]["cpu"]
+    assert cpu["window_cpu_s"] > 0 and cpu["window_cpu_s_per_1000_samples"] > 0, cpu
+    assert cpu["invocation_cpu_s"] > cpu["window_cpu_s"], cpu
+    assert cpu["window_samples"] == sum(per_epoch["samples"])
 
     device = doc["iogen"]["device_read_bytes_per_epoch"]
     if any(d is None for d in device) or not any(device):

@@ -55,6 +55,9 @@ def test_one_summary_for_the_job(mpi, n):
     (share,) = doc["iogen"]["data_per_host"]
     assert share["ranks"] == n and share["epoch_samples"] == 16 and share["epoch_bytes"] == 16 * 65536
     assert "fits in its memory" in doc["iogen"]["page_cache_warning"]
+    # CPU time summed over every rank's process tree, the window's samples over the same ranks
+    cpu = doc["iogen"]["cpu"]
+    assert cpu["window_samples"] == sum(per_epoch["samples"]) and cpu["invocation_cpu_s"] > cpu["window_cpu_s"] > 0
 
 
 def test_single_process_and_mpi_run_the_same_code_path(mpi):

@@ -1,14 +1,8 @@
-"""A real S3 server for the object-storage tests: moto's standalone server on 127.0.0.1.
+"""The object-storage tests: a credential-checking moto server and a throttling proxy.
 
-No mocked client: boto3 (in the test and in the `iogen` child processes) talks HTTP to a
-separate server process. One server per test session; each test gets its own bucket.
+The moto server itself and the `s3` fixture (a fresh bucket, the AWS variables set) are
+tests/conftest.py's, shared with the storage conformance suite (tests/storage/).
 """
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 
 import pytest
@@ -16,99 +10,25 @@ import pytest
 boto3 = pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
 
-FAKE_ACCESS_KEY = "AKIAIOGENTESTKEY0001"
-STARTUP_TIMEOUT_S = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """(endpoint URL) of a moto server started for the session, stopped at its end."""
-    yield from _server(tmp_path_factory, {})
-
-
-@pytest.fixture(scope="session")
-def s3_auth_server(tmp_path_factory):
-    """(endpoint, access key) of a moto server that checks credentials (IAM) after its first
-    AUTH_SETUP_REQUESTS requests, which create the one user allowed to use S3."""
-    import json
-
-    for endpoint in _server(tmp_path_factory, {"INITIAL_NO_AUTH_ACTION_COUNT": str(AUTH_SETUP_REQUESTS)}):
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_ACCESS_KEY,
-                           aws_secret_access_key="setup")
-        iam.create_user(UserName="iogen")
-        key = iam.create_access_key(UserName="iogen")["AccessKey"]
-        iam.put_user_policy(UserName="iogen", PolicyName="s3", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-        yield endpoint, key
-
+from ..conftest import FAKE_ACCESS_KEY  # the setup requests' key: the server checks none before its IAM user exists
 
 AUTH_SETUP_REQUESTS = 3  # create a user, its access key and its policy; then every request is checked
 
 
-def _server(tmp_path_factory, env_extra):
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {proc.returncode}; see {log.name}")
-            try:
-                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not answer on {endpoint} in {STARTUP_TIMEOUT_S} s")
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+@pytest.fixture(scope="session")
+def s3_auth_server(moto_servers):
+    """(endpoint, access key) of a moto server that checks credentials (IAM) after its first
+    AUTH_SETUP_REQUESTS requests, which create the one user allowed to use S3."""
+    import json
 
-
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path):
-    """Endpoint, fresh bucket and fake credentials in the environment (the AWS chain iogen uses).
-
-    Yields a namespace: endpoint, bucket, secret (a marker value to look for in written files),
-    client (a boto3 client on the server), env (the variables, for child processes).
-    """
-    from types import SimpleNamespace
-
-    secret = "iogenSECRETmarker" + uuid.uuid4().hex
-    env = {
-        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": secret,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_server,
-        # no ~/.aws files of the machine running the tests
-        "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none"),
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    bucket = "iogen-" + uuid.uuid4().hex[:12]
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
-                          aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=secret)
-    client.create_bucket(Bucket=bucket)
-    yield SimpleNamespace(endpoint=s3_server, bucket=bucket, secret=secret, client=client, env=env)
-    client.close()
+    endpoint = moto_servers({"INITIAL_NO_AUTH_ACTION_COUNT": str(AUTH_SETUP_REQUESTS)})
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_ACCESS_KEY,
+                       aws_secret_access_key="setup")
+    iam.create_user(UserName="iogen")
+    key = iam.create_access_key(UserName="iogen")["AccessKey"]
+    iam.put_user_policy(UserName="iogen", PolicyName="s3", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    return endpoint, key
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ def test_verify_names_corrupt_and_missing_objects(s3, tmp_path, iogen_cmd):
 
 
 def test_multipart_upload_for_large_objects(s3, tmp_path):
-    from iogen.objectstore import MIN_PART_BYTES, ObjectStore
+    from iogen.storage.s3 import MIN_PART_BYTES, ObjectStore
 
     store = ObjectStore(s3.endpoint)
     payload = np.random.default_rng(1).integers(0, 256, 2 * MIN_PART_BYTES + 12345, dtype=np.uint8).tobytes()

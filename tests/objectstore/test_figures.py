@@ -2,7 +2,7 @@
 import numpy as np
 
 from iogen.metrics.objectstore import merge_figures
-from iogen.objectstore import OpStats
+from iogen.storage.figures import OpStats
 
 
 def _stats(requests, nbytes, retries, throttled, latencies_ns):

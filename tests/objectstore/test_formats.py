@@ -23,7 +23,7 @@ VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "l
 
 def _setup(s3, tmp_path, fmt, compression, **extra):
     from iogen.objectdata import generate_objects
-    from iogen.objectstore import open_store
+    from iogen.storage.s3 import open_store
 
     chunked = {"dataset.enable_chunking": True} if compression == "chunked" else {}  # one sample per chunk
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression.replace("chunked", "none"),
@@ -191,7 +191,7 @@ def test_object_table_indexes_by_arithmetic_and_is_bounded(tmp_path):
 def test_object_file_serves_small_reads_from_blocks(s3):
     """Small reads (under 4 KiB) share 64 KiB blocks, one GET each; larger reads are exact ranged GETs."""
     from iogen.objectfile import BlockCache, ObjectFile
-    from iogen.objectstore import ObjectStore
+    from iogen.storage.s3 import ObjectStore
 
     data = np.random.default_rng(3).integers(0, 256, 200_000, np.uint8).tobytes()
     s3.client.put_object(Bucket=s3.bucket, Key="obj", Body=data)

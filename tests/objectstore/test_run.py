@@ -158,7 +158,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.formats import get_format
     from iogen.loaders.objects import ObjectLoader
     from iogen.objectdata import generate_objects
-    from iogen.objectstore import open_store
+    from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
     wl = load_workload("default", s3_overrides(s3, tmp_path, fmt, **{"dataset.num_files_train": 2,

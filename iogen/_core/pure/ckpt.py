@@ -50,3 +50,23 @@ def read_range(fd, buf, start, end, transfer):
             break
         off += n
     return total
+
+
+_NOT_SUPPORTED = (22, 29, 38, 95)  # EINVAL, ESPIPE, ENOSYS, EOPNOTSUPP: write-behind is no failure
+
+
+def write_behind(fd, start, length, drop):
+    """Write-behind of file bytes [start, start + length) (see the core). Python has no
+    sync_file_range, so the twin does less: POSIX_FADV_DONTNEED on the range, which starts the
+    write-back of its dirty pages and drops the pages already clean, without waiting (drop or not).
+    The file's bytes are the same either way; only what stays in the page cache differs."""
+    start, length = int(start), int(length)
+    if start < 0 or length < 0:
+        raise ValueError(f"start and length must be >= 0, got {start} and {length}")
+    if length == 0:
+        return
+    try:
+        os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
+    except OSError as exc:
+        if exc.errno not in _NOT_SUPPORTED:
+            raise

@@ -56,13 +56,17 @@ def data_uri(wl) -> str:
 def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style,
                      s3_client: str = "boto3") -> list[str]:
     """What is wrong with the storage section's keys (config messages naming the key)."""
+    from . import clients, object_key_types
+
     problems = []
-    if storage_type != "s3":
+    if storage_type not in object_key_types():
         for key, value, default in (("endpoint_url", endpoint_url, None), ("region", region, None),
                                     ("addressing_style", addressing_style, "auto"), ("s3_client", s3_client, "boto3")):
             if value != default:
                 problems.append(f"storage.{key} = {value!r} applies to storage.storage_type s3 only; remove it")
         return problems
+    if s3_client != "boto3" and s3_client not in clients(storage_type):
+        problems.append(f"storage.s3_client = {s3_client!r} applies to storage.storage_type s3 only; remove it")
     if root.startswith(SCHEME):
         problems.append(f"storage.storage_root = {root!r}: give the bucket (and prefix) without {SCHEME!r}, as DLIO "
                         f"does: storage.storage_root={root[len(SCHEME):]}")
@@ -74,7 +78,12 @@ def storage_problems(storage_type: str, root: str, endpoint_url, region, address
                             "name (3-63 characters: a-z, 0-9, '.', '-')")
         elif ".." in root.split("/"):
             problems.append(f"storage.storage_root = {root!r}: '..' has no meaning in an object key")
-    if endpoint_url is not None:
+    if endpoint_url is not None and storage_type == "faultfs":  # the test backend's local folder (faultfs.py)
+        folder = endpoint_url[len("file://"):] if endpoint_url.startswith("file://") else endpoint_url
+        if not folder.startswith("/"):
+            problems.append(f"storage.endpoint_url = {endpoint_url!r}: with storage.storage_type faultfs it is the "
+                            "absolute path of the folder that holds the buckets")
+    elif endpoint_url is not None:
         parts = urlsplit(endpoint_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             problems.append(f"storage.endpoint_url = {endpoint_url!r}: give an http:// or https:// URL, "

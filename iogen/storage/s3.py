@@ -1,4 +1,4 @@
-"""The object byte source: put, ranged get into a caller's buffer, head and list on an S3 endpoint.
+"""The `s3` backend: an S3 endpoint through boto3 (put, ranged get into a caller's buffer, head, list).
 
     store = ObjectStore.from_workload(wl)     # checks the bucket (HEAD) before any work
     store.readinto("s3://bucket/key", offset, buf)   # one ranged GET, straight into buf
@@ -22,14 +22,11 @@ import time
 
 import numpy as np
 
-from .errors import ConfigError, DataError
-from .histogram import LatencyHistogram
-from .objectkeys import SCHEME, split_uri
+from ..errors import ConfigError, DataError
+from .keys import SCHEME, split_uri
+from .base import Capabilities, Storage
+from .figures import OPS, OpStats
 
-# put: single PUTs and the parts of multipart uploads; the three multipart control requests apart
-# (they carry no data, and their latency is the server's bookkeeping, not a transfer).
-MULTIPART_OPS = ("create_multipart", "complete_multipart", "abort_multipart")
-OPS = ("get", "put", "head", "list", "delete") + MULTIPART_OPS
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
 DEFAULT_PART_BYTES = 8 << 20
@@ -40,93 +37,9 @@ def part_size_bytes(block_bytes: int) -> int:
     blocks (a checkpoint's transfer-size blocks, stamped as on files)."""
     t = max(1, int(block_bytes))
     return -(-MIN_PART_BYTES // t) * t
+
+
 MAX_ATTEMPTS = 5
-
-
-class _Figures:
-    """Counters and latency histograms that add up across threads, drains and ranks."""
-
-    __slots__ = ()
-    COUNTERS: tuple = ()  # summed
-    HISTOGRAMS: tuple = ()  # merged exactly
-
-    def add(self, other) -> None:
-        """Add another's counts and histograms to these."""
-        for k in self.COUNTERS:
-            setattr(self, k, getattr(self, k) + getattr(other, k))
-        for h in self.HISTOGRAMS:
-            setattr(self, h, getattr(self, h) + getattr(other, h))
-
-
-class OpStats(_Figures):
-    """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
-
-    __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
-    COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")
-    HISTOGRAMS = ("first_byte", "total")
-
-    def __init__(self):
-        self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
-        self.first_byte = LatencyHistogram()
-        self.total = LatencyHistogram()
-
-    def to_dict(self) -> dict:
-        """JSON-ready: counts, latency summaries and the histograms they come from."""
-        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
-                "throttled_503": self.throttled, "errors": self.errors,
-                "first_byte_latency": self.first_byte.summary(),
-                "total_latency": self.total.summary(),
-                "first_byte_latency_histogram": self.first_byte.to_dict(),
-                "total_latency_histogram": self.total.to_dict()}
-
-    @classmethod
-    def from_dict(cls, doc: dict) -> "OpStats":
-        """Rebuild from to_dict() output."""
-        s = cls()
-        s.requests, s.bytes, s.retries = doc["requests"], doc["bytes"], doc["retries"]
-        s.throttled, s.errors = doc["throttled_503"], doc["errors"]
-        s.first_byte = LatencyHistogram.from_dict(doc["first_byte_latency_histogram"])
-        s.total = LatencyHistogram.from_dict(doc["total_latency_histogram"])
-        return s
-
-
-# A client that hides its requests (s3torchconnector's CRT: parts, retries, 503s) is measured per object.
-STREAM_OPS = ("put_object_stream", "get_object_stream")
-STREAM_HIDDEN = ("the AWS CRT under s3torchconnector issues and retries the requests itself and reports none of "
-                 "them: request counts, retries, 503s and per-request latency are not measurable from iogen")
-
-
-class StreamStats(_Figures):
-    """Per-object figures of one kind of streamed transfer: objects, bytes, errors, each object's time."""
-
-    __slots__ = ("objects", "bytes", "errors", "total")
-    COUNTERS = ("objects", "bytes", "errors")
-    HISTOGRAMS = ("total",)
-
-    def __init__(self):
-        self.objects = self.bytes = self.errors = 0
-        self.total = LatencyHistogram()
-
-    def record(self, nbytes: int, duration_ns: int) -> None:
-        """One object transferred: its bytes and its time (open to completion)."""
-        self.objects += 1
-        self.bytes += int(nbytes)
-        self.total.record(np.array([duration_ns], np.int64))
-
-    def to_dict(self) -> dict:
-        """JSON-ready; the request-level figures are null, with the reason."""
-        return {"objects": self.objects, "bytes": self.bytes, "errors": self.errors,
-                "object_latency": self.total.summary(), "object_latency_histogram": self.total.to_dict(),
-                "requests": None, "retries": None, "throttled_503": None, "first_byte_latency": None,
-                "null_because": STREAM_HIDDEN}
-
-    @classmethod
-    def from_dict(cls, doc: dict) -> "StreamStats":
-        """Rebuild from to_dict() output."""
-        s = cls()
-        s.objects, s.bytes, s.errors = doc["objects"], doc["bytes"], doc["errors"]
-        s.total = LatencyHistogram.from_dict(doc["object_latency_histogram"])
-        return s
 
 
 def _status(exc) -> tuple[int | None, str]:
@@ -136,8 +49,14 @@ def _status(exc) -> tuple[int | None, str]:
     return status, (err.get("Error") or {}).get("Code", "")
 
 
-class ObjectStore:
+class ObjectStore(Storage):
     """One S3 endpoint as iogen's byte source (see the module doc)."""
+
+    name = "s3"
+    client_name = "boto3"
+    capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
+                                temp_names_visible=False, figures=frozenset({"requests"}),
+                                needs=(("boto3", "storage.storage_type=s3"),))
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
                  addressing_style: str = "auto", max_pool_connections: int = 16):
@@ -558,6 +477,80 @@ class ObjectStore:
             raise
 
 
+    # -- the Storage interface over the operations above ----------------------------------------
+
+    def check(self, wl) -> None:
+        """HEAD the workload's bucket (check_bucket)."""
+        from .keys import root_parts
+
+        self.check_bucket(root_parts(wl.storage.storage_root)[0])
+
+    @classmethod
+    def data_folder(cls, wl) -> str:
+        """s3://bucket/prefix/data_folder: the layout's paths are object URIs."""
+        from .keys import data_uri
+
+        return data_uri(wl)
+
+    @classmethod
+    def checkpoint_folder(cls, wl) -> str:
+        """s3://bucket/prefix/checkpoint_folder."""
+        from .keys import folder_uri
+
+        return folder_uri(wl.storage.storage_root, wl.checkpoint.checkpoint_folder)
+
+    def stat(self, path: str) -> int | None:
+        """The object's size (one HEAD), or None when it does not exist."""
+        found = self.head(path)
+        return None if found is None else found[0]
+
+    def open(self, path: str, size: int | None = None):
+        """The object as a seekable file whose reads are ranged GETs (iogen/objectfile.py)."""
+        from ..objectfile import ObjectFile
+
+        if size is None:
+            size = self.stat(path)
+            if size is None:
+                raise DataError(path, "the object does not exist (HTTP 404)")
+        return ObjectFile(self, path, size)
+
+    def publish(self, path: str, data, fsync: bool = False) -> None:
+        """One PUT: the object appears whole when the request completes (fsync has no meaning here)."""
+        self.put_bytes(path, bytes(memoryview(data).cast("B")))
+
+    def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool, fsync: bool = False) -> int:
+        """A multipart upload of part_bytes parts (put_parts); aborted on failure."""
+        self.put_parts(path, size, max(MIN_PART_BYTES, int(part_bytes)), part_of, pool)
+        return size
+
+    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+        """put_objects: every part of every object one task on pool (threads keep that many PUTs in flight)."""
+        self.put_objects([(uri, int(size)) for uri, size in items], part_bytes,
+                         lambda j, i: bytes(memoryview(part_of(j, i))), pool)  # botocore takes bytes: one copy a part
+        return sum(int(size) for _, size in items)
+
+    def copy_in(self, path: str, local_path: str) -> int:
+        """Download the object into local_path (temporary name, renamed once complete)."""
+        from ..atomic import replacing
+
+        total = 0
+        with replacing(local_path) as tmp, open(tmp, "wb") as f:
+            for chunk in self.get_chunks(path):
+                f.write(chunk)
+                total += len(chunk)
+        return total
+
+    def copy_out(self, local_path: str, path: str, part_bytes: int = DEFAULT_PART_BYTES) -> int:
+        """Upload local_path: one PUT, or a multipart upload when larger than part_bytes."""
+        return self.put_file(path, local_path, part_bytes)
+
+    def remove(self, path: str) -> None:
+        self.delete(path)
+
+
+S3Storage = ObjectStore
+
+
 def _read_body(body, mv: memoryview) -> int:
     """Read a response body into mv without an intermediate copy where urllib3 allows it."""
     raw = getattr(body, "_raw_stream", None)  # urllib3's HTTPResponse: readinto fills our buffer
@@ -604,36 +597,6 @@ def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 
 
-def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None,
-                   max_attempts: int | None = None) -> dict:
-    """region, endpoint and S3ClientConfig for s3torchconnector (its datasets, its S3Checkpoint), from the
-    same storage keys as boto3's and resolved as boto3 resolves them (store's client: the AWS config file
-    included); path-style addressing with `path`, and with `auto` for an endpoint other than AWS's."""
-    from urllib.parse import urlsplit
-
-    from s3torchconnector import S3ClientConfig
-
-    endpoint = storage.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    client = store.client()
-    if endpoint is None:  # an endpoint from the AWS config file, as boto3 resolved it; AWS itself: none
-        resolved = client.meta.endpoint_url
-        if resolved and not (urlsplit(resolved).hostname or "").endswith("amazonaws.com"):
-            endpoint = resolved
-    region = storage.region or client.meta.region_name
-    if not region:
-        raise ConfigError("storage.region: s3torchconnector needs a region; set storage.region or AWS_REGION")
-    if storage.addressing_style == "auto":  # boto3's auto: path style for an endpoint other than AWS's
-        path_style = endpoint is not None and not (urlsplit(endpoint).hostname or "").endswith("amazonaws.com")
-    else:
-        path_style = storage.addressing_style == "path"
-    config = {"force_path_style": path_style}
-    if part_bytes:  # 5 MiB .. 5 GiB (objectkeys._s3_client_problems, checkpoint part sizes)
-        config["part_size"] = int(part_bytes)
-    if max_attempts:
-        config["max_attempts"] = int(max_attempts)
-    return {"region": region, "endpoint": endpoint, "s3client_config": S3ClientConfig(**config)}
-
-
 # The start-up check (ObjectStore.check_bucket): per-attempt timeouts, attempts, and when to say it waits.
 CHECK_CONNECT_S, CHECK_READ_S, CHECK_ATTEMPTS, CHECK_NOTICE_S = 5.0, 10.0, 2, 2.0
 
@@ -655,9 +618,7 @@ def check_timeout_s() -> float:
 
 def open_store(wl, threads: int = 16) -> ObjectStore:
     """The workload's object store, its bucket checked (HEAD): exit 2 before any work when it cannot be used."""
-    from .objectkeys import root_parts
-
     store = ObjectStore.from_workload(wl, threads)
-    store.check_bucket(root_parts(wl.storage.storage_root)[0])
+    store.check(wl)
     return store
 

@@ -1,0 +1,177 @@
+"""The `Storage` interface: the operations iogen's stages perform on files or objects, and what a backend can do.
+
+Modelled on fsspec's AbstractFileSystem (one class per protocol, found through a registry) and
+fio's ioengine ops (a small, fixed set of operations the engine drives), cut down to the
+operations iogen's stages use:
+
+    st = get_storage(wl)                           # iogen.storage: the backend the workload names
+    st.read_ranges(paths, offsets, lengths, buf, buf_offsets)   # many ranges, one call, into buf
+    st.readinto(path, offset, buf)                 # one range
+    with st.open(path) as f: ...                   # seekable, read-only binary file (h5py, zipfile)
+    st.stat(path) -> size or None;  st.list(prefix) -> {path: size}
+    st.publish(path, data)                         # a whole file/object appears at once, or not at all
+    st.write_stream(path, size, part_bytes, part_of, pool)   # a large one written in parts (checkpoints)
+    st.copy_in(path, local_path);  st.copy_out(local_path, path)   # staging in, draining out
+    st.remove(path)
+    st.drain() -> {op: figures}                    # figures since the last drain, then reset
+
+Paths are what the workload's layout produces for this backend: file names on POSIX, `s3://`
+URIs on object stores. What differs between backends and matters to a stage is answered by the
+backend's `capabilities` (a `Capabilities`), never by a stage naming a storage type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend's storage does, for the stages to ask instead of naming a storage type.
+
+    local_paths: paths are this machine's file names, which the stages' file paths open with the
+        core's system calls (folders can be checked and created; a staging or checkpoint folder may
+        overlap them); False: they are object URIs and every byte goes through the backend's
+        operations (the stages' object paths, until those fold into one path over Storage).
+    page_cache: reads may be served from this node's page cache (a warning applies when the data
+        fits in memory, and block-device counters tell storage from cache).
+    evict: the client can drop the data from that cache (reader.evict_page_cache).
+    direct_io: O_DIRECT applies (reader.odirect, checkpoint.odirect, staging.odirect_read).
+    fsync: an fsync makes a write durable (checkpoint.fsync means something).
+    temp_names_visible: a publish's temporary name can be seen by others before the rename (POSIX);
+        False where a write appears whole when it completes (an S3 upload).
+    figures: which figures the backend yields: "device" (block-device bytes, read by
+        iogen/metrics/device.py), "requests" (per-request counts, retries, 503s, latency from
+        drain()), "objects" (per-object transfer figures only: a client that hides its requests).
+    needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
+    torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
+        (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
+    """
+
+    local_paths: bool
+    page_cache: bool
+    evict: bool
+    direct_io: bool
+    fsync: bool
+    temp_names_visible: bool
+    figures: frozenset
+    needs: tuple = ()
+    torch_datasets: bool = False
+
+
+class Storage:
+    """One storage backend (see the module doc). Subclasses implement the operations; `name` is the
+    registry name and `capabilities` a class attribute, so both are known before a client exists."""
+
+    name: str = ""
+    client_name: str | None = None  # the client library, as summaries name it (None: the core's system calls)
+    capabilities: Capabilities
+
+    @classmethod
+    def from_workload(cls, wl, threads: int = 16) -> "Storage":
+        """The backend for a workload's storage section; threads: how many threads will share it."""
+        return cls()
+
+    def check(self, wl) -> None:
+        """Check the target before any work (a bad one is a ConfigError naming the key); nothing by default."""
+
+    @classmethod
+    def data_folder(cls, wl) -> str:
+        """The dataset's root as this backend's paths spell it (the layout's folder)."""
+        return wl.dataset.data_folder
+
+    @classmethod
+    def checkpoint_folder(cls, wl) -> str:
+        """checkpoint.checkpoint_folder as this backend's paths spell it."""
+        return wl.checkpoint.checkpoint_folder
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def readinto(self, path: str, offset: int, buf) -> int:
+        """len(buf) bytes of path at offset into buf (a writable buffer); fewer is a DataError (truncated)."""
+        raise NotImplementedError
+
+    def read_ranges(self, paths, offsets, lengths, buf, buf_offsets) -> int:
+        """Range i (lengths[i] bytes of paths[i] at offsets[i]) into buf[buf_offsets[i]:]; return the bytes.
+
+        The default reads one range after another through readinto; a backend with a batched call
+        (POSIX: one core call for the whole batch) overrides it."""
+        mv = memoryview(buf).cast("B")
+        total = 0
+        for p, off, n, at in zip(paths, np.asarray(offsets).tolist(), np.asarray(lengths).tolist(),
+                                 np.asarray(buf_offsets).tolist()):
+            if n:
+                total += self.readinto(p, off, mv[at:at + n])
+        return total
+
+    def open(self, path: str):
+        """path as a read-only, seekable binary file object (formats read HDF5 and compressed data through it)."""
+        raise NotImplementedError
+
+    def stat(self, path: str) -> int | None:
+        """path's size in bytes, or None when it does not exist."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> dict[str, int]:
+        """{path: size} of every file/object under prefix (a folder: end it with '/')."""
+        raise NotImplementedError
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def publish(self, path: str, data, fsync: bool = False) -> None:
+        """Write data as the whole of path: it appears complete or not at all (never half written)."""
+        raise NotImplementedError
+
+    def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool) -> int:
+        """Write size bytes as path, part i's bytes from part_of(i) (a buffer, called on pool's threads),
+        parts written concurrently on pool; nothing appears under path unless all of it was written.
+        Returns size."""
+        raise NotImplementedError
+
+    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+        """Write several files/objects at once: items [(path, size)]; part i of item j is part_of(j, i) (a
+        buffer, made on a pool thread); nothing appears under a path unless all of it was written. The
+        default writes them one after another through write_stream; a backend spreads the parts of all
+        of them over pool where it can. Returns the bytes."""
+        for j, (path, size) in enumerate(items):
+            self.write_stream(path, int(size), part_bytes, lambda i, j=j: part_of(j, i), pool)
+        return sum(int(size) for _, size in items)
+
+    def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
+        """Read several files/objects whole, items [(path, size)], part_bytes at a time into buffer() (the
+        calling pool thread's reused buffer of part_bytes); a missing or short one is a DataError naming it.
+        Returns the bytes read."""
+        tasks = [(path, off, min(part_bytes, size - off)) for path, size in items for off in range(0, size, part_bytes)]
+        return sum(pool.map(lambda t: self.readinto(t[0], t[1], buffer()[:t[2]]), tasks))
+
+    def prepare_stream(self, part_bytes: int) -> None:
+        """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
+        outside the timed windows; nothing by default."""
+
+    def copy_in(self, path: str, local_path: str) -> int:
+        """Copy path to the local file local_path (created or truncated); return the bytes copied."""
+        raise NotImplementedError
+
+    def copy_out(self, local_path: str, path: str, part_bytes: int = 8 << 20) -> int:
+        """Copy the local file local_path to path, which appears whole; return the bytes copied."""
+        raise NotImplementedError
+
+    def remove(self, path: str) -> None:
+        """Remove path (absent is fine)."""
+        raise NotImplementedError
+
+    # -- figures and lifecycle ----------------------------------------------------------------
+
+    def drain(self) -> dict:
+        """Figures since the last drain, by operation (only those that ran), then reset; {} when the
+        backend has none ("requests" not in capabilities.figures)."""
+        return {}
+
+    def where(self) -> str:
+        """Where the data is, as messages name it."""
+        return "the local file system"
+
+    def close(self) -> None:
+        """Release clients and handles (the storage stays usable: they are made again on demand)."""
+

@@ -1,0 +1,98 @@
+"""Request and transfer figures of a storage backend: counters and latency histograms that add up
+across threads, drains and ranks (merged by iogen/metrics/objectstore.py into summary.json)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..histogram import LatencyHistogram
+
+# put: single PUTs and the parts of multipart uploads; the three multipart control requests apart
+# (they carry no data, and their latency is the server's bookkeeping, not a transfer).
+MULTIPART_OPS = ("create_multipart", "complete_multipart", "abort_multipart")
+OPS = ("get", "put", "head", "list", "delete") + MULTIPART_OPS
+
+
+class _Figures:
+    """Counters and latency histograms that add up across threads, drains and ranks."""
+
+    __slots__ = ()
+    COUNTERS: tuple = ()  # summed
+    HISTOGRAMS: tuple = ()  # merged exactly
+
+    def add(self, other) -> None:
+        """Add another's counts and histograms to these."""
+        for k in self.COUNTERS:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        for h in self.HISTOGRAMS:
+            setattr(self, h, getattr(self, h) + getattr(other, h))
+
+
+class OpStats(_Figures):
+    """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
+
+    __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
+    COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")
+    HISTOGRAMS = ("first_byte", "total")
+
+    def __init__(self):
+        self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
+        self.first_byte = LatencyHistogram()
+        self.total = LatencyHistogram()
+
+    def to_dict(self) -> dict:
+        """JSON-ready: counts, latency summaries and the histograms they come from."""
+        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
+                "throttled_503": self.throttled, "errors": self.errors,
+                "first_byte_latency": self.first_byte.summary(),
+                "total_latency": self.total.summary(),
+                "first_byte_latency_histogram": self.first_byte.to_dict(),
+                "total_latency_histogram": self.total.to_dict()}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "OpStats":
+        """Rebuild from to_dict() output."""
+        s = cls()
+        s.requests, s.bytes, s.retries = doc["requests"], doc["bytes"], doc["retries"]
+        s.throttled, s.errors = doc["throttled_503"], doc["errors"]
+        s.first_byte = LatencyHistogram.from_dict(doc["first_byte_latency_histogram"])
+        s.total = LatencyHistogram.from_dict(doc["total_latency_histogram"])
+        return s
+
+
+# A client that hides its requests (s3torchconnector's CRT: parts, retries, 503s) is measured per object.
+STREAM_OPS = ("put_object_stream", "get_object_stream")
+STREAM_HIDDEN = ("the AWS CRT under s3torchconnector issues and retries the requests itself and reports none of "
+                 "them: request counts, retries, 503s and per-request latency are not measurable from iogen")
+
+
+class StreamStats(_Figures):
+    """Per-object figures of one kind of streamed transfer: objects, bytes, errors, each object's time."""
+
+    __slots__ = ("objects", "bytes", "errors", "total")
+    COUNTERS = ("objects", "bytes", "errors")
+    HISTOGRAMS = ("total",)
+
+    def __init__(self):
+        self.objects = self.bytes = self.errors = 0
+        self.total = LatencyHistogram()
+
+    def record(self, nbytes: int, duration_ns: int) -> None:
+        """One object transferred: its bytes and its time (open to completion)."""
+        self.objects += 1
+        self.bytes += int(nbytes)
+        self.total.record(np.array([duration_ns], np.int64))
+
+    def to_dict(self) -> dict:
+        """JSON-ready; the request-level figures are null, with the reason."""
+        return {"objects": self.objects, "bytes": self.bytes, "errors": self.errors,
+                "object_latency": self.total.summary(), "object_latency_histogram": self.total.to_dict(),
+                "requests": None, "retries": None, "throttled_503": None, "first_byte_latency": None,
+                "null_because": STREAM_HIDDEN}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "StreamStats":
+        """Rebuild from to_dict() output."""
+        s = cls()
+        s.objects, s.bytes, s.errors = doc["objects"], doc["bytes"], doc["errors"]
+        s.total = LatencyHistogram.from_dict(doc["object_latency_histogram"])
+        return s

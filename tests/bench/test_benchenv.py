@@ -1,0 +1,122 @@
+"""bench/benchenv.py: the cool-down rule a figure must meet to count toward a target, the
+process-tree CPU measurement bench/vs_dlio.py applies to both tools, and vs_dlio.py run for real
+with tiny sizes (DLIO absent: iogen's side, and the line that says DLIO was not measured)."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+pytestmark = pytest.mark.skipif(not (BENCH / "benchenv.py").exists(), reason="runs from a source checkout (bench/)")
+
+
+@pytest.fixture(scope="module")
+def benchenv():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import benchenv as mod  # imported by a test, not run as a bench script: no wait, no exit line
+
+        yield mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_heavy_processes_are_the_others_using_a_quarter_of_a_cpu(benchenv):
+    before = {1: (100, "init", 0), 50: (1000, "dd", 1), 51: (0, "idle", 1), 52: (10, "me", 1)}
+    after = {1: (101, "init", 0), 50: (1150, "dd", 1), 51: (40, "idle", 1), 52: (500, "me", 1), 53: (900, "new", 1)}
+    # 2 s at 100 ticks/s: dd used 150 ticks = 75% of a CPU, idle 20%, the benchmark itself is left out,
+    # and a process born meanwhile has no first reading
+    assert benchenv.heavy_processes(before, after, 2.0, 100.0, exclude={52}) == [(50, "dd", 0.75)]
+    assert benchenv.heavy_processes(before, after, 2.0, 100.0, exclude={52}, share=0.2) == [
+        (50, "dd", 0.75), (51, "idle", 0.2)]
+
+
+def test_a_figure_counts_only_from_a_quiet_start_with_nothing_heavy_beside_it(benchenv):
+    assert benchenv.judge(0.4, [], [], False)[0] is True
+    counts, why = benchenv.judge(1.0, [], [], True)
+    assert not counts and "1-minute load 1.00 >= 1 at the start (the cool-down wait ran out)" in why
+    counts, why = benchenv.judge(0.2, [], [(7, "pytest", 0.9)], False)
+    assert not counts and "other work running at the end: pytest (pid 7, 90% of a CPU)" in why
+    line = benchenv.cooldown_line({"load_before": (3.0, 2.0, 1.0), "heavy_start": [], "waited_s": 0.0,
+                                   "skipped": True, "timed_out": False}, (4.0, 2.5, 1.1), [])
+    assert line.startswith("cool-down: wait skipped; load before 3.00 / 2.00 / 1.00, after 4.00 / 2.50 / 1.10")
+    assert "does NOT count toward a target" in line and "(no cool-down wait)" in line
+
+
+def test_the_cooldown_flags_leave_the_scripts_own_arguments(benchenv, monkeypatch):
+    monkeypatch.delenv("IOGEN_BENCH_NO_COOLDOWN", raising=False)
+    monkeypatch.delenv("IOGEN_BENCH_COOLDOWN_MAX", raising=False)
+    argv = ["x.py", "--reps", "3", "--no-cooldown", "--cooldown-max", "60", "--files=8"]
+    assert benchenv._pop_flags(argv) == (True, 60.0)
+    assert argv == ["x.py", "--reps", "3", "--files=8"]
+    argv = ["x.py", "--cooldown-max=5"]
+    assert benchenv._pop_flags(argv) == (False, 5.0) and argv == ["x.py"]
+
+
+def test_the_wait_is_bounded_and_says_it_ran_out(benchenv):
+    # a load below 0 is never reached: the wait runs out, and the figure does not count
+    state = benchenv.cool_down(False, 0.5, poll_s=0.1, sample_s=0.1, load_below=0.0)
+    assert state["timed_out"] and state["waited_s"] >= 0.5 and not state["skipped"]
+    line = benchenv.cooldown_line(state, os.getloadavg(), [])
+    assert "waited " in line and "does NOT count toward a target" in line
+
+
+# A child that burns CPU until its own clock says 0.3 s.
+BURN = "import os\nwhile sum(os.times()[:2]) < 0.3:\n    pass\n"
+
+
+def test_run_measured_counts_the_whole_child_tree(benchenv):
+    # the child starts a grandchild that burns, waits for it, then burns itself: 0.6 s in all
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BURN!r}])\nexec({BURN!r})\n"
+    res, user, system = benchenv.run_measured([sys.executable, "-c", code])
+    assert res.returncode == 0
+    assert user + system >= 0.59
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_vs_dlio_prints_both_tables_and_says_dlio_was_not_measured(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "IOGEN_DLIO_PYTHON"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "vs_dlio.py"), "--files", "8", "--record-bytes", "65536", "--reps", "1",
+         "--epochs", "1", "--compute", "0", "--loader", "pytorch", "--dir", str(tmp_path / "work"), "--no-cooldown"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "DLIO was not measured: no DLIO Python given" in out
+    rows = re.findall(r"^\| (iogen \w+) \| ([\d.]+) \| ([\d.]+) \([\d.]+-[\d.]+\) \| DLIO not measured \| ([\d.]+) \|$",
+                      out, re.M)
+    assert [r[0] for r in rows] == ["iogen pytorch", "iogen native"], out
+    for _, per_run, per_k, window in rows:
+        assert float(per_run) > 0 and float(per_k) > 0 and float(window) > 0
+    assert re.search(r"^cool-down: wait skipped; load before .*count", out, re.M)
+
+
+def test_summarize_reads_each_outputs_load_command_and_verdict(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import summarize
+    finally:
+        sys.path.remove(str(BENCH))
+    (tmp_path / "meta").write_text("commit abc1234 (+ uncommitted changes)\nstarted 2026-11-26T05:00:00Z\n")
+    (tmp_path / "quiet.md").write_text(
+        "| a | b |\nbefore: host vm; load average 0.50 / 0.40 / 0.30 on 2 CPUs\n"
+        "command: .venv/bin/python bench/x.py --reps 3\n"
+        "cool-down: waited 42 s; load before 0.50 / 0.40 / 0.30, after 1.70 / 0.80 / 0.40; COUNTS toward a target: "
+        "quiet start (1-minute load 0.50 < 1) and nothing else heavy ran\n")
+    (tmp_path / "busy.md").write_text(
+        "command: .venv/bin/python bench/y.py\n"
+        "cool-down: wait skipped; load before 3.00 / 2.00 / 1.00, after 4.00 / 2.00 / 1.00; does NOT count toward a "
+        "target: 1-minute load 3.00 >= 1 at the start (no cool-down wait)\n")
+    (tmp_path / "failed.md").write_text("")
+    rows = summarize.summary(str(tmp_path)).splitlines()[2:]
+    assert rows[0].startswith("| busy | abc1234 (+ uncommitted changes) | 2026-11-26T05:00:00Z | 3.00 → 4.00 |")
+    assert rows[0].endswith("| no: 1-minute load 3.00 >= 1 at the start (no cool-down wait) |")
+    assert rows[1].startswith("| failed |") and "n/a (no cool-down line" in rows[1]
+    assert rows[2] == ("| quiet | abc1234 (+ uncommitted changes) | 2026-11-26T05:00:00Z | 0.50 → 1.70 | "
+                       "`.venv/bin/python bench/x.py --reps 3` | yes |")

@@ -1,0 +1,193 @@
+"""One conformance suite every storage backend passes (fsspec's tests/abstract is the model).
+
+Each backend is the real thing: files in a temporary folder (posix), a moto server over HTTP
+(s3, and s3torchconnector whose streamed writes go through the AWS CRT), the fault-injecting
+folder backend with no faults (faultfs), chosen through the registry from a workload, as the
+stages choose it.
+"""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from iogen.config import load_workload
+from iogen.errors import DataError
+from iogen.storage import backend_name, backend_names, capabilities, get_storage, storage_types
+
+S3_PART = 5 << 20  # S3's smallest multipart part
+
+
+def _payload(n: int, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.fixture(params=["posix", "s3", "s3torchconnector", "faultfs"])
+def backend(request, tmp_path, monkeypatch):
+    """(storage, root): a backend chosen by get_storage from a workload, and the folder/prefix its paths go under."""
+    name = request.param
+    if name == "posix":
+        wl = load_workload("default", [f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'out'}"])
+        root = str(tmp_path / "store") + "/"
+        (tmp_path / "store").mkdir()
+    elif name == "faultfs":  # no faults: the operations themselves (tests/storage/test_faultfs.py injects them)
+        pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+        monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+        (tmp_path / "store" / "bkt").mkdir(parents=True)
+        wl = load_workload("default", ["storage.storage_type=faultfs", "storage.storage_root=bkt",
+                                       f"storage.endpoint_url={tmp_path / 'store'}", f"output.folder={tmp_path / 'out'}"])
+        root = "s3://bkt/conf/"
+    else:
+        if name == "s3torchconnector":
+            pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector")
+        s3 = request.getfixturevalue("s3")
+        wl = load_workload("llama3-8b", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}/pre",
+                                         f"storage.s3_client={'boto3' if name == 's3' else name}",
+                                         f"output.folder={tmp_path / 'out'}"])
+        root = f"s3://{s3.bucket}/conf/"
+    assert backend_name(wl) == name
+    st = get_storage(wl, threads=4)
+    assert st.name == name and type(st).capabilities is capabilities(wl)
+    st.drain()  # the check's HEAD is not this suite's
+    yield st, root
+    st.close()
+
+
+def test_registry_names_are_what_the_config_accepts():
+    assert {"posix", "s3", "s3torchconnector", "faultfs"} <= set(backend_names())
+    assert {"local_fs", "s3", "faultfs"} <= set(storage_types())
+
+
+def test_publish_then_stat_read_and_list(backend):
+    st, root = backend
+    data = _payload(10_000)
+    st.publish(root + "a/one.bin", data)
+    st.publish(root + "a/two.bin", data[:123])
+    assert st.stat(root + "a/one.bin") == data.size
+    assert st.stat(root + "a/missing.bin") is None
+    buf = np.zeros(100, np.uint8)
+    assert st.readinto(root + "a/one.bin", 5000, buf) == 100
+    assert np.array_equal(buf, data[5000:5100])
+    assert st.list(root + "a/") == {root + "a/one.bin": data.size, root + "a/two.bin": 123}
+
+
+def test_read_ranges_many_ranges_into_one_buffer(backend):
+    st, root = backend
+    a, b = _payload(4096, 2), _payload(3000, 3)
+    st.publish(root + "a.bin", a)
+    st.publish(root + "b.bin", b)
+    paths = [root + "a.bin", root + "b.bin", root + "a.bin", root + "b.bin"]
+    offs, lens = np.array([0, 100, 4000, 2990]), np.array([10, 200, 96, 10])
+    at = np.array([0, 10, 210, 306])
+    buf = np.full(316, 7, np.uint8)
+    assert st.read_ranges(paths, offs, lens, buf, at) == 316
+    want = np.concatenate([a[:10], b[100:300], a[4000:4096], b[2990:3000]])
+    assert np.array_equal(buf, want)
+
+
+def test_a_read_past_the_end_is_a_data_error_naming_the_path(backend):
+    st, root = backend
+    st.publish(root + "short.bin", _payload(100))
+    with pytest.raises(DataError, match="short.bin"):
+        st.readinto(root + "short.bin", 50, np.zeros(100, np.uint8))
+
+
+def test_open_is_a_seekable_binary_file(backend):
+    st, root = backend
+    data = _payload(70_000, 4)
+    st.publish(root + "f.bin", data)
+    with st.open(root + "f.bin") as f:
+        assert f.seekable()
+        f.seek(65_000)
+        assert f.read(10) == data[65_000:65_010].tobytes()
+        f.seek(0)
+        assert f.read() == data.tobytes()
+
+
+def test_write_stream_writes_every_part_and_nothing_on_failure(backend):
+    st, root = backend
+    part = S3_PART if not st.capabilities.local_paths else 64 << 10
+    size = 2 * part + 12345
+    parts = [_payload(part, 10 + i) for i in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        assert st.write_stream(root + "ck/a.ckpt", size, part, lambda i: parts[i], pool) == size
+        got = np.zeros(size, np.uint8)
+        st.readinto(root + "ck/a.ckpt", 0, got)
+        assert np.array_equal(got, np.concatenate(parts)[:size])
+
+        def fails(i):
+            if i == 1:
+                raise RuntimeError("part 1 failed")
+            return parts[i]
+
+        with pytest.raises(RuntimeError, match="part 1 failed"):
+            st.write_stream(root + "ck/b.ckpt", size, part, fails, pool)
+    assert st.stat(root + "ck/b.ckpt") is None
+    assert list(st.list(root + "ck/")) == [root + "ck/a.ckpt"]  # no temporary name left behind
+
+
+def test_write_objects_and_read_them_back(backend):
+    """Several at once (the checkpoint writer's and restore's calls); a failure leaves none of the unfinished."""
+    st, root = backend
+    part = S3_PART if not st.capabilities.local_paths else 64 << 10
+    items = [(root + "ckpt/a.pt", part + 100), (root + "ckpt/b.pt", 300)]
+    content = {j: [_payload(part, 20 + 4 * j + i) for i in range(2)] for j in range(2)}
+    local = threading.local()
+    with ThreadPoolExecutor(2) as pool:
+        assert st.write_objects(items, part, lambda j, i: content[j][i][:min(part, items[j][1] - i * part)],
+                                pool) == part + 400
+
+        def buffer():
+            if getattr(local, "buf", None) is None:
+                local.buf = np.empty(part, np.uint8)
+            return local.buf
+
+        assert st.read_objects(items, part, pool, buffer) == part + 400
+        for j, (path, size) in enumerate(items):
+            got = np.zeros(size, np.uint8)
+            st.readinto(path, 0, got)
+            assert np.array_equal(got, np.concatenate(content[j])[:size])
+
+        def fails(j, i):
+            if (j, i) == (0, 1):
+                raise RuntimeError("a part failed")
+            return content[j][i][:min(part, items[j][1] - i * part)]
+
+        with pytest.raises(RuntimeError, match="a part failed"):
+            st.write_objects([(root + "ckpt2/a.pt", part + 100)], part, fails, pool)
+        with pytest.raises(DataError, match="ckpt/missing.pt"):
+            st.read_objects([(root + "ckpt/missing.pt", 10)], part, pool, buffer)
+    assert st.stat(root + "ckpt2/a.pt") is None
+
+
+def test_copy_out_and_in_round_trip(backend, tmp_path):
+    st, root = backend
+    data = _payload(S3_PART + 777, 5)  # over one S3 part: a multipart upload there
+    local = tmp_path / "local.bin"
+    local.write_bytes(data.tobytes())
+    assert st.copy_out(str(local), root + "drained.bin", S3_PART) == data.size
+    assert st.stat(root + "drained.bin") == data.size
+    back = tmp_path / "staged.bin"
+    assert st.copy_in(root + "drained.bin", str(back)) == data.size
+    assert back.read_bytes() == data.tobytes()
+
+
+def test_remove(backend):
+    st, root = backend
+    st.publish(root + "gone.bin", b"x" * 10)
+    st.remove(root + "gone.bin")
+    assert st.stat(root + "gone.bin") is None
+    st.remove(root + "gone.bin")  # absent is fine
+
+
+def test_figures_are_what_the_capabilities_say(backend):
+    st, root = backend
+    st.publish(root + "fig.bin", _payload(1000))
+    st.readinto(root + "fig.bin", 0, np.zeros(500, np.uint8))
+    figures = st.drain()
+    if "requests" in st.capabilities.figures:
+        assert figures["get"]["requests"] == 1 and figures["get"]["bytes"] == 500
+        assert figures["put"]["requests"] == 1
+        assert st.drain() == {}  # reset
+    else:
+        assert figures == {}
