@@ -3,7 +3,8 @@
 Each backend is the real thing: files in a temporary folder (posix), a moto server over HTTP
 (s3, and s3torchconnector whose streamed writes go through the AWS CRT), the fault-injecting
 folder backend with no faults (faultfs), chosen through the registry from a workload, as the
-stages choose it.
+stages choose it. Every object-store backend runs the suite twice: against moto and against a
+real S3 implementation, Ceph's RGW (`@rgw`; skipped with the reason where RGW cannot start).
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +23,13 @@ def _payload(n: int, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
 
 
-@pytest.fixture(params=["posix", "s3", "s3torchconnector", "faultfs"])
+OBJECT_CLIENTS = ("s3", "s3torchconnector")  # registry names of the S3 clients: each on moto and on RGW
+
+
+@pytest.fixture(params=["posix", "faultfs", *OBJECT_CLIENTS, *(f"{c}@rgw" for c in OBJECT_CLIENTS)])
 def backend(request, tmp_path, monkeypatch):
     """(storage, root): a backend chosen by get_storage from a workload, and the folder/prefix its paths go under."""
-    name = request.param
+    name, _, server = request.param.partition("@")
     if name == "posix":
         wl = load_workload("default", [f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'out'}"])
         root = str(tmp_path / "store") + "/"
@@ -40,7 +44,7 @@ def backend(request, tmp_path, monkeypatch):
     else:
         if name == "s3torchconnector":
             pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector")
-        s3 = request.getfixturevalue("s3")
+        s3 = request.getfixturevalue("s3_at")(server or "moto")
         wl = load_workload("llama3-8b", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}/pre",
                                          f"storage.s3_client={'boto3' if name == 's3' else name}",
                                          f"output.folder={tmp_path / 'out'}"])
