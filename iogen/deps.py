@@ -21,6 +21,7 @@ EXTRAS = {
     "jinja2": "report",
     "boto3": "s3",
     "s3torchconnector": "s3torch",
+    "obstore": "obstore",
     "pyarrow": "parquet",
 }
 

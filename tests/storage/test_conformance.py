@@ -23,7 +23,7 @@ def _payload(n: int, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
 
 
-OBJECT_CLIENTS = ("s3", "s3torchconnector")  # registry names of the S3 clients: each on moto and on RGW
+OBJECT_CLIENTS = ("s3", "s3torchconnector", "obstore")  # registry names of the S3 clients: each on moto and on RGW
 
 
 @pytest.fixture(params=["posix", "faultfs", *OBJECT_CLIENTS, *(f"{c}@rgw" for c in OBJECT_CLIENTS)])
@@ -42,8 +42,8 @@ def backend(request, tmp_path, monkeypatch):
                                        f"storage.endpoint_url={tmp_path / 'store'}", f"output.folder={tmp_path / 'out'}"])
         root = "s3://bkt/conf/"
     else:
-        if name == "s3torchconnector":
-            pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector")
+        if name != "s3":
+            pytest.importorskip(name, reason=f"pip install {name}")
         s3 = request.getfixturevalue("s3_at")(server or "moto")
         wl = load_workload("llama3-8b", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}/pre",
                                          f"storage.s3_client={'boto3' if name == 's3' else name}",
