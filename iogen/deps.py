@@ -22,6 +22,7 @@ EXTRAS = {
     "boto3": "s3",
     "s3torchconnector": "s3torch",
     "obstore": "obstore",
+    "s3dlio": "s3dlio",
     "pyarrow": "parquet",
 }
 

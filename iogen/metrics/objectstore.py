@@ -119,7 +119,10 @@ def mark_not_measured(block: dict, client: str) -> None:
             if isinstance(c, dict):
                 for op in ("get", "put"):
                     if isinstance(c.get(op), dict) and "requests" in c[op]:
-                        c[op].update({k: None for k in reasons})
+                        for k in reasons:
+                            c[op][k] = None
+                            if f"{k}_histogram" in c[op]:
+                                c[op][f"{k}_histogram"] = None
 
 
 def _connector_reads(block: dict) -> None:

@@ -32,6 +32,7 @@ _REGISTRY = {b.name: b for b in (
     Backend("s3", "iogen.storage.s3", "ObjectStore", "s3", "boto3", object_keys=True),
     Backend("s3torchconnector", "iogen.storage.s3torch", "ConnectorStorage", "s3", "s3torchconnector", object_keys=True),
     Backend("obstore", "iogen.storage.obstore_s3", "ObstoreStorage", "s3", "obstore", object_keys=True),
+    Backend("s3dlio", "iogen.storage.s3dlio_s3", "S3dlioStorage", "s3", "s3dlio", object_keys=True),
     Backend("faultfs", "iogen.storage.faultfs", "FaultStorage", "faultfs", object_keys=True),  # for tests
 )}
 

@@ -6,6 +6,9 @@ folder backend with no faults (faultfs), chosen through the registry from a work
 stages choose it. Every object-store backend runs the suite twice: against moto and against a
 real S3 implementation, Ceph's RGW (`@rgw`; skipped with the reason where RGW cannot start).
 """
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,9 +27,15 @@ def _payload(n: int, seed: int = 1) -> np.ndarray:
 
 
 OBJECT_CLIENTS = ("s3", "s3torchconnector", "obstore")  # registry names of the S3 clients: each on moto and on RGW
+# s3dlio's client is one per process, bound to the first endpoint it serves (iogen/storage/s3dlio_s3.py):
+# it runs the suite in a child process per server (test_s3dlio_passes_the_suite_in_its_own_process), which
+# sets this variable to the server; that child runs only s3dlio's cases.
+S3DLIO_SERVER = os.environ.get("IOGEN_TEST_S3DLIO_SERVER")
+PARAMS = ([f"s3dlio@{S3DLIO_SERVER}"] if S3DLIO_SERVER else
+          ["posix", "faultfs", *OBJECT_CLIENTS, *(f"{c}@rgw" for c in OBJECT_CLIENTS)])
 
 
-@pytest.fixture(params=["posix", "faultfs", *OBJECT_CLIENTS, *(f"{c}@rgw" for c in OBJECT_CLIENTS)])
+@pytest.fixture(params=PARAMS)
 def backend(request, tmp_path, monkeypatch):
     """(storage, root): a backend chosen by get_storage from a workload, and the folder/prefix its paths go under."""
     name, _, server = request.param.partition("@")
@@ -195,3 +204,20 @@ def test_figures_are_what_the_capabilities_say(backend):
         assert st.drain() == {}  # reset
     else:
         assert figures == {}
+
+
+@pytest.mark.skipif(S3DLIO_SERVER is not None, reason="the child process itself")
+@pytest.mark.parametrize("server", ["moto", "rgw"])
+def test_s3dlio_passes_the_suite_in_its_own_process(server, request, tmp_path):
+    """The suite's cases with storage.s3_client=s3dlio, in a child pytest per server (its client is one per
+    process); against RGW, the child uses this session's server."""
+    pytest.importorskip("s3dlio", reason="pip install s3dlio")
+    env = {**os.environ, "IOGEN_TEST_S3DLIO_SERVER": server}
+    if server == "rgw":
+        env["IOGEN_TEST_RGW"] = request.getfixturevalue("rgw_server")["dir"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                        "--rootdir", str(request.config.rootpath), __file__, "-k", "not in_its_own_process and not registry"],
+                       capture_output=True, text=True, env=env, timeout=280, cwd=str(request.config.rootpath))
+    tail = r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0, tail
+    assert " passed" in r.stdout and "skipped" not in r.stdout and "deselected" in r.stdout, tail
