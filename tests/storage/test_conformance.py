@@ -221,3 +221,17 @@ def test_s3dlio_passes_the_suite_in_its_own_process(server, request, tmp_path):
     tail = r.stdout[-3000:] + r.stderr[-2000:]
     assert r.returncode == 0, tail
     assert " passed" in r.stdout and "skipped" not in r.stdout and "deselected" in r.stdout, tail
+
+
+if S3DLIO_SERVER:  # only in the s3dlio child process (its client is bound there)
+    def test_s3dlio_refuses_a_second_endpoint_in_one_process(backend, tmp_path):
+        """s3dlio's client is one per process: a storage on another endpoint is a ConfigError naming both."""
+        from iogen.errors import ConfigError
+
+        st, root = backend
+        st.publish(root + "bound.bin", b"x")  # s3dlio's client is made and bound here
+        other = load_workload("llama3-8b", ["storage.storage_type=s3", "storage.storage_root=another-bucket",
+                                            "storage.s3_client=s3dlio", "storage.endpoint_url=http://127.0.0.1:9",
+                                            f"output.folder={tmp_path / 'out2'}"])
+        with pytest.raises(ConfigError, match=r"bound to http://127\.0\.0\.1:\d+ .*cannot also use http://127\.0\.0\.1:9 "):
+            get_storage(other, check=False).publish("s3://another-bucket/x.bin", b"x")
