@@ -1,4 +1,4 @@
-"""S3 clients on the same ranged reads: boto3, iogen's ObjectStore (boto3 + readinto), obstore, s3torchconnector.
+"""S3 clients on the same ranged reads: boto3, obstore, s3dlio, s3torchconnector, each plain and through iogen.
 
 The measurement behind docs/objectstore.md's choice of client. Every contender reads the same
 ranges (each of --objects objects of --object-mib cut into --range-kib pieces) with --threads
@@ -7,7 +7,11 @@ threads of a ThreadPoolExecutor, alternating, medians of --reps passes:
 - boto3: one shared client, get_object(Range=...)["Body"].read();
 - iogen: iogen.storage.s3.ObjectStore.readinto (a boto3 client per thread, counted, into a buffer);
 - obstore: obstore.get_range on one S3Store (Rust, object_store crate);
-- s3torchconnector: S3Client.get_object with the range-based reader, seek + readinto (AWS CRT).
+- s3torchconnector: S3Client.get_object with the range-based reader, seek + readinto (AWS CRT);
+- s3dlio: s3dlio.get_range (Rust, the AWS SDK for Rust; its client is one per process);
+- iogen's obstore and s3dlio backends (storage.s3_client obstore | s3dlio): readinto, counted.
+
+The last column compares each iogen backend with the plain loop of its own client (goal >= 0.9x).
 
 Contenders whose package is missing are reported as not measured. Without --endpoint the
 script starts moto's standalone server on 127.0.0.1: a local test server in Python, whose own
@@ -89,8 +93,37 @@ def _bench(args, endpoint, moto: bool) -> int:
             return len(memoryview(obstore.get_range(ob, k, start=off, length=n)))
 
         contenders["obstore get_range"] = obstore_get
+        from iogen.storage.obstore_s3 import ObstoreStorage
+
+        ob_store = ObstoreStorage(endpoint, region, "path")
+
+        def iogen_obstore_get(r):
+            k, off, n = r
+            return ob_store.readinto(f"s3://{bucket}/{k}", off, buf()[:n])
+
+        contenders["iogen obstore backend readinto"] = iogen_obstore_get
     else:
         missing.append("obstore")
+    if importlib.util.find_spec("s3dlio"):
+        import s3dlio
+
+        from iogen.storage.s3dlio_s3 import S3dlioStorage
+
+        dl_store = S3dlioStorage(endpoint, region, "path")
+        dl_store._configured()  # configures s3dlio's one client for this endpoint
+
+        def s3dlio_get(r):
+            k, off, n = r
+            return len(memoryview(s3dlio.get_range(f"s3://{bucket}/{k}", off, n)))
+
+        def iogen_s3dlio_get(r):
+            k, off, n = r
+            return dl_store.readinto(f"s3://{bucket}/{k}", off, buf()[:n])
+
+        contenders["s3dlio get_range"] = s3dlio_get
+        contenders["iogen s3dlio backend readinto"] = iogen_s3dlio_get
+    else:
+        missing.append("s3dlio")
     if importlib.util.find_spec("s3torchconnector"):
         from s3torchconnector import S3ReaderConstructor
         from s3torchconnector._s3client import S3Client, S3ClientConfig
@@ -128,12 +161,15 @@ def _bench(args, endpoint, moto: bool) -> int:
           f"{args.objects} objects of {args.object_mib} MiB, {len(ranges)} ranged GETs of {args.range_kib} KiB "
           f"per pass, {args.threads} threads, medians of {args.reps}")
     print()
-    print("| client | MiB/s | GETs/s | vs boto3 |")
-    print("|---|---:|---:|---:|")
+    print("| client | MiB/s | GETs/s | vs boto3 | iogen vs its client's plain loop |")
+    print("|---|---:|---:|---:|---:|")
     base = statistics.median(times["boto3 get_object loop"])
+    plain = {"iogen ObjectStore.readinto": "boto3 get_object loop",
+             "iogen obstore backend readinto": "obstore get_range", "iogen s3dlio backend readinto": "s3dlio get_range"}
     for name, ts in times.items():
         m = statistics.median(ts)
-        print(f"| {name} | {total / 2**20 / m:.1f} | {len(ranges) / m:.0f} | {base / m:.2f}x |")
+        own = f"{statistics.median(times[plain[name]]) / m:.2f}x" if name in plain else ""
+        print(f"| {name} | {total / 2**20 / m:.1f} | {len(ranges) / m:.0f} | {base / m:.2f}x | {own} |")
     for name in missing:
         print(f"| {name} | not measured (not installed) | | |")
     return 0

@@ -21,6 +21,8 @@ EXTRAS = {
     "jinja2": "report",
     "boto3": "s3",
     "s3torchconnector": "s3torch",
+    "obstore": "obstore",
+    "s3dlio": "s3dlio",
     "pyarrow": "parquet",
     "PIL": "image",
 }

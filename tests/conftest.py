@@ -254,35 +254,122 @@ def s3_server(moto_servers):
     return moto_servers({})
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path):
-    """Endpoint, fresh bucket and fake credentials in the environment (the AWS chain iogen uses).
+# -- a real S3 implementation: Ceph's RADOS Gateway (tests/servers/rgw.py) -----------------------
+# Started once per test run, in a scratch folder, on the first test that asks for it; stopped at the
+# session's end (a failure or Ctrl-C included: pytest tears session fixtures down then; an exit
+# handler covers the rest). Where it cannot start (not root and no Ceph packages, no apt-get, a
+# daemon that fails) the tests that need it skip with the reason; the rest of the suite runs.
+# IOGEN_TEST_RGW=DIR uses a server already started by `python tests/servers/rgw.py start DIR`
+# (left running: its starter stops it), to save the start-up when running a few tests by hand.
 
-    Yields a namespace: endpoint, bucket, secret (a marker value to look for in written files),
-    client (a boto3 client on the server), env (the variables, for child processes).
-    """
+def _rgw_module():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "servers", "rgw.py")
+    spec = importlib.util.spec_from_file_location("iogen_tests_rgw", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def rgw_server(tmp_path_factory):
+    """{endpoint, access_key, secret_key} of a Ceph RGW started for the session, or a skip naming why not."""
+    import atexit
+
+    pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
+    rgw = _rgw_module()
+    reuse = os.environ.get("IOGEN_TEST_RGW")
+    if reuse:
+        try:
+            with open(os.path.join(reuse, "endpoint.json"), encoding="utf-8") as fh:
+                yield json.load(fh)
+        except OSError as exc:
+            pytest.skip(f"RGW: IOGEN_TEST_RGW={reuse}: no server started there ({exc.strerror})")
+        return
+    folder = str(tmp_path_factory.mktemp("rgw"))
+    atexit.register(rgw.stop, folder)  # stop() is idempotent: by the PIDs it recorded, each checked
+    try:
+        info = rgw.start(folder)
+    except rgw.Unavailable as exc:
+        pytest.skip(f"RGW cannot run here: {exc}")
+    try:
+        yield info
+    finally:
+        rgw.stop(folder)
+
+
+S3_SERVERS = ("moto", "rgw")  # what the `s3` fixture's parameter names; moto when a test does not choose
+
+
+@pytest.fixture
+def s3_at(request, monkeypatch, tmp_path):
+    """s3_at(server) -> the `s3` namespace on that server ("moto" or "rgw"), for fixtures that choose
+    the server themselves (the storage conformance suite); each bucket is emptied and dropped after an
+    RGW test (one RGW serves the whole run)."""
     import uuid
 
     import boto3
 
-    secret = "iogenSECRETmarker" + uuid.uuid4().hex
-    env = {
-        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": secret,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_server,
-        # no ~/.aws files of the machine running the tests
-        "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none"),
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    bucket = "iogen-" + uuid.uuid4().hex[:12]
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
-                          aws_access_key_id=FAKE_ACCESS_KEY, aws_secret_access_key=secret)
-    client.create_bucket(Bucket=bucket)
-    yield SimpleNamespace(endpoint=s3_server, bucket=bucket, secret=secret, client=client, env=env)
-    client.close()
+    made = []
 
+    def at(kind: str):
+        if kind == "rgw":
+            info = request.getfixturevalue("rgw_server")
+            endpoint, access_key, secret = info["endpoint"], info["access_key"], info["secret_key"]
+        else:
+            assert kind == "moto", f"s3 servers are {S3_SERVERS}, not {kind!r}"
+            endpoint, access_key = request.getfixturevalue("s3_server"), FAKE_ACCESS_KEY
+            secret = "iogenSECRETmarker" + uuid.uuid4().hex  # moto takes any: a marker to look for
+        env = {
+            "AWS_ACCESS_KEY_ID": access_key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+            # no ~/.aws files of the machine running the tests
+            "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none"),
+        }
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+        bucket = "iogen-" + uuid.uuid4().hex[:12]
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id=access_key, aws_secret_access_key=secret)
+        client.create_bucket(Bucket=bucket)
+        made.append((kind, client, bucket))
+        return SimpleNamespace(endpoint=endpoint, bucket=bucket, secret=secret, client=client, env=env,
+                               server=kind)
+
+    yield at
+    for kind, client, bucket in made:
+        if kind == "rgw":
+            _empty_bucket(client, bucket)
+        client.close()
+
+
+@pytest.fixture
+def s3(request, s3_at):
+    """Endpoint, fresh bucket and credentials in the environment (the AWS chain iogen uses).
+
+    The server is moto's, or Ceph's RGW where the test parametrises it (indirectly):
+    `@pytest.mark.parametrize("s3", ["moto", "rgw"], indirect=True)` (each RGW case costs real
+    seconds: the suite runs one case per stage against it, not the full matrix).
+
+    A namespace: endpoint, bucket, secret (a marker value to look for in written files: moto takes
+    any secret, so a fresh one; RGW's user has its own), client (a boto3 client on the server), env
+    (the variables, for child processes), server ("moto" or "rgw").
+    """
+    return s3_at(getattr(request, "param", "moto"))
+
+
+def _empty_bucket(client, bucket) -> None:
+    """Delete every object, unfinished upload and then the bucket (RGW's memstore holds them in memory)."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", ())]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    for up in client.list_multipart_uploads(Bucket=bucket).get("Uploads", ()):
+        client.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+    client.delete_bucket(Bucket=bucket)

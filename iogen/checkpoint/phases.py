@@ -20,7 +20,7 @@ import numpy as np
 from .. import core
 from ..atomic import make_folders, remove_stale_temps
 from ..errors import ConfigError, DataError, os_error_text
-from ..storage import backend_class, capabilities, storage_label
+from ..storage import backend_class, capabilities, client_setup, storage_label
 from .io import CheckpointIO, evict
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -442,8 +442,11 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         doc["iogen"]["cpu"] = cpu_block(None, None, None, None, cpu_user, cpu_system, None)
         if all_objects is not None:
+            from ..metrics.objectstore import mark_not_measured
+
             doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
+            mark_not_measured(doc["iogen"]["object_store"], backend_class(wl).client_name)
         if drain_block is not None:
             doc["iogen"]["checkpoint_drain"] = drain_block
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
@@ -491,6 +494,7 @@ def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> 
                   if local and ck.drain != "off" else
                   f"local {os.path.abspath(ck.local_folder)} (drain off)" if local else checkpoint_root(wl)),
         "storage": storage_label(wl),
+        **client_setup(wl),
         "num_checkpoints_write": max(0, ck.num_checkpoints_write),
         "num_checkpoints_read": max(0, ck.num_checkpoints_read),
         "time_between_checkpoints_s": max(0.0, ck.time_between_checkpoints),

@@ -207,7 +207,6 @@ DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("reader", "transformed_record_dims"): DlioKey("transformed (resized) sample shapes"),
     ("reader", "transformed_record_element_type"): DlioKey("transformed (resized) sample types",
                                                            accept=_equals("uint8")),
-    ("storage", "storage_options"): DlioKey("object-store options", "object_store"),
     ("profiling", "profiler"): DlioKey("profilers", "profiling"),
     ("profiling", "iostat_devices"): DlioKey("iostat tracing", "profiling"),
 }
@@ -267,9 +266,77 @@ def _parquet_generator_keys(clean: dict) -> list[str]:
     return out
 
 
+# MLPerf Storage v3.0's DLIO fork spells its object store this way (its YAMLs as shipped): each key is
+# mapped to iogen's own, or refused by name with the reason (docs/objectstore.md, "The v3.0 fork's keys").
+V3_STORAGE_KEYS = (("storage", "storage_library"), ("storage", "storage_options"))
+V3_LIBRARIES = ("s3dlio", "s3torchconnector")  # storage.storage_library values iogen has a client for
+V3_REFUSED_OPTIONS = {
+    "access_key_id": "credentials do not go in a workload file: set AWS_ACCESS_KEY_ID (or a profile)",
+    "secret_access_key": "credentials do not go in a workload file: set AWS_SECRET_ACCESS_KEY (or a profile)",
+    "load_balance_strategy": "it spreads requests over several endpoints, which iogen does not do yet: it talks to "
+                             "one endpoint (storage.endpoint_url)",
+}
+
+
+def _v3_storage(tree: dict) -> list[str]:
+    """Map the v3.0 fork's storage keys in tree (in place) to iogen's, or return a problem naming each."""
+    st = tree.get("storage")
+    if not isinstance(st, dict) or not any(k in st for k in ("storage_library", "storage_options")) and \
+            st.get("storage_type") != "s3dlio":
+        return []
+    st = tree["storage"] = dict(st)
+    problems = []
+
+    def put(key, value, source):
+        have = st.get(key, MISSING)
+        if have is not MISSING and have != value:
+            problems.append(f"storage.{source} = {show(value)} contradicts storage.{key} = {show(have)}; keep one")
+        else:
+            st[key] = value
+
+    if st.get("storage_type") == "s3dlio":  # the fork's storage type names its client
+        st["storage_type"] = "s3"
+        put("s3_client", "s3dlio", "storage_type")
+    if "storage_library" in st:
+        lib = st.pop("storage_library")
+        if lib in V3_LIBRARIES:
+            put("s3_client", lib, "storage_library")
+        else:
+            problems.append(f"storage.storage_library = {show(lib)}: iogen's S3 clients for it are "
+                            f"{', '.join(V3_LIBRARIES)} (or storage.s3_client: boto3, obstore); the {lib} client is "
+                            "not one of them")
+    opts = st.pop("storage_options", None)
+    if opts is None:
+        return problems
+    if not isinstance(opts, dict):
+        return problems + [f"storage.storage_options = {show(opts)}: must be a mapping"]
+    for key, value in opts.items():
+        if key == "endpoint_url":
+            put("endpoint_url", value, "storage_options.endpoint_url")
+        elif key == "region":
+            put("region", value, "storage_options.region")
+        elif key == "endpoint_uris":
+            uris = [value] if isinstance(value, str) else value
+            if isinstance(uris, list) and len(uris) == 1:
+                put("endpoint_url", uris[0], "storage_options.endpoint_uris")
+            else:
+                problems.append(f"storage.storage_options.endpoint_uris = {show(value)}: several endpoints (requests "
+                                "spread over them) are not implemented in iogen yet; give one endpoint "
+                                "(storage.endpoint_url)")
+        elif key in V3_REFUSED_OPTIONS:
+            shown = "***" if "access" in key else show(value)
+            problems.append(f"storage.storage_options.{key} = {shown}: {V3_REFUSED_OPTIONS[key]}")
+        else:
+            problems.append(f"storage.storage_options.{key} = {show(value)}: not a storage option iogen knows "
+                            "(it maps endpoint_url, endpoint_uris with one endpoint, and region)")
+    return problems
+
+
 def screen(tree: dict) -> tuple[dict, list[str], list[str]]:
     """Keep iogen's keys; sort DLIO's others; reject unknown keys. Returns (tree, problems, warnings)."""
     clean, problems, warnings = {}, [], []
+    tree = dict(tree)
+    problems += _v3_storage(tree)
     top_choices = list(SECTIONS) + list(TOP_LEVEL_KEYS)
     for name, value in tree.items():
         if name in TOP_LEVEL_KEYS:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from .distributions import DIST_KEYS
-from .dlio import DLIO_KEYS, DLIO_ONLY_SECTIONS, SECTION_ALIASES, canonical_path, dlio_keys_of
+from .dlio import DLIO_KEYS, DLIO_ONLY_SECTIONS, SECTION_ALIASES, V3_STORAGE_KEYS, canonical_path, dlio_keys_of
 from .paths import set_path
 from .problems import did_you_mean, unknown_key
 from .schema import DIST_FIELDS, SECTIONS, TOP_LEVEL_KEYS, TrainPatch
@@ -124,7 +124,7 @@ def check_path(path: tuple[str, ...]) -> str | None:
                 return _check_below_field((head, key, deeper[0]), deeper[1:])
             return unknown_key(f"{head}.{key}", deeper[0], list(sub.model_fields))
         return _check_below_field((head, key), deeper)
-    if (head, key) in DLIO_KEYS:
+    if (head, key) in DLIO_KEYS or (head, key) in V3_STORAGE_KEYS:  # the latter: mapped by dlio._v3_storage
         return None
     return unknown_key(head, key, fields, dlio_keys_of(head))
 

@@ -83,6 +83,7 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None,
              "eval_epochs": [dict(epoch=e + 1, **merged[1 + n_train + e]) for e in range(n_eval)]}
     if client == "s3torchconnector":  # the epochs' reads: what iogen measures around the connector's calls
         _connector_reads(block)
+    mark_not_measured(block, client)
     if merged[-4]:  # data staged from the bucket (each node's stager)
         block["staging"] = merged[-4]
     if merged[-3]:  # checkpoint uploads, deletes (rank 0 writes)
@@ -99,6 +100,29 @@ CONNECTOR_READS_NOT_MEASURED = {
     "throttled_503": "s3torchconnector does not expose the HTTP status of the responses it retried",
     "first_byte_latency": "s3torchconnector's readinto returns when the whole range has arrived",
 }
+
+
+def mark_not_measured(block: dict, client: str) -> None:
+    """A client that counts its GETs and PUTs but hides their retries and 503s (its backend's
+    `not_measured`, e.g. obstore's): those figures of every get and put are null, the reasons under
+    `not_measured`, the ops named in `not_measured_ops`."""
+    from ..storage import client_not_measured
+
+    reasons = client_not_measured(client)
+    if not reasons:
+        return
+    block["not_measured"] = {**block.get("not_measured", {}), **reasons}
+    block["not_measured_ops"] = ["get", "put"]
+    for cell in block.values():
+        cells = cell if isinstance(cell, list) else [cell]
+        for c in cells:
+            if isinstance(c, dict):
+                for op in ("get", "put"):
+                    if isinstance(c.get(op), dict) and "requests" in c[op]:
+                        for k in reasons:
+                            c[op][k] = None
+                            if f"{k}_histogram" in c[op]:
+                                c[op][f"{k}_histogram"] = None
 
 
 def _connector_reads(block: dict) -> None:

@@ -25,7 +25,7 @@ from ..metrics.staging import with_epoch_ratio
 from ..config.summary import comparability_class
 from ..sizing import run_check
 from ..steplog import STEP_DTYPE, read_steplog, wall_offset_ns
-from ..storage import capabilities
+from ..storage import capabilities, client_setup
 from . import rundir
 
 # 2: every `GB` figure is GiB, as DLIO counts it (iogen.metrics.checkpoint.UNITS_SCHEMA_VERSION)
@@ -267,6 +267,7 @@ def _setup(wl, layout, facts) -> dict:
         # the work of one accelerator, hashed (iogen.config.summary.comparability_class): runs of
         # different classes are not compared (`iogen compare` refuses without --force)
         "comparability_class": comparability_class(wl)["sha256"][:16],
+        **client_setup(wl),
     }
 
 

@@ -31,6 +31,8 @@ _REGISTRY = {b.name: b for b in (
     Backend("posix", "iogen.storage.posix", "PosixStorage", "local_fs"),
     Backend("s3", "iogen.storage.s3", "ObjectStore", "s3", "boto3", object_keys=True),
     Backend("s3torchconnector", "iogen.storage.s3torch", "ConnectorStorage", "s3", "s3torchconnector", object_keys=True),
+    Backend("obstore", "iogen.storage.obstore_s3", "ObstoreStorage", "s3", "obstore", object_keys=True),
+    Backend("s3dlio", "iogen.storage.s3dlio_s3", "S3dlioStorage", "s3", "s3dlio", object_keys=True),
     Backend("faultfs", "iogen.storage.faultfs", "FaultStorage", "faultfs", object_keys=True),  # for tests
 )}
 
@@ -91,6 +93,27 @@ def files_section(storage):
                                       "s3_client": defaults["s3_client"].default})
 
 
+def client_setup(wl) -> dict:
+    """The storage client a run used and its installed version (summary.json `iogen.setup`):
+    {"storage_client": name or None (the core's system calls), "storage_client_version": version or None}."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    name = backend_class(wl).client_name
+    try:
+        ver = version(name) if name else None
+    except PackageNotFoundError:  # a client that is no package (faultfs, iogen's own)
+        ver = None
+    return {"storage_client": name, "storage_client_version": ver}
+
+
+def client_not_measured(client: str | None) -> dict:
+    """{figure: why it is null} of the backend whose client is `client` ({} when it reports them all)."""
+    for b in _REGISTRY.values():
+        if b.client == client or (b.client is None and b.name == client):
+            return dict(getattr(backend_class(b.name), "not_measured", {}))
+    return {}
+
+
 def backend_class(name_or_storage) -> type[Storage]:
     """The backend class of a registry name, a storage section or a workload."""
     name = name_or_storage if isinstance(name_or_storage, str) else backend_name(name_or_storage)
@@ -113,4 +136,4 @@ def get_storage(wl, threads: int = 16, check: bool = True) -> Storage:
 
 
 __all__ = ["Backend", "Capabilities", "Storage", "backend_class", "backend_name", "backend_names", "capabilities",
-           "clients", "files_section", "get_storage", "object_key_types", "storage_label", "storage_types"]
+           "client_not_measured", "client_setup", "clients", "files_section", "get_storage", "object_key_types", "storage_label", "storage_types"]

@@ -66,6 +66,7 @@ class Storage:
 
     name: str = ""
     client_name: str | None = None  # the client library, as summaries name it (None: the core's system calls)
+    not_measured: dict = {}  # {figure: why it is null} for the get and put figures a client hides (obstore's retries)
     capabilities: Capabilities
 
     @classmethod

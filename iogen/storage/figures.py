@@ -61,8 +61,9 @@ class OpStats(_Figures):
 
 # A client that hides its requests (s3torchconnector's CRT: parts, retries, 503s) is measured per object.
 STREAM_OPS = ("put_object_stream", "get_object_stream")
-STREAM_HIDDEN = ("the AWS CRT under s3torchconnector issues and retries the requests itself and reports none of "
-                 "them: request counts, retries, 503s and per-request latency are not measurable from iogen")
+STREAM_HIDDEN = ("the client (the AWS CRT under s3torchconnector, obstore's multipart upload) issues and retries "
+                 "the requests itself and reports none of them: request counts, retries, 503s and per-request "
+                 "latency are not measurable from iogen")
 
 
 class StreamStats(_Figures):

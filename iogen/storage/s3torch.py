@@ -12,6 +12,10 @@ native paths) is the `s3` backend's boto3 client, counted as requests.
   object exists from there). The connector takes `bytes`, not a buffer: one copy of each part.
 - Reads: `read_object`, the connector's range-based reader without its buffer: `readinto` of a
   reused buffer, each call one ranged GET.
+- Ceph RGW 16.2 answers CompleteMultipartUpload without an ETag header (its ETag is in the body, where
+  S3 documents it), which the connector (1.5) takes for a failure after the object was completed; iogen
+  then checks by a HEAD that the object is this upload's (its size, a multipart ETag of as many parts,
+  modified since the upload began) and takes it as written (`ConnectorStorage.completed`).
 - Failures: S3Writer has no abort. Its native stream aborts the multipart upload when released
   without close, while IOBase's finalizer would close, i.e. complete, a half-written object: so a
   failed or interrupted object is marked closed and its stream released (`_abandon`), and no
@@ -131,22 +135,36 @@ class StreamFigures:
         return {op: s.to_dict() for op, s in stats.items()}
 
 
+NO_ETAG_HEADER = 'Header "ETag" not found'  # the connector's error when CompleteMultipartUpload's answer has no ETag header
+
+
 def stream_object(s3, uri: str, size: int, part_bytes: int, part_of, figures: StreamFigures,
-                  stop: threading.Event | None = None) -> int:
-    """Write one object through S3Checkpoint.writer(uri), part_of(i) for part i; no partial object on failure."""
+                  stop: threading.Event | None = None, completed=None) -> int:
+    """Write one object through S3Checkpoint.writer(uri), part_of(i) for part i; no partial object on failure.
+
+    completed(uri, size, parts, since): whether the object is there whole, written by this upload (see
+    ConnectorStorage.completed); asked only when the connector fails the completion for want of an ETag
+    header, which Ceph RGW (16.2) does not send with CompleteMultipartUpload (the ETag is in its body,
+    as S3 documents it): the upload did complete there."""
     from s3torchconnector import S3Exception
 
     t0 = time.perf_counter_ns()
+    since = time.time()
     writer = None
     done = False
+    nparts = max(1, -(-size // part_bytes))
     try:
         writer = s3.writer(uri)
-        for i in range(max(1, -(-size // part_bytes))):
+        for i in range(nparts):
             if stop is not None and stop.is_set():
                 raise _Stopped()
             n = min(part_bytes, size - i * part_bytes)
             writer.write(part_of(i)[:n].tobytes())  # the connector takes bytes, not a buffer: one copy per part
-        writer.close()  # CompleteMultipartUpload: the object exists from here
+        try:
+            writer.close()  # CompleteMultipartUpload: the object exists from here
+        except S3Exception as exc:
+            if not (NO_ETAG_HEADER in str(exc) and completed is not None and completed(uri, size, nparts, since)):
+                raise
         done = True
     except S3Exception as exc:
         raise connector_error(uri, exc, "upload") from None
@@ -245,7 +263,8 @@ class ConnectorStorage(ObjectStore):
     def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool=None, fsync: bool = False,
                      stop: threading.Event | None = None) -> int:
         """One streamed object through S3Checkpoint.writer (the CRT uploads its parts: pool is not used)."""
-        return stream_object(self.connector(part_bytes), path, size, part_bytes, part_of, self.streams, stop)
+        return stream_object(self.connector(part_bytes), path, size, part_bytes, part_of, self.streams, stop,
+                             self.completed)
 
     def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
         """One S3Checkpoint writer stream per object, pool's threads one object each (never two on one);
@@ -254,9 +273,30 @@ class ConnectorStorage(ObjectStore):
 
         def one(j, stop):
             uri, size = items[j]
-            return stream_object(s3, uri, int(size), part_bytes, lambda i: part_of(j, i), self.streams, stop)
+            return stream_object(s3, uri, int(size), part_bytes, lambda i: part_of(j, i), self.streams, stop,
+                                 self.completed)
 
         return sum(run_objects(pool, one, range(len(items))))
+
+    def completed(self, uri: str, size: int, parts: int, since: float) -> bool:
+        """Whether uri is, by a HEAD, the object of a multipart upload of `parts` parts and `size` bytes that
+        was started at `since` (epoch seconds) or after (2 s allowed for the server's whole-second clock): the
+        upload the connector could not confirm (stream_object). Anything else is False: the upload failed."""
+        from datetime import timedelta
+
+        import botocore.exceptions as bex
+
+        bucket, key = split_uri(uri)
+        t0 = time.perf_counter_ns()
+        try:
+            r = self.client().head_object(Bucket=bucket, Key=key)
+        except (bex.ClientError, bex.BotoCoreError):
+            return False
+        t1 = time.perf_counter_ns()
+        self._count("head", 0, t0, t1, t1, r)
+        modified = r.get("LastModified")
+        return (int(r["ContentLength"]) == size and str(r.get("ETag", "")).strip('"').endswith(f"-{parts}")
+                and modified is not None and (modified + timedelta(seconds=2)).timestamp() >= since)
 
     def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
         """Each object whole through the connector's unbuffered range reader into buffer(), one object a thread."""

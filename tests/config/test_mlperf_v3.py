@@ -58,3 +58,37 @@ def test_unet3d_b200_and_llama3_8b_run_scaled_down(dlio_yaml, tmp_path):
     res = run_iogen("run", dlio_yaml("mlperf_v3_llama3_8b"), *tiny)
     assert res.returncode == 0, res.stderr
     assert _summary(tmp_path / "l")["iogen"]["complete"]
+
+
+# -- the fork's object-store keys (storage.storage_type s3dlio, storage_library, storage_options) -------
+
+def _storage(*over):
+    return load_workload("default", ["storage.storage_root=bkt1", *over]).storage
+
+
+def test_the_forks_storage_keys_map_to_iogens():
+    st = _storage("storage.storage_type=s3dlio", "storage.storage_options.endpoint_url=http://10.0.0.5:9000",
+                  "storage.storage_options.region=eu-west-1")
+    assert (st.storage_type, st.s3_client, st.endpoint_url, st.region) == ("s3", "s3dlio", "http://10.0.0.5:9000",
+                                                                          "eu-west-1")
+    st = _storage("storage.storage_type=s3", "storage.storage_library=s3torchconnector", "reader.data_loader=pytorch",
+                  "storage.storage_options.endpoint_uris=[http://10.0.0.6:9000]")
+    assert (st.s3_client, st.endpoint_url) == ("s3torchconnector", "http://10.0.0.6:9000")
+
+
+@pytest.mark.parametrize("over,message", [
+    (["storage.storage_type=s3", "storage.storage_library=minio"], "storage.storage_library = 'minio'"),
+    (["storage.storage_type=s3", "storage.storage_options.endpoint_uris=[http://a:9000,http://b:9000]"],
+     "storage.storage_options.endpoint_uris = "),
+    (["storage.storage_type=s3", "storage.storage_options.load_balance_strategy=round_robin"],
+     "storage.storage_options.load_balance_strategy = 'round_robin': it spreads requests over several endpoints"),
+    (["storage.storage_type=s3", "storage.storage_options.secret_access_key=hunter2"],
+     "storage.storage_options.secret_access_key = ***: credentials do not go in a workload file"),
+    (["storage.storage_type=s3", "storage.storage_options.flavour=x"], "storage.storage_options.flavour = 'x': not"),
+    (["storage.storage_type=s3dlio", "storage.s3_client=boto3"], "storage.storage_type = 's3dlio' contradicts "
+                                                                  "storage.s3_client = 'boto3'"),
+])
+def test_the_forks_storage_keys_iogen_cannot_honour_are_refused_by_name(over, message, tmp_path):
+    r = run_iogen("validate", "default", "storage.storage_root=bkt1", *over)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert "hunter2" not in r.stderr + r.stdout and "Traceback" not in r.stderr

@@ -33,6 +33,7 @@ def _key(step, name):
     return f"pre/ckpt/global_epoch1_step{step}/{name}"
 
 
+@pytest.mark.parametrize("s3", ["moto", "rgw"], indirect=True)
 def test_write_then_read_objects_in_one_run(s3, tmp_path):
     wl = load_workload("llama3-8b", _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 2,
                                                            "checkpoint.num_checkpoints_read": 2}))
@@ -88,7 +89,7 @@ def test_read_only_run_restores_objects_and_names_a_missing_or_short_one(s3, tmp
     assert r.returncode == 2 and "no-such-bucket-iogen" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("s3,mode", [("moto", "async"), ("moto", "sync"), ("rgw", "async")], indirect=["s3"])
 def test_local_tier_drains_to_the_bucket_and_restores_from_it(s3, tmp_path, mode):
     """checkpoint.local_folder on object storage: written locally, drained to the same keys as a
     direct upload (byte for byte the local files), read back from the bucket."""

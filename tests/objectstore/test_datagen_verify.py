@@ -74,6 +74,7 @@ def test_config_s3_keys_and_refusals():
 # -- datagen and verify ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+@pytest.mark.parametrize("s3", ["moto", "rgw"], indirect=True)  # tests/conftest.py: moto's server and Ceph's RGW
 def test_datagen_verify_same_bytes_as_files(s3, tmp_path, iogen_cmd, fmt):
     over = s3_overrides(s3, tmp_path, fmt)
     r = iogen_cmd("datagen", "default", *over)

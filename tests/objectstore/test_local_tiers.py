@@ -8,7 +8,7 @@ from .test_datagen_verify import s3_overrides
 from .test_run import summary_of
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("s3,mode", [("moto", "async"), ("moto", "sync"), ("rgw", "sync")], indirect=["s3"])
 def test_training_checkpoints_drain_to_the_direct_upload_keys(s3, tmp_path, iogen_cmd, mode):
     """Rank 0 writes each checkpoint locally and drains it to the key a direct upload uses; both
     tiers keep only the newest; the drain's requests are counted apart."""
@@ -45,9 +45,13 @@ def _staging(s3, tmp_path, fmt, **extra):
                                               "train.computation_time": 0, "metric.au": 0.0, **extra})
 
 
-@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch),
-                                    pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
-@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+STAGING_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz", "tfrecord")
+                 for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch),
+                                      ("tensorflow", pytest.mark.tensorflow))]
+STAGING_CASES.append(pytest.param("rgw", "tfrecord", "native"))  # a real server: one case
+
+
+@pytest.mark.parametrize("s3,fmt,loader", STAGING_CASES, indirect=["s3"])
 def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path, iogen_cmd, file_opens, fmt, loader):
     """The stager downloads its objects by ranged GETs of staging.transfer_size, byte for byte;
     the loaders then open the staged files and send no request to the bucket."""

@@ -14,9 +14,12 @@ def summary_of(result):
         return json.load(f)
 
 
-@pytest.mark.parametrize("loader", ["native", pytest.param("pytorch", marks=pytest.mark.torch),
-                                    pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
-@pytest.mark.parametrize("fmt", ["npz", "tfrecord"])
+RUN_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz", "tfrecord")
+             for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch), ("tensorflow", pytest.mark.tensorflow))]
+RUN_CASES += [pytest.param("rgw", fmt, "native") for fmt in ("npz", "tfrecord")]  # a real server: one loader
+
+
+@pytest.mark.parametrize("s3,fmt,loader", RUN_CASES, indirect=["s3"])
 def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
     """The native loader (threads of ranged GETs) and PyTorch's DataLoader (2 worker processes, a
     map-style dataset reading through the same byte source): same plan, request figures per epoch."""
@@ -121,6 +124,7 @@ def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttlin
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("s3", ["moto", "rgw"], indirect=True)
 def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
     """Rank 0 uploads model.model_size_bytes per checkpoint (multipart), keeps only the newest."""
     size = 12_000_000  # three parts of 5 MiB (S3's smallest), the last shorter

@@ -3,6 +3,7 @@ memstore OSD, in a scratch folder, on 127.0.0.1. Started and stopped by PID, nev
 
     python tests/servers/rgw.py start DIR     # prints one JSON line: endpoint, access_key, secret_key
     python tests/servers/rgw.py stop DIR
+    python tests/servers/rgw.py install       # the packages only, when missing and installable (`make test`)
 
 `start` needs Debian's ceph-mon, ceph-osd, radosgw and ceph-common (`install()` installs them
 with apt-get when they are missing and this is root on a machine with apt); it takes about 30 s.
@@ -27,6 +28,7 @@ DAEMONS = ("radosgw", "ceph-osd", "ceph-mon")  # stop order
 ACCESS_KEY = "IOGENRGWACCESSKEY000"
 SECRET_KEY = "iogen-rgw-secret-key-0000000000000000000"
 START_TIMEOUT_S = 180
+_CHILDREN: dict[int, subprocess.Popen] = {}  # the daemons this process started: stop() reaps them (no zombie)
 
 
 class Unavailable(RuntimeError):
@@ -142,6 +144,7 @@ def _daemon(d, *args) -> None:
                                 stderr=out, start_new_session=True)
     finally:
         out.close()
+    _CHILDREN[proc.pid] = proc
     with open(f"{d}/run/{args[0]}.started-pid", "w") as fh:  # ours: stop() ends it by this PID
         fh.write(str(proc.pid))
     time.sleep(0.5)
@@ -236,6 +239,8 @@ def stop(d: str) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if pid in _CHILDREN:  # started by this process: reap it
+            _CHILDREN.pop(pid).wait()
 
 
 def _is_ours(pid: int, d: str) -> bool:
@@ -256,6 +261,12 @@ def _alive(pid: int) -> bool:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["install"]:  # `make test`: the packages, before the suite (the tests skip without them)
+        try:
+            install()
+        except Unavailable as exc:
+            print(f"rgw: the RGW tests will be skipped: {exc}", file=sys.stderr)
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
         sys.exit(__doc__)
     try:

@@ -3,8 +3,12 @@
 Each backend is the real thing: files in a temporary folder (posix), a moto server over HTTP
 (s3, and s3torchconnector whose streamed writes go through the AWS CRT), the fault-injecting
 folder backend with no faults (faultfs), chosen through the registry from a workload, as the
-stages choose it.
+stages choose it. Every object-store backend runs the suite twice: against moto and against a
+real S3 implementation, Ceph's RGW (`@rgw`; skipped with the reason where RGW cannot start).
 """
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,10 +26,19 @@ def _payload(n: int, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
 
 
-@pytest.fixture(params=["posix", "s3", "s3torchconnector", "faultfs"])
+OBJECT_CLIENTS = ("s3", "s3torchconnector", "obstore")  # registry names of the S3 clients: each on moto and on RGW
+# s3dlio's client is one per process, bound to the first endpoint it serves (iogen/storage/s3dlio_s3.py):
+# it runs the suite in a child process per server (test_s3dlio_passes_the_suite_in_its_own_process), which
+# sets this variable to the server; that child runs only s3dlio's cases.
+S3DLIO_SERVER = os.environ.get("IOGEN_TEST_S3DLIO_SERVER")
+PARAMS = ([f"s3dlio@{S3DLIO_SERVER}"] if S3DLIO_SERVER else
+          ["posix", "faultfs", *OBJECT_CLIENTS, *(f"{c}@rgw" for c in OBJECT_CLIENTS)])
+
+
+@pytest.fixture(params=PARAMS)
 def backend(request, tmp_path, monkeypatch):
     """(storage, root): a backend chosen by get_storage from a workload, and the folder/prefix its paths go under."""
-    name = request.param
+    name, _, server = request.param.partition("@")
     if name == "posix":
         wl = load_workload("default", [f"dataset.data_folder={tmp_path / 'data'}", f"output.folder={tmp_path / 'out'}"])
         root = str(tmp_path / "store") + "/"
@@ -38,9 +51,9 @@ def backend(request, tmp_path, monkeypatch):
                                        f"storage.endpoint_url={tmp_path / 'store'}", f"output.folder={tmp_path / 'out'}"])
         root = "s3://bkt/conf/"
     else:
-        if name == "s3torchconnector":
-            pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector")
-        s3 = request.getfixturevalue("s3")
+        if name != "s3":
+            pytest.importorskip(name, reason=f"pip install {name}")
+        s3 = request.getfixturevalue("s3_at")(server or "moto")
         wl = load_workload("llama3-8b", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}/pre",
                                          f"storage.s3_client={'boto3' if name == 's3' else name}",
                                          f"output.folder={tmp_path / 'out'}"])
@@ -191,3 +204,34 @@ def test_figures_are_what_the_capabilities_say(backend):
         assert st.drain() == {}  # reset
     else:
         assert figures == {}
+
+
+@pytest.mark.skipif(S3DLIO_SERVER is not None, reason="the child process itself")
+@pytest.mark.parametrize("server", ["moto", "rgw"])
+def test_s3dlio_passes_the_suite_in_its_own_process(server, request, tmp_path):
+    """The suite's cases with storage.s3_client=s3dlio, in a child pytest per server (its client is one per
+    process); against RGW, the child uses this session's server."""
+    pytest.importorskip("s3dlio", reason="pip install s3dlio")
+    env = {**os.environ, "IOGEN_TEST_S3DLIO_SERVER": server}
+    if server == "rgw":
+        env["IOGEN_TEST_RGW"] = request.getfixturevalue("rgw_server")["dir"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                        "--rootdir", str(request.config.rootpath), __file__, "-k", "not in_its_own_process and not registry"],
+                       capture_output=True, text=True, env=env, timeout=280, cwd=str(request.config.rootpath))
+    tail = r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0, tail
+    assert " passed" in r.stdout and "skipped" not in r.stdout and "deselected" in r.stdout, tail
+
+
+if S3DLIO_SERVER:  # only in the s3dlio child process (its client is bound there)
+    def test_s3dlio_refuses_a_second_endpoint_in_one_process(backend, tmp_path):
+        """s3dlio's client is one per process: a storage on another endpoint is a ConfigError naming both."""
+        from iogen.errors import ConfigError
+
+        st, root = backend
+        st.publish(root + "bound.bin", b"x")  # s3dlio's client is made and bound here
+        other = load_workload("llama3-8b", ["storage.storage_type=s3", "storage.storage_root=another-bucket",
+                                            "storage.s3_client=s3dlio", "storage.endpoint_url=http://127.0.0.1:9",
+                                            f"output.folder={tmp_path / 'out2'}"])
+        with pytest.raises(ConfigError, match=r"bound to http://127\.0\.0\.1:\d+ .*cannot also use http://127\.0\.0\.1:9 "):
+            get_storage(other, check=False).publish("s3://another-bucket/x.bin", b"x")

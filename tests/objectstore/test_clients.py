@@ -1,0 +1,75 @@
+"""The S3 clients besides boto3 (storage.s3_client: obstore, s3dlio) through whole runs of the `iogen`
+command, against moto and Ceph RGW: datagen, verify, a training run with checkpoints, and a
+checkpoint-only write and restore (in child processes: s3dlio's client is one per process). The
+storage operations themselves: tests/storage/test_conformance.py."""
+from importlib.metadata import version
+
+import pytest
+
+from .test_checkpoint_only import _over as ckpt_over
+from .test_datagen_verify import s3_overrides
+from .test_run import summary_of
+
+CLIENTS = ["obstore", "s3dlio"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("s3", ["rgw"], indirect=True)  # the real server (moto: the conformance suite, below)
+def test_datagen_verify_run_and_checkpoints_through_the_client(s3, tmp_path, iogen_cmd, client):
+    pytest.importorskip(client, reason=f"pip install {client}")
+    over = s3_overrides(s3, tmp_path, "tfrecord", **{"storage.s3_client": client, "train.computation_time": 0,
+                                                     "reader.read_threads": 2, "reader.transfer_size": 5000,
+                                                     "workflow.checkpoint": True, "model.model_size_bytes": 6 << 20,
+                                                     "checkpoint.checkpoint_folder": "ck"})
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0, r.stderr
+    r = iogen_cmd("verify", "default", *over)
+    assert r.returncode == 0 and "train: 4 files OK" in r.stdout, r.stdout + r.stderr
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    setup = doc["iogen"]["setup"]
+    assert setup["storage_client"] == client and setup["storage_client_version"] == version(client)
+    block = doc["iogen"]["object_store"]
+    assert block["client"] == client
+    for e in block["train_epochs"]:
+        get = e["get"]
+        per_sample = -(-get["bytes"] // 16 // 5000)
+        assert get["requests"] == 16 * per_sample and get["errors"] == 0  # counted by iogen around each GET
+        assert get["total_latency"]["count"] == get["requests"]
+        assert get["retries"] is None and get["throttled_503"] is None  # the client does not report them
+        if client == "s3dlio":  # its get_range returns when the whole range has arrived
+            assert get["first_byte_latency"] is None and get["first_byte_latency_histogram"] is None
+        else:  # obstore's get returns at the response headers
+            assert get["first_byte_latency"]["count"] == get["requests"]
+    assert set(block["not_measured"]) == ({"retries", "throttled_503"} | ({"first_byte_latency"} if client == "s3dlio"
+                                                                           else set()))
+    ck = block["checkpoint"]
+    assert ck["put_object_stream"]["objects"] == 2 and ck["put_object_stream"]["bytes"] == 2 * (6 << 20)
+    assert ck["put_object_stream"]["requests"] is None  # the client's multipart upload hides its part requests
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/")["Contents"]
+    assert [(o["Key"], o["Size"]) for o in listed] == [("pre/ck/default-epoch2-step0.ckpt", 6 << 20)]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, iogen_cmd, client):
+    """An LLM checkpoint-only run: the objects are the boto3 run's, byte for byte."""
+    pytest.importorskip(client, reason=f"pip install {client}")
+    rw = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1}
+    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw}))
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    assert doc["iogen"]["setup"]["storage_client"] == client
+    block = doc["iogen"]["object_store"]
+    assert block["client"] == client and block["checkpoint_read"]["get"]["errors"] == 0
+    assert block["checkpoint_read"]["get"]["retries"] is None
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt/")["Contents"]
+    mine = {o["Key"]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed}
+    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{
+        "storage.s3_client": "boto3", "checkpoint.checkpoint_folder": "ckpt-boto3",
+        "output.folder": str(tmp_path / "res-boto3"), **rw}))
+    assert r.returncode == 0, r.stderr
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt-boto3/")["Contents"]
+    theirs = {o["Key"].replace("ckpt-boto3/", "ckpt/"): s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read()
+              for o in listed}
+    assert mine == theirs and len(mine) == 2
