@@ -94,7 +94,8 @@ def test_vs_dlio_prints_both_tables_and_says_dlio_was_not_measured(tmp_path):
     assert [r[0] for r in rows] == ["iogen pytorch", "iogen native"], out
     for _, per_run, per_k, window in rows:
         assert float(per_run) > 0 and float(per_k) > 0 and float(window) > 0
-    assert re.search(r"^cool-down: wait skipped; load before .*count", out, re.M)
+    # the verdict depends on the machine at that moment: either way the line says whether the figure counts
+    assert re.search(r"^cool-down: wait skipped; load before .*(COUNTS|does NOT count) toward a target", out, re.M)
 
 
 def test_summarize_reads_each_outputs_load_command_and_verdict(tmp_path):

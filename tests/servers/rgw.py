@@ -264,7 +264,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["install"]:  # `make test`: the packages, before the suite (the tests skip without them)
         try:
             install()
-        except Unavailable as exc:
+        except (Unavailable, OSError, subprocess.SubprocessError) as exc:
             print(f"rgw: the RGW tests will be skipped: {exc}", file=sys.stderr)
         sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
