@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, DataError
 from .base import Capabilities
 from .keys import split_uri
-from .s3 import MAX_ATTEMPTS, MIN_PART_BYTES, ObjectStore
+from .s3 import MAX_ATTEMPTS, MIN_PART_BYTES, DataClientStore
 from .s3torch import StreamFigures, run_objects
 
 NOT_MEASURED = {
@@ -48,11 +48,12 @@ def _detail(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-class ObstoreStorage(ObjectStore):
+class ObstoreStorage(DataClientStore):
     """An S3 endpoint whose GETs and PUTs go through obstore (see the module doc)."""
 
     name = "obstore"
     client_name = "obstore"
+    detail = staticmethod(_detail)
     not_measured = NOT_MEASURED
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
@@ -98,11 +99,6 @@ class ObstoreStorage(ObjectStore):
                 kw["endpoint"] = endpoint
             found = self._stores[bucket] = S3Store(bucket, **kw)
             return found
-
-    def _error(self, op: str, uri: str, exc: BaseException, what: str) -> DataError:
-        with self._lock:
-            self._stats[op].errors += 1
-        return DataError(uri, f"{what} through obstore failed: {_detail(exc)} (endpoint {self.where()})")
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -162,17 +158,6 @@ class ObstoreStorage(ObjectStore):
                 raise
             raise self._error("get", uri, exc, "GET") from None
         self._count("get", total, t0, t_first, time.perf_counter_ns(), None)
-
-    def get_bytes(self, uri: str) -> bytes | None:
-        """A small object's bytes (a manifest), or None when it does not exist."""
-        try:
-            return b"".join(self.get_chunks(uri))
-        except DataError as exc:
-            if "(HTTP 404)" in str(exc):
-                with self._lock:  # an absent manifest is an answer, not an error
-                    self._stats["get"].errors -= 1
-                return None
-            raise
 
     # -- writes -------------------------------------------------------------------------------
 

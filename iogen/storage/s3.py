@@ -622,3 +622,32 @@ def open_store(wl, threads: int = 16) -> ObjectStore:
     store.check(wl)
     return store
 
+
+
+class DataClientStore(ObjectStore):
+    """An ObjectStore whose data GETs and PUTs go through another client (obstore, s3dlio) while
+    boto3 keeps the control plane (bucket check, HEAD, LIST, DELETE, metadata PUTs): what such
+    backends share. A subclass names its client and reads an S3 error out of its messages."""
+
+    client_name = "?"
+
+    @staticmethod
+    def detail(exc: BaseException) -> str:
+        """The S3 error in the client's exception, in a few words."""
+        return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+    def _error(self, op: str, uri: str, exc: BaseException, what: str) -> DataError:
+        with self._lock:
+            self._stats[op].errors += 1
+        return DataError(uri, f"{what} through {self.client_name} failed: {self.detail(exc)} (endpoint {self.where()})")
+
+    def get_bytes(self, uri: str) -> bytes | None:
+        """A small object's bytes (a manifest), or None when it does not exist."""
+        try:
+            return b"".join(self.get_chunks(uri))
+        except DataError as exc:
+            if "(HTTP 404)" in str(exc):
+                with self._lock:  # an absent manifest is an answer, not an error
+                    self._stats["get"].errors -= 1
+                return None
+            raise

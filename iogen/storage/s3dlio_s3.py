@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError, DataError
 from .base import Capabilities
-from .s3 import MIN_PART_BYTES, ObjectStore
+from .s3 import MIN_PART_BYTES, DataClientStore
 from .s3torch import StreamFigures, run_objects
 
 NOT_MEASURED = {
@@ -52,11 +52,12 @@ def _detail(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-class S3dlioStorage(ObjectStore):
+class S3dlioStorage(DataClientStore):
     """An S3 endpoint whose GETs and PUTs go through s3dlio (see the module doc)."""
 
     name = "s3dlio"
     client_name = "s3dlio"
+    detail = staticmethod(_detail)
     not_measured = NOT_MEASURED
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
@@ -89,11 +90,6 @@ class S3dlioStorage(ObjectStore):
                                   f"{want[0] or 'AWS'} ({want[1]})")
         self._ready = True
         return s3dlio
-
-    def _error(self, op: str, uri: str, exc: BaseException, what: str) -> DataError:
-        with self._lock:
-            self._stats[op].errors += 1
-        return DataError(uri, f"{what} through s3dlio failed: {_detail(exc)} (endpoint {self.where()})")
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -141,17 +137,6 @@ class S3dlioStorage(ObjectStore):
         self._count("get", data.nbytes, t0, t1, t1, None)
         for at in range(0, data.nbytes, chunk_bytes):
             yield bytes(data[at:at + chunk_bytes])
-
-    def get_bytes(self, uri: str) -> bytes | None:
-        """A small object's bytes (a manifest), or None when it does not exist."""
-        try:
-            return b"".join(self.get_chunks(uri))
-        except DataError as exc:
-            if "(HTTP 404)" in str(exc):
-                with self._lock:  # an absent manifest is an answer, not an error
-                    self._stats["get"].errors -= 1
-                return None
-            raise
 
     # -- writes -------------------------------------------------------------------------------
 
