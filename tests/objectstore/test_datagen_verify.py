@@ -183,7 +183,8 @@ def test_an_endpoint_that_never_answers_is_given_up_after_bounded_attempts(s3, t
         assert r.returncode == 2, r.stderr
         assert f"the object store at {endpoint} accepted the connection but did not answer within 1.5 s " \
                "(2 attempts); for a slow gateway raise IOGEN_S3_CHECK_TIMEOUT_S" in r.stderr, r.stderr
-        assert f"iogen: waiting for the object store at {endpoint} to answer" in r.stderr, r.stderr
+        # (the "waiting for the object store" line comes from a 2 s timer: on a busy machine it may
+        # lose the race with the give-up, so it is not asserted here)
         r = iogen_cmd("datagen", "default", *over, env={"IOGEN_S3_CHECK_TIMEOUT_S": "soon"})
         assert r.returncode == 2 and "IOGEN_S3_CHECK_TIMEOUT_S = 'soon'" in r.stderr, r.stderr
     finally:
