@@ -4,6 +4,8 @@ The compiled core (iogen/_core/*.pyx) and its pure-Python twin (iogen/_core/pure
 from here and never from each other, so the two fail alike on bad arguments and agree on every
 constant. Exceptions live in iogen/errors.py, as the rest of the project's do.
 """
+import os
+
 import numpy as np
 
 MASK64 = (1 << 64) - 1
@@ -35,6 +37,21 @@ def spin_from_overshoots(overshoots_ns):
     rank = max(0, -(-99 * len(ordered) // 100) - 1)
     spin_ns = ordered[rank] + CALIBRATION_MARGIN_NS
     return min(MAX_SPIN_NS, max(MIN_SPIN_NS, spin_ns))
+
+
+# --- errors: errno -> exception, for both implementations ----------------------------------------
+
+def os_error(err, path=None, path2=None):
+    """The exception for a system call's errno: OSError(err, strerror, path[, path2]), which Python
+    turns into its subclass for that errno (ENOENT FileNotFoundError, EACCES PermissionError, ...),
+    as os.open would raise. The core's C loops return errnos (ENOSPC when a write accepts nothing);
+    every module, compiled or pure, raises them through here."""
+    err = int(err)
+    if path2 is not None:
+        return OSError(err, os.strerror(err), path, None, path2)
+    if path is not None:
+        return OSError(err, os.strerror(err), path)
+    return OSError(err, os.strerror(err))
 
 
 # --- buffers ------------------------------------------------------------------------------------

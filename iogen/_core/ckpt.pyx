@@ -9,12 +9,9 @@ cimport cython
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
-from iogen._core.copier cimport pwrite_full
+from iogen._core.sysio cimport write_all
 from iogen._core.reader cimport pread_full
-from iogen._core._common import check_ckpt_args, writable_byte_view
-
-cdef extern from "<string.h>" nogil:
-    char *strerror(int errnum)
+from iogen._core._common import check_ckpt_args, os_error, writable_byte_view
 
 cdef extern from "io_compat.h" nogil:
     int iogen_write_behind(int fd, long long off, long long length, int drop)
@@ -34,16 +31,13 @@ cdef int write_blocks(int fd, unsigned char *buf, int64_t transfer, int64_t star
         if stamp != 0 and n >= 8:
             word = stamp ^ <uint64_t>off
             memcpy(buf, &word, 8)  # little-endian on every host iogen builds for
-        err = pwrite_full(fd, buf, n, off)
+        err = write_all(fd, buf, n, off)
         if err != 0:
             return err
         written[0] += n
         off += n
     return 0
 
-
-def _os_error(int err):
-    return OSError(err, strerror(err).decode("utf-8", "replace"))
 
 
 def write_behind(int fd, int64_t start, int64_t length, bint drop):
@@ -58,7 +52,7 @@ def write_behind(int fd, int64_t start, int64_t length, bint drop):
     with nogil:
         err = iogen_write_behind(fd, start, length, drop)
     if err != 0:
-        raise _os_error(err)
+        raise os_error(err)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
@@ -75,7 +69,7 @@ def write_range(int fd, buf, int64_t start, int64_t end, int64_t transfer, uint6
     with nogil:
         err = write_blocks(fd, base, transfer, start, end, stamp, &written)
     if err != 0:
-        raise _os_error(err)
+        raise os_error(err)
     return written
 
 
@@ -105,5 +99,5 @@ def read_range(int fd, buf, int64_t start, int64_t end, int64_t transfer):
                 break
             off += n
     if got < 0:
-        raise _os_error(<int>-got)
+        raise os_error(<int>-got)
     return total

@@ -4,40 +4,15 @@ The staging and drain mechanism: pread a piece into the buffer, pwrite it at the
 Policy stays in Python: which files, how many threads, O_DIRECT on either side (the caller
 opens the descriptors), temporary names and renames.
 """
-from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t, uint32_t
 
 from iogen._core.reader cimport pread_full
+from iogen._core.sysio cimport write_all
 from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
 from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 
-cdef extern from "<unistd.h>" nogil:
-    ctypedef long ssize_t
-    ssize_t pwrite(int fd, const void *buf, size_t count, long offset)
-
-# One pwrite asks for at most this much: Linux caps a single write at ~2 GiB anyway.
-cdef int64_t MAX_CHUNK_BYTES = 1 << 30
-
 iogen_crc32c_init()  # this module's copy of the CRC-32C tables (and the hardware check)
-
-
-cdef int pwrite_full(int fd, const unsigned char *src, int64_t length, int64_t offset) noexcept nogil:
-    cdef int64_t done = 0
-    cdef int64_t want
-    cdef ssize_t put
-    while done < length:
-        want = length - done
-        if want > MAX_CHUNK_BYTES:
-            want = MAX_CHUNK_BYTES
-        put = pwrite(fd, src + done, <size_t>want, offset + done)
-        if put > 0:
-            done += put
-        elif put < 0 and errno != EINTR:
-            return errno
-        elif put == 0:
-            return 28  # ENOSPC: a regular file that accepts nothing is full
-    return 0
 
 
 def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=1, bint checksum=False):
@@ -81,7 +56,7 @@ def copy_range(int src_fd, int dst_fd, int64_t nbytes, buf, int64_t write_align=
             put_len = got
             if write_align > 1 and put_len % write_align:
                 put_len = put_len + write_align - put_len % write_align
-            err = pwrite_full(dst_fd, base, put_len, done)
+            err = write_all(dst_fd, base, put_len, done)
             if err:
                 side = 2
                 break

@@ -16,18 +16,16 @@ file), OSError with filename path and filename2 final_path for the rename, and O
 without a file name for the log line's write (the file is then complete under its final name).
 """
 cimport cython
-from libc.errno cimport EINTR, ENOSPC, errno
+from libc.errno cimport errno
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdio cimport rename
 from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY, open
-from posix.unistd cimport close, fsync, write
+from posix.unistd cimport close, fsync
 
+from iogen._core.sysio cimport write_all
 from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
 
-from iogen._core._common import check_publish_args
-
-cdef extern from "<string.h>" nogil:
-    char *strerror(int errnum)
+from iogen._core._common import check_publish_args, os_error
 
 iogen_crc32c_init()
 
@@ -39,21 +37,6 @@ cdef enum Step:
     STEP_FILE = 1
     STEP_RENAME = 2
     STEP_LOG = 3
-
-
-cdef int write_full(int fd, const unsigned char *p, size_t n) noexcept nogil:
-    cdef ssize_t put
-    while n > 0:
-        put = write(fd, p, n)
-        if put < 0:
-            if errno == EINTR:
-                continue
-            return errno
-        if put == 0:
-            return ENOSPC
-        p += put
-        n -= <size_t>put
-    return 0
 
 
 cdef void put_hex32(unsigned char *dst, uint32_t crc) noexcept nogil:
@@ -73,7 +56,7 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
     if fd < 0:
         return errno
-    err = write_full(fd, p, n)
+    err = write_all(fd, p, <int64_t>n, -1)
     if err == 0 and do_fsync and fsync(fd) != 0:
         err = errno
     if close(fd) != 0 and err == 0:
@@ -88,7 +71,7 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
         step[0] = STEP_LOG
         if crc_hex_at >= 0:
             put_hex32(line + crc_hex_at, crc[0])
-        err = write_full(log_fd, line, line_n)
+        err = write_all(log_fd, line, <int64_t>line_n, -1)
         if err != 0:
             return err
     step[0] = STEP_NONE
@@ -133,10 +116,9 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     with nogil:
         err = publish(cp, p, n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
     if err != 0:
-        message = strerror(err).decode("utf-8", "replace")
         if step == STEP_FILE:
-            raise OSError(err, message, path)
+            raise os_error(err, path)
         if step == STEP_RENAME:
-            raise OSError(err, message, path, None, final_path)  # (errno, strerror, filename, winerror, filename2)
-        raise OSError(err, message)
+            raise os_error(err, path, final_path)
+        raise os_error(err)
     return crc

@@ -8,7 +8,7 @@ from libc.errno cimport EINTR, EINVAL, errno
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
 
-from iogen._core._common import MAX_CHUNK_BYTES as _MAX_CHUNK_BYTES, aligned_buffer, writable_byte_view
+from iogen._core._common import MAX_CHUNK_BYTES as _MAX_CHUNK_BYTES, aligned_buffer, os_error, writable_byte_view
 from iogen.errors import ReadFailure
 
 cdef extern from "io_compat.h" nogil:
@@ -20,9 +20,6 @@ cdef extern from "io_compat.h" nogil:
     int c_close "close"(int fd)
     ssize_t pread(int fd, void *buf, size_t count, long offset)
     int iogen_evict(int fd)
-
-cdef extern from "<string.h>" nogil:
-    char *strerror(int errnum)
 
 # One pread asks for at most this much (the pure twin uses the same cap).
 cdef int64_t MAX_CHUNK_BYTES = _MAX_CHUNK_BYTES
@@ -47,10 +44,6 @@ cdef int64_t pread_full(int fd, unsigned char *dst, int64_t length, int64_t offs
         elif errno != EINTR:
             return -errno
     return done
-
-
-cdef object _os_error(int err, path):
-    return OSError(err, strerror(err).decode("utf-8", "replace"), path)
 
 
 cdef int check_batch(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths,
@@ -141,7 +134,7 @@ def open_file(path, bint direct=False):
     if fd < 0:
         if direct and err == EINVAL:
             raise OSError(EINVAL, "O_DIRECT not supported by this file system", path)
-        raise _os_error(err, path)
+        raise os_error(err, path)
     return fd
 
 
@@ -155,7 +148,7 @@ def close_file(int fd):
             err = errno
     # EINTR on close still releases the descriptor on Linux: retrying could close another file.
     if rc != 0 and err != EINTR:
-        raise _os_error(err, None)
+        raise os_error(err, None)
 
 
 def evict_file(int fd):
@@ -164,7 +157,7 @@ def evict_file(int fd):
     with nogil:
         rc = iogen_evict(fd)
     if rc != 0:
-        raise _os_error(rc, None)
+        raise os_error(rc, None)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
@@ -192,7 +185,7 @@ def pread_loop_baseline(path, int64_t block_bytes, buf):
     finally:
         close_file(fd)
     if got < 0:
-        raise _os_error(<int>-got, path)
+        raise os_error(<int>-got, path)
     return total
 
 

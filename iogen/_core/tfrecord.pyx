@@ -8,7 +8,7 @@ carry byte offsets and the caller adds the path.
 cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp, memcpy, strerror
+from libc.string cimport memcmp, memcpy
 
 import struct
 
@@ -208,7 +208,7 @@ cdef void _copy_out(object arr, const int64_t *src, Py_ssize_t count):
 
 cdef _raise_scan_error(int rc, int64_t where, int64_t detail, int64_t file_size):
     if rc == SCAN_OS_ERROR:
-        raise OSError(<int>detail, strerror(<int>detail).decode("utf-8", "replace"))
+        raise _common.os_error(<int>detail)
     if rc == SCAN_NO_MEMORY:
         raise MemoryError("index_records: out of memory for the record index")
     if rc == SCAN_SHORT_FILE:

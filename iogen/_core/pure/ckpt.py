@@ -1,7 +1,9 @@
 """Pure-Python twin of iogen._core.ckpt: same API and results, built on os.pwrite/os.preadv."""
 import os
 
-from iogen._core._common import check_ckpt_args, writable_byte_view
+from iogen._core._common import check_ckpt_args, os_error, writable_byte_view
+
+from .sysio import write_all
 
 
 def write_range(fd, buf, start, end, transfer, stamp=0):
@@ -14,15 +16,9 @@ def write_range(fd, buf, start, end, transfer, stamp=0):
         n = min(transfer, end - off)
         if stamp and n >= 8:
             view[:8] = ((stamp ^ off) & ((1 << 64) - 1)).to_bytes(8, "little")
-        done = 0
-        while done < n:
-            try:
-                put = os.pwrite(fd, view[done:n], off + done)
-            except InterruptedError:
-                continue
-            if put == 0:
-                raise OSError(28, os.strerror(28))
-            done += put
+        err = write_all(fd, view[:n], off)
+        if err:
+            raise os_error(err)
         written += n
         off += n
     return written

@@ -4,22 +4,8 @@ import os
 from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 
+from .sysio import write_all
 from .tfrecord import crc32c
-
-
-def _pwrite_full(fd, view, offset) -> int:
-    done = 0
-    while done < len(view):
-        try:
-            put = os.pwrite(fd, view[done:], offset + done)
-        except InterruptedError:
-            continue
-        except OSError as exc:
-            return exc.errno or 5
-        if put == 0:
-            return 28
-        done += put
-    return 0
 
 
 def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1, checksum=False):
@@ -58,7 +44,7 @@ def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1, checksum=False):
         put_len = got
         if write_align > 1 and put_len % write_align:
             put_len += write_align - put_len % write_align
-        err = _pwrite_full(dst_fd, view[:put_len], done)
+        err = write_all(dst_fd, view[:put_len], done)
         if err:
             raise CopyFailure("write", err, done)
         done += got

@@ -1,22 +1,12 @@
 """Pure-Python twin of iogen._core.publish: same API and results, built on os.open/os.write/os.replace."""
 import os
 
-from iogen._core._common import check_publish_args
+from iogen._core._common import check_publish_args, os_error
 
+from .sysio import write_all
 from .tfrecord import crc32c
 
 __all__ = ["write_file"]
-
-
-def _write_full(fd, view) -> None:
-    while view:
-        try:
-            put = os.write(fd, view)
-        except InterruptedError:
-            continue
-        if put == 0:
-            raise OSError(28, os.strerror(28))
-        view = view[put:]
 
 
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
@@ -32,21 +22,22 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            _write_full(fd, view)
+            err = write_all(fd, view)
+            if err:
+                raise os_error(err)
             if fsync:
                 os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, path) from None
+        raise os_error(exc.errno, path) from None
     if final_path is not None:
         os.replace(path, final_path)  # OSError(errno, strerror, path, final_path), as the core's
     if fd_log >= 0:
         line = memoryview(log_line).cast("B")
         if crc_hex_at >= 0:
             line[crc_hex_at:crc_hex_at + 8] = b"%08x" % crc
-        try:
-            _write_full(fd_log, line)
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror) from None
+        err = write_all(fd_log, line)
+        if err:
+            raise os_error(err)
     return crc

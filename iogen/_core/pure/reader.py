@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from iogen._core._common import MAX_CHUNK_BYTES, aligned_buffer, writable_byte_view
+from iogen._core._common import MAX_CHUNK_BYTES, aligned_buffer, os_error, writable_byte_view
 from iogen.errors import ReadFailure
 
 # Write-back failures that only mean "this file cannot do it": evict its clean pages anyway.
@@ -87,7 +87,7 @@ def open_file(path, direct=False):
     except OSError as exc:
         if direct and exc.errno == _errno.EINVAL:
             raise OSError(_errno.EINVAL, "O_DIRECT not supported by this file system", path) from None
-        raise OSError(exc.errno, exc.strerror, path) from None
+        raise os_error(exc.errno, path) from None
 
 
 def close_file(fd):
@@ -102,7 +102,7 @@ def close_file(fd):
 def evict_file(fd):
     """Drop the file's pages from the page cache: write back dirty pages, then fadvise DONTNEED."""
     if fd < 0:  # os.fdatasync raises ValueError here; the C call reports EBADF
-        raise OSError(_errno.EBADF, os.strerror(_errno.EBADF))
+        raise os_error(_errno.EBADF)
     # DONTNEED skips dirty pages; Python has no sync_file_range, so write back with fdatasync.
     try:
         os.fdatasync(fd)
@@ -127,7 +127,7 @@ def pread_loop_baseline(path, block_bytes, buf):
             try:
                 got = _pread_full(fd, view, block_bytes, total)
             except OSError as exc:
-                raise OSError(exc.errno, exc.strerror, path) from None
+                raise os_error(exc.errno, path) from None
             total += got
             if got < block_bytes:
                 break
