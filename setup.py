@@ -1,4 +1,5 @@
 """Build the Cython core (iogen/_core/*.pyx). Everything else lives in pyproject.toml."""
+import ast
 import os
 
 import numpy
@@ -14,7 +15,11 @@ DEBUG = os.environ.get("IOGEN_DEBUG_BUILD") == "1"
 # AddressSanitizer and UBSan, for `make test-asan`; loading it needs libasan preloaded.
 SANITIZE = os.environ.get("IOGEN_SANITIZE") == "1"
 
-CORE_MODULES = ["clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt", "publish"]
+# The core's modules are listed once, in iogen/_core/__init__.py (read here without importing iogen).
+_CORE_LISTS = {t.id: ast.literal_eval(node.value)
+               for node in ast.parse(open("iogen/_core/__init__.py", encoding="utf-8").read()).body
+               if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+CORE_MODULES = list(_CORE_LISTS["MODULES"] + _CORE_LISTS["PROBES"])
 
 directives = {"language_level": "3", "embedsignature": True, "binding": True}
 macros = []

@@ -41,7 +41,7 @@ def sleep_loop_au(paths: list, batch: int, epochs: int, compute_s: float, thread
         if not hasattr(local, "buf"):
             with lock:
                 local.buf = bufs[next(slots)]
-        return sum(core.reader.pread_loop_baseline(p, 1 << 20, local.buf) for p in files)
+        return sum(core.probes.pread_loop_baseline(p, 1 << 20, local.buf) for p in files)
 
     batches = [paths[k:k + batch] for k in range(0, len(paths) - batch + 1, batch)]
     compute_total, wall_total = 0.0, 0.0

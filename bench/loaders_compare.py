@@ -44,7 +44,7 @@ CASES = {
 def warm(paths, buf, core) -> None:
     """Read every file once so every contender starts from a warm page cache."""
     for p in paths:
-        core.reader.pread_loop_baseline(p, 1 << 20, buf)
+        core.probes.pread_loop_baseline(p, 1 << 20, buf)
 
 
 def one_run(base, loader, extra):

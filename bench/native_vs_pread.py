@@ -3,7 +3,7 @@
 Both read the same files, page cache warm, compute 0, alternating in one process so they see
 the same machine state. The baseline is the best the machine does with the threads iogen is
 given: `--threads` threads (iogen's reader.read_threads), each reading its share of the files
-sequentially with pread into its own buffer (iogen.core.reader.pread_loop_baseline, C, no GIL).
+sequentially with pread into its own buffer (iogen.core.probes.pread_loop_baseline, C, no GIL).
 iogen runs the full pipeline (plan, loader, engine, step log, metrics) and its MiB/s comes from
 its own summary: bytes really read over the measured window.
 
@@ -35,7 +35,7 @@ import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at ex
 def warm(paths, buf, core) -> None:
     """Read every file once so both contenders start from a warm page cache."""
     for p in paths:
-        core.reader.pread_loop_baseline(p, 1 << 20, buf)
+        core.probes.pread_loop_baseline(p, 1 << 20, buf)
 
 
 def baseline_mib_s(paths, bufs, core, pool) -> float:
@@ -44,7 +44,7 @@ def baseline_mib_s(paths, bufs, core, pool) -> float:
     threads = len(bufs)
 
     def share(t):
-        return sum(core.reader.pread_loop_baseline(p, 4 << 20, bufs[t]) for p in paths[t::threads])
+        return sum(core.probes.pread_loop_baseline(p, 4 << 20, bufs[t]) for p in paths[t::threads])
 
     t0 = time.perf_counter()
     total = sum(pool.map(share, range(threads)))

@@ -170,7 +170,7 @@ def main(argv=None) -> int:
 
     def warm():
         for p in paths:
-            core.reader.pread_loop_baseline(p, 8 << 20, warm_buf)
+            core.probes.pread_loop_baseline(p, 8 << 20, warm_buf)
 
     native, plain, torch_runs, arrow = [], [], [], []
     for _ in range(args.reps):

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         row = []
         for contender in ("plain", "reopen", "open once"):
             for p in paths:
-                core.reader.pread_loop_baseline(p, 1 << 20, warm_buf)
+                core.probes.pread_loop_baseline(p, 1 << 20, warm_buf)
             if contender == "plain":
                 row.append(plain_files_s(paths, args.threads, args.record_bytes, pool))
             else:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from iogen._core import fill, reader, tfrecord
+from iogen._core import crc, fill, probes, reader, tfrecord
 
 CRC_BYTES = 16 << 20
 FILL_BYTES = 64 << 20
@@ -42,14 +42,14 @@ def warm_file(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.skipif(not tfrecord.has_hw_crc32c(), reason="CPU has no SSE4.2 crc32")
+@pytest.mark.skipif(not crc.has_hw_crc32c(), reason="CPU has no SSE4.2 crc32")
 def test_crc32c_hardware(benchmark, random_block):
-    benchmark(tfrecord.crc32c, random_block)
+    benchmark(crc.crc32c, random_block)
     record_rate(benchmark, CRC_BYTES)
 
 
 def test_crc32c_software(benchmark, random_block):
-    benchmark(tfrecord.crc32c_software, random_block)
+    benchmark(crc.crc32c_software, random_block)
     record_rate(benchmark, CRC_BYTES)
 
 
@@ -83,7 +83,7 @@ def test_pread_into_warm(benchmark, warm_file, destination):
 
 def test_pread_loop_baseline_warm(benchmark, warm_file):
     buf = reader.aligned_buffer(READ_BLOCK_BYTES)
-    total = benchmark(reader.pread_loop_baseline, warm_file, READ_BLOCK_BYTES, buf)
+    total = benchmark(probes.pread_loop_baseline, warm_file, READ_BLOCK_BYTES, buf)
     assert total == FILE_BYTES == os.path.getsize(warm_file)
     record_rate(benchmark, FILE_BYTES)
 
@@ -91,9 +91,9 @@ def test_pread_loop_baseline_warm(benchmark, warm_file):
 SMALL_FILE_BYTES = 112_640  # an ImageNet-like file: what small-file datagen fills and CRCs per file
 
 
-@pytest.mark.skipif(not fill.has_hw_crc32(), reason="CPU has no PCLMULQDQ")
+@pytest.mark.skipif(not crc.has_hw_crc32(), reason="CPU has no PCLMULQDQ")
 def test_crc32_hardware(benchmark, random_block):
-    benchmark(fill.crc32, random_block)
+    benchmark(crc.crc32, random_block)
     record_rate(benchmark, CRC_BYTES)
 
 
@@ -120,9 +120,9 @@ def test_fill_then_zlib_crc32_small_file_baseline(benchmark):
         fill.fill_random(buf, 3, 4, 0)
         return zlib.crc32(buf)
 
-    old = fill._use_vector_fill(False)
+    old = probes.use_vector_fill(False)
     try:
         benchmark(scalar_fill_then_zlib)
     finally:
-        fill._use_vector_fill(old)
+        probes.use_vector_fill(old)
     record_rate(benchmark, SMALL_FILE_BYTES)

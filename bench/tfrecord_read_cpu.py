@@ -91,7 +91,7 @@ def main(argv=None) -> int:
 
     def loop():
         for p in paths:
-            core.reader.pread_loop_baseline(p, 4 << 20, hot)
+            core.probes.pread_loop_baseline(p, 4 << 20, hot)
 
     def loop_batches():
         for k, (f, o, n, d) in enumerate(runs):  # consecutive records: one pread per file of a batch

@@ -93,7 +93,7 @@ def dlio_available(python: str | None) -> str | None:
 def warm(paths, buf, core) -> None:
     """Read every file once so every contender starts from a warm page cache."""
     for p in paths:
-        core.reader.pread_loop_baseline(p, 1 << 20, buf)
+        core.probes.pread_loop_baseline(p, 1 << 20, buf)
 
 
 def run_dlio(python: str, work: str, rep: int) -> dict:

@@ -8,7 +8,7 @@ from libc.stdint cimport int64_t, uint32_t
 
 from iogen._core.reader cimport pread_full
 from iogen._core.sysio cimport write_all
-from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
+from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init
 from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 

@@ -6,3 +6,5 @@ from libc.stdint cimport int64_t, uint64_t
 cdef uint64_t stream_key(uint64_t seed, uint64_t stream) noexcept nogil
 # Fill dst[0:nbytes] with the stream's bytes starting at absolute byte position offset_bytes.
 cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t offset_bytes) noexcept nogil
+# Choose the AVX-512 word loop (when the CPU has it) or the scalar one; returns the old choice (probes.pyx).
+cdef bint set_vector_fill(bint enabled) noexcept

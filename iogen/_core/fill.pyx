@@ -18,7 +18,6 @@ cimport cython
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from iogen._core.crcbuf cimport crc_fn, crc_of_view
 from iogen._core.splitmix cimport mix64
 
 from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_args, check_png_stored_args,
@@ -27,8 +26,6 @@ from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_arg
 cdef extern from "crc32.h" nogil:
     void iogen_crc32_init()
     uint32_t iogen_crc32(uint32_t crc, const unsigned char *p, size_t n)
-    uint32_t iogen_crc32_sw(uint32_t crc, const unsigned char *p, size_t n)
-    int iogen_crc32_hw_ok
 
 cdef extern from "fill_words.h" nogil:
     void iogen_fill_words_init()
@@ -38,8 +35,7 @@ cdef extern from "fill_words.h" nogil:
 iogen_crc32_init()
 iogen_fill_words_init()
 
-__all__ = ["adler32", "crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan",
-           "png_stored"]
+__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -258,30 +254,11 @@ def adler32(data, value=1):
     return a
 
 
-cdef object _crc32(data, crc, bint software):
-    cdef crc_fn fn = iogen_crc32_sw if software else iogen_crc32
-    return crc_of_view(memoryview(data).cast("B"), check_crc(crc), fn, NOGIL_MIN_BYTES)
-
-
-def crc32(data, crc=0):
-    """Return the CRC-32 of data continuing from crc, as zlib.crc32(data, crc)."""
-    return _crc32(data, crc, False)
-
-
-def crc32_software(data, crc=0):
-    """CRC-32 by the table path, whatever the CPU (for tests and benchmarks)."""
-    return _crc32(data, crc, True)
-
-
-def has_hw_crc32():
-    """Return True when CRC-32 runs on the CPU's carry-less multiply (PCLMULQDQ)."""
-    return bool(iogen_crc32_hw_ok)
-
-
-def _use_vector_fill(enabled):
-    """Tests: choose the AVX-512 (when the CPU has it) or the scalar word loop; return the old choice."""
+cdef bint set_vector_fill(bint enabled) noexcept:
+    """Choose the AVX-512 word loop (when the CPU has it) or the scalar one; return the old choice
+    (for iogen/_core/probes.pyx, the tests' and benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    old = bool(iogen_fill_avx512_ok)
+    cdef bint old = iogen_fill_avx512_ok != 0
     iogen_fill_words_init()
     if not enabled:
         iogen_fill_avx512_ok = 0

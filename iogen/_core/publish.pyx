@@ -23,7 +23,7 @@ from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY, open
 from posix.unistd cimport close, fsync
 
 from iogen._core.sysio cimport write_all
-from iogen._core.tfrecord cimport iogen_crc32c, iogen_crc32c_init
+from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init
 
 from iogen._core._common import check_publish_args, os_error
 

@@ -109,13 +109,6 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
     return total
 
 
-@cython.boundscheck(IOGEN_DEBUG_BUILD)
-@cython.wraparound(IOGEN_DEBUG_BUILD)
-def _bounds_probe(const int64_t[:] values, Py_ssize_t i):
-    """values[i] under the audited functions' switch; tests prove that the debug build checks it."""
-    return values[i]
-
-
 def open_file(path, bint direct=False):
     """Open path read-only (O_DIRECT when asked); return the file descriptor."""
     cdef bytes encoded = _fspath_bytes(path)
@@ -158,35 +151,6 @@ def evict_file(int fd):
         rc = iogen_evict(fd)
     if rc != 0:
         raise os_error(rc, None)
-
-
-@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
-@cython.wraparound(IOGEN_DEBUG_BUILD)
-def pread_loop_baseline(path, int64_t block_bytes, buf):
-    """Read the whole file sequentially in block_bytes preads into buf; return bytes read."""
-    cdef unsigned char[::1] out = writable_byte_view(buf)
-    if block_bytes <= 0:
-        raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
-    if out.shape[0] < block_bytes:
-        raise ValueError(f"buffer of {out.shape[0]} bytes is smaller than block_bytes {block_bytes}")
-    cdef int fd = open_file(path, False)
-    cdef int64_t total = 0
-    cdef int64_t got = 0
-    cdef unsigned char *base = &out[0]
-    try:
-        with nogil:
-            while True:
-                got = pread_full(fd, base, block_bytes, total)
-                if got <= 0:
-                    break
-                total += got
-                if got < block_bytes:
-                    break
-    finally:
-        close_file(fd)
-    if got < 0:
-        raise os_error(<int>-got, path)
-    return total
 
 
 cdef bytes _fspath_bytes(path):

@@ -1,11 +1,1 @@
-# Interface of iogen._core.tfrecord: TFRecord framing and CRC-32C.
-from libc.stdint cimport uint32_t
-
-cdef extern from "crc32c.h" nogil:
-    # Finished CRC-32C of p[0:n] continuing from crc (0 to start); hardware when available.
-    uint32_t iogen_crc32c(uint32_t crc, const unsigned char *p, size_t n)
-    uint32_t iogen_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n)
-    # TFRecord's mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
-    uint32_t iogen_crc32c_mask(uint32_t crc)
-    void iogen_crc32c_init()
-    int iogen_crc32c_hw_ok
+# Interface of iogen._core.tfrecord: TFRecord framing (Python-level only; CRC-32C is iogen/_core/crc.pxd).

@@ -1,4 +1,4 @@
-"""TFRecord framing mechanism: CRC-32C, record indexing and batch CRC checks.
+"""TFRecord framing mechanism: frames, record indexing, batch CRC checks and framed reads (CRC-32C: crc.pyx).
 
 A TFRecord file is a sequence of frames (tensorflow/core/lib/io/record_writer.cc):
     uint64 length (little-endian) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
@@ -15,20 +15,16 @@ import struct
 import numpy as np
 
 from iogen._core import _common
-from iogen._core._common import check_crc
+from iogen._core.crc import masked_crc32c
 from iogen.errors import FramingError
 
 from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failure
-from iogen._core.crcbuf cimport crc_fn, crc_of_view
+from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init, iogen_crc32c_mask
 
-__all__ = ["FramingError", "check_data_crcs", "crc32c", "crc32c_software", "frame",
-           "has_hw_crc32c", "index_records", "masked_crc32c", "match_layout", "pread_frames",
+__all__ = ["FramingError", "check_data_crcs", "frame", "index_records", "match_layout", "pread_frames",
            "read_frames", "set_data_crcs", "write_frame_header"]
 
 iogen_crc32c_init()
-
-# Below this many bytes, releasing and retaking the GIL costs more than the CRC itself.
-cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
 
 # pread_frames reads and checks frames in pieces of this size (fits in L2 with room to spare)
 cdef int64_t FRAME_PIECE_BYTES = 256 * 1024
@@ -59,44 +55,6 @@ cdef inline uint32_t load_le32(const unsigned char *p) noexcept nogil:
 
 cdef inline uint64_t load_le64(const unsigned char *p) noexcept nogil:
     return (<uint64_t>load_le32(p)) | (<uint64_t>load_le32(p + 4) << 32)
-
-
-def has_hw_crc32c():
-    """Return True when CRC-32C runs on the CPU's crc32 instruction (SSE4.2)."""
-    return bool(iogen_crc32c_hw_ok)
-
-
-cdef const unsigned char[::1] byte_view(data):
-    # Any C-contiguous buffer (bytes, bytearray, numpy of any dtype) is read as raw bytes.
-    return memoryview(data).cast("B")
-
-
-cdef object _crc32c(data, crc, bint software):
-    # One body for both entry points: the table path when asked, else the crc32 instruction
-    # when the CPU has it (crcbuf.pxd releases the GIL for long inputs).
-    cdef crc_fn fn = iogen_crc32c_sw if software else iogen_crc32c
-    return crc_of_view(byte_view(data), check_crc(crc), fn, NOGIL_MIN_BYTES)
-
-
-def crc32c(data, crc=0):
-    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
-    return _crc32c(data, crc, False)
-
-
-def crc32c_software(data, crc=0):
-    """CRC-32C by the table path only, whatever the CPU (for tests and benchmarks)."""
-    return _crc32c(data, crc, True)
-
-
-def masked_crc32c(data):
-    """Return TFRecord's masked CRC-32C of data: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
-    cdef const unsigned char[::1] view = byte_view(data)
-    cdef Py_ssize_t n = view.shape[0]
-    cdef uint32_t c = 0
-    if n > 0:
-        with nogil:
-            c = iogen_crc32c(0, &view[0], <size_t>n)
-    return iogen_crc32c_mask(c)
 
 
 def write_frame_header(length):

@@ -1,7 +1,7 @@
 """Whole-file CRC-32C for the manifest, computed while writing wherever possible.
 
 The manifest's checksum is CRC-32C (Castagnoli, the TFRecord CRC) of the file's bytes in order,
-computed by iogen.core.tfrecord.crc32c: the CPU's crc32 instruction where there is one (tens of
+computed by iogen.core.crc.crc32c: the CPU's crc32 instruction where there is one (tens of
 GB/s), so checksumming costs next to nothing beside writing. A writer that patches a header
 after streaming the data (a large stored NPZ's zip local header) joins the header's CRC with the
 rest's; writers that let a library write parts of the file (h5py, zipfile for deflated NPZ)
@@ -24,14 +24,14 @@ _READ_BYTES = 4 << 20
 def _core_crc32c():
     from .. import core
 
-    return core.tfrecord.crc32c
+    return core.crc.crc32c
 
 
 _CRC32C = None
 
 
 def crc32c(data, crc: int = 0) -> int:
-    """CRC-32C of data continuing from crc (iogen.core.tfrecord.crc32c)."""
+    """CRC-32C of data continuing from crc (iogen.core.crc.crc32c)."""
     global _CRC32C
     if _CRC32C is None:
         _CRC32C = _core_crc32c()

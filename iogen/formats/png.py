@@ -65,7 +65,7 @@ def _chunk_crc(buf: np.ndarray, start: int, length: int) -> None:
     """Write the CRC-32 of the chunk at start (type and data) after its data."""
     from .. import core
 
-    crc = core.fill.crc32(buf[start + 4:start + 8 + length])
+    crc = core.crc.crc32(buf[start + 4:start + 8 + length])
     buf[start + 8 + length:start + 12 + length] = np.frombuffer(struct.pack(">I", crc), np.uint8)
 
 
@@ -109,12 +109,12 @@ class PngFormat(ImageFormat):
         # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
         from .. import core
 
-        crc = core.fill.crc32(buf[start + 4:pos])
+        crc = core.crc.crc32(buf[start + 4:pos])
         written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_bytes(raw)], seed, stream, noise_at,
                                                    1 + 3 * width, raw, crc)
         pos += written
         put(struct.pack(">I", adler))
-        crc = core.fill.crc32(buf[pos - 4:pos], crc)
+        crc = core.crc.crc32(buf[pos - 4:pos], crc)
         put(struct.pack(">I", crc))
         put(IEND)
         assert pos == n, (pos, n)

@@ -57,6 +57,13 @@ def _tf():
     return core.tfrecord
 
 
+def _crc():
+    """The CRC-32C of the core iogen.core chose."""
+    from .. import core
+
+    return core.crc
+
+
 def _framing_error():
     from ..errors import FramingError  # one class shared by both cores
 
@@ -217,12 +224,12 @@ class TFRecordFormat(Format):
 
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
         """Stream the records; small ones are framed many at a time in one numpy buffer."""
-        tf = _tf()
+        tf, crc_core = _tf(), _crc()
         n, rb = int(num_samples), int(record_bytes)
         prefix = image_example_prefix(rb, rb)
         data_len = len(prefix) + rb
         header = tf.write_frame_header(data_len)  # the same for every record of the file
-        prefix_crc = tf.crc32c(prefix)
+        prefix_crc = crc_core.crc32c(prefix)
         frame_bytes = FRAME_OVERHEAD + data_len
         sink = _Sink(path, self._gzip_level())
         try:
@@ -238,7 +245,7 @@ class TFRecordFormat(Format):
                     write(prefix)
                     crc = prefix_crc
                     for chunk in payload_chunks(seed, stream, j * rb, rb, buf):
-                        crc = tf.crc32c(chunk, crc)
+                        crc = crc_core.crc32c(chunk, crc)
                         write(chunk)
                     if sink.z is None:
                         sink.join_crc(crc, data_len)
@@ -293,7 +300,7 @@ class TFRecordFormat(Format):
     @staticmethod
     def _scan_headers(fobj):
         """_scan of a file object (a remote object): one read of each frame's header, in order."""
-        tf, name, size = _tf(), source_name(fobj), source_size(fobj)
+        crc_core, name, size = _crc(), source_name(fobj), source_size(fobj)
         offsets, lengths = [], []
         pos = 0
         while pos < size:
@@ -301,7 +308,7 @@ class TFRecordFormat(Format):
                 raise DataError(name, "truncated record header", pos)
             header = read_at(fobj, name, pos, HEADER_BYTES)
             length, length_crc = struct.unpack("<QI", header)
-            if tf.masked_crc32c(header[:8]) != length_crc:
+            if crc_core.masked_crc32c(header[:8]) != length_crc:
                 raise DataError(name, "record length CRC mismatch", pos)
             if length > size - pos - FRAME_OVERHEAD:
                 raise DataError(name, f"record of {length} bytes cut short (truncated?)", pos)
@@ -458,7 +465,7 @@ class TFRecordFormat(Format):
             return out
         offsets, lengths = self._cached_index(path)
         ids = check_sample_ids(path, sample_ids, offsets.size)
-        tf = _tf()
+        crc_core = _crc()
         out = []
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -468,7 +475,7 @@ class TFRecordFormat(Format):
                 if len(raw) != n + FOOTER_BYTES:
                     raise DataError(path, "record cut short (file truncated?)", start + len(raw))
                 data = raw[:n]
-                if tf.masked_crc32c(data) != struct.unpack_from("<I", raw, n)[0]:
+                if crc_core.masked_crc32c(data) != struct.unpack_from("<I", raw, n)[0]:
                     raise DataError(path, f"record {i}: data CRC mismatch", start - HEADER_BYTES)
                 out.append(data)
         finally:
@@ -506,7 +513,7 @@ class TFRecordFormat(Format):
 
         stream: never inflate the whole file at once (_gunzipped); data not kept is skipped in
         CHUNK_BYTES reads, so memory stays bounded whatever the file holds."""
-        tf = _tf()
+        crc_core = _crc()
         name = source_name(path)
         pos = 0
         last = max(want) if want else None
@@ -520,7 +527,7 @@ class TFRecordFormat(Format):
                     if len(header) < HEADER_BYTES:
                         raise DataError(name, "truncated record header (in the decompressed stream)", pos)
                     length, length_crc = struct.unpack("<QI", header)
-                    if tf.masked_crc32c(header[:8]) != length_crc:
+                    if crc_core.masked_crc32c(header[:8]) != length_crc:
                         raise DataError(name, "record length CRC mismatch (in the decompressed stream)", pos)
                     keep = check_all or (want is not None and i in want)
                     if keep:
@@ -528,7 +535,7 @@ class TFRecordFormat(Format):
                         if len(raw) != length + FOOTER_BYTES:
                             raise DataError(name, "truncated record (in the decompressed stream)", pos)
                         data = raw[:length]
-                        if tf.masked_crc32c(data) != struct.unpack_from("<I", raw, length)[0]:
+                        if crc_core.masked_crc32c(data) != struct.unpack_from("<I", raw, length)[0]:
                             raise DataError(name, f"record {i}: data CRC mismatch (in the decompressed stream)", pos)
                     else:
                         data, left = None, length + FOOTER_BYTES
@@ -642,7 +649,7 @@ class TFRecordFormat(Format):
 
         Records over 8 MiB are CRC-checked piece by piece and their Example is not parsed.
         """
-        tf = _tf()
+        tf, crc_core = _tf(), _crc()
         starts = offsets - HEADER_BYTES
         ends = offsets + lengths + FOOTER_BYTES
         fd = os.open(path, os.O_RDONLY)
@@ -653,7 +660,7 @@ class TFRecordFormat(Format):
                     crc, pos, end = 0, int(offsets[i]), int(offsets[i] + lengths[i])
                     while pos < end:
                         piece = os.pread(fd, min(8 * CHUNK_BYTES, end - pos), pos)
-                        crc = tf.crc32c(piece, crc)
+                        crc = crc_core.crc32c(piece, crc)
                         pos += len(piece)
                     stored = struct.unpack("<I", os.pread(fd, FOOTER_BYTES, end))[0]
                     if int(_mask(np.array([crc]))[0]) != stored:

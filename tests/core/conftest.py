@@ -4,13 +4,14 @@ from types import SimpleNamespace
 
 import pytest
 
-MODULES = ("clock", "reader", "fill", "tfrecord", "copier", "permute", "ckpt", "publish")
+from iogen._core import MODULES, PROBES
+
 PACKAGES = {"cython": "iogen._core", "python": "iogen._core.pure"}
 
 
 def load_core(name):
     """Import one implementation's modules directly (not through iogen.core's env switch)."""
-    modules = {m: importlib.import_module(f"{PACKAGES[name]}.{m}") for m in MODULES}
+    modules = {m: importlib.import_module(f"{PACKAGES[name]}.{m}") for m in MODULES + PROBES}
     return SimpleNamespace(name=name, **modules)
 
 

@@ -29,7 +29,7 @@ def test_out_of_bounds_index_fails_in_the_debug_build_only(cython_core, index):
     # memory the test owns, so the release build's silent acceptance is safe to show.
     backing = np.arange(8, dtype=np.int64)
     view = backing[2:6]
-    probe = cython_core.reader._bounds_probe
+    probe = cython_core.probes.bounds_probe
     if cython_core.reader.DEBUG_BUILD:
         if index < 0:
             # wraparound on: -1 is the view's last element, as in Python
@@ -60,8 +60,8 @@ def test_sanitizer_build_catches_an_out_of_bounds_read(cython_core):
     if os.environ.get("IOGEN_EXPECT_ASAN_CORE") != "1":
         pytest.skip("runs under `make test-asan` only (the AddressSanitizer build of the core)")
     # The release switch leaves the probe unchecked; ASan must still stop a read past the array.
-    code = ("import numpy as np; from iogen._core import reader; "
-            "reader._bounds_probe(np.arange(8, dtype=np.int64), 8)")
+    code = ("import numpy as np; from iogen._core import probes; "
+            "probes.bounds_probe(np.arange(8, dtype=np.int64), 8)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "AddressSanitizer: heap-buffer-overflow" in out.stderr, out.stderr[-2000:]

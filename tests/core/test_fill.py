@@ -111,14 +111,14 @@ def test_crc32_is_zlibs(core, nbytes):
         piece = memoryview(data)[start:start + nbytes]
         for crc in (0, 1, 0xFFFFFFFF, 0x1234ABCD):
             want = zlib.crc32(piece, crc)
-            assert core.fill.crc32(piece, crc) == want
-            assert core.fill.crc32_software(piece, crc) == want
+            assert core.crc.crc32(piece, crc) == want
+            assert core.crc.crc32_software(piece, crc) == want
 
 
 def test_crc32_continues_across_pieces(core):
     data = np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
     for cut in (0, 1, 64, 5_000, 9_999):
-        assert core.fill.crc32(data[cut:], core.fill.crc32(data[:cut])) == zlib.crc32(data)
+        assert core.crc.crc32(data[cut:], core.crc.crc32(data[:cut])) == zlib.crc32(data)
 
 
 @pytest.mark.parametrize("nbytes", [0, 1, 9, 64, 16_384, 16_385, 112_640, 3 * 16_384 + 77])
@@ -140,25 +140,25 @@ def test_fused_fill_gives_the_same_bytes_and_crc_in_both_implementations(cython_
 @pytest.mark.parametrize("bad", [-1, 1 << 32])
 def test_crc32_rejects_a_continuation_out_of_range(core, bad):
     with pytest.raises(ValueError, match="crc"):
-        core.fill.crc32(b"abc", bad)
+        core.crc.crc32(b"abc", bad)
     with pytest.raises(ValueError, match="crc"):
         core.fill.fill_random_crc32(np.zeros(8, np.uint8), 1, 2, 0, bad)
 
 
 def test_hardware_crc32_is_reported(cython_core, python_core):
-    assert python_core.fill.has_hw_crc32() is False
-    assert cython_core.fill.has_hw_crc32() in (True, False)
+    assert python_core.crc.has_hw_crc32() is False
+    assert cython_core.crc.has_hw_crc32() in (True, False)
 
 
 @pytest.mark.parametrize("nbytes", [0, 7, 8, 63, 64, 65, 8 * 17 + 5, 112_640])
 @pytest.mark.parametrize("offset_bytes", [0, 3, 8 * 9])
 def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, offset_bytes):
     """The compiled fill's AVX-512 loop (where the CPU has it) and its scalar loop: the same bytes."""
-    old = cython_core.fill._use_vector_fill(False)
+    old = cython_core.probes.use_vector_fill(False)
     try:
         scalar = filled(cython_core, nbytes, 42, 7, offset_bytes)
     finally:
-        cython_core.fill._use_vector_fill(old)
+        cython_core.probes.use_vector_fill(old)
     assert np.array_equal(filled(cython_core, nbytes, 42, 7, offset_bytes), scalar)
 
 

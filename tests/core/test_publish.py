@@ -16,7 +16,7 @@ def test_writes_the_bytes_and_returns_their_crc32c(core, tmp_path):
     path = tmp_path / "f.bin"
     crc = core.publish.write_file(str(path), data)
     assert path.read_bytes() == data.tobytes()
-    assert crc == core.tfrecord.crc32c(data)
+    assert crc == core.crc.crc32c(data)
     assert oct(path.stat().st_mode & 0o777) == oct(0o644 & ~_umask())
 
 
@@ -29,7 +29,7 @@ def _umask():
 def test_overwrites_a_longer_file(core, tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 500)
-    assert core.publish.write_file(str(path), b"abc") == core.tfrecord.crc32c(b"abc")
+    assert core.publish.write_file(str(path), b"abc") == core.crc.crc32c(b"abc")
     assert path.read_bytes() == b"abc"
 
 
@@ -43,12 +43,12 @@ def test_renames_into_place_then_appends_the_log_line_with_the_crc(core, tmp_pat
             line = bytearray(b'{"crc32c": "00000000", "k": %d}\n' % k)
             crc = core.publish.write_file(str(tmp), data, str(final), k == 0, log, line, 12)
             assert not tmp.exists() and final.read_bytes() == bytes(data)
-            assert crc == core.tfrecord.crc32c(data)
+            assert crc == core.crc.crc32c(data)
     finally:
         os.close(log)
     lines = (tmp_path / "log").read_text().splitlines()
     assert lines[0] == "first"
-    assert [json.loads(x) for x in lines[1:]] == [{"crc32c": f"{core.tfrecord.crc32c(d):08x}", "k": k}
+    assert [json.loads(x) for x in lines[1:]] == [{"crc32c": f"{core.crc.crc32c(d):08x}", "k": k}
                                                  for k, d in enumerate((_data(), b"", _data(5)))]
 
 

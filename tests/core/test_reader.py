@@ -237,7 +237,7 @@ def test_evict_file_drops_freshly_written_pages(core, tmp_path):
 def test_pread_loop_baseline_reads_whole_file(core, data_file, block_bytes):
     path, content = data_file
     buf = core.reader.aligned_buffer(65_536)
-    assert core.reader.pread_loop_baseline(str(path), block_bytes, buf) == FILE_BYTES
+    assert core.probes.pread_loop_baseline(str(path), block_bytes, buf) == FILE_BYTES
     # The last block read sits at the start of the buffer.
     last_start = (FILE_BYTES - 1) // block_bytes * block_bytes
     assert buf[:FILE_BYTES - last_start].tobytes() == content[last_start:]
@@ -245,4 +245,4 @@ def test_pread_loop_baseline_reads_whole_file(core, data_file, block_bytes):
 
 def test_pread_loop_baseline_rejects_small_buffer(core, data_file):
     with pytest.raises(ValueError):
-        core.reader.pread_loop_baseline(str(data_file[0]), 4096, bytearray(100))
+        core.probes.pread_loop_baseline(str(data_file[0]), 4096, bytearray(100))

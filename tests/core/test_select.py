@@ -22,7 +22,7 @@ def test_default_is_compiled_core():
     assert core.clock.__name__ == "iogen._core.clock"
     assert {m.__name__ for m in (core.reader, core.fill, core.tfrecord)} == {
         "iogen._core.reader", "iogen._core.fill", "iogen._core.tfrecord"}
-    expected = "hw" if core.tfrecord.has_hw_crc32c() else "sw"
+    expected = "hw" if core.crc.has_hw_crc32c() else "sw"
     debug = ", debug build" if core.reader.DEBUG_BUILD else ""
     assert core.core_description() == f"cython ({expected} crc32c{debug})"
 

@@ -22,18 +22,18 @@ def random_bytes(n, seed=0):
 
 @pytest.mark.parametrize("data, expected", KNOWN_CRCS)
 def test_crc32c_known_vectors(core, data, expected):
-    assert core.tfrecord.crc32c(data) == expected
+    assert core.crc.crc32c(data) == expected
 
 
 @pytest.mark.parametrize("data, expected", KNOWN_CRCS)
 def test_software_path_known_vectors(cython_core, data, expected):
-    assert cython_core.tfrecord.crc32c_software(data) == expected
+    assert cython_core.crc.crc32c_software(data) == expected
 
 
 def test_crc32c_extends(core):
     data = random_bytes(1_000, seed=1)
     for cut in (0, 1, 7, 500, 999, 1_000):
-        assert core.tfrecord.crc32c(data[cut:], core.tfrecord.crc32c(data[:cut])) == core.tfrecord.crc32c(data)
+        assert core.crc.crc32c(data[cut:], core.crc.crc32c(data[:cut])) == core.crc.crc32c(data)
 
 
 @pytest.mark.parametrize("nbytes", [1, 7, 8, 9, 255, 767, 768, 769, 8_191, 24_575, 24_576, 24_577, 60_001])
@@ -41,42 +41,42 @@ def test_crc32c_extends(core):
 def test_hardware_and_software_paths_agree(cython_core, nbytes, start):
     # Covers the three-stream long and short blocks, their joins, and unaligned heads and tails.
     data = memoryview(random_bytes(nbytes + start, seed=nbytes))[start:]
-    tf = cython_core.tfrecord
-    assert tf.crc32c(data) == tf.crc32c_software(data)
-    assert tf.crc32c(data, 0x12345678) == tf.crc32c_software(data, 0x12345678)
+    crc_core = cython_core.crc
+    assert crc_core.crc32c(data) == crc_core.crc32c_software(data)
+    assert crc_core.crc32c(data, 0x12345678) == crc_core.crc32c_software(data, 0x12345678)
 
 
 def test_implementations_agree_on_random_data(cython_core, python_core):
     for n in (3, 100, 3_000):
         data = random_bytes(n, seed=n)
-        assert cython_core.tfrecord.crc32c(data) == python_core.tfrecord.crc32c(data)
-        assert cython_core.tfrecord.masked_crc32c(data) == python_core.tfrecord.masked_crc32c(data)
+        assert cython_core.crc.crc32c(data) == python_core.crc.crc32c(data)
+        assert cython_core.crc.masked_crc32c(data) == python_core.crc.masked_crc32c(data)
 
 
 def test_crc32c_reads_any_contiguous_buffer(core):
     arr = np.arange(10, dtype=np.uint32)
-    expected = core.tfrecord.crc32c(arr.tobytes())
-    assert core.tfrecord.crc32c(arr) == expected
-    assert core.tfrecord.crc32c(bytearray(arr.tobytes())) == expected
-    assert core.tfrecord.crc32c(memoryview(arr.tobytes())) == expected
+    expected = core.crc.crc32c(arr.tobytes())
+    assert core.crc.crc32c(arr) == expected
+    assert core.crc.crc32c(bytearray(arr.tobytes())) == expected
+    assert core.crc.crc32c(memoryview(arr.tobytes())) == expected
 
 
 @pytest.mark.parametrize("crc", [-1, 2**32, "x"])
 def test_crc32c_rejects_bad_crc(core, crc):
     with pytest.raises((ValueError, TypeError)):
-        core.tfrecord.crc32c(b"abc", crc)
+        core.crc.crc32c(b"abc", crc)
 
 
 def test_masked_crc_formula(core):
-    crc = core.tfrecord.crc32c(b"123456789")
+    crc = core.crc.crc32c(b"123456789")
     expected = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-    assert core.tfrecord.masked_crc32c(b"123456789") == expected
+    assert core.crc.masked_crc32c(b"123456789") == expected
 
 
 def test_has_hw_crc32c_is_a_bool(core):
-    assert isinstance(core.tfrecord.has_hw_crc32c(), bool)
+    assert isinstance(core.crc.has_hw_crc32c(), bool)
     if core.name == "python":
-        assert core.tfrecord.has_hw_crc32c() is False
+        assert core.crc.has_hw_crc32c() is False
 
 
 def test_frame_layout(core):
@@ -86,9 +86,9 @@ def test_frame_layout(core):
     assert len(header) == 12 and framed[:12] == header
     length, length_crc = struct.unpack("<QI", header)
     assert length == len(data)
-    assert length_crc == core.tfrecord.masked_crc32c(header[:8])
+    assert length_crc == core.crc.masked_crc32c(header[:8])
     assert framed[12:-4] == data
-    assert struct.unpack("<I", framed[-4:])[0] == core.tfrecord.masked_crc32c(data)
+    assert struct.unpack("<I", framed[-4:])[0] == core.crc.masked_crc32c(data)
 
 
 def test_frames_identical_across_implementations(cython_core, python_core):

@@ -5,7 +5,7 @@ from iogen._core._common import check_copy_args, writable_byte_view
 from iogen.errors import CopyFailure
 
 from .sysio import write_all
-from .tfrecord import crc32c
+from .crc import crc32c
 
 
 def copy_range(src_fd, dst_fd, nbytes, buf, write_align=1, checksum=False):

@@ -12,8 +12,7 @@ import numpy as np
 from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, check_jpeg_scan_args,
                                  check_png_stored_args, mix64_array, writable_byte_view)
 
-__all__ = ["adler32", "crc32", "crc32_software", "fill_random", "fill_random_crc32", "has_hw_crc32", "jpeg_scan",
-           "png_stored"]
+__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "png_stored"]
 
 # The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
 JPEG_COEFS = 15
@@ -69,21 +68,6 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
     c = check_crc(crc)
     fill_random(buf, seed, stream, offset_bytes)
     return zlib.crc32(writable_byte_view(buf), c)
-
-
-def crc32(data, crc=0):
-    """Return the CRC-32 of data continuing from crc, as zlib.crc32(data, crc)."""
-    return zlib.crc32(memoryview(data).cast("B"), check_crc(crc))
-
-
-def crc32_software(data, crc=0):
-    """CRC-32 by the table path (in this twin, zlib's)."""
-    return crc32(data, crc)
-
-
-def has_hw_crc32():
-    """Return True when CRC-32 runs on the CPU's carry-less multiply (never, in this twin)."""
-    return False
 
 
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):

@@ -4,7 +4,7 @@ import os
 from iogen._core._common import check_publish_args, os_error
 
 from .sysio import write_all
-from .tfrecord import crc32c
+from .crc import crc32c
 
 __all__ = ["write_file"]
 

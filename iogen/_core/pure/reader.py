@@ -12,10 +12,10 @@ _NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPN
 
 _INT_MAX = 2**31 - 1  # file descriptors are C ints
 
-__all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "pread_into", "pread_loop_baseline"]
+__all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "pread_into"]
 
 
-def _pread_full(fd, view, length, offset):
+def pread_full(fd, view, length, offset):
     """Read up to length bytes at offset into the memoryview; loop on short reads, stop at EOF."""
     done = 0
     while done < length:
@@ -66,7 +66,7 @@ def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
             continue
         start = int(buf_offsets[i])
         try:
-            got = _pread_full(int(fds[i]), view[start:start + length], length, int(offsets[i]))
+            got = pread_full(int(fds[i]), view[start:start + length], length, int(offsets[i]))
         except OSError as exc:
             raise ReadFailure(i, exc.errno, int(offsets[i]), 0) from None
         if got < required[i]:
@@ -110,27 +110,3 @@ def evict_file(fd):
         if exc.errno not in _NO_WRITEBACK_ERRNOS:
             raise
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
-def pread_loop_baseline(path, block_bytes, buf):
-    """Read the whole file sequentially in block_bytes preads into buf; return bytes read."""
-    block_bytes = int(block_bytes)
-    if block_bytes <= 0:
-        raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
-    view = writable_byte_view(buf)
-    if len(view) < block_bytes:
-        raise ValueError(f"buffer of {len(view)} bytes is smaller than block_bytes {block_bytes}")
-    fd = open_file(path, False)
-    total = 0
-    try:
-        while True:
-            try:
-                got = _pread_full(fd, view, block_bytes, total)
-            except OSError as exc:
-                raise os_error(exc.errno, path) from None
-            total += got
-            if got < block_bytes:
-                break
-    finally:
-        close_file(fd)
-    return total

@@ -2,63 +2,20 @@
 
 Frame layout (tensorflow/core/lib/io/record_writer.cc):
     uint64 length (little-endian) | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
-CRC-32C here is a byte-at-a-time table loop: correct and slow (a few MB/s), as a reference.
+CRC-32C is pure/crc.py's table loop.
 """
 import os
 import struct
 
 import numpy as np
 
-from iogen._core._common import (CRC32C_POLY, FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_OK, INDEX_WINDOW_BYTES,
-                                 MASK_DELTA, check_crc, check_frame_batch, check_layout_args, writable_byte_view)
+from iogen._core._common import (FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_OK, INDEX_WINDOW_BYTES, check_frame_batch,
+                                 check_layout_args, writable_byte_view)
 from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
 from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
 
-
-def _make_table():
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ CRC32C_POLY if c & 1 else c >> 1
-        table.append(c)
-    return tuple(table)
-
-
-_TABLE = _make_table()
-
-
-def _byte_view(data):
-    return memoryview(data).cast("B")
-
-
-def has_hw_crc32c():
-    """Return True when CRC-32C runs on the CPU's crc32 instruction (never, in this twin)."""
-    return False
-
-
-def crc32c(data, crc=0):
-    """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
-    c = check_crc(crc) ^ 0xFFFFFFFF
-    table = _TABLE
-    for byte in _byte_view(data):
-        c = table[(c ^ byte) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def crc32c_software(data, crc=0):
-    """CRC-32C by the table path (in this twin the only path; for tests and benchmarks)."""
-    return crc32c(data, crc)
-
-
-def _mask(crc):
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + MASK_DELTA) & 0xFFFFFFFF
-
-
-def masked_crc32c(data):
-    """Return TFRecord's masked CRC-32C of data: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32."""
-    return _mask(crc32c(data))
+from .crc import _byte_view, masked_crc32c
 
 
 def write_frame_header(length):
