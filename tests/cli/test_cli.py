@@ -1,16 +1,10 @@
 """The command line as a user runs it: real `iogen` processes, exit codes, messages, files."""
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-
-
-def load_summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
-        return json.load(fh)
+from ..conftest import load_summary
 
 
 def test_help_imports_no_heavy_modules():

@@ -4,6 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from iogen.config import build_workload
+from iogen.errors import ConfigError
+
 DLIO_DIR = Path(__file__).parent / "dlio"
 
 
@@ -23,3 +26,10 @@ def write_yaml(tmp_path):
         return str(path)
 
     return write
+
+
+def problems_of(tree, *overrides):
+    """The problems build_workload reports for a config tree (it must refuse it)."""
+    with pytest.raises(ConfigError) as err:
+        build_workload(tree, "t", overrides)
+    return err.value.problems

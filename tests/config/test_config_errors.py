@@ -4,11 +4,7 @@ import pytest
 from iogen.config import build_workload, load_workload
 from iogen.errors import ConfigError
 
-
-def problems_of(tree, *overrides):
-    with pytest.raises(ConfigError) as err:
-        build_workload(tree, "t", overrides)
-    return err.value.problems
+from .conftest import problems_of
 
 
 def test_all_problems_in_one_error_with_path_value_and_allowed():

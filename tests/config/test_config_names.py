@@ -8,11 +8,7 @@ import pytest
 from iogen.config import build_workload, load_workload
 from iogen.errors import ConfigError
 
-
-def problems_of(tree, *overrides):
-    with pytest.raises(ConfigError) as err:
-        build_workload(tree, "t", overrides)
-    return err.value.problems
+from .conftest import problems_of
 
 
 @pytest.mark.parametrize("name, why", [

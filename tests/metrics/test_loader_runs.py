@@ -5,27 +5,14 @@ One real `iogen run` per loader (real tf.data, real DataLoader workers, real fil
 one 64 MiB dataset, evicted from the page cache before each epoch.
 """
 import importlib.util
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
+from ..conftest import load_summary, run_iogen
+
 DATASET_BYTES = 32 * 2 * 2**20  # 32 files x 2 samples x 1 MiB
 EPOCH_LINE = re.compile(r"epoch (\d+) train: \d+ steps, ([\d,.]+|n/a) samples/s, AU ([\d.]+|n/a)%")
-
-
-def run_iogen(*args):
-    """The installed `iogen` command, as a user runs it."""
-    iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
-    return subprocess.run([iogen, *map(str, args)], capture_output=True, text=True, timeout=240)
-
-
-def load_summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _needs(module):
