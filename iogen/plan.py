@@ -121,28 +121,6 @@ def order_at(
     return shuffled * samples_per_file + q % samples_per_file
 
 
-def global_order(
-    *,
-    num_files: int,
-    samples_per_file: int,
-    epoch: int,
-    seed: int,
-    file_shuffle: str = "off",
-    sample_shuffle: str = "off",
-    shuffle_size: int = 0,
-    seed_change_epoch: bool = True,
-) -> np.ndarray:
-    """The epoch's order of all global sample ids, before sharding (O(total samples): tests, small N).
-
-    `file_shuffle` permutes files (samples of a file stay together); `sample_shuffle` permutes
-    samples, over the whole epoch when `shuffle_size` is 0, else inside windows of that size.
-    """
-    n = num_files * samples_per_file
-    return order_at(np.arange(n, dtype=np.int64), num_files=num_files, samples_per_file=samples_per_file,
-                    epoch=epoch, seed=seed, file_shuffle=file_shuffle, sample_shuffle=sample_shuffle,
-                    shuffle_size=shuffle_size, seed_change_epoch=seed_change_epoch)
-
-
 def steps_per_epoch(total_samples: int, batch_size: int, world_size: int, max_steps: int | None = None) -> int:
     """Steps every rank runs: whole global batches only (drop-last decided globally), capped by max_steps."""
     steps = total_samples // (batch_size * world_size)

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from iogen.errors import ConfigError
-from iogen.plan import global_order, make_plan, steps_per_epoch
+from iogen.plan import make_plan, steps_per_epoch
+
+from .conftest import global_order
 
 
 def plans(world, **kw):

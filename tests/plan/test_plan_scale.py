@@ -6,7 +6,9 @@ sampled checks (sampled ranks, sampled positions) for a billion-sample one.
 import numpy as np
 import pytest
 
-from iogen.plan import global_order, make_plan, order_at
+from iogen.plan import make_plan, order_at
+
+from .conftest import global_order
 
 MODES = [dict(), dict(sample_shuffle="seed"), dict(file_shuffle="seed"),
          dict(file_shuffle="seed", sample_shuffle="seed"), dict(sample_shuffle="seed", shuffle_size=7)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from iogen.plan import global_order
+from .conftest import global_order
 
 SEEDS = range(2000)
 # Fixed seeds make these tests deterministic; the bound is a p-value far in the tail, so only a
