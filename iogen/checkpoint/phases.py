@@ -306,7 +306,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     # a backend that counts its requests (an object store): each phase's apart ("setup": the bucket's and a
     # read-only run's HEADs)
     objects = bool(io.store.capabilities.figures & {"requests", "objects"})
-    object_figures = {"setup": io.figures()} if objects else {}
+    object_figures = {"setup": io.figures()}  # {} where there are none
     # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
     # (drain.py; on object storage to the bucket); the read phase restores from the shared tier
     # once every drain has ended.
@@ -323,7 +323,6 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     read_folder = folder if drainer is not None or not local else local
     writer = ios[-1]
     reader = io if read_folder == folder else ios[-1]
-    writes_objects, reads_objects = objects and writer is io, objects and reader is io
     drain_record = None
     compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
     spin = core.clock.calibrate_spin_ns() if compute_ns else 0
@@ -359,17 +358,14 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
         if drainer is not None:
             drain_record = drainer.finish()  # the last drain ends before any read or summary
-            if objects:
-                object_figures["checkpoint_drain"] = drain_record.pop("object_store", None)
-        if writes_objects:
-            object_figures["checkpoint_write"] = io.figures()
+            object_figures["checkpoint_drain"] = drain_record.pop("object_store", None)  # a drain to a bucket
+        object_figures["checkpoint_write"] = io.figures()  # {} when the local tier took the writes
         if n_read:
             world.barrier()  # every rank's files are complete before any rank reads or evicts
             # Outside every timed window: drop what will be read from the page cache.
             evicted = evict(reader.store, [p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
             check_present(theirs, read_folder, range(1, n_read + 1), reader.store)
-            if reads_objects:  # the HEADs above are not part of the read phase's figures
-                object_figures["checkpoint_check"] = io.figures()
+            object_figures["checkpoint_check"] = io.figures()  # the HEADs above are not part of the read phase's
             world.barrier()
             writer.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
@@ -384,8 +380,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
             after = device_read_bytes()
             device_bytes = None if before is None or after is None else after - before
-            if reads_objects:
-                object_figures["checkpoint_read"] = io.figures()
+            object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
         if drainer is not None:
             drainer.stop()  # the drain in flight ends with its files in flight: no partial file left
