@@ -190,3 +190,37 @@ def test_parts_hold_the_bytes_the_block_writer_writes(tmp_path, part_bytes):
     finally:
         io.close()
     assert _read(other) == _read(path)
+
+
+@pytest.mark.parametrize("backend", ["posix", "faultfs"])
+def test_every_backend_gets_the_same_checkpoint_bytes_and_reads_them_back(tmp_path, monkeypatch, backend):
+    """One checkpoint path over Storage: the posix backend (the core's block writer) and an object backend
+    (faultfs, parts as a multipart upload, not on block boundaries) hold the same bytes; read_files reads them whole, and a missing
+    one is a DataError naming it."""
+    from iogen.checkpoint.io import checkpoint_storage
+    from iogen.config import load_workload
+
+    if backend == "faultfs":
+        pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+        monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+        (tmp_path / "store" / "bkt").mkdir(parents=True)
+        over, root = ["storage.storage_type=faultfs", "storage.storage_root=bkt",
+                      f"storage.endpoint_url={tmp_path / 'store'}"], "s3://bkt/ck"
+    else:
+        over, root = [], str(tmp_path / "ck")
+    reference, layout = _write(tmp_path)
+    wl = load_workload("default", over + [f"output.folder={tmp_path / 'out'}"])
+    store = checkpoint_storage(wl, 2)
+    io = CheckpointIO(store, threads=2, transfer_bytes=16384, fsync=True, seed=5, read_threads=2, part_bytes=50_000)
+    path = f"{root}/f.pt"
+    try:
+        store.make_folder(root)
+        assert io.write_files([(path, layout)], stamp=99) == layout.size_bytes
+        got = bytearray(layout.size_bytes)
+        assert store.readinto(path, 0, got) == layout.size_bytes and bytes(got) == _read(reference)
+        io.release_write_buffers()
+        assert io.read_files([(path, layout.size_bytes)]) == layout.size_bytes
+        with pytest.raises(DataError, match=f"^{root}/gone.pt: "):
+            io.read_files([(f"{root}/gone.pt", 1000)])
+    finally:
+        io.close()
