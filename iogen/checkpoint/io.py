@@ -11,9 +11,9 @@ lies over it. A file's bytes depend on offsets only, so every backend writes the
 The content is offered in two forms (`_Parts`), and the backend takes the one it writes:
 
 - blocks, for a backend with a native writer (posix: iogen/storage/posix.py's block writer). Each of
-  `threads` writer threads owns one aligned buffer of transfer_size bytes, filled once and reused
-  for every block of every file of every checkpoint; each of `read_threads` reader threads owns one
-  more, allocated at the first read, so a rank's memory is about threads x transfer_size whatever
+  `threads` writer threads (iogen.threadwork.ThreadPool, made once with the content) owns one aligned
+  buffer of transfer_size bytes, filled once and reused for every block of every file of every
+  checkpoint; each of `read_threads` reader threads owns one more, allocated at the first read, so a rank's memory is about threads x transfer_size whatever
   the model size. The work is cut into tasks (a file's run of blocks); threads take tasks in order,
   so big files are written by all threads at once and small files by one each. Blocks that hold
   framing are patched in the thread's buffer for that one pwrite and restored after it
@@ -50,6 +50,7 @@ import numpy as np
 
 from .. import core
 from ..errors import ConfigError
+from ..threadwork import ThreadPool
 
 DIRECT_ALIGN = 4096  # O_DIRECT: every transfer a multiple of it
 _MASK64 = (1 << 64) - 1
@@ -57,7 +58,8 @@ _MASK64 = (1 << 64) - 1
 
 class _Content:
     """The checkpoint's content, generated once: `blocks()` (the block writer's aligned buffers, one per
-    writer thread, filled alike) or, per calling thread, `part_buffer()` (a part-sized copy to stamp)."""
+    writer thread, filled alike, held by the threads of `block_pool()`) or, per calling thread,
+    `part_buffer()` (a part-sized copy to stamp)."""
 
     def __init__(self, threads: int, transfer: int, part_bytes: int, seed: int, randomize: bool):
         self.threads, self.transfer, self.part_bytes = threads, transfer, part_bytes
@@ -67,6 +69,7 @@ class _Content:
         self._pristine = None
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._pool = None  # the block writer's threads, each holding one of the buffers
         self._generation = 0  # part buffers of an older generation are remade (after release)
 
     def _fill(self, buf) -> None:
@@ -88,6 +91,14 @@ class _Content:
             self.filled = True
         return self.buffers
 
+    def block_pool(self) -> ThreadPool:
+        """The block writer's threads (iogen.threadwork.ThreadPool), thread k holding blocks()[k]: made once,
+        outside any timed window, and reused for every checkpoint."""
+        if self._pool is None:
+            buffers = self.blocks()
+            self._pool = ThreadPool(len(buffers), "iogen-ckpt", setup=lambda k: buffers[k])
+        return self._pool
+
     def part_buffer(self) -> np.ndarray:
         """The calling thread's copy of the content as parts are cut from it: the content repeated over a part
         (and one block more when parts do not start on a block), made at its first call."""
@@ -105,7 +116,11 @@ class _Content:
         return loc.buf
 
     def release(self) -> None:
-        """Drop the content (before a read phase, so writes and reads never add up in memory)."""
+        """Drop the content and the block writer's threads (before a read phase, so writes and reads never add
+        up in memory)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         self.buffers = []
         self.filled = False
         self._pristine = None
@@ -115,7 +130,8 @@ class _Content:
 
 class _Parts:
     """part_of for Storage.write_objects: the bytes of a rank's checkpoint files, as parts (`part(j, i)`) or
-    as blocks (`blocks()`, `write_blocks`) for a backend with a native writer."""
+    as blocks (`block_pool()`: threads holding the block buffers; `write_blocks`) for a backend with a native
+    writer."""
 
     what = "checkpoint"
     direct_key = "checkpoint.odirect"
@@ -130,8 +146,8 @@ class _Parts:
 
     # -- blocks (the core's writer) -------------------------------------------------------------
 
-    def blocks(self) -> list:
-        return self.content.blocks()
+    def block_pool(self) -> ThreadPool:
+        return self.content.block_pool()
 
     def _framed(self) -> list:
         if self._by_block is None:
@@ -225,7 +241,7 @@ def _direct_end(end: int, direct: bool) -> int:
 
 class _ReadBuffers:
     """buffer for Storage.read_objects: the calling thread's reused part buffer (`buffer()`), or the block
-    reader's aligned buffers (`blocks()`, one per reader thread); each allocated at its first use."""
+    reader's threads, each holding one aligned buffer (`block_pool()`); each made at its first use."""
 
     what = "checkpoint"
 
@@ -233,6 +249,7 @@ class _ReadBuffers:
         self.io = io
         self.transfer = io.transfer
         self._local = threading.local()
+        self._pool = None
 
     def __call__(self):
         loc = self._local
@@ -240,10 +257,18 @@ class _ReadBuffers:
             loc.buf = np.empty(self.io.part_bytes, np.uint8)  # allocated at the first read, reused after
         return loc.buf
 
-    def blocks(self) -> list:
-        if not self.io.read_buffers:
-            self.io.read_buffers = [core.reader.aligned_buffer(self.transfer) for _ in range(self.io.read_threads)]
-        return self.io.read_buffers
+    def block_pool(self) -> ThreadPool:
+        if self._pool is None:
+            t = self.transfer
+            self._pool = ThreadPool(self.io.read_threads, "iogen-ckpt-get", setup=lambda k: core.reader.aligned_buffer(t))
+            self.io.read_buffers = self._pool.states
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self.io.read_buffers = []
 
 
 class CheckpointIO:
@@ -284,7 +309,7 @@ class CheckpointIO:
         """The content and what the backend's writes need (its threads' clients and buffers), now: call
         before the timed window."""
         if self._write_pool is None:
-            self._write_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-ckpt")
+            self._write_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-ckpt-put")
         if not self._prepared:
             self.store.prepare_writes(self.content, self._write_pool, self.threads)
             self._prepared = True
@@ -324,7 +349,7 @@ class CheckpointIO:
         self._write_pool = self._read_pool = None
         self._prepared = False
         self.content.release()
-        self.read_buffers = []
+        self._reads.close()
 
 
 def checkpoint_storage(wl, threads: int, check: bool = True):

@@ -147,7 +147,7 @@ class Storage:
         default writes them one after another through write_stream; a backend spreads the parts of all
         of them over pool where it can. fsync, direct: checkpoint.fsync and checkpoint.odirect, for a
         backend where they mean something (capabilities.fsync, direct_io). part_of may also offer its
-        bytes as blocks (iogen/checkpoint/io.py's parts: `blocks`, `write_blocks`), which a backend with a
+        bytes as blocks (iogen/checkpoint/io.py's parts: `block_pool`, `write_blocks`), which a backend with a
         native writer (posix: the core's) writes instead of asking for parts. Returns the bytes."""
         for j, (path, size) in enumerate(items):
             self.write_stream(path, int(size), part_bytes, lambda i, j=j: part_of(j, i), pool)
@@ -157,7 +157,8 @@ class Storage:
         """Read several files/objects whole, items [(path, size)], part_bytes at a time into buffer() (the
         calling pool thread's reused buffer of part_bytes); a missing or short one is a DataError naming it.
         direct: O_DIRECT where it applies (capabilities.direct_io); buffer may also offer reused aligned
-        block buffers (`blocks()`), which a backend with a native reader (posix: the core's) reads into.
+        block buffers (`block_pool()`: threads, each holding one), which a backend with a native reader (posix:
+        the core's) reads into.
         Returns the bytes read."""
         tasks = [(path, off, min(part_bytes, size - off)) for path, size in items for off in range(0, size, part_bytes)]
         return sum(pool.map(lambda t: self.readinto(t[0], t[1], buffer()[:t[2]]), tasks))

@@ -232,22 +232,22 @@ class PosixStorage(Storage):
         remove_stale_temps(folder, final_names)
 
     def prepare_writes(self, content, pool, threads: int) -> None:
-        """The content's blocks, allocated and filled now (the block writer's buffers, one per thread)."""
-        content.blocks()
+        """The content's blocks, allocated and filled now, and the block writer's threads that hold them."""
+        content.block_pool()
 
     def write_objects(self, items, part_bytes: int, part_of, pool, fsync: bool = False, direct: bool = False) -> int:
-        """Content that offers blocks (`part_of.blocks()`, `write_blocks`): the core's block writer, one
-        worker per block buffer (_BlockWriter); else each item through write_stream."""
+        """Content that offers blocks (`part_of.block_pool()`, `write_blocks`): the core's block writer on that
+        pool's threads, each holding one block buffer (_BlockWriter); else each item through write_stream."""
         if not hasattr(part_of, "write_blocks"):
             for j, (path, size) in enumerate(items):
                 self.write_stream(path, int(size), part_bytes, lambda i, j=j: part_of(j, i), pool, fsync=fsync)
             return sum(int(size) for _, size in items)
-        return _BlockWriter(items, part_of, fsync, direct).run(pool)
+        return _BlockWriter(items, part_of, fsync, direct).run()
 
     def read_objects(self, items, part_bytes: int, pool, buffer, direct: bool = False) -> int:
-        """With block buffers offered (`buffer.blocks()`): the core's pread loop over runs of blocks, one worker
-        per buffer; else ranged reads of part_bytes into buffer()."""
-        if not hasattr(buffer, "blocks"):
+        """With block buffers offered (`buffer.block_pool()`: threads, each holding one): the core's pread loop over
+        runs of blocks on those threads; else ranged reads of part_bytes into buffer()."""
+        if not hasattr(buffer, "block_pool"):
             return super().read_objects(items, part_bytes, pool, buffer)
         return _read_blocks(items, buffer, pool, direct)
 
@@ -277,33 +277,12 @@ def _tasks(files, transfer: int, threads: int) -> list:
     return tasks
 
 
-def _run(pool, tasks, work, buffers) -> None:
-    """Workers on pool, one per buffer (at most one per task), taking tasks in order; the first failure or
-    an interrupt stops them after their current task, and is raised once all have stopped."""
-    from concurrent.futures import wait
-
-    lock = threading.Lock()
-    it = iter(tasks)
-    stop = threading.Event()
-
-    def worker(buf):
-        while not stop.is_set():
-            with lock:
-                task = next(it, None)
-            if task is None:
-                return
-            work(buf, task)
-
-    futures = [pool.submit(worker, buf) for buf in buffers[: max(1, min(len(buffers), len(tasks)))]]
-    try:
-        for fut in futures:
-            fut.result()
-    except BaseException:
-        # Ctrl-C (or a failure) reaches the main thread: let every thread finish its current
-        # task and stop, so nothing writes after this call returns.
-        stop.set()
-        wait(futures)
-        raise
+def _run(pool, tasks, work) -> None:
+    """work(buffer, task) for every task on pool's threads (iogen.threadwork.ThreadPool, each holding its
+    buffer; at most one thread per task), taking tasks in order; the first failure or an interrupt stops
+    them after their current task (the pool waits through further interrupts), so nothing writes after
+    this returns."""
+    pool.run(lambda task, buf: work(buf, task), tasks, threads=max(1, min(pool.size, len(tasks))))
 
 
 def _direct_end(end: int, direct: bool) -> int:
@@ -315,7 +294,7 @@ _FILE_LOCK = threading.Lock()
 
 class _BlockWriter:
     """The core's checkpoint writer (see iogen/checkpoint/io.py's module doc): every file under its temporary
-    name, tasks of block runs taken in order by one worker per content buffer, each run written by
+    name, tasks of block runs taken in order by the content's block pool (a thread per buffer), each run written by
     content.write_blocks (the core's pwrite loop, the GIL released); with fsync (not O_DIRECT) write-behind;
     the thread that finishes a file's last task truncates (O_DIRECT), fsyncs and renames it."""
 
@@ -324,9 +303,9 @@ class _BlockWriter:
         self.content = content
         self.fsync, self.direct = bool(fsync), bool(direct)
 
-    def run(self, pool) -> int:
+    def run(self) -> int:
         files, what = self.files, self.content.what
-        buffers = self.content.blocks()
+        pool = self.content.block_pool()
         for f in files:
             f.out = PendingFile(f.path, needed_bytes=f.size, what=f"the {what}")
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -343,7 +322,7 @@ class _BlockWriter:
                     raise f.out.full_disk(exc) from None
                 raise OutputError(f.path, f"cannot create the {what} file: {exc.strerror}") from None
         try:
-            _run(pool, _tasks(files, self.content.transfer, len(buffers)), self._task, buffers)
+            _run(pool, _tasks(files, self.content.transfer, pool.size), self._task)
         except BaseException:
             self._abort()  # interrupted: no temporary file stays behind
             raise
@@ -453,8 +432,8 @@ def _read_blocks(items, buffer, pool, direct: bool) -> int:
             f.error = exc
 
     try:
-        buffers = buffer.blocks()
-        _run(pool, _tasks(files, t, len(buffers)), work, buffers)
+        pool = buffer.block_pool()
+        _run(pool, _tasks(files, t, pool.size), work)
     finally:
         _close_all(files)
     for f in files:
