@@ -141,8 +141,9 @@ def plain_read(path: str, threads: int, transfer: int) -> float:
 
 def iogen_io(threads: int, transfer: int):
     from iogen.checkpoint.io import CheckpointIO
+    from iogen.storage.posix import PosixStorage
 
-    return CheckpointIO(threads=threads, transfer_bytes=transfer, odirect=False, fsync=True, seed=1)
+    return CheckpointIO(PosixStorage(), threads=threads, transfer_bytes=transfer, odirect=False, fsync=True, seed=1)
 
 
 def iogen_write(io, path: str, layout, stamp: int) -> float:

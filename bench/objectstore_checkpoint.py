@@ -1,4 +1,4 @@
-"""Checkpoint writes to S3: iogen's ObjectCheckpointer against a plain boto3 multipart loop.
+"""Checkpoint writes to S3: iogen's Checkpointer against a plain boto3 multipart loop.
 
 Both upload --model-mib of bytes as one object, in parts of max(--transfer-mib, 5 MiB) with
 --threads parts in flight, alternating, medians of --reps: iogen through its checkpointer
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
 def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
-    from iogen.checkpoint.objects import ObjectCheckpointer
+    from iogen.checkpoint import Checkpointer
     from iogen.comm import get_world
     from iogen.config import load_workload
 
@@ -49,7 +49,7 @@ def _bench(args, endpoint, moto: bool) -> int:
         "workflow.checkpoint=True", f"model.model_size_bytes={size}", "checkpoint.checkpoint_folder=ck",
         f"checkpoint.transfer_size={part}"])
     threads = wl.checkpoint.write_threads
-    ck = ObjectCheckpointer(wl, get_world())
+    ck = Checkpointer(wl, get_world())
     content = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8).tobytes()
     pool = ThreadPoolExecutor(threads)
     n = [0]
@@ -96,7 +96,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     print()
     print("| contender | MiB/s | s per checkpoint |")
     print("|---|---:|---:|")
-    print(f"| iogen ObjectCheckpointer | {mib / mi:.1f} | {mi:.3f} |")
+    print(f"| iogen Checkpointer | {mib / mi:.1f} | {mi:.3f} |")
     print(f"| plain boto3 multipart loop | {mib / mp:.1f} | {mp:.3f} |")
     print()
     print(f"ratio iogen / baseline (throughput): {mp / mi:.2f}x")

@@ -1,13 +1,13 @@
-"""Checkpoint-only runs on S3: iogen's ObjectCheckpointIO against a plain boto3 loop, write and read.
+"""Checkpoint-only runs on S3: iogen's CheckpointIO against a plain boto3 loop, write and read.
 
 One rank's checkpoint files of a small llama3-8b (--hidden; torch layout) are written as objects
 and read back, --threads requests in flight, alternating, medians of --reps: iogen through
-ObjectCheckpointIO (what `iogen run` uses: parts stamped and framed from reused buffers, one
+CheckpointIO (what `iogen run` uses: parts stamped and framed from reused buffers, one
 bytes copy per part, every request counted; restore by ranged GETs into reused buffers) and a
 plain loop (the same objects and part size: create_multipart_upload / upload_part of slices of
 prepared bytes / complete, or one put_object; reads: ranged get_object of the same parts,
 Body.read(), from a ThreadPoolExecutor). With s3torchconnector installed, two more: iogen through
-ObjectCheckpointIO on the s3torchconnector backend (`storage.s3_client: s3torchconnector`: S3Checkpoint.writer per object fed
+CheckpointIO on the s3torchconnector backend (`storage.s3_client: s3torchconnector`: S3Checkpoint.writer per object fed
 with the same stamped parts, restore by the connector's unbuffered range reader into reused
 buffers) and a plain S3Checkpoint loop (the same objects, the same part size, --threads objects
 at once from a ThreadPoolExecutor: writer(uri).write() of part-sized slices of prepared bytes,
@@ -47,7 +47,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
     from iogen.checkpoint.model import ModelSpec
-    from iogen.checkpoint.objects import ObjectCheckpointIO
+    from iogen.checkpoint.io import CheckpointIO, checkpoint_storage
     from iogen.checkpoint.phases import RankFiles
     from iogen.config import load_workload
 
@@ -60,8 +60,8 @@ def _bench(args, endpoint, moto: bool) -> int:
         "model.transformer.num_attention_heads=4", "model.transformer.num_kv_heads=2",
         f"checkpoint.transfer_size={args.transfer_mib << 20}"])
     files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
-    io = ObjectCheckpointIO(wl, threads=args.threads, transfer_bytes=args.transfer_mib << 20, seed=1,
-                            read_threads=args.threads)
+    io = CheckpointIO(checkpoint_storage(wl, args.threads), threads=args.threads,
+                      transfer_bytes=args.transfer_mib << 20, seed=1, read_threads=args.threads)
     part = io.part_bytes
     sizes = [lay.size_bytes for lay in files.layouts]
     total = sum(sizes)
@@ -133,10 +133,10 @@ def _bench(args, endpoint, moto: bool) -> int:
     print()
     print("| contender | write MiB/s | read MiB/s |")
     print("|---|---:|---:|")
-    print(f"| iogen ObjectCheckpointIO | {mib / med['iw']:.1f} | {mib / med['ir']:.1f} |")
+    print(f"| iogen CheckpointIO | {mib / med['iw']:.1f} | {mib / med['ir']:.1f} |")
     print(f"| plain boto3 loop | {mib / med['pw']:.1f} | {mib / med['pr']:.1f} |")
     if connector:
-        print(f"| iogen ObjectCheckpointIO (s3torchconnector) | {mib / med['cw']:.1f} | {mib / med['cr']:.1f} |")
+        print(f"| iogen CheckpointIO (s3torchconnector) | {mib / med['cw']:.1f} | {mib / med['cr']:.1f} |")
         print(f"| plain S3Checkpoint loop | {mib / med['qw']:.1f} | {mib / med['qr']:.1f} |")
     else:
         print("| s3torchconnector contenders | not measured (not installed, or --no-connector) | |")
@@ -170,17 +170,17 @@ def _iogen_timers(io, files, folder):
 
 
 def _connector_contenders(wl, files, bucket, threads, content, pool):
-    """(write pair, read pair) through s3torchconnector: iogen's ObjectCheckpointIO on the s3torchconnector
+    """(write pair, read pair) through s3torchconnector: iogen's CheckpointIO on the s3torchconnector
     backend (what iogen run uses with storage.s3_client s3torchconnector), a plain S3Checkpoint loop."""
     import numpy as np
     from s3torchconnector import S3ReaderConstructor
 
-    from iogen.checkpoint.objects import ObjectCheckpointIO
+    from iogen.checkpoint.io import CheckpointIO, checkpoint_storage
     from iogen.storage.s3torch import open_connector
 
     wl = wl.model_copy(update={"storage": wl.storage.model_copy(update={"s3_client": "s3torchconnector"})})
-    cio = ObjectCheckpointIO(wl, threads=threads, transfer_bytes=wl.checkpoint.transfer_size, seed=1,
-                                read_threads=threads)
+    cio = CheckpointIO(checkpoint_storage(wl, threads), threads=threads, transfer_bytes=wl.checkpoint.transfer_size,
+                       seed=1, read_threads=threads)
     part = cio.part_bytes
     s3 = open_connector(wl, cio.store, part)  # the plain loop's own S3Checkpoint: same settings
     sizes = [lay.size_bytes for lay in files.layouts]

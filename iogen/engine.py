@@ -73,16 +73,8 @@ class Engine:
         # Measure this machine's sleep overshoot once: the final stretch of every sleep spins.
         self.spin_ns = compute_spin_ns(core.clock.calibrate_spin_ns(), getattr(world, "policy", None))
         self.checkpointer = None
-        if wl.workflow.checkpoint:
-            from .storage import capabilities
-
-            if not capabilities(wl).local_paths \
-                    and not wl.checkpoint.local_folder:  # with a local tier: written there, drained to the bucket
-                from .checkpoint.objects import ObjectCheckpointer  # rank 0 writes an object through the storage
-
-                self.checkpointer = ObjectCheckpointer(wl, world)
-            else:
-                self.checkpointer = Checkpointer(wl, world)
+        if wl.workflow.checkpoint:  # rank 0 writes through the storage (a local tier's files, or the workload's)
+            self.checkpointer = Checkpointer(wl, world)
         self.allreduce_buf = None
         nbytes = int(wl.train.allreduce_bytes)
         if nbytes and world.size > 1:

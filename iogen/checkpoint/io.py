@@ -1,358 +1,383 @@
-"""Write and read checkpoint files through the core, in constant memory.
+"""Write and read checkpoint files or objects through the storage layer, in constant memory.
 
-Each of `threads` writer threads owns one aligned buffer of `transfer_size` bytes, filled once
-(the checkpoint's content, incompressible unless checkpoint.randomize_tensor is False) and
-reused for every block of every file of every checkpoint; each of `read_threads` reader threads
-owns one more, allocated at the first read: nothing is allocated per checkpoint or per
-file, so a rank's memory is about threads x transfer_size whatever the model size. The work is
-cut into tasks (a file's run of blocks); threads take tasks in order, so big files are written
-by all threads at once and small files by one each. Blocks that hold framing (torch zip headers,
-the pickle, the central directory) are patched in the thread's buffer for that one pwrite and
-restored after it. The core does the pwrite/pread loops with the GIL released.
+One path for every backend: `CheckpointIO(store, ...)` writes a rank's checkpoint files through
+`store.write_objects` and reads them back through `store.read_objects` (iogen/storage/). The content
+is transfer_size bytes of the core's seeded fill (incompressible unless checkpoint.randomize_tensor
+is False), generated once, outside any timed window, and repeated: every transfer-size block of a
+file is that content with its first 8 bytes stamped (stamp ^ the block's file offset), so no two
+blocks are alike, and the layout's framing (torch zip headers, the pickle, the central directory)
+lies over it. A file's bytes depend on offsets only, so every backend writes the same bytes.
 
-Files are written under a temporary name, fsync'd when asked, and renamed into place by the
-thread that finishes the file's last task, so a final name never holds a partial file.
+The content is offered in two forms (`_Parts`), and the backend takes the one it writes:
 
-With fsync (buffered, not O_DIRECT), each task is written with write-behind: after every
-WRITE_BEHIND_BYTES its write-back is started, and the piece before it is waited for and dropped
-from the page cache (iogen._core.ckpt.write_behind). The bytes must reach the device inside the
-timed write anyway; writing them back as they come keeps the dirty pages to a few pieces per
-thread, so the final fsync has little left and the kernel never throttles the writer, and the
-next pieces land in the page-cache pages the writer just freed instead of fresh ones, whose
-first touch cost 3-4x the copy itself on the virtual machines measured (docs/checkpointing.md,
-"Write design"). The speed then no longer depends on how much dirty or free memory other work
-left behind. Without fsync nothing is waited for: the write is the page cache's, as DLIO's.
-With O_DIRECT every pwrite is a multiple of 4096 bytes (the last block padded from the buffer)
-and the file is truncated to its size before the rename.
+- blocks, for a backend with a native writer (posix: iogen/storage/posix.py's block writer). Each of
+  `threads` writer threads (iogen.threadwork.ThreadPool, made once with the content) owns one aligned
+  buffer of transfer_size bytes, filled once and reused for every block of every file of every
+  checkpoint; each of `read_threads` reader threads owns one more, allocated at the first read, so a rank's memory is about threads x transfer_size whatever
+  the model size. The work is cut into tasks (a file's run of blocks); threads take tasks in order,
+  so big files are written by all threads at once and small files by one each. Blocks that hold
+  framing are patched in the thread's buffer for that one pwrite and restored after it
+  (`write_blocks`). The core does the pwrite/pread loops with the GIL released. Files are written
+  under a temporary name, fsync'd when asked, and renamed into place by the thread that finishes
+  the file's last task, so a final name never holds a partial file.
+
+  With fsync (buffered, not O_DIRECT), each task is written with write-behind: after every
+  WRITE_BEHIND_BYTES (iogen/storage/posix.py) its write-back is started, and the piece before it is waited for and dropped
+  from the page cache (iogen._core.ckpt.write_behind). The bytes must reach the device inside the
+  timed write anyway; writing them back as they come keeps the dirty pages to a few pieces per
+  thread, so the final fsync has little left and the kernel never throttles the writer, and the
+  next pieces land in the page-cache pages the writer just freed instead of fresh ones, whose
+  first touch cost 3-4x the copy itself on the virtual machines measured (docs/checkpointing.md,
+  "Write design"). The speed then no longer depends on how much dirty or free memory other work
+  left behind. Without fsync nothing is waited for: the write is the page cache's, as DLIO's.
+  With O_DIRECT every pwrite is a multiple of 4096 bytes (the last block padded from the buffer)
+  and the file is truncated to its size before the rename.
+
+- parts, for the others (object stores: a multipart upload per object, `threads` parts in flight
+  across the rank's objects). Each upload thread holds one part-sized copy of the content, stamped
+  and framed in place for each part (then restored), and a client like botocore gets one bytes copy
+  of it per part: memory is about 2 x threads x part size, never an object's size. Reads are ranged
+  reads of one part size, `read_threads` in flight, each thread reading into its one reused buffer.
+
+A missing or short file/object is a DataError naming it.
 """
 from __future__ import annotations
 
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from .. import core
-from ..atomic import PendingFile, full_disk_error, is_full_disk
-from ..errors import ConfigError, DataError, OutputError
+from ..errors import ConfigError
+from ..threadwork import ThreadPool
 
-DIRECT_ALIGN = 4096
-# A task covers at most this much of a file, so an interrupted write stops within one task per thread.
-TASK_MAX_BYTES = 64 << 20
-# With fsync, a task's write-back is started every this many bytes (at least one block), and the
-# piece before is waited for and dropped from the page cache (measured: 8-32 MiB alike).
-WRITE_BEHIND_BYTES = 16 << 20
+DIRECT_ALIGN = 4096  # O_DIRECT: every transfer a multiple of it
 _MASK64 = (1 << 64) - 1
 
 
-@dataclass
-class _File:
-    path: str
-    layout: object  # torchzip.FileLayout
-    tasks_left: int = 0
-    fd: int = -1
-    out: PendingFile | None = None  # the file under its temporary name until its last task renames it
-    error: BaseException | None = None
-    framed_blocks: dict = field(default_factory=dict)  # block index -> [(offset in block, bytes)]
+class _Content:
+    """The checkpoint's content, generated once: `blocks()` (the block writer's aligned buffers, one per
+    writer thread, filled alike, held by the threads of `block_pool()`) or, per calling thread,
+    `part_buffer()` (a part-sized copy to stamp)."""
 
-
-class CheckpointIO:
-    """Threads and reused buffers that write and read a rank's checkpoint files."""
-
-    def __init__(self, *, threads: int, transfer_bytes: int, odirect: bool, fsync: bool, seed: int,
-                 randomize: bool = True, read_threads: int | None = None):
-        if transfer_bytes % DIRECT_ALIGN:
-            raise ConfigError(f"checkpoint.transfer_size = {transfer_bytes}: must be a multiple of {DIRECT_ALIGN}")
-        self.threads = threads
-        self.transfer = transfer_bytes
-        self.odirect = odirect
-        self.fsync = fsync
-        self.seed = seed
-        self.randomize = randomize
-        self.read_threads = read_threads or threads
-        self.pool = ThreadPoolExecutor(max_workers=max(threads, self.read_threads), thread_name_prefix="iogen-ckpt")
-        self.buffers: list = []  # the write content (filled once)
-        self.read_buffers: list = []  # where reads land: separate, so reads never change what is written
+    def __init__(self, threads: int, transfer: int, part_bytes: int, seed: int, randomize: bool):
+        self.threads, self.transfer, self.part_bytes = threads, transfer, part_bytes
+        self.seed, self.randomize = seed, randomize
+        self.buffers: list = []
         self.filled = False
-        self.stop = threading.Event()  # set when a phase fails or is interrupted: threads take no new task
+        self._pristine = None
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._pool = None  # the block writer's threads, each holding one of the buffers
+        self._generation = 0  # part buffers of an older generation are remade (after release)
 
-    def close(self) -> None:
-        """Stop the threads and release the buffers."""
-        self.pool.shutdown(wait=True)
-        self.buffers = []
-        self.read_buffers = []
+    def _fill(self, buf) -> None:
+        if self.randomize:
+            core.fill.fill_random(buf, self.seed, 1000, 0)
+        else:
+            buf[:] = 1  # DLIO's randomize_tensor False: constant content (compressible)
 
-    def release_write_buffers(self) -> None:
-        """Drop the write content (before a read phase, so the two never add up in memory)."""
-        self.buffers = []
-        self.filled = False
-
-    def _buffers(self, fill: bool) -> list:
-        # The content is generated here, once, outside any timed window.
+    def blocks(self) -> list:
+        """The block writer's buffers, allocated and filled at the first call (outside any timed window).
+        Every one holds the same bytes, so a file's content depends on offsets only, not on which thread
+        wrote which block."""
         if not self.buffers:
             self.buffers = [core.reader.aligned_buffer(self.transfer) for _ in range(self.threads)]
             self.filled = False
-        if fill and not self.filled:
-            # Every thread's buffer holds the same bytes, so a file's content depends on offsets
-            # only, not on which thread wrote which block.
+        if not self.filled:
             for buf in self.buffers:
-                if self.randomize:
-                    core.fill.fill_random(buf, self.seed, 1000, 0)
-                else:
-                    buf[:] = 1  # DLIO's randomize_tensor False: constant content (compressible)
+                self._fill(buf)
             self.filled = True
         return self.buffers
 
-    def prepare_write(self) -> None:
-        """Allocate and fill the buffers now (call before the timed window)."""
-        self._buffers(fill=True)
+    def block_pool(self) -> ThreadPool:
+        """The block writer's threads (iogen.threadwork.ThreadPool), thread k holding blocks()[k]: made once,
+        outside any timed window, and reused for every checkpoint."""
+        if self._pool is None:
+            buffers = self.blocks()
+            self._pool = ThreadPool(len(buffers), "iogen-ckpt", setup=lambda k: buffers[k])
+        return self._pool
 
-    def _tasks(self, files: list[_File], threads: int) -> list[tuple[_File, int, int]]:
-        tasks = []
-        for f in files:
-            size = f.layout.size_bytes
-            blocks = -(-size // self.transfer)
-            per = max(1, min(-(-blocks // threads), TASK_MAX_BYTES // self.transfer))
-            f.tasks_left = max(1, -(-blocks // per))
-            if blocks == 0:
-                tasks.append((f, 0, 0))
-            for first in range(0, blocks, per):
-                tasks.append((f, first, min(blocks, first + per)))
-        return tasks
+    def part_buffer(self) -> np.ndarray:
+        """The calling thread's copy of the content as parts are cut from it: the content repeated over a part
+        (and one block more when parts do not start on a block), made at its first call."""
+        loc = self._local
+        if getattr(loc, "generation", None) != self._generation:
+            with self._lock:
+                if self._pristine is None:
+                    content = np.empty(self.transfer, np.uint8)
+                    self._fill(content)
+                    p, t = self.part_bytes, self.transfer
+                    self._pristine = np.tile(content, -(-p // t) + (1 if p % t else 0))
+            loc.buf = self._pristine.copy()
+            loc.dirty = []
+            loc.generation = self._generation
+        return loc.buf
 
-    def _framed(self, f: _File) -> None:
-        t = self.transfer
-        for off, data in f.layout.framing:
-            pos = 0
-            while pos < len(data):
-                block, inner = divmod(off + pos, t)
-                n = min(len(data) - pos, t - inner)
-                f.framed_blocks.setdefault(block, []).append((inner, data[pos:pos + n]))
-                pos += n
+    def release(self) -> None:
+        """Drop the content and the block writer's threads (before a read phase, so writes and reads never add
+        up in memory)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self.buffers = []
+        self.filled = False
+        self._pristine = None
+        self._generation += 1
+        self._local = threading.local()
 
-    def write_files(self, paths_layouts: list[tuple[str, object]], stamp: int) -> int:
-        """Write every (path, layout); returns bytes in the files. DataError naming a file on failure."""
-        files = [_File(p, lay) for p, lay in paths_layouts]
-        for f in files:
-            self._framed(f)
-            f.out = PendingFile(f.path, needed_bytes=f.layout.size_bytes, what="the checkpoint")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-            if self.odirect:
-                flags |= getattr(os, "O_DIRECT", 0)
-            try:
-                f.fd = os.open(f.out.tmp, flags, 0o644)
-            except OSError as exc:
-                self._abort(files)
-                if self.odirect and exc.errno == 22:
-                    raise ConfigError(f"checkpoint.odirect = True: the file system of {os.path.dirname(f.path)} "
-                                      "does not support O_DIRECT; set checkpoint.odirect=False") from None
-                if is_full_disk(exc):
-                    raise f.out.full_disk(exc) from None
-                raise OutputError(f.path, f"cannot create the checkpoint file: {exc.strerror}") from None
-        try:
-            self._run(self._tasks(files, self.threads), lambda buf, task: self._write_task(buf, task, stamp),
-                      self._buffers(fill=True))
-        except BaseException:
-            self._abort(files)  # interrupted: no temporary file stays behind
-            raise
-        errors = [f for f in files if f.error is not None]
-        if errors:
-            f = errors[0]
-            full = None
-            if is_full_disk(f.error):  # name the file, what the checkpoint needed and what was free when it failed
-                full = full_disk_error(f.error, f.path, sum(g.layout.size_bytes for g in files),
-                                       f"the checkpoint ({len(files)} file(s) of this rank)")
-            self._abort(files)  # after the free space was measured: the temporary files still held theirs
-            if full is not None:
-                raise full from None
-            raise OutputError(f.path, f"checkpoint write failed: {getattr(f.error, 'strerror', None) or f.error}") \
-                from None
-        return sum(f.layout.size_bytes for f in files)
 
-    def _run(self, tasks, work, buffers) -> None:
-        lock = threading.Lock()
-        it = iter(tasks)
+class _Parts:
+    """part_of for Storage.write_objects: the bytes of a rank's checkpoint files, as parts (`part(j, i)`) or
+    as blocks (`block_pool()`: threads holding the block buffers; `write_blocks`) for a backend with a native
+    writer."""
 
-        def worker(buf):
-            while not self.stop.is_set():
-                with lock:
-                    task = next(it, None)
-                if task is None:
-                    return
-                work(buf, task)
+    what = "checkpoint"
+    direct_key = "checkpoint.odirect"
 
-        self.stop.clear()
-        futures = [self.pool.submit(worker, buf) for buf in buffers[: max(1, min(len(buffers), len(tasks)))]]
-        try:
-            for fut in futures:
-                fut.result()
-        except BaseException:
-            # Ctrl-C (or a failure) reaches the main thread: let every thread finish its current
-            # task and stop, so nothing writes after this call returns.
-            self.stop.set()
-            wait(futures)
-            raise
+    def __init__(self, content: _Content, layouts, stamp: int):
+        self.content, self.stamp = content, stamp
+        self.transfer = content.transfer
+        self.sizes = [lay.size_bytes for lay in layouts]
+        self.layouts = layouts
+        self._by_block = None
+        self._by_part = None
 
-    def _write_task(self, buf, task, stamp: int) -> None:
-        f, first, last = task
-        if f.error is None:
-            try:
-                if self.fsync and not self.odirect:
-                    self._write_behind(buf, f, first, last, stamp)
-                else:
-                    self._write_blocks(buf, f, first, last, stamp)
-            except OSError as exc:
-                f.error = exc
-        self._task_done(f)
+    # -- blocks (the core's writer) -------------------------------------------------------------
 
-    def _write_behind(self, buf, f: _File, first: int, last: int, stamp: int) -> None:
-        """Blocks [first, last) in pieces of WRITE_BEHIND_BYTES: each one's write-back started as
-        soon as it is written, the one before waited for and its pages dropped; the task's last
-        piece is left to write back (the file's fsync waits for it)."""
-        t, size, behind = self.transfer, f.layout.size_bytes, core.ckpt.write_behind
-        step = max(1, WRITE_BEHIND_BYTES // t)
-        prev = None
-        for a in range(first, last, step):
-            b = min(last, a + step)
-            self._write_blocks(buf, f, a, b, stamp)
-            lo, hi = a * t, min(b * t, size)
-            behind(f.fd, lo, hi - lo, False)
-            if prev is not None:
-                behind(f.fd, prev[0], prev[1] - prev[0], True)
-            prev = (lo, hi)
+    def block_pool(self) -> ThreadPool:
+        return self.content.block_pool()
 
-    def _write_blocks(self, buf, f: _File, first: int, last: int, stamp: int) -> None:
-        t, size, ckpt = self.transfer, f.layout.size_bytes, core.ckpt
+    def _framed(self) -> list:
+        if self._by_block is None:
+            self._by_block = [_split(lay.framing, self.transfer) for lay in self.layouts]
+        return self._by_block
+
+    def write_blocks(self, buf, fd: int, j: int, first: int, last: int, direct: bool) -> None:
+        """Blocks [first, last) of file j into fd at their offsets, from buf: runs of plain blocks in one core
+        call each, a block that holds framing patched in buf for its own pwrite."""
+        t, size, framed = self.transfer, self.sizes[j], self._framed()[j]
         run_from = first
         for block in range(first, last + 1):
-            if block < last and block not in f.framed_blocks:
+            if block < last and block not in framed:
                 continue
             if run_from < block:  # the run of plain blocks before this one
                 end = min(block * t, size)
-                ckpt.write_range(f.fd, buf, run_from * t, self._direct_end(end), t, stamp)
+                core.ckpt.write_range(fd, buf, run_from * t, _direct_end(end, direct), t, self.stamp)
             if block < last:
-                self._write_framed(buf, f, block, stamp)
+                self._write_framed(buf, fd, j, block, framed[block], direct)
             run_from = block + 1
 
-    def _direct_end(self, end: int) -> int:
-        return end + (-end) % DIRECT_ALIGN if self.odirect else end
-
-    def _write_framed(self, buf, f: _File, block: int, stamp: int) -> None:
+    def _write_framed(self, buf, fd: int, j: int, block: int, pieces, direct: bool) -> None:
         t = self.transfer
         start = block * t
-        n = min(t, f.layout.size_bytes - start)
-        pieces = f.framed_blocks[block]
+        n = min(t, self.sizes[j] - start)
         saved = [(inner, bytes(buf[inner:inner + len(data)])) for inner, data in pieces]
         saved_stamp = bytes(buf[:8])
         try:
-            if stamp and n >= 8:
-                buf[:8] = memoryview(((stamp ^ start) & _MASK64).to_bytes(8, "little"))
+            if self.stamp and n >= 8:
+                buf[:8] = memoryview(((self.stamp ^ start) & _MASK64).to_bytes(8, "little"))
             for inner, data in pieces:
                 buf[inner:inner + len(data)] = memoryview(data)
-            core.ckpt.write_range(f.fd, buf, start, start + self._direct_end(n), t, 0)
+            core.ckpt.write_range(fd, buf, start, start + _direct_end(n, direct), t, 0)
         finally:
             buf[:8] = memoryview(saved_stamp)
             for inner, data in saved:
                 buf[inner:inner + len(data)] = memoryview(data)
 
-    def _task_done(self, f: _File) -> None:
-        last = False
-        with _FILE_LOCK:
-            f.tasks_left -= 1
-            last = f.tasks_left == 0
-        if not last or f.error is not None:
-            return
-        try:
-            if self.odirect:
-                os.ftruncate(f.fd, f.layout.size_bytes)
-            if self.fsync:
-                os.fsync(f.fd)
-            os.close(f.fd)
-            f.fd = -1
-            f.out.commit()
-        except OSError as exc:
-            f.error = exc
+    # -- parts ----------------------------------------------------------------------------------
 
-    def _abort(self, files: list[_File]) -> None:
-        for f in files:
-            if f.fd >= 0:
-                os.close(f.fd)
-                f.fd = -1
-            if f.out is not None:
-                f.out.discard()
+    def __call__(self, j: int, i: int):
+        """Part i of file j: the bytes the block writer writes at that offset, as a view of the calling
+        thread's part buffer (stamped and framed in place; valid until its next call)."""
+        p, t = self.content.part_bytes, self.transfer
+        if self._by_part is None:
+            self._by_part = [_split(lay.framing, p) for lay in self.layouts]
+        buf = self.content.part_buffer()
+        pristine = self.content._pristine
+        loc = self.content._local
+        for a, b in loc.dirty:  # undo the previous part's stamps and framing
+            buf[a:b] = pristine[a:b]
+        loc.dirty = []
+        start = i * p
+        n = min(p, self.sizes[j] - start)
+        skew = start % t  # where the part starts in its block
+        view = buf[skew:skew + n]
+        for b in range(start // t, (start + n - 1) // t + 1) if self.stamp else ():  # the blocks it overlaps
+            at = b * t
+            if min(t, self.sizes[j] - at) < 8:  # as core.ckpt.write_range stamps a block: not one under 8 bytes
+                continue
+            lo, hi = max(at, start), min(at + 8, start + n)  # the part of the block's stamp in this part
+            if lo < hi:
+                word = ((self.stamp ^ at) & _MASK64).to_bytes(8, "little")
+                view[lo - start:hi - start] = np.frombuffer(word[lo - at:hi - at], np.uint8)
+                loc.dirty.append((skew + lo - start, skew + hi - start))
+        for inner, data in self._by_part[j].get(i, ()):
+            view[inner:inner + len(data)] = np.frombuffer(data, np.uint8)
+            loc.dirty.append((skew + inner, skew + inner + len(data)))
+        return view
 
-    def read_files(self, paths_sizes: list[tuple[str, int]]) -> int:
-        """Read every file whole (pread, reused buffers); returns bytes read. DataError when one is short."""
-        files = []
-        for path, size in paths_sizes:
-            f = _File(path, _Sized(size))
-            flags = os.O_RDONLY | os.O_CLOEXEC | (getattr(os, "O_DIRECT", 0) if self.odirect else 0)
-            try:
-                f.fd = os.open(path, flags)
-            except FileNotFoundError:
-                self._close_all(files)
-                raise DataError(path, "checkpoint file is missing") from None
-            except OSError as exc:
-                self._close_all(files)
-                raise DataError(path, f"cannot open: {exc.strerror}") from None
-            files.append(f)
-        got = {id(f): 0 for f in files}
-        lock = threading.Lock()
+    def part_buffer(self):
+        return self.content.part_buffer()
 
-        def work(buf, task):
-            f, first, last = task
+
+def _split(framing, unit: int) -> dict:
+    """{unit index: [(offset in unit, bytes)]}: the framing pieces cut at unit boundaries."""
+    out: dict = {}
+    for off, data in framing:
+        pos = 0
+        while pos < len(data):
+            k, inner = divmod(off + pos, unit)
+            n = min(len(data) - pos, unit - inner)
+            out.setdefault(k, []).append((inner, data[pos:pos + n]))
+            pos += n
+    return out
+
+
+def _direct_end(end: int, direct: bool) -> int:
+    return end + (-end) % DIRECT_ALIGN if direct else end
+
+
+class _ReadBuffers:
+    """buffer for Storage.read_objects: the calling thread's reused part buffer (`buffer()`), or the block
+    reader's threads, each holding one aligned buffer (`block_pool()`); each made at its first use."""
+
+    what = "checkpoint"
+
+    def __init__(self, io: "CheckpointIO"):
+        self.io = io
+        self.transfer = io.transfer
+        self._local = threading.local()
+        self._pool = None
+
+    def __call__(self):
+        loc = self._local
+        if getattr(loc, "buf", None) is None:
+            loc.buf = np.empty(self.io.part_bytes, np.uint8)  # allocated at the first read, reused after
+        return loc.buf
+
+    def block_pool(self) -> ThreadPool:
+        if self._pool is None:
             t = self.transfer
-            try:
-                n = core.ckpt.read_range(f.fd, buf, first * t, self._direct_end(min(last * t, f.layout.size_bytes)), t)
-                with lock:
-                    got[id(f)] += min(n, max(0, f.layout.size_bytes - first * t))
-            except OSError as exc:
-                f.error = exc
+            self._pool = ThreadPool(self.io.read_threads, "iogen-ckpt-get", setup=lambda k: core.reader.aligned_buffer(t))
+            self.io.read_buffers = self._pool.states
+        return self._pool
 
-        try:
-            if not self.read_buffers:
-                self.read_buffers = [core.reader.aligned_buffer(self.transfer) for _ in range(self.read_threads)]
-            self._run(self._tasks(files, self.read_threads), work, self.read_buffers)
-        finally:
-            self._close_all(files)
-        for f in files:
-            if f.error is not None:
-                raise DataError(f.path, f"read failed: {getattr(f.error, 'strerror', None) or f.error}")
-            if got[id(f)] < f.layout.size_bytes:
-                raise DataError(f.path, f"checkpoint file is truncated: read {got[id(f)]} of "
-                                        f"{f.layout.size_bytes} bytes")
-        return sum(got.values())
-
-    @staticmethod
-    def _close_all(files) -> None:
-        for f in files:
-            if f.fd >= 0:
-                os.close(f.fd)
-                f.fd = -1
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self.io.read_buffers = []
 
 
-_FILE_LOCK = threading.Lock()
+class CheckpointIO:
+    """Threads and reused buffers that write and read a rank's checkpoint files through `store`.
+
+    part_bytes: the parts of a backend that writes parts (default: whole transfer-size blocks of at least
+    5 MiB, S3's smallest part); a backend with a native block writer writes transfer-size blocks."""
+
+    def __init__(self, store, *, threads: int, transfer_bytes: int, odirect: bool = False, fsync: bool = False,
+                 seed: int, randomize: bool = True, read_threads: int | None = None, part_bytes: int | None = None):
+        from ..storage.s3 import part_size_bytes
+
+        if transfer_bytes % DIRECT_ALIGN:
+            raise ConfigError(f"checkpoint.transfer_size = {transfer_bytes}: must be a multiple of {DIRECT_ALIGN}")
+        self.store = store
+        self.threads = max(1, int(threads))
+        self.read_threads = max(1, int(read_threads or threads))
+        self.transfer = int(transfer_bytes)
+        self.part_bytes = int(part_bytes or part_size_bytes(self.transfer))
+        self.odirect = bool(odirect)
+        self.fsync = bool(fsync)
+        self.seed = seed
+        self.randomize = randomize
+        self.content = _Content(self.threads, self.transfer, self.part_bytes, seed, randomize)
+        self.read_buffers: list = []  # where block reads land: separate, so reads never change what is written
+        self._reads = _ReadBuffers(self)
+        self._write_pool = None
+        self._read_pool = None
+        self._prepared = False
+        store.prepare_stream(self.part_bytes)  # a streaming client's own client and connection, now
+
+    @property
+    def buffers(self) -> list:
+        """The block writer's content buffers (empty until prepared)."""
+        return self.content.buffers
+
+    def prepare_write(self) -> None:
+        """The content and what the backend's writes need (its threads' clients and buffers), now: call
+        before the timed window."""
+        if self._write_pool is None:
+            self._write_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-ckpt-put")
+        if not self._prepared:
+            self.store.prepare_writes(self.content, self._write_pool, self.threads)
+            self._prepared = True
+
+    def write_files(self, paths_layouts, stamp: int) -> int:
+        """Write every (path, layout); returns the bytes in them. An OutputError or DataError naming one on failure."""
+        self.prepare_write()
+        items = [(p, lay.size_bytes) for p, lay in paths_layouts]
+        parts = _Parts(self.content, [lay for _, lay in paths_layouts], stamp)
+        return self.store.write_objects(items, self.part_bytes, parts, self._write_pool,
+                                        fsync=self.fsync, direct=self.odirect)
+
+    def release_write_buffers(self) -> None:
+        """Drop the write content and the write threads (before a read phase, so the two never add up)."""
+        if self._write_pool is not None:
+            self._write_pool.shutdown(wait=True)  # its threads, and their buffers, end
+        self._write_pool = None
+        self._prepared = False
+        self.content.release()
+
+    def read_files(self, paths_sizes) -> int:
+        """Read every file whole into reused buffers; returns the bytes read. DataError when one is missing or short."""
+        if self._read_pool is None:
+            self._read_pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="iogen-ckpt-get")
+        return self.store.read_objects([(p, int(n)) for p, n in paths_sizes], self.part_bytes, self._read_pool,
+                                       self._reads, direct=self.odirect)
+
+    def figures(self) -> dict:
+        """The backend's request figures since the last call ({} where it has none)."""
+        return self.store.drain()
+
+    def close(self) -> None:
+        """Stop the threads and release the buffers."""
+        for pool in (self._write_pool, self._read_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._write_pool = self._read_pool = None
+        self._prepared = False
+        self.content.release()
+        self._reads.close()
 
 
-@dataclass(frozen=True)
-class _Sized:
-    size_bytes: int
-    framing: tuple = ()
+def checkpoint_storage(wl, threads: int, check: bool = True):
+    """The workload's backend as checkpoints use it (Storage.for_checkpoints), its target checked."""
+    from ..storage import backend_class
+
+    st = backend_class(wl).for_checkpoints(wl, threads)
+    if check:
+        st.check(wl)
+    return st
 
 
-def evict(paths: list[str]) -> bool:
-    """Drop the files from the page cache (write back, then fadvise DONTNEED); True when all succeeded."""
+def local_storage(wl, threads: int):
+    """The backend of a local tier (checkpoint.local_folder): this machine's files, whatever the shared tier."""
+    from ..storage import backend_class, files_section
+
+    return backend_class(files_section(wl.storage)).for_checkpoints(wl, threads)
+
+
+def evict(store, paths) -> bool:
+    """Drop the files from the page cache where the backend can (write back, then fadvise DONTNEED); True when
+    all succeeded (and where there is no page cache to drop)."""
+    if not store.capabilities.evict:
+        return True
     ok = True
     for path in paths:
         try:
-            fd = core.reader.open_file(path, False)
+            store.evict(path)
         except OSError:
             ok = False
-            continue
-        try:
-            core.reader.evict_file(fd)
-        except OSError:
-            ok = False
-        finally:
-            core.reader.close_file(fd)
     return ok

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import os
 import resource
-import stat
 import sys
 
 import numpy as np
 
 from .. import core
-from ..atomic import make_folders, remove_stale_temps
 from ..errors import ConfigError, DataError, os_error_text
 from ..storage import backend_class, capabilities, client_setup, storage_label
-from .io import CheckpointIO, evict
+from .io import CheckpointIO, checkpoint_storage, evict, local_storage
 from .model import ModelSpec
 from .torchzip import file_layout
 
@@ -45,8 +43,8 @@ class RankFiles:
         self.file_bytes = sum(lay.size_bytes for lay in self.layouts)
 
     def paths(self, folder: str, step: int) -> list[str]:
-        """The files' paths in checkpoint `step`."""
-        return [os.path.join(folder, checkpoint_id(step), name) for name in self.names]
+        """The files' paths in checkpoint `step` (file names, or object URIs under an s3:// folder)."""
+        return [f"{folder}/{checkpoint_id(step)}/{name}" for name in self.names]
 
 
 def read_rank(world, shift: bool) -> tuple[int, str | None]:
@@ -61,40 +59,35 @@ def read_rank(world, shift: bool) -> tuple[int, str | None]:
 
 
 def checkpoint_root(wl) -> str:
-    """Where checkpoints live: the folder's absolute path, or on object storage its s3:// URI."""
-    folder = backend_class(wl).checkpoint_folder(wl)
-    return os.path.abspath(folder) if capabilities(wl).local_paths else folder
+    """Where checkpoints live, as the backend spells it: the folder's absolute path, or on object storage its
+    s3:// URI."""
+    return backend_class(wl).checkpoint_folder(wl)
 
 
-def check_present(files: RankFiles, folder: str, steps, io=None) -> None:
-    """DataError naming the first file of checkpoints `steps` that is missing, has the wrong size, or
-    whose torch header is not the one the workload's model writes (check_headers)."""
-    if hasattr(io, "check_present"):  # objects: HEAD each (iogen/checkpoint/objects.py)
-        io.check_present([(p, lay.size_bytes) for step in steps
-                          for p, lay in zip(files.paths(folder, step), files.layouts)])
-        check_headers(files, folder, steps, io)
-        return
+def check_present(files: RankFiles, folder: str, steps, store) -> None:
+    """DataError naming the first file (object) of checkpoints `steps` that is missing, has the wrong size, or
+    whose torch header is not the one the workload's model writes (check_headers); outside the timed windows."""
+    noun = store.noun
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
             try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise DataError(path, f"checkpoint file is missing (checkpoint {checkpoint_id(step)} of "
-                                      f"{folder}; write it first with checkpoint.num_checkpoints_write)") from None
+                other = store.what_is(path)
+                size = None if other else store.stat(path)
             except OSError as exc:
-                raise DataError(path, f"cannot read the checkpoint file: {os_error_text(exc)}") from None
-            if not stat.S_ISREG(st.st_mode):
-                what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-                raise DataError(path, f"is {what}, not a checkpoint file (checkpoint {checkpoint_id(step)} of {folder})")
-            size = st.st_size
+                raise DataError(path, f"cannot read the checkpoint {noun}: {os_error_text(exc)}") from None
+            if other:
+                raise DataError(path, f"is {other}, not a checkpoint {noun} (checkpoint {checkpoint_id(step)} of {folder})")
+            if size is None:
+                raise DataError(path, f"checkpoint {noun} is missing (checkpoint {checkpoint_id(step)} of "
+                                      f"{folder}; write it first with checkpoint.num_checkpoints_write)")
             if size != layout.size_bytes:
                 what = "truncated" if size < layout.size_bytes else "longer than expected"
-                raise DataError(path, f"checkpoint file is {what}: {size} bytes, expected {layout.size_bytes} "
+                raise DataError(path, f"checkpoint {noun} is {what}: {size} bytes, expected {layout.size_bytes} "
                                       "(written with other model settings, or cut short)")
-    check_headers(files, folder, steps)
+    check_headers(files, folder, steps, store)
 
 
-def check_headers(files: RankFiles, folder: str, steps, io=None) -> None:
+def check_headers(files: RankFiles, folder: str, steps, store) -> None:
     """DataError naming the first file whose torch framing differs from what this model writes.
 
     checkpoint.format torch: the first framing piece (the zip header and data.pkl: every tensor's
@@ -102,10 +95,10 @@ def check_headers(files: RankFiles, folder: str, steps, io=None) -> None:
     offsets) are read back and compared byte for byte, outside the timed windows: a bf16 checkpoint
     restored as fp16, or another model's shards of the same size, are refused by name. No byte is
     added to the files (their sizes stay DLIO's), and the tensors' content is not checked (that
-    would be a checksum pass over every byte): docs/checkpointing.md. On objects each piece is one
-    ranged GET (counted in the check's figures). checkpoint.format raw has no framing to check.
+    would be a checksum pass over every byte): docs/checkpointing.md. Each piece is one read through
+    the store (on objects one ranged GET, counted in the check's figures). checkpoint.format raw has
+    no framing to check.
     """
-    store = getattr(io, "store", None)
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
             pieces = layout.framing[:1] + layout.framing[-1:] if len(layout.framing) > 1 else layout.framing
@@ -116,19 +109,11 @@ def check_headers(files: RankFiles, folder: str, steps, io=None) -> None:
 
 
 def _read_piece(store, path: str, offset: int, n: int) -> bytes:
-    if store is not None:
-        buf = bytearray(n)
+    buf = bytearray(n)
+    try:
         return bytes(buf[:store.readinto(path, offset, buf)])
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise DataError(path, f"cannot open the checkpoint file: {exc.strerror}") from None
-    try:
-        return os.pread(fd, n, offset)
-    except OSError as exc:
-        raise DataError(path, f"cannot read the checkpoint file's header: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+        raise DataError(path, f"cannot read the checkpoint {store.noun}'s header: {exc.strerror}") from None
 
 
 def _header_difference(expected: bytes, got: bytes, offset: int) -> str:
@@ -168,7 +153,7 @@ def space_needs(wl, world_size: int, files: RankFiles, folder: str, n_write: int
     ck = wl.checkpoint
     local = os.path.abspath(ck.local_folder) if ck.local_folder else None
     tiers = [(local, "the local tier (checkpoint.local_folder)")] if local else []
-    if (not local or ck.drain != "off") and capabilities(wl).local_paths:
+    if (not local or ck.drain != "off") and capabilities(wl).free_space:
         tiers.append((folder, "checkpoint.checkpoint_folder"))
     entries = []
     for root, name in tiers if n_write else ():
@@ -231,29 +216,35 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
     # without a drain a two-tier run reads back what stayed on the local tier
     stays_local = bool(ck.local_folder) and ck.drain == "off"
     check_space(wl, world, mine, folder, n_write)  # before the first byte, on every rank alike
-    io = None
+    ios = []
     try:
-        caps = capabilities(wl)
-        if not caps.local_paths:  # objects (docs/objectstore.md); the bucket is checked here
-            from .objects import ObjectCheckpointIO
-
-            io = ObjectCheckpointIO(wl, threads=ck.write_threads, transfer_bytes=ck.transfer_size,
-                                    seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                                    read_threads=ck.read_threads)
+        threads = max(ck.write_threads, ck.read_threads)
+        # the checkpoint folder's writer and reader (an object store's bucket is checked here, exit 2) and,
+        # with a local tier (checkpoint.local_folder), that tier's in front of it
+        ios.append(_checkpoint_io(wl, world, checkpoint_storage(wl, threads)))
+        if ck.local_folder:
+            ios.append(_checkpoint_io(wl, world, local_storage(wl, threads)))
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
-                          range(n_write + 1, n_read + 1), None if stays_local else io)
+                          range(n_write + 1, n_read + 1), ios[-1].store if stays_local else ios[0].store)
     except BaseException as exc:
-        if io is not None:
-            io.close()
+        for one in ios:
+            one.close()
         world.fail(exc)
         raise
     world.sync()
     return _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,
-                label=label, quiet=quiet, stream=stream or sys.stderr, io=io)
+                label=label, quiet=quiet, stream=stream or sys.stderr, ios=ios)
 
 
-def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream, io=None):
+def _checkpoint_io(wl, world, store) -> CheckpointIO:
+    ck = wl.checkpoint
+    return CheckpointIO(store, threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                        fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
+                        read_threads=ck.read_threads)
+
+
+def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream, ios):
     from ..config import resolved_dict
     from ..report import rundir, summary
 
@@ -273,14 +264,14 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
                            f"read(s) of {ck.format} checkpoints in {folder}, {world.size} rank(s), "
                            f"core {core.core_description()}")
         except BaseException as exc:  # e.g. a full disk: the other ranks must not wait for rank 0
-            if io is not None:
-                io.close()
+            for one in ios:
+                one.close()
             world.fail(exc)
             raise
     error = None
     try:
         return _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts,
-                       _Say(log), io)
+                       _Say(log), ios)
     except BaseException as exc:
         error = exc
         raise
@@ -304,38 +295,34 @@ class _Say:
             self.log.write(text)
 
 
-def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts, say, io):
+def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, run_dir, facts, say, ios):
     from ..metrics.device import device_read_bytes
     from ..report import rundir
 
     ck = wl.checkpoint
     if shift_note and world.rank == 0:
         say(shift_note)
-    objects = io is not None  # on object storage: ObjectCheckpointIO, made by run_checkpoints
+    io = ios[0]  # the checkpoint folder's; ios[-1]: the local tier's, when there is one
+    # a backend that counts its requests (an object store): each phase's apart ("setup": the bucket's and a
+    # read-only run's HEADs)
+    objects = bool(io.store.capabilities.figures & {"requests", "objects"})
+    object_figures = {"setup": io.figures()}  # {} where there are none
     # Two tiers: write to checkpoint.local_folder, drain each checkpoint to checkpoint_folder
     # (drain.py; on object storage to the bucket); the read phase restores from the shared tier
     # once every drain has ended.
     local = os.path.abspath(ck.local_folder) if ck.local_folder else None
-    file_io = None
-    if io is None or local:  # files: the run's own, or the local tier's in front of a bucket
-        file_io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
-                               fsync=ck.fsync, seed=int(wl.train.seed) + world.rank, randomize=ck.randomize_tensor,
-                               read_threads=ck.read_threads)
-    # objects: the requests of each phase, apart ("setup": the bucket's and a read-only run's HEADs)
-    object_figures = {"setup": io.figures()} if objects else {}
     write_folder = local or folder
     drainer = None
     if local and ck.drain != "off":
         from .drain import Drainer
 
         store = None
-        if objects:  # the drain's own store: its requests are the drain's figures
+        if not capabilities(wl).local_paths:  # the drain's own store: its requests are the drain's figures
             store = backend_class(wl).from_workload(wl, ck.drain_threads)
         drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)
     read_folder = folder if drainer is not None or not local else local
-    writer = file_io or io
-    reader = io if objects and read_folder == folder else writer
-    writes_objects, reads_objects = objects and writer is io, objects and reader is io
+    writer = ios[-1]
+    reader = io if read_folder == folder else ios[-1]
     drain_record = None
     compute_ns = int(max(0.0, ck.time_between_checkpoints) * 1e9)
     spin = core.clock.calibrate_spin_ns() if compute_ns else 0
@@ -348,8 +335,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         for i in range(n_write):
             paths = mine.paths(write_folder, i + 1)
             # a killed run's half-written files of this rank (its temp names, dead pid) hold space
-            if not writes_objects:
-                remove_stale_temps(os.path.join(write_folder, checkpoint_id(i + 1)), set(mine.names))
+            writer.store.remove_stale(f"{write_folder}/{checkpoint_id(i + 1)}", set(mine.names))
             if compute_ns:
                 core.clock.sleep_ns(compute_ns, spin)
             event = {"epoch": 1, "step": i + 1}
@@ -358,9 +344,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 drainer.waits += bool(waited)
             world.barrier()
             t0 = core.clock.now_ns()
-            if not writes_objects:
-                make_folders(os.path.dirname(paths[0]) if paths else os.path.join(write_folder, checkpoint_id(i + 1)),
-                             "the checkpoint's folder")
+            writer.store.make_folder(os.path.dirname(paths[0]) if paths else f"{write_folder}/{checkpoint_id(i + 1)}",
+                                     "the checkpoint's folder")
             nbytes = writer.write_files(list(zip(paths, mine.layouts)), stamp=(world.rank << 40) | (i + 1) << 20 | 1)
             written[i] = (nbytes, core.clock.now_ns() - t0)
             if drainer is not None:
@@ -373,18 +358,14 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             say(f"checkpoint {i + 1}/{n_write} written: {checkpoint_id(i + 1)}")
         if drainer is not None:
             drain_record = drainer.finish()  # the last drain ends before any read or summary
-            if objects:
-                object_figures["checkpoint_drain"] = drain_record.pop("object_store", None)
-        if writes_objects:
-            object_figures["checkpoint_write"] = io.figures()
+            object_figures["checkpoint_drain"] = drain_record.pop("object_store", None)  # a drain to a bucket
+        object_figures["checkpoint_write"] = io.figures()  # {} when the local tier took the writes
         if n_read:
             world.barrier()  # every rank's files are complete before any rank reads or evicts
             # Outside every timed window: drop what will be read from the page cache.
-            if not reads_objects:  # objects: no page cache in the way
-                evicted = evict([p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
-            check_present(theirs, read_folder, range(1, n_read + 1), reader)
-            if reads_objects:  # the HEADs above are not part of the read phase's figures
-                object_figures["checkpoint_check"] = io.figures()
+            evicted = evict(reader.store, [p for s in range(1, n_read + 1) for p in theirs.paths(read_folder, s)])
+            check_present(theirs, read_folder, range(1, n_read + 1), reader.store)
+            object_figures["checkpoint_check"] = io.figures()  # the HEADs above are not part of the read phase's
             world.barrier()
             writer.release_write_buffers()  # reads have their own buffers; the two never add up
             before = device_read_bytes()
@@ -399,8 +380,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
                 say(f"checkpoint {i + 1}/{n_read} read: {checkpoint_id(i + 1)}")
             after = device_read_bytes()
             device_bytes = None if before is None or after is None else after - before
-            if reads_objects:
-                object_figures["checkpoint_read"] = io.figures()
+            object_figures["checkpoint_read"] = io.figures()
     except BaseException as exc:
         if drainer is not None:
             drainer.stop()  # the drain in flight ends with its files in flight: no partial file left
@@ -413,7 +393,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             rundir.write_json(os.path.join(run_dir, "summary.json"), doc)
         raise
     finally:
-        for one in {id(x): x for x in (io, file_io) if x is not None}.values():
+        for one in ios:
             one.close()
     facts_rank = np.array([peak_rss_bytes(), -1 if device_bytes is None else device_bytes, int(evicted),
                            theirs.rank], np.int64)

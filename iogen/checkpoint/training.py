@@ -3,12 +3,15 @@
 As DLIO's unet3d and bert configs use it: after chosen epochs (`checkpoint_after_epoch`,
 `epochs_between_checkpoints`) or every `steps_between_checkpoints` training steps (counted
 over the whole run, as DLIO counts them). Rank 0 writes the model (DLIO's `rank_zero` layout),
-every rank waits for it at a barrier, and the write is timed as its own event. The file is
-written by the same writer as checkpoint-only runs (iogen/checkpoint/io.py: `write_threads`
-threads, `transfer_size` pieces from reused buffers, O_DIRECT when `checkpoint.odirect`),
-incompressible (the core's seeded fill, each block stamped), under a temporary name, fsync'd
-when `checkpoint.fsync` is set, and renamed when complete; its bytes are the model's, without
-framing. Only the newest checkpoint is kept, so a long run does not fill the disk.
+every rank waits for it at a barrier, and the write is timed as its own event. The checkpoint is
+written by the same writer as checkpoint-only runs, through the storage layer (iogen/checkpoint/io.py:
+`write_threads` threads, `transfer_size` pieces from reused buffers), incompressible (the core's
+seeded fill, each block stamped), and appears whole or not at all: on files under a temporary name,
+fsync'd when `checkpoint.fsync` is set, O_DIRECT when `checkpoint.odirect`, renamed when complete;
+on an object store a multipart upload of parts of max(transfer_size, 5 MiB) (S3's smallest part),
+aborted on failure, to `s3://<bucket>/[<prefix>/]<checkpoint_folder>/<name>-epoch<E>-step<S>.ckpt`,
+its requests counted (iogen.object_store.checkpoint). Its bytes are the model's, without framing.
+Only the newest checkpoint is kept, so a long run does not fill the disk.
 
 Checkpoint time is checkpoint I/O only (as DLIO times it): the content is generated once, when
 the Checkpointer is made, and the previous checkpoint is deleted by `cleanup()`, which the
@@ -19,46 +22,53 @@ from __future__ import annotations
 import os
 
 from .. import core
-from ..atomic import make_folders, remove_stale_temps
-from .io import CheckpointIO
+from .io import CheckpointIO, checkpoint_storage, local_storage
 from .model import Tensor
 from .torchzip import raw_layout
+
+MIN_PART_BYTES = 5 << 20  # S3's smallest multipart part
 
 
 class Checkpointer:
     """Decides when a checkpoint is due and writes it."""
 
     def __init__(self, wl, world):
+        from ..storage import backend_class, capabilities, get_storage
+
         ck = wl.checkpoint
         self._schedule(wl, world)
-        self.folder = os.path.abspath(ck.checkpoint_folder)
         self.fsync = bool(ck.fsync)
         self.seed = int(wl.train.seed)
-        # Two tiers (checkpoint.local_folder): write locally, drain to checkpoint_folder (drain.py).
+        threads = max(1, int(ck.write_threads))
         self.drainer = None
         self.drain_figures = None
+        self.figures = None  # the store's request figures at the end of the run (rank 0)
+        self.store = None
+        self.io = None
+        # Two tiers (checkpoint.local_folder): write locally, drain to checkpoint_folder (drain.py).
         if ck.local_folder:
             self.folder = os.path.abspath(ck.local_folder)
             if ck.drain != "off" and world.rank == 0:
                 from .drain import Drainer
 
                 shared, store = ck.checkpoint_folder, None
-                from ..storage import backend_class, capabilities, get_storage
-
                 if not capabilities(wl).local_paths:  # the shared tier is the bucket (same keys as direct uploads)
                     shared = backend_class(wl).checkpoint_folder(wl)
                     store = get_storage(wl, ck.drain_threads, check=False)
                 self.drainer = Drainer(shared, ck.drain_threads, ck.transfer_size, ck.drain, store)
-        # Rank 0 writes: before its first byte, the checkpoints must fit where they go
-        if world.rank == 0:
-            self._check_space(wl)
-        # Rank 0 writes: its writer's content is generated here, once, outside every timed window.
-        self.io = None
-        if world.rank == 0:
-            self.io = CheckpointIO(threads=ck.write_threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
-                                   fsync=self.fsync, seed=self.seed, randomize=ck.randomize_tensor)
-            self.io.prepare_write()
+        else:
+            self.folder = backend_class(wl).checkpoint_folder(wl)
         self.layout = raw_layout([Tensor(("a",), "int8", self.size_bytes)])
+        if world.rank != 0:
+            return
+        # Rank 0 writes: before its first byte, the checkpoints must fit where they go
+        self.store = local_storage(wl, threads) if ck.local_folder else checkpoint_storage(wl, threads)
+        self._check_space(wl)
+        # its writer's content is generated here, once, outside every timed window
+        self.io = CheckpointIO(self.store, threads=threads, transfer_bytes=ck.transfer_size, odirect=ck.odirect,
+                               fsync=self.fsync, seed=self.seed, randomize=ck.randomize_tensor,
+                               part_bytes=max(MIN_PART_BYTES, int(ck.transfer_size)))
+        self.io.prepare_write()
 
     def planned_checkpoints(self, wl) -> int:
         """How many checkpoints the run's schedule writes (train epochs and steps, DLIO's rule)."""
@@ -87,10 +97,10 @@ class Checkpointer:
             return
         peak = min(count, 2) * self.size_bytes  # the newest kept, the next one being written
         tiers = [(self.folder, "the local tier (checkpoint.local_folder)" if wl.checkpoint.local_folder
-                  else "checkpoint.checkpoint_folder")]
+                  else "checkpoint.checkpoint_folder")] if self.store.capabilities.free_space else []
         from ..storage import capabilities
 
-        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and capabilities(wl).local_paths:
+        if wl.checkpoint.local_folder and wl.checkpoint.drain != "off" and capabilities(wl).free_space:
             tiers.append((os.path.abspath(wl.checkpoint.checkpoint_folder), "checkpoint.checkpoint_folder"))
         entries = [("this host", need(root, count * self.size_bytes, peak,
                                       f"{count} checkpoint(s) of {self.size_bytes:,} bytes on {name}, the newest "
@@ -156,12 +166,12 @@ class Checkpointer:
         self.previous = written
 
     def _write_file(self, epoch: int, step: int) -> str:
-        make_folders(self.folder, "the checkpoint folder")
+        self.store.make_folder(self.folder, "the checkpoint folder")
         if not self.count:  # a killed run's half-written checkpoints of this workload hold space
-            remove_stale_temps(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
-                               and final.endswith(".ckpt"))
-        final = os.path.join(self.folder, f"{self.name}-epoch{epoch}-step{step}.ckpt")
-        # temporary name, fsync, rename; a full disk names the file and what it needed
+            self.store.remove_stale(self.folder, lambda final: final.startswith(f"{self.name}-epoch")
+                                    and final.endswith(".ckpt"))
+        final = f"{self.folder}/{self.name}-epoch{epoch}-step{step}.ckpt"
+        # written whole or not at all; a full disk names the file and what it needed
         self.io.write_files([(final, self.layout)], stamp=self.count + 1)
         self._supersede(final)
         return final
@@ -170,10 +180,7 @@ class Checkpointer:
         """Delete superseded checkpoints (and their drained copies); called outside the timed windows."""
         while self.stale:
             stale = self.stale.pop()
-            try:
-                os.unlink(stale)
-            except FileNotFoundError:
-                pass
+            self.store.remove(stale)
             if self.drainer is not None:
                 self.drainer.remove_shared(stale)
 
@@ -184,9 +191,11 @@ class Checkpointer:
             self.drainer.stop()
 
     def finish(self) -> dict | None:
-        """End of run: wait for the last drain, stop the writer; what the drains did (None without a drain)."""
+        """End of run: wait for the last drain, stop the writer, keep the store's request figures for the
+        summary; what the drains did (None without a drain)."""
         if self.io is not None:
             self.io.close()
+            self.figures = self.store.drain() or None
         if self.drainer is None:
             return None
         record = self.drainer.finish()

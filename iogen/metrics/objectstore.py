@@ -81,7 +81,7 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None,
              "index": merged[0],
              "train_epochs": [dict(epoch=e + 1, **merged[1 + e]) for e in range(n_train)],
              "eval_epochs": [dict(epoch=e + 1, **merged[1 + n_train + e]) for e in range(n_eval)]}
-    if client == "s3torchconnector":  # the epochs' reads: what iogen measures around the connector's calls
+    if _reads_through_datasets(client):  # the epochs' reads: what iogen measures around the connector's calls
         _connector_reads(block)
     mark_not_measured(block, client)
     if merged[-4]:  # data staged from the bucket (each node's stager)
@@ -123,6 +123,15 @@ def mark_not_measured(block: dict, client: str) -> None:
                             c[op][k] = None
                             if f"{k}_histogram" in c[op]:
                                 c[op][f"{k}_histogram"] = None
+
+
+def _reads_through_datasets(client: str) -> bool:
+    """Whether the backend of `client` brings its own PyTorch datasets (capabilities.torch_datasets:
+    s3torchconnector's), whose reads hide their retries, 503s and first byte."""
+    from ..storage import backend_class, backend_names
+
+    return any(backend_class(n).client_name == client and backend_class(n).capabilities.torch_datasets
+               for n in backend_names())
 
 
 def _connector_reads(block: dict) -> None:

@@ -11,6 +11,7 @@ operations iogen's stages use:
     st.stat(path) -> size or None;  st.list(prefix) -> {path: size}
     st.publish(path, data)                         # a whole file/object appears at once, or not at all
     st.write_stream(path, size, part_bytes, part_of, pool)   # a large one written in parts (checkpoints)
+    st.write_objects(items, part_bytes, part_of, pool);  st.read_objects(items, part_bytes, pool, buffer)
     st.copy_in(path, local_path);  st.copy_out(local_path, path)   # staging in, draining out
     st.remove(path)
     st.drain() -> {op: figures}                    # figures since the last drain, then reset
@@ -47,6 +48,8 @@ class Capabilities:
     needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
+    free_space: what is written takes space on a file system of this machine whose free space can be
+        measured before the first byte (the checkpoint space check, iogen/checkpoint/space.py).
     """
 
     local_paths: bool
@@ -58,6 +61,7 @@ class Capabilities:
     figures: frozenset
     needs: tuple = ()
     torch_datasets: bool = False
+    free_space: bool = False
 
 
 class Storage:
@@ -67,6 +71,7 @@ class Storage:
     name: str = ""
     client_name: str | None = None  # the client library, as summaries name it (None: the core's system calls)
     not_measured: dict = {}  # {figure: why it is null} for the get and put figures a client hides (obstore's retries)
+    noun: str = "file"  # what one of its paths names, as messages say it ("file", "object")
     capabilities: Capabilities
 
     @classmethod
@@ -76,6 +81,12 @@ class Storage:
 
     def check(self, wl) -> None:
         """Check the target before any work (a bad one is a ConfigError naming the key); nothing by default."""
+
+    @classmethod
+    def for_checkpoints(cls, wl, threads: int = 16) -> "Storage":
+        """The backend as checkpoints use it: checkpoint.odirect and checkpoint.fsync are passed per call
+        (write_objects, read_objects), not taken from the reader's settings."""
+        return cls.from_workload(wl, threads)
 
     @classmethod
     def data_folder(cls, wl) -> str:
@@ -130,18 +141,24 @@ class Storage:
         Returns size."""
         raise NotImplementedError
 
-    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+    def write_objects(self, items, part_bytes: int, part_of, pool, fsync: bool = False, direct: bool = False) -> int:
         """Write several files/objects at once: items [(path, size)]; part i of item j is part_of(j, i) (a
         buffer, made on a pool thread); nothing appears under a path unless all of it was written. The
         default writes them one after another through write_stream; a backend spreads the parts of all
-        of them over pool where it can. Returns the bytes."""
+        of them over pool where it can. fsync, direct: checkpoint.fsync and checkpoint.odirect, for a
+        backend where they mean something (capabilities.fsync, direct_io). part_of may also offer its
+        bytes as blocks (iogen/checkpoint/io.py's parts: `block_pool`, `write_blocks`), which a backend with a
+        native writer (posix: the core's) writes instead of asking for parts. Returns the bytes."""
         for j, (path, size) in enumerate(items):
             self.write_stream(path, int(size), part_bytes, lambda i, j=j: part_of(j, i), pool)
         return sum(int(size) for _, size in items)
 
-    def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
+    def read_objects(self, items, part_bytes: int, pool, buffer, direct: bool = False) -> int:
         """Read several files/objects whole, items [(path, size)], part_bytes at a time into buffer() (the
         calling pool thread's reused buffer of part_bytes); a missing or short one is a DataError naming it.
+        direct: O_DIRECT where it applies (capabilities.direct_io); buffer may also offer reused aligned
+        block buffers (`block_pool()`: threads, each holding one), which a backend with a native reader (posix:
+        the core's) reads into.
         Returns the bytes read."""
         tasks = [(path, off, min(part_bytes, size - off)) for path, size in items for off in range(0, size, part_bytes)]
         return sum(pool.map(lambda t: self.readinto(t[0], t[1], buffer()[:t[2]]), tasks))
@@ -149,6 +166,36 @@ class Storage:
     def prepare_stream(self, part_bytes: int) -> None:
         """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
         outside the timed windows; nothing by default."""
+
+    def prepare_thread(self) -> None:
+        """Make what the calling thread's requests need (its own client) now; nothing by default."""
+
+    def prepare_writes(self, content, pool, threads: int) -> None:
+        """Make what write_objects of `content` (iogen/checkpoint/io.py's Content) on pool's `threads` threads
+        needs now, outside the timed windows: by default, on each thread its client and its part buffer."""
+        import threading
+
+        ready = threading.Barrier(threads)
+
+        def warm(_):
+            self.prepare_thread()
+            content.part_buffer()
+            ready.wait(timeout=60)
+
+        list(pool.map(warm, range(threads)))
+
+    def make_folder(self, folder: str, what: str = "the folder") -> None:
+        """Make folder where folders exist (posix), naming what is in the way; nothing by default (an object
+        store's folders are key prefixes)."""
+
+    def remove_stale(self, folder: str, final_names=None) -> None:
+        """Remove a killed run's leftover temporary files of final_names (a set, or a test of a name) in folder,
+        where such files can exist (capabilities.temp_names_visible); nothing by default."""
+
+    def what_is(self, path: str) -> str | None:
+        """What stands at path when it is neither a file/object nor nothing, in words ("a folder"); None by
+        default (an object store has no folders)."""
+        return None
 
     def copy_in(self, path: str, local_path: str) -> int:
         """Copy path to the local file local_path (created or truncated); return the bytes copied."""

@@ -54,6 +54,7 @@ class ObjectStore(Storage):
 
     name = "s3"
     client_name = "boto3"
+    noun = "object"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
                                 needs=(("boto3", "storage.storage_type=s3"),))
@@ -479,6 +480,10 @@ class ObjectStore(Storage):
 
     # -- the Storage interface over the operations above ----------------------------------------
 
+    def prepare_thread(self) -> None:
+        """This thread's boto3 client, made now (a client costs ~0.1 s)."""
+        self.client()
+
     def check(self, wl) -> None:
         """HEAD the workload's bucket (check_bucket)."""
         from .keys import root_parts
@@ -523,7 +528,7 @@ class ObjectStore(Storage):
         self.put_parts(path, size, max(MIN_PART_BYTES, int(part_bytes)), part_of, pool)
         return size
 
-    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+    def write_objects(self, items, part_bytes: int, part_of, pool, fsync: bool = False, direct: bool = False) -> int:
         """put_objects: every part of every object one task on pool (threads keep that many PUTs in flight)."""
         self.put_objects([(uri, int(size)) for uri, size in items], part_bytes,
                          lambda j, i: bytes(memoryview(part_of(j, i))), pool)  # botocore takes bytes: one copy a part

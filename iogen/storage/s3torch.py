@@ -266,7 +266,7 @@ class ConnectorStorage(ObjectStore):
         return stream_object(self.connector(part_bytes), path, size, part_bytes, part_of, self.streams, stop,
                              self.completed)
 
-    def write_objects(self, items, part_bytes: int, part_of, pool) -> int:
+    def write_objects(self, items, part_bytes: int, part_of, pool, fsync: bool = False, direct: bool = False) -> int:
         """One S3Checkpoint writer stream per object, pool's threads one object each (never two on one);
         on a failure or an interrupt the others stop between parts, aborted."""
         s3 = self.connector(part_bytes)
@@ -298,7 +298,7 @@ class ConnectorStorage(ObjectStore):
         return (int(r["ContentLength"]) == size and str(r.get("ETag", "")).strip('"').endswith(f"-{parts}")
                 and modified is not None and (modified + timedelta(seconds=2)).timestamp() >= since)
 
-    def read_objects(self, items, part_bytes: int, pool, buffer) -> int:
+    def read_objects(self, items, part_bytes: int, pool, buffer, direct: bool = False) -> int:
         """Each object whole through the connector's unbuffered range reader into buffer(), one object a thread."""
         s3 = self.connector(part_bytes)
 

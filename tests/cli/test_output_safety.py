@@ -124,8 +124,9 @@ def test_a_checkpoint_write_on_a_full_disk_names_the_checkpoints_bytes_and_the_s
     from iogen.checkpoint.io import CheckpointIO
     from iogen.checkpoint.model import Tensor
     from iogen.checkpoint.torchzip import raw_layout
+    from iogen.storage.posix import PosixStorage
 
-    io = CheckpointIO(threads=2, transfer_bytes=256 << 10, odirect=False, fsync=False, seed=1, randomize=True)
+    io = CheckpointIO(PosixStorage(), threads=2, transfer_bytes=256 << 10, odirect=False, fsync=False, seed=1, randomize=True)
     io.prepare_write()
     layouts = [raw_layout([Tensor(("a",), "int8", 3 * MIB // 2)]), raw_layout([Tensor(("b",), "int8", MIB)])]
     paths = [str(small_disk / "model.bin"), str(small_disk / "optim.bin")]

@@ -19,6 +19,7 @@ import pytest
 
 from iogen.checkpoint.drain import Drainer
 from iogen.checkpoint.io import CheckpointIO
+from iogen.storage.posix import PosixStorage
 from iogen.checkpoint.model import ModelSpec
 from iogen.checkpoint.phases import RankFiles, check_present
 from iogen.comm import SingleWorld
@@ -190,7 +191,7 @@ def test_restoring_a_mutated_checkpoint_is_a_result_or_a_data_error_naming_it(tm
         with open(p, "rb") as f:
             originals[p] = f.read()
     rng = np.random.default_rng([SEED, 33])
-    io = CheckpointIO(threads=2, transfer_bytes=4096, odirect=False, fsync=False, seed=0, randomize=True,
+    io = CheckpointIO(PosixStorage(), threads=2, transfer_bytes=4096, odirect=False, fsync=False, seed=0, randomize=True,
                       read_threads=2)
     try:
         for it in range(ITERATIONS):
@@ -205,7 +206,7 @@ def test_restoring_a_mutated_checkpoint_is_a_result_or_a_data_error_naming_it(tm
             where = f"seed {SEED}, iteration {it}, {os.path.basename(victim)}: {what}"
 
             def restore():
-                check_present(files, str(tmp_path / "ckpt"), [1])
+                check_present(files, str(tmp_path / "ckpt"), [1], io.store)
                 io.read_files([(p, lay.size_bytes) for p, lay in zip(paths, files.layouts)])
             try:
                 _outcome(restore, where)

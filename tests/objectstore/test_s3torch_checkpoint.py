@@ -87,11 +87,11 @@ def test_connector_read_only_run_and_a_missing_object(s3, tmp_path, iogen_cmd):
 
 def test_connector_read_of_an_object_gone_mid_run_is_exit_2_naming_it(s3, tmp_path):
     """The connector's own error (the object vanished after the HEADs) becomes a DataError naming it."""
-    from iogen.checkpoint.objects import ObjectCheckpointIO
+    from iogen.checkpoint.io import CheckpointIO, checkpoint_storage
     from iogen.errors import DataError
 
     wl = load_workload("llama3-8b", _over(s3, tmp_path))
-    io = ObjectCheckpointIO(wl, threads=2, transfer_bytes=65536, seed=1, read_threads=2)  # through the connector
+    io = CheckpointIO(checkpoint_storage(wl, 2), threads=2, transfer_bytes=65536, seed=1, read_threads=2)  # the connector
     try:
         uri = f"s3://{s3.bucket}/pre/gone.pt"
         with pytest.raises(DataError, match=f"^{uri}: read through s3torchconnector failed: .*not found"):

@@ -23,13 +23,11 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 LOCAL_PATHS_BRANCHES = {
     "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
-    "engine.py": 1,  # training checkpoints as objects (checkpoint/objects.py)
     "loaders/__init__.py": 1,  # the native loader over objects (loaders/objects.py)
     "loaders/pytorch.py": 1,  # the object sample reader (loaders/objects.py)
     "loaders/tensorflow.py": 1,  # the same
-    "checkpoint/phases.py": 3,  # checkpoint-only I/O on objects (checkpoint/objects.py); the root's spelling;
-    # the space check's file-system tiers
-    "checkpoint/training.py": 2,  # a drain to the bucket (objectcopy.py); the space check's tiers
+    "checkpoint/phases.py": 1,  # a drain to the bucket (objectcopy.py)
+    "checkpoint/training.py": 1,  # the same
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
     "report/summary.py": 1,  # the MLPerf rules note on the data's and results' file system
     "staging.py": 5,  # the folders a staging folder keeps out of; downloads of objects (objectcopy.py)
