@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import threading
+
 import numpy as np
+
+_HANDLES_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class Capabilities:
     needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
+    core_reads: reads are iogen's core on this machine's files: `read_handles` of a whole batch is one
+        GIL-free core call over file descriptors (the handles, which a format's fused read-and-check
+        calls take too), and a path is a file name a format or a framework (tf.data) opens itself;
+        False: every range read is a client request (a loader spreads them over its threads) and a
+        format reads through a file object (iogen/objectfile.py).
     """
 
     local_paths: bool
@@ -58,6 +67,7 @@ class Capabilities:
     figures: frozenset
     needs: tuple = ()
     torch_datasets: bool = False
+    core_reads: bool = False
 
 
 class Storage:
@@ -105,6 +115,30 @@ class Storage:
             if n:
                 total += self.readinto(p, off, mv[at:at + n])
         return total
+
+    # Handles: what a reader keeps per file between batches (POSIX: an open descriptor, read by the
+    # core; other backends: a number standing for the path, so opening one costs no request).
+
+    def open_handle(self, path: str, direct: bool = False) -> int:
+        """A handle read_handles reads path through (closed by close_handle); direct: O_DIRECT reads."""
+        with _HANDLES_LOCK:
+            paths = self.__dict__.setdefault("_handle_paths", {})
+            h = self.__dict__.get("_next_handle", 0)
+            self._next_handle = h + 1
+            paths[h] = path
+        return h
+
+    def close_handle(self, handle: int) -> None:
+        """Release a handle of open_handle."""
+        with _HANDLES_LOCK:
+            self.__dict__.get("_handle_paths", {}).pop(int(handle), None)
+
+    def read_handles(self, handles, offsets, lengths, required, buf, buf_offsets) -> int:
+        """Range i (lengths[i] bytes at offsets[i] of the file of handles[i]) into buf[buf_offsets[i]:], of which
+        required[i] must be there (fewer only past the end of an O_DIRECT read); return the bytes read.
+        The default reads each range as read_ranges does (one request each); POSIX: one core call."""
+        paths = self.__dict__.get("_handle_paths", {})
+        return self.read_ranges([paths[h] for h in np.asarray(handles).tolist()], offsets, lengths, buf, buf_offsets)
 
     def open(self, path: str):
         """path as a read-only, seekable binary file object (formats read HDF5 and compressed data through it)."""

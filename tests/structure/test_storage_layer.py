@@ -24,9 +24,6 @@ LOCAL_PATHS_BRANCHES = {
     "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
     "engine.py": 1,  # training checkpoints as objects (checkpoint/objects.py)
-    "loaders/__init__.py": 1,  # the native loader over objects (loaders/objects.py)
-    "loaders/pytorch.py": 1,  # the object sample reader (loaders/objects.py)
-    "loaders/tensorflow.py": 1,  # the same
     "checkpoint/phases.py": 3,  # checkpoint-only I/O on objects (checkpoint/objects.py); the root's spelling;
     # the space check's file-system tiers
     "checkpoint/training.py": 2,  # a drain to the bucket (objectcopy.py); the space check's tiers
