@@ -112,6 +112,9 @@ class FileTable:
         self._caches: OrderedDict = OrderedDict()  # file -> its ObjectFile's BlockCache
         self._fixed: dict[int, tuple | None] = {}  # record bytes -> the fixed (offsets, lengths), or None
         self._lock = threading.Lock()
+        # run_all(fn, [(file, slot)]): fn on each, concurrently, until all are done (the first failure
+        # raised); a loader with threads sets it, and an object store's new objects are indexed on them
+        self.run_all = None
         self._slot_of = None if n <= dense_max_files else {}  # file -> slot; None: slot == file
         self._alloc(n if self._slot_of is None else 0)
         self.irregular: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by file
@@ -297,9 +300,12 @@ class FileTable:
         slots = self.slots(files)
         known = self.known[slots]
         if not known.all():
-            for i in np.flatnonzero(~known).tolist():
-                if not self.known[slots[i]]:
-                    self._learn(int(files[i]), int(slots[i]))
+            new = list(dict.fromkeys((int(files[i]), int(slots[i])) for i in np.flatnonzero(~known).tolist()))
+            if self.run_all is not None and not self.core_reads and len(new) > 1:
+                self.run_all(self._learn, new)  # an object store: the objects' requests concurrently
+            else:
+                for f, s in new:
+                    self._learn(f, s)
         addressable = self.byte_addressable[slots]
         if addressable.all():
             return False

@@ -166,6 +166,8 @@ class NativeLoader(Loader):
         self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
         self.decode_cost = DecodeCost() if self.decoder is not None else None
         self._pool = _Readers(self.threads) if self.threads > 1 else None
+        if self._pool is not None:
+            self.table.run_all = self._run_all
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -173,6 +175,17 @@ class NativeLoader(Loader):
             self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
             self.index_figures = merge_index(None, index_store.drain())
             self.epoch_figures: list[dict] = []
+
+    def _run_all(self, fn, items) -> None:
+        """fn(*item) for each item on the reader threads; returns once all are done (the first failure raised)."""
+        def one(*args) -> int:
+            fn(*args)
+            return 0
+
+        job = _Job(-1, -1, 0)
+        for item in items:
+            self._pool.submit(job, one, *item)
+        _collect(job)
 
     def _preallocate(self, wl, layout):
         """Batch buffers sized for the largest batch, faulted in now rather than during epoch 1.
