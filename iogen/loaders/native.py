@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import core
 from ..errors import DataError, ReadFailure
+from ..threadwork import Failed, ThreadPool
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .decode import DecodeCost, ImageDecoder
@@ -43,56 +44,6 @@ _MIN_PARALLEL_BYTES = 512 << 10
 PREINDEX_MAX_FILES = 16384
 # Buffers are faulted in up front only while that stays a modest share of memory.
 _PREFAULT_LIMIT_BYTES = 8 << 30
-
-
-class _Failed:
-    """A reader thread's exception, carried back through a queue."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc):
-        self.exc = exc
-
-
-class _Readers:
-    """Reader threads fed through C-level queues (queue.SimpleQueue).
-
-    After a long emulated compute the caches are cold, and every line of Python between
-    "batch requested" and "batch in hand" shows up as wait; queue.Queue and Future run their
-    Condition logic in Python bytecode, SimpleQueue's put/get are single C calls.
-    """
-
-    def __init__(self, n: int):
-        self.tasks = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._work, name=f"iogen-read-{i}", daemon=True) for i in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _work(self) -> None:
-        get = self.tasks.get
-        while True:
-            task = get()
-            if task is None:
-                return
-            done, fn, args = task
-            try:
-                done.put(fn(*args))
-            except BaseException as exc:  # handed to the consumer, which raises it
-                done.put(_Failed(exc))
-
-    def submit(self, job, fn, *args) -> None:
-        """Run fn(*args) in a reader thread; its result goes to job.done."""
-        if job.done is None:
-            job.done = queue.SimpleQueue()
-        job.pending += 1
-        self.tasks.put((job.done, fn, args))
-
-    def shutdown(self) -> None:
-        """Stop the threads once queued work is done."""
-        for _ in self.threads:
-            self.tasks.put(None)
-        for t in self.threads:
-            t.join()
 
 
 class _Job:
@@ -165,7 +116,10 @@ class NativeLoader(Loader):
         # decode mode (reader.decode_images): each image decoded by the thread that read it (decode.py)
         self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
         self.decode_cost = DecodeCost() if self.decoder is not None else None
-        self._pool = _Readers(self.threads) if self.threads > 1 else None
+        # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
+        # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
+        # Python between "batch requested" and "batch in hand" shows up as wait
+        self._pool = ThreadPool(self.threads, name="iogen-read") if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
         # below this a batch is read by one call; requests always pay for the hand-off
@@ -184,8 +138,15 @@ class NativeLoader(Loader):
 
         job = _Job(-1, -1, 0)
         for item in items:
-            self._pool.submit(job, one, *item)
+            self._pool_submit(job, one, *item)
         _collect(job)
+
+    def _pool_submit(self, job, fn, *args) -> None:
+        """Run fn(*args) on a reader thread; its result (or Failed) goes to job.done."""
+        if job.done is None:
+            job.done = queue.SimpleQueue()
+        job.pending += 1
+        self._pool.submit(job.done, fn, *args)
 
     def _preallocate(self, wl, layout):
         """Batch buffers sized for the largest batch, faulted in now rather than during epoch 1.
@@ -294,11 +255,13 @@ class NativeLoader(Loader):
         cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
         bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
         slices = len(bounds) - 1
+        if job.done is None:
+            job.done = queue.SimpleQueue()
+        job.pending += slices  # counted once for the batch: each slice is one put on the pool's queue
+        submit, done, share = self._pool.submit, job.done, job.preprocess_ns // slices
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            self._pool.submit(
-                job, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                buf_off[lo:hi], owner, int(lo), job.preprocess_ns // slices,
-            )
+            submit(done, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
+                   buf_off[lo:hi], owner, int(lo), share)
 
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
@@ -352,7 +315,7 @@ class NativeLoader(Loader):
             if self._pool is None:
                 job.inline_bytes += self._decode(job, k, f, ids)
             else:
-                self._pool.submit(job, self._decode, job, k, f, ids)
+                self._pool_submit(job, self._decode, job, k, f, ids)
 
     def _decode(self, job, k: int, f: int, ids) -> int:
         """Decode samples ids of file f (its path, or an ObjectFile through the store) into job.payloads[k]."""
@@ -481,7 +444,7 @@ class NativeLoader(Loader):
     def close(self) -> None:
         """Stop the read threads and close every file."""
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.close()
             self._pool = None
         self.table.close()
         if self.groups is not None:
@@ -493,7 +456,7 @@ def _collect(job) -> int:
     nbytes, failure = 0, None
     for _ in range(job.pending):
         result = job.done.get()
-        if type(result) is _Failed:
+        if type(result) is Failed:
             failure = failure or result.exc
         else:
             nbytes += result
