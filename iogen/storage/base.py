@@ -7,6 +7,8 @@ operations iogen's stages use:
     st = get_storage(wl)                           # iogen.storage: the backend the workload names
     st.read_ranges(paths, offsets, lengths, buf, buf_offsets)   # many ranges, one call, into buf
     st.readinto(path, offset, buf)                 # one range
+    h = st.open_handle(path); st.read_handles(hs, offsets, lengths, required, buf, buf_offsets); st.close_handle(h)
+                                                   # a loader's kept handles: one core call per batch on POSIX
     with st.open(path) as f: ...                   # seekable, read-only binary file (h5py, zipfile)
     st.stat(path) -> size or None;  st.list(prefix) -> {path: size}
     st.publish(path, data)                         # a whole file/object appears at once, or not at all
