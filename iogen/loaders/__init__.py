@@ -45,11 +45,7 @@ def get_loader(wl, layout, fmt, world) -> Loader:
     from ..storage import capabilities
 
     caps = capabilities(wl)
-    if not caps.local_paths and wl.reader.data_loader == "native":
-        from .objects import ObjectLoader  # the native loader's plan over ranged GETs
-
-        return ObjectLoader(wl, layout, fmt, world)
-    if caps.torch_datasets:
+    if caps.torch_datasets and wl.reader.data_loader != "native":
         loader_class(wl.reader.data_loader)  # torch missing: the same message as without s3
         from .s3torch import S3TorchLoader  # s3torchconnector's datasets as the byte source
 

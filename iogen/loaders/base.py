@@ -32,18 +32,19 @@ class Loader:
         raise NotImplementedError
 
     def evict(self) -> None:
-        """Drop this split's files from the page cache (posix_fadvise DONTNEED), so reads reach the device."""
-        from .. import core
+        """Drop this split's files from the page cache (posix_fadvise DONTNEED), so reads reach the device;
+        nothing where the storage's client cannot (objects are not in this node's page cache)."""
+        from ..storage import backend_class
 
+        cls = backend_class(self.wl)
+        if not cls.capabilities.evict:
+            return
+        store = cls.from_workload(self.wl)
         for path in self.layout.paths:
             try:
-                fd = core.reader.open_file(path, False)
+                store.evict(path)
             except FileNotFoundError:
                 continue
-            try:
-                core.reader.evict_file(fd)
-            finally:
-                core.reader.close_file(fd)
 
     def close(self) -> None:
         """Release threads, processes and file handles."""

@@ -19,9 +19,8 @@ import collections
 
 import numpy as np
 
-from .. import core
 from ..errors import DataError
-from .filetable import _fd_budget
+from .filetable import _fd_budget, files_storage
 
 # What the row-group cache may hold: the selected columns of this many bytes of row groups.
 GROUP_CACHE_BYTES = 512 << 20
@@ -40,10 +39,11 @@ BUFFER_BYTES = 64 << 20
 class GroupReads:
     """Which byte ranges a batch of samples needs, given the groups already cached (one loader's)."""
 
-    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES):
+    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES, store=None):
         self.layout = layout
         self.fmt = fmt
         self.direct = direct
+        self.store = store if store is not None else files_storage()  # whose handles the reads use
         self.cache_bytes = int(cache_bytes)
         self.cache: collections.OrderedDict = collections.OrderedDict()  # (file, group) -> bytes
         self.cached_bytes = 0
@@ -56,13 +56,13 @@ class GroupReads:
         self.transient = layout.num_files > _fd_budget()
 
     @classmethod
-    def for_format(cls, layout, fmt, direct: bool = False):
+    def for_format(cls, layout, fmt, direct: bool = False, store=None):
         """A GroupReads when the format reads groups (a probe of the format's class), else None."""
         from ..formats.base import Format
 
         if type(fmt).group_index is Format.group_index:
             return None
-        return cls(layout, fmt, direct)
+        return cls(layout, fmt, direct, store=store)
 
     def learn_all(self) -> None:
         """Read and check every file's footer now, before the first step (a bad one is exit 2 here);
@@ -96,10 +96,10 @@ class GroupReads:
         if fd is None:
             path = self.layout.paths[f]
             try:
-                fd = core.reader.open_file(path, self.direct)
+                fd = self.store.open_handle(path, self.direct)
             except FileNotFoundError:
                 for other in opened.values():
-                    core.reader.close_file(other)
+                    self.store.close_handle(other)
                 raise DataError(path, "data file is missing (generate it with `iogen datagen`)") from None
             held[f] = fd
         return fd
@@ -167,5 +167,5 @@ class GroupReads:
     def close(self) -> None:
         """Close the files this reader opened."""
         for fd in self.fds.values():
-            core.reader.close_file(fd)
+            self.store.close_handle(fd)
         self.fds.clear()

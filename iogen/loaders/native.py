@@ -1,10 +1,21 @@
-"""The native loader: the plan executed by the Cython core, with the GIL released while reading.
+"""The native loader: the plan executed over the workload's storage (`Storage.read_handles`).
 
-Scheduling policy lives here; the byte-level work is `iogen.core.reader.pread_into`, which
-reads a whole slice of a batch in one call without the GIL, so `read_threads` Python threads
-really read in parallel. A producer thread prepares batch k+1.. (index look-ups, splitting,
-buffer assignment) while the engine computes on batch k, keeping `prefetch_size` batches in
-flight. Each in-flight batch owns a page-aligned buffer, so O_DIRECT needs no extra copy.
+Scheduling policy lives here; the byte-level work is the storage's. On this machine's files
+(POSIX) that is `iogen.core.reader.pread_into`, which reads a whole slice of a batch in one call
+without the GIL, so `read_threads` Python threads really read in parallel. A producer thread
+prepares batch k+1.. (index look-ups, splitting, buffer assignment) while the engine computes on
+batch k, keeping `prefetch_size` batches in flight. Each in-flight batch owns a page-aligned
+buffer, so O_DIRECT needs no extra copy.
+
+On an object store (a backend without `core_reads`) the plan, batches, threads and buffers are
+the same; every range is a ranged GET straight into the batch buffer, ranges longer than
+`reader.transfer_size` (8 MiB by default) cut into parts of it, the batch's slices spread over
+`reader.read_threads` threads whatever the batch's size (a request's latency always pays for the
+hand-off). TFRecord frames are CRC-checked after the read. Objects whose samples are not byte
+ranges (compressed variants) are decoded by their format through an ObjectFile
+(iogen/objectfile.py). Indexing (iogen/loaders/filetable.py) is lazy there and its requests go
+through a store of their own: the loader reports the bucket check (`setup_figures`), the
+indexing (`index_figures`) and each epoch's reads (`epoch_figures`) apart.
 """
 from __future__ import annotations
 
@@ -15,10 +26,11 @@ import numpy as np
 
 from .. import core
 from ..errors import DataError, ReadFailure
+from ..threadwork import Failed, ThreadPool
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .decode import DecodeCost, ImageDecoder
-from .filetable import FileTable
+from .filetable import FileTable, split_pieces
 from .groups import BUFFER_BYTES as GROUP_BUFFER_BYTES
 from .groups import GroupReads
 from .preprocess import Preprocess
@@ -34,61 +46,11 @@ PREINDEX_MAX_FILES = 16384
 _PREFAULT_LIMIT_BYTES = 8 << 30
 
 
-class _Failed:
-    """A reader thread's exception, carried back through a queue."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc):
-        self.exc = exc
-
-
-class _Readers:
-    """Reader threads fed through C-level queues (queue.SimpleQueue).
-
-    After a long emulated compute the caches are cold, and every line of Python between
-    "batch requested" and "batch in hand" shows up as wait; queue.Queue and Future run their
-    Condition logic in Python bytecode, SimpleQueue's put/get are single C calls.
-    """
-
-    def __init__(self, n: int):
-        self.tasks = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._work, name=f"iogen-read-{i}", daemon=True) for i in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _work(self) -> None:
-        get = self.tasks.get
-        while True:
-            task = get()
-            if task is None:
-                return
-            done, fn, args = task
-            try:
-                done.put(fn(*args))
-            except BaseException as exc:  # handed to the consumer, which raises it
-                done.put(_Failed(exc))
-
-    def submit(self, job, fn, *args) -> None:
-        """Run fn(*args) in a reader thread; its result goes to job.done."""
-        if job.done is None:
-            job.done = queue.SimpleQueue()
-        job.pending += 1
-        self.tasks.put((job.done, fn, args))
-
-    def shutdown(self) -> None:
-        """Stop the threads once queued work is done."""
-        for _ in self.threads:
-            self.tasks.put(None)
-        for t in self.threads:
-            t.join()
-
-
 class _Job:
     """One batch on its way: where each read goes, and how many reads are still out."""
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
-                 "inline_bytes", "transient", "preprocess_ns", "split", "decoded")
+                 "inline_bytes", "transient", "preprocess_ns", "split", "decoded", "payloads", "extent")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -101,6 +63,8 @@ class _Job:
         self.preprocess_ns = 0
         self.split = False
         self.decoded = []  # decode mode: each slice's (images, cpu ns, pixel bytes)
+        self.payloads = None  # compressed samples: each file's decoded payloads
+        self.extent = None  # bytes of the slot's buffer the batch's reads fill
 
 
 class NativeLoader(Loader):
@@ -111,15 +75,25 @@ class NativeLoader(Loader):
     def __init__(self, wl, layout, fmt, world):
         super().__init__(wl, layout, fmt, world)
         reader = wl.reader
+        from ..storage import backend_class, get_storage
+
         self.threads = max(1, int(reader.read_threads))
         self.prefetch = max(0, int(reader.prefetch_size))
-        self.direct = bool(reader.odirect)
+        self.store = get_storage(wl, self.threads)  # an object store's bucket is checked here
+        caps = type(self.store).capabilities
+        self._core = caps.core_reads  # a batch slice is one core call (else one request per range)
+        self._requests = "requests" in caps.figures
+        self.direct = bool(reader.odirect) and caps.direct_io
         self.piece_bytes = int(reader.transfer_size or DEFAULT_PIECE_BYTES)
         if self.direct:
             self.piece_bytes = max(ALIGN, self.piece_bytes // ALIGN * ALIGN)
-        self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files))
+        # an object store's indexing requests go through their own store, reported apart
+        index_store = backend_class(wl).from_workload(wl, self.threads) if self._requests else self.store
+        self._index_store = index_store
+        self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files), store=self.store,
+                               index_store=index_store, part_bytes=self.piece_bytes)
         # formats whose samples are rows of groups read whole (Parquet row groups)
-        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct)
+        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct, store=self.store)
         if self.groups is not None:
             self.groups.learn_all()  # footers read and checked before the first step (groups.py)
         elif layout.num_files <= PREINDEX_MAX_FILES:
@@ -132,17 +106,47 @@ class NativeLoader(Loader):
         # record checksums (TFRecord CRC32C) are checked as TensorFlow does, unless switched off
         self._check = getattr(fmt, "check_read", None) if reader.verify_checksums else None
         # ...and preferably each record right after its own read, while it is in cache (buffered
-        # reads of whole records; O_DIRECT reads land at aligned places and are checked after)
-        self._read_checked = getattr(fmt, "pread_checked", None) if self._check and not self.direct else None
+        # reads of whole records into the core; O_DIRECT reads land at aligned places and are checked after)
+        fused = self._core and not self.direct
+        self._read_checked = getattr(fmt, "pread_checked", None) if self._check and fused else None
         # ...best, frames read as runs and every check (framing, CRC, payload) done in the same
         # core call as the read (TFRecord: one pread per 256 KiB of adjacent records, not one each)
-        self._read_records = getattr(fmt, "pread_records", None) if not self.direct else None
+        self._read_records = getattr(fmt, "pread_records", None) if fused else None
         self._verify = bool(reader.verify_checksums)
         # decode mode (reader.decode_images): each image decoded by the thread that read it (decode.py)
         self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
         self.decode_cost = DecodeCost() if self.decoder is not None else None
-        self._pool = _Readers(self.threads) if self.threads > 1 else None
+        # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
+        # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
+        # Python between "batch requested" and "batch in hand" shows up as wait
+        self._pool = ThreadPool(self.threads, name="iogen-read") if self.threads > 1 else None
+        if self._pool is not None:
+            self.table.run_all = self._run_all
+        # below this a batch is read by one call; requests always pay for the hand-off
+        self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
+        if self._requests:
+            self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
+            self.index_figures = merge_index(None, index_store.drain())
+            self.epoch_figures: list[dict] = []
+
+    def _run_all(self, fn, items) -> None:
+        """fn(*item) for each item on the reader threads; returns once all are done (the first failure raised)."""
+        def one(*args) -> int:
+            fn(*args)
+            return 0
+
+        job = _Job(-1, -1, 0)
+        for item in items:
+            self._pool_submit(job, one, *item)
+        _collect(job)
+
+    def _pool_submit(self, job, fn, *args) -> None:
+        """Run fn(*args) on a reader thread; its result (or Failed) goes to job.done."""
+        if job.done is None:
+            job.done = queue.SimpleQueue()
+        job.pending += 1
+        self._pool.submit(job.done, fn, *args)
 
     def _preallocate(self, wl, layout):
         """Batch buffers sized for the largest batch, faulted in now rather than during epoch 1.
@@ -205,11 +209,13 @@ class NativeLoader(Loader):
         np.cumsum(padded[:-1], out=buf_off[1:])
         total = int(buf_off[-1] + padded[-1])
         buf = self._buffer(slot, total)
+        job.extent = total
         job.files = files
         job.offsets = offsets
         job.entry_buf = buf_off if skip is None else buf_off + skip
         job.entry_len = lengths
-        if read_len.max() > self.piece_bytes and self._pool is not None:
+        # pieces: so threads share big samples; on an object store each piece is one ranged GET
+        if read_len.max() > self.piece_bytes and (self._pool is not None or not self._core):
             fds, start, read_len, required, buf_off, owner = self._split(fds, start, read_len, required, buf_off)
             job.split = True
         else:
@@ -229,24 +235,18 @@ class NativeLoader(Loader):
         pstart = start[owner] + at
         required = np.clip(offsets[owner] + lengths[owner] - pstart, 0, plen)
         buf = self._buffer(slot, total)
+        job.extent = total
         job.files, job.offsets, job.entry_buf, job.entry_len = files[owner], pstart, buf_off, plen
         self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None)
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
-        piece = self.piece_bytes
-        npieces = np.maximum(1, -(-read_len // piece))
-        owner = np.repeat(np.arange(read_len.size), npieces)
-        k = np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces)
-        pos = k * piece
-        p_len = np.minimum(piece, read_len[owner] - pos)
-        p_req = np.clip(required[owner] - pos, 0, p_len)
-        return fds[owner], start[owner] + pos, p_len, p_req, buf_off[owner] + pos, owner
+        return split_pieces(self.piece_bytes, fds, start, read_len, required, buf_off)
 
     def _submit(self, job, buf, fds, start, read_len, required, buf_off, owner):
         total = int(read_len.sum())
         n = read_len.size
-        if self._pool is None or total < _MIN_PARALLEL_BYTES or n == 1:
+        if self._pool is None or total < self._min_parallel or n == 1:
             job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
                                           job.preprocess_ns)
             return
@@ -255,11 +255,13 @@ class NativeLoader(Loader):
         cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
         bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
         slices = len(bounds) - 1
+        if job.done is None:
+            job.done = queue.SimpleQueue()
+        job.pending += slices  # counted once for the batch: each slice is one put on the pool's queue
+        submit, done, share = self._pool.submit, job.done, job.preprocess_ns // slices
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            self._pool.submit(
-                job, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                buf_off[lo:hi], owner, int(lo), job.preprocess_ns // slices,
-            )
+            submit(done, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
+                   buf_off[lo:hi], owner, int(lo), share)
 
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
@@ -275,10 +277,10 @@ class NativeLoader(Loader):
                 nbytes, bad = self._read_checked(fds, start, read_len, buf, buf_off)
                 if bad >= 0:
                     path = self.layout.paths[int(job.files[first + bad])]
-                    raise DataError(path, "record checksum mismatch", offset=int(job.offsets[first + bad]))
+                    raise DataError(path, "record checksum (CRC-32C) mismatch", offset=int(job.offsets[first + bad]))
                 self._check_payloads(job, buf, first, first + read_len.size)
             else:
-                nbytes = core.reader.pread_into(fds, start, read_len, required, buf, buf_off)
+                nbytes = self.store.read_handles(fds, start, read_len, required, buf, buf_off)
                 if owner is None:
                     # whole records of this slice: check them now, while they are still in
                     # this core's cache, in parallel with the other slices
@@ -303,24 +305,39 @@ class NativeLoader(Loader):
         raise DataError(self.layout.paths[int(job.files[entry])], reason, offset=int(job.offsets[entry])) from None
 
     def _start_decode(self, job, files, samples):
-        """Samples that are not byte-addressable (compressed) go through the format's decoder."""
+        """Samples that are not byte-addressable (compressed) go through the format's decoder; the
+        batch's payloads are theirs, object by object (in file order)."""
         job.files = None
-        for f in np.unique(files):
+        uniq = np.unique(files)
+        job.payloads = [()] * uniq.size
+        for k, f in enumerate(uniq.tolist()):
             ids = samples[files == f]
-            path = self.layout.paths[int(f)]
             if self._pool is None:
-                job.inline_bytes += self._decode(path, ids)
+                job.inline_bytes += self._decode(job, k, f, ids)
             else:
-                self._pool.submit(job, self._decode, path, ids)
+                self._pool_submit(job, self._decode, job, k, f, ids)
 
-    def _decode(self, path, ids) -> int:
-        nbytes = 0
-        for i, sample in zip(ids.tolist(), self.fmt.read_samples(path, ids)):
+    def _decode(self, job, k: int, f: int, ids) -> int:
+        """Decode samples ids of file f (its path, or an ObjectFile through the store) into job.payloads[k]."""
+        source = self.table.source(f, self.store)
+        path = self.layout.paths[f]
+        try:
+            samples = self.fmt.read_samples(source, ids)
+        except DataError as exc:
+            if hasattr(source, "reraise"):
+                source.reraise(exc)  # the request error behind a library's error (h5py's)
+            raise
+        finally:
+            if hasattr(source, "close"):
+                source.close()
+        nbytes, payloads = 0, []
+        for i, sample in zip(ids.tolist(), samples):
             try:
-                self.fmt.payload_of(sample)  # it must parse, as a framework's parser needs it to
+                payloads.append(self.fmt.payload_of(sample))  # it must parse, as a framework's parser needs it to
             except RecordError as exc:
                 raise DataError(path, f"record {i}: {exc.reason}") from None
             nbytes += _nbytes(sample)
+        job.payloads[k] = payloads
         return nbytes
 
     def _finish(self, job: _Job) -> Batch:
@@ -328,8 +345,9 @@ class NativeLoader(Loader):
         try:
             nbytes = job.inline_bytes + _collect(job)
         finally:
-            for fd in job.transient:
-                core.reader.close_file(fd)
+            self.table.close_handles(job.transient)
+        if job.payloads is not None:  # decoded: the payloads are the batch
+            return Batch(job.n_samples, nbytes, [p for ps in job.payloads for p in ps])
         buf = self._buffers[job.slot]
         if job.split:
             self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads
@@ -338,7 +356,7 @@ class NativeLoader(Loader):
         if self.decoder is not None:
             for cost in job.decoded:
                 self.decode_cost.add(cost)
-        return Batch(job.n_samples, nbytes, buf)
+        return Batch(job.n_samples, nbytes, buf[:job.extent])
 
     def _decode_images(self, job, buf, lo: int, hi: int) -> None:
         """Decode mode: decode the images lo..hi of a batch (Pillow, GIL released), timing each."""
@@ -352,7 +370,7 @@ class NativeLoader(Loader):
             bad = self._check(buf, job.entry_buf[lo:hi], job.entry_len[lo:hi])
             if bad >= 0:
                 path = self.layout.paths[int(job.files[lo + bad])]
-                raise DataError(path, "record checksum mismatch", offset=int(job.offsets[lo + bad]))
+                raise DataError(path, "record checksum (CRC-32C) mismatch", offset=int(job.offsets[lo + bad]))
         self._check_payloads(job, buf, lo, hi)
 
     def _check_payloads(self, job, buf, lo: int, hi: int) -> None:
@@ -369,11 +387,16 @@ class NativeLoader(Loader):
         """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads ahead."""
         if self.groups is not None:
             self.groups.new_epoch()
-        if self.prefetch == 0:
-            for step in range(plan.steps):
-                yield self._finish(self._prepare(step, 0, plan.batches[step]))
-            return
-        yield from self._pipelined(plan)
+        try:
+            if self.prefetch == 0:
+                for step in range(plan.steps):
+                    yield self._finish(self._prepare(step, 0, plan.batches[step]))
+                return
+            yield from self._pipelined(plan)
+        finally:
+            if self._requests:  # this epoch's requests; the indexing's apart
+                self.epoch_figures.append(self.store.drain())
+                self.index_figures = merge_index(self.index_figures, self._index_store.drain())
 
     def _pipelined(self, plan):
         free = queue.SimpleQueue()
@@ -416,13 +439,12 @@ class NativeLoader(Loader):
                         _collect(item)
                     except BaseException:  # already failing or stopping: the first error wins
                         pass
-                    for fd in item.transient:
-                        core.reader.close_file(fd)
+                    self.table.close_handles(item.transient)
 
     def close(self) -> None:
         """Stop the read threads and close every file."""
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.close()
             self._pool = None
         self.table.close()
         if self.groups is not None:
@@ -434,7 +456,7 @@ def _collect(job) -> int:
     nbytes, failure = 0, None
     for _ in range(job.pending):
         result = job.done.get()
-        if type(result) is _Failed:
+        if type(result) is Failed:
             failure = failure or result.exc
         else:
             nbytes += result
@@ -442,6 +464,13 @@ def _collect(job) -> int:
     if failure is not None:
         raise failure
     return nbytes
+
+
+def merge_index(*figures) -> dict:
+    """Index request figures gathered so far, merged (None and empty parts skipped)."""
+    from ..metrics.objectstore import merge_figures
+
+    return merge_figures(f for f in figures if f)
 
 
 def _nbytes(sample) -> int:

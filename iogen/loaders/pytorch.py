@@ -35,7 +35,7 @@ from ..errors import DataError, IogenError
 from .base import Batch, Loader
 from .decode import DecodeCost, ImageDecoder
 from .preprocess import Preprocess, sleep_ns
-from .sampling import SampleReader, default_alloc
+from .sampling import SampleReader, default_alloc, keep_figures
 from .shaping import Payload, SampleShaper
 
 # Seconds the main process waits for one batch from a worker before giving up (a backstop:
@@ -355,19 +355,10 @@ class PyTorchLoader(Loader):
         self._iter = None
 
     def sample_reader(self, wl, layout, fmt):
-        """The byte source: files, or objects through boto3 (iogen/loaders/s3torch.py: s3torchconnector)."""
-        r = wl.reader
-        from ..storage import capabilities
-
-        if not capabilities(wl).local_paths:
-            from .objects import ObjectSampleReader  # the same byte source as the native object reads
-
-            reader = ObjectSampleReader(wl, layout, fmt)
-            self.index_figures, self.epoch_figures = reader.index_figures, []
-            self.setup_figures = reader.setup_figures
-            return reader
-        return SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
-                            reopen=bool(r.reopen_files))
+        """The byte source: the workload's storage (iogen/loaders/s3torch.py: s3torchconnector's datasets)."""
+        reader = SampleReader.for_workload(wl, layout, fmt)
+        keep_figures(self, reader)
+        return reader
 
     def data_loader_for(self, plan, preprocess_ns):
         """The DataLoader that reads this epoch: one for the loader's lifetime (the sampler carries the plan)."""
@@ -397,7 +388,7 @@ class PyTorchLoader(Loader):
             if requests is not None:
                 from ..metrics.objectstore import merge_figures
 
-                index = requests.pop("index", None)  # a worker's indexing requests (iogen/loaders/objecttable.py)
+                index = requests.pop("index", None)  # a worker's indexing requests (iogen/loaders/filetable.py)
                 if index:
                     self.index_figures = merge_figures([self.index_figures, index])
                 figures.append(requests)

@@ -19,22 +19,22 @@ part size, `reader.transfer_size`, into several HTTP requests).
   The workers persist across epochs, as with map-style; each epoch's plan reaches them through
   shared memory (PlanIterable).
 
-Records are checked as on every other path (`loaders.objects.checked_spans`: TFRecord CRC-32C,
-then the payload framing). Where each sample lies comes from ObjectSampleReader's object table
-(iogen/loaders/objecttable.py: by arithmetic for fixed layouts, else its requests go through
-boto3 and are reported apart, `object_store.index`). Before any work the bucket, endpoint and
-credentials are checked through boto3 (`open_store`), then one connector request (a HEAD of the
-first object) checks that the connector reaches the same store.
+Records are checked as on every other path (SampleReader's: TFRecord CRC-32C, then the payload
+framing). Where each sample lies comes from SampleReader's table (iogen/loaders/filetable.py: by
+arithmetic for fixed layouts, else its requests go through boto3 and are reported apart,
+`object_store.index`). Before any work the bucket, endpoint and credentials are checked through
+boto3 (the storage's check), then one connector request (a HEAD of the first object) checks that
+the connector reaches the same store.
 
-Figures: the connector exposes neither per-request HTTP status, retries, 503s nor the time to
-the first byte. What iogen measures around its own calls is reported: GETs (each `readinto`),
-HEADs (a reader from a dataset's `from_objects` knows no object size, so its first `seek` is a
-HEAD), bytes, and the total latency of each call; retries, throttled_503 and first-byte latency
-are null with the reason (`iogen.object_store.not_measured`, metrics/objectstore.py).
+The bytes and their figures go through the storage layer (`ConnectorStorage.read_spans`,
+iogen/storage/s3torch.py), handed the readers the datasets give out. The connector exposes
+neither per-request HTTP status, retries, 503s nor the time to the first byte. What iogen
+measures around its own calls is reported: GETs (each `readinto`), HEADs (a reader from a
+dataset's `from_objects` knows no object size, so its first `seek` is a HEAD), bytes, and the
+total latency of each call; retries, throttled_503 and first-byte latency are null with the
+reason (`iogen.object_store.not_measured`, metrics/objectstore.py).
 """
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import torch
@@ -42,66 +42,23 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import ConfigError, DataError
 from ..storage.keys import split_uri
-from ..histogram import LatencyHistogram
 from ..storage.s3torch import connector_args
-from .objects import ObjectSampleReader
-from .pytorch import PyTorchLoader, _first
+from .pytorch import PyTorchLoader
+from .sampling import SampleReader, keep_figures
 
 
-class _Figures:
-    """This process's connector calls (get: readinto, head: a reader's first seek)."""
-
-    def __init__(self):
-        self._calls = {"get": [], "head": []}  # (bytes, elapsed ns) per call
-        self._errors = {"get": 0, "head": 0}
-
-    def count(self, op: str, nbytes: int, elapsed_ns: int) -> None:
-        self._calls[op].append((int(nbytes), int(elapsed_ns)))
-
-    def failed(self, op: str) -> None:
-        self._errors[op] += 1
-
-    def drain(self) -> dict:
-        """The calls since the last drain (only operations that ran), then reset: per batch, so in
-        the form merge_figures reads (OpStats.from_dict's fields: counts and histograms, without
-        the latency summaries, which the merged figures get once per epoch)."""
-        out = {}
-        for op, calls in self._calls.items():
-            if not calls and not self._errors[op]:
-                continue
-            done = np.array(calls, np.int64).reshape(-1, 2)
-            out[op] = {"requests": len(calls), "bytes": int(done[:, 0].sum()), "retries": 0, "throttled_503": 0,
-                       "errors": self._errors[op], "first_byte_latency_histogram": _EMPTY,
-                       "total_latency_histogram": LatencyHistogram().record(done[:, 1]).to_dict()}
-        self._calls, self._errors = {"get": [], "head": []}, {"get": 0, "head": 0}
-        return out
-
-
-_EMPTY = LatencyHistogram().to_dict()  # no first-byte time: the connector does not expose it
-
-
-def _connector_error(uri: str, exc, what: str, offset=None) -> DataError:
-    """A connector failure as exit 2 naming the object (the connector reports no HTTP status field)."""
-    text = " ".join(str(exc).split())
-    if "NoSuchKey" in text or "not found" in text.lower() or "404" in text:
-        return DataError(uri, f"{what} through s3torchconnector: the object does not exist (HTTP 404: {text})",
-                         offset)
-    return DataError(uri, f"{what} through s3torchconnector failed: {text}", offset)
-
-
-class ConnectorSampleReader(ObjectSampleReader):
+class ConnectorSampleReader(SampleReader):
     """The framework SampleReader (`read(gids, alloc) -> BatchRead`) over s3torchconnector's readers.
 
-    `read`, the object table and the record checks are ObjectSampleReader's; the byte source
-    (`_fill`) takes each object's S3Reader from `open_object(file)`: the S3MapDataset's
-    `dataset[file]` (map-style), or the next reader of the worker's S3IterableDataset
-    (iterable, started by PlanIterable for an epoch).
+    `read`, the table and the record checks are SampleReader's; the byte source (`_read`) takes each
+    object's S3Reader from `open_object(file)`: the S3MapDataset's `dataset[file]` (map-style), or
+    the next reader of the worker's S3IterableDataset (iterable, started by PlanIterable for an
+    epoch), and the storage reads the spans through them.
     """
 
     def __init__(self, wl, layout, fmt):
-        super().__init__(wl, layout, fmt)
-        self._args = connector_args(wl.storage, self._store, part_bytes=wl.reader.transfer_size)
-        self._figures = _Figures()
+        super().__init__(layout, fmt, **SampleReader.settings(wl))
+        self._args = connector_args(wl.storage, self.store(), part_bytes=wl.reader.transfer_size)
         self._map = None
         self._stream = None  # iterable mode: this epoch's S3IterableDataset iterator
         self._iterable, self._iterable_uris = None, []  # iterable mode: this process's dataset and its objects
@@ -167,51 +124,18 @@ class ConnectorSampleReader(ObjectSampleReader):
         finally:
             self._map = None  # workers make their own
 
-    def _decode(self, table, store, files, samples, alloc):
+    def _decode(self, table, files, samples, alloc):
         """Refused by the config check (compressed samples are not byte ranges); a foreign object must not slip through."""
         raise DataError(self.layout.paths[int(files[0])], "samples are not byte ranges (compressed?); "
                                                           "storage.s3_client=s3torchconnector reads uncompressed samples")
 
-    def drain(self) -> dict:
-        """This process's connector figures since the last drain; the index's (boto3) under "index"."""
-        figures = self._figures.drain()
-        index = super().drain().get("index")
-        if index:
-            figures["index"] = index
-        return figures
-
-    def _fill(self, store, buf, files, offs, lens, starts) -> None:
-        """Each sample's span into buf: a seek and one readinto of its object's connector reader
-        (one reader per object of the batch, objects in first-use order; the boto3 store is unused)."""
-        from s3torchconnector import S3Exception
-
-        mv = memoryview(buf).cast("B")
+    def _read(self, table, files, offsets, fds, start, read_len, required, buf, buf_off) -> int:
+        """Each sample's span into buf through its object's connector reader (one reader per object of
+        the batch, objects in first-use order): the storage's read_spans, which counts each call."""
         order = files.tolist()
         readers = {f: self.open_object(f) for f in dict.fromkeys(order)}
-        fig, headed = self._figures, set()
-        for f, off, ln, st in zip(order, offs.tolist(), lens.tolist(), starts.tolist()):
-            uri, reader, op = self.layout.paths[f], readers[f], "get"
-            try:
-                if f not in headed:  # a fresh reader knows no size: its first seek is a HEAD
-                    op = "head"
-                    t0 = time.perf_counter_ns()
-                    reader.seek(off)
-                    fig.count("head", 0, time.perf_counter_ns() - t0)
-                    headed.add(f)
-                    op = "get"
-                else:
-                    reader.seek(off)
-                t0 = time.perf_counter_ns()
-                got = reader.readinto(mv[st:st + ln])
-                fig.count("get", got, time.perf_counter_ns() - t0)
-            except S3Exception as exc:
-                fig.failed(op)
-                if op == "head":
-                    raise _connector_error(uri, exc, "HEAD") from None
-                raise _connector_error(uri, exc, f"GET of bytes {off}-{off + ln - 1}", off) from None
-            if got != ln:
-                raise DataError(uri, f"object ends before byte {off + ln} (s3torchconnector returned {got} of {ln} "
-                                     "bytes); truncated?", off + got)
+        return table.store.read_spans([readers[f] for f in order], [self.path(f) for f in order], start, read_len,
+                                      buf, buf_off)
 
 
 class PlanIterable(IterableDataset):
@@ -268,8 +192,7 @@ class S3TorchLoader(PyTorchLoader):
 
     def sample_reader(self, wl, layout, fmt):
         reader = ConnectorSampleReader(wl, layout, fmt)
-        self.index_figures, self.epoch_figures = reader.index_figures, []
-        self.setup_figures = reader.setup_figures
+        keep_figures(self, reader)
         self.object_client = "s3torchconnector"
         return reader
 
@@ -298,7 +221,7 @@ class S3TorchLoader(PyTorchLoader):
                           "worker_init_fn": base.worker_init_fn}
             steps, batch = plan.batches.shape
             current = DataLoader(PlanIterable(base.dataset, steps, batch), batch_size=None,
-                                 num_workers=self.workers, collate_fn=_first, pin_memory=base.pin_memory, **kwargs)
+                                 num_workers=self.workers, collate_fn=base.collate_fn, pin_memory=base.pin_memory, **kwargs)
             self._iterable_loader = current
         current.dataset.set_plan(plan.batches, preprocess_ns)
         return current

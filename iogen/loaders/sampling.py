@@ -21,6 +21,16 @@ into arrays.
 File handles are per process and opened lazily (`FileTable`, the native loader's index, created
 on first use in each process); a reader pickled into a worker process carries the dataset's
 parameters, never its open files, its indexes or its list of paths.
+
+The bytes come through the workload's storage (`SampleReader.for_workload`): this machine's files
+by default. On an object store each sample's range is read by sequential ranged GETs of at most
+`reader.transfer_size` bytes, in the calling process (a PyTorch DataLoader worker, as a map-style
+dataset's __getitem__ reads): the parallelism is the workers'. Each process makes its own client
+(boto3 clients do not survive a fork) and its own FileTable, which indexes the objects it reads as
+it first reads them (iogen/loaders/filetable.py), through a store of its own; compressed objects
+are decoded by their format through an ObjectFile. `drain()` hands back this process's request
+figures since the last call (the indexing requests under the key "index"; None where the storage
+has no request figures), so a worker's figures travel to the main process with each batch.
 """
 from __future__ import annotations
 
@@ -34,7 +44,7 @@ import numpy as np
 from .. import core
 from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
-from .filetable import FileTable
+from .filetable import DEFAULT_PART_BYTES, FileTable, files_storage, split_pieces
 
 ALIGN = 4096
 
@@ -83,21 +93,70 @@ class _LayoutView:
         self.samples_per_file = layout.samples_per_file
         self.paths = layout.paths if isinstance(layout, _LayoutView) else _Paths(layout)
 
+    @property
+    def record_bytes(self) -> np.ndarray:
+        """One record size per file (what an object store's table indexes fixed layouts by), drawn on first use."""
+        rb = self.__dict__.get("_record_bytes")
+        if rb is None:
+            spec = self.paths._spec
+            rb = self._record_bytes = type(spec).record_bytes.func(spec)
+        return rb
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_record_bytes"}
+
 
 class SampleReader:
-    """Reads samples of one split by global id, in this process; safe to call from many threads."""
+    """Reads samples of one split by global id, in this process; safe to call from many threads.
 
-    def __init__(self, layout, fmt, *, direct: bool = False, verify: bool = True, reopen: bool = False):
+    storage: (backend class, workload) of the storage to read (each process makes its own from it),
+    or None: this machine's files."""
+
+    def __init__(self, layout, fmt, *, direct: bool = False, verify: bool = True, reopen: bool = False,
+                 storage=None, part_bytes: int = DEFAULT_PART_BYTES):
         self.layout = _LayoutView(layout)
         self.fmt = fmt
         self.direct = bool(direct)
         self.reopen = bool(reopen)  # reader.reopen_files: one open and close per sample read
         self.samples_per_file = layout.samples_per_file
+        self.part_bytes = int(part_bytes)
+        self._storage = storage
+        core_reads = storage is None or storage[0].capabilities.core_reads
+        self.requests = storage is not None and "requests" in storage[0].capabilities.figures
         self._check = getattr(fmt, "check_read", None) if verify else None
-        self._read_checked = getattr(fmt, "pread_checked", None) if verify else None
+        # each record's CRC checked as it lands, in the core's read (this machine's files)
+        self._read_checked = getattr(fmt, "pread_checked", None) if verify and core_reads else None
         self._table = None
         self._pid = None
         self._lock = threading.Lock()
+        self.setup_figures = self.index_figures = None
+        if self.requests:
+            from ..storage import get_storage
+
+            wl = storage[1]
+            store = get_storage(wl, max(1, int(wl.reader.read_threads)))
+            self.setup_figures = store.drain()  # the bucket's HEAD (get_storage's check), not indexing
+            self._table = FileTable(self.layout, fmt, reopen=self.reopen, store=store,
+                                    index_store=storage[0].from_workload(wl), part_bytes=self.part_bytes)
+            self._pid = os.getpid()
+
+    @staticmethod
+    def settings(wl) -> dict:
+        """The keyword arguments of the workload's reader settings and storage (O_DIRECT where it has it)."""
+        from ..storage import backend_class
+
+        r = wl.reader
+        backend = backend_class(wl)
+        # the workload travels to worker processes only where the storage is made from it (a client)
+        storage = None if backend.capabilities.core_reads else (backend, wl)
+        return {"direct": bool(r.odirect) and backend.capabilities.direct_io, "verify": bool(r.verify_checksums),
+                "reopen": bool(r.reopen_files), "storage": storage,
+                "part_bytes": int(r.transfer_size or DEFAULT_PART_BYTES)}
+
+    @classmethod
+    def for_workload(cls, wl, layout, fmt) -> "SampleReader":
+        """The reader of the workload's storage with its reader settings."""
+        return cls(layout, fmt, **cls.settings(wl))
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -111,10 +170,34 @@ class SampleReader:
     def _files(self) -> FileTable:
         pid = os.getpid()
         if self._table is None or self._pid != pid:
-            # A forked child opens its own descriptors; the parent's stay the parent's to close.
-            self._table = FileTable(self.layout, self.fmt, direct=self.direct, reopen=self.reopen)
+            # A forked child opens its own descriptors (or clients); the parent's stay the parent's to close.
+            if self._storage is None:
+                store = index_store = files_storage()
+            else:
+                cls, wl = self._storage
+                store, index_store = cls.from_workload(wl), cls.from_workload(wl)
+            self._table = FileTable(self.layout, self.fmt, direct=self.direct, reopen=self.reopen, store=store,
+                                    index_store=index_store, part_bytes=self.part_bytes)
             self._pid = pid
         return self._table
+
+    def store(self):
+        """This process's storage (made on first use after a fork or spawn)."""
+        with self._lock:
+            return self._files().store
+
+    def drain(self) -> dict | None:
+        """This process's request figures since the last drain, its indexing requests under "index";
+        None where the storage has no request figures (files)."""
+        if not self.requests:
+            return None
+        with self._lock:
+            table = self._files()
+        figures = table.store.drain()
+        index = table.index_store.drain()
+        if index:
+            figures["index"] = index
+        return figures
 
     def path(self, f: int) -> str:
         """Path of file f."""
@@ -130,7 +213,7 @@ class SampleReader:
             if not decode:
                 fds, offsets, lengths, transient = table.ranges(files, samples)
         if decode:
-            return self._decode(files, samples, alloc)
+            return self._decode(table, files, samples, alloc)
         try:
             if self.direct:
                 start = offsets & ~(ALIGN - 1)
@@ -150,9 +233,9 @@ class SampleReader:
                     nbytes, bad = self._read_checked(fds, start, read_len, buf, buf_off)
                     nbytes = int(nbytes)
                     if bad >= 0:
-                        raise DataError(self.path(files[bad]), "record checksum mismatch", offset=int(offsets[bad]))
+                        raise DataError(self.path(files[bad]), "record checksum (CRC-32C) mismatch", offset=int(offsets[bad]))
                 else:
-                    nbytes = int(core.reader.pread_into(fds, start, read_len, required, buf, buf_off))
+                    nbytes = int(self._read(table, files, offsets, fds, start, read_len, required, buf, buf_off))
             except ReadFailure as exc:
                 path = self.path(files[exc.index])
                 if exc.errno:
@@ -160,13 +243,12 @@ class SampleReader:
                 raise DataError(path, f"file is truncated: got {exc.nread} of the bytes a sample needs",
                                 offset=exc.offset) from exc
         finally:
-            for fd in transient:
-                core.reader.close_file(fd)
+            table.close_handles(transient)
         entry = buf_off + skip
         if self._check is not None and not checked:
             bad = self._check(buf, entry, lengths)
             if bad >= 0:
-                raise DataError(self.path(files[bad]), "record checksum mismatch", offset=int(offsets[bad]))
+                raise DataError(self.path(files[bad]), "record checksum (CRC-32C) mismatch", offset=int(offsets[bad]))
         try:
             starts, lens = self.fmt.payload_spans(buf, entry, lengths)
         except RecordError as exc:
@@ -174,18 +256,32 @@ class SampleReader:
                             offset=int(offsets[exc.index])) from None
         return BatchRead(buf, starts, lens, nbytes)
 
-    def _decode(self, files, samples, alloc) -> BatchRead:
-        """Compressed samples: the format decodes them, per file, in the order asked."""
+    def _read(self, table, files, offsets, fds, start, read_len, required, buf, buf_off) -> int:
+        """The batch's ranges into buf through the storage: one call (the core's, on files); on an object
+        store ranged GETs of at most part_bytes, one after another."""
+        if read_len.size and read_len.max() > self.part_bytes and not table.core_reads:
+            fds, start, read_len, required, buf_off, _ = split_pieces(self.part_bytes, fds, start, read_len,
+                                                                      required, buf_off)
+        return table.store.read_handles(fds, start, read_len, required, buf, buf_off)
+
+    def _decode(self, table, files, samples, alloc) -> BatchRead:
+        """Compressed samples: the format decodes them, per file, in the order asked (from the file, or
+        through an ObjectFile on an object store)."""
         payloads = [None] * files.size
         rows = []  # (where, 2-D payloads) of formats that decode a file's samples as one array
         nbytes = 0
         for f in dict.fromkeys(files.tolist()):
             where = np.flatnonzero(files == f)
             path = self.path(f)
+            source = table.source(f)
             try:
-                decoded, got = self.fmt.decode_payloads(path, samples[where])
+                decoded, got = self.fmt.decode_payloads(source, samples[where])
             except RecordError as exc:
                 raise DataError(path, f"record {int(samples[where[exc.index]])}: {exc.reason}") from None
+            except DataError as exc:
+                if hasattr(source, "reraise"):
+                    source.reraise(exc)  # the request error behind a library's error (h5py's)
+                raise
             nbytes += decoded
             if isinstance(got, np.ndarray):
                 rows.append((where, got))
@@ -204,6 +300,14 @@ class SampleReader:
             for i, p in zip(where.tolist(), m):
                 payloads[i] = p
         return packed(payloads, nbytes, alloc)
+
+
+def keep_figures(loader, reader) -> None:
+    """A framework loader over a reader whose storage counts requests keeps their figures as the native
+    loader does: the bucket check (setup_figures), the indexing and each epoch's reads."""
+    if reader.requests:
+        loader.index_figures, loader.epoch_figures = reader.index_figures, []
+        loader.setup_figures = reader.setup_figures
 
 
 def packed(payloads, nbytes: int, alloc) -> BatchRead:

@@ -41,7 +41,7 @@ from .base import Batch, Loader  # noqa: E402
 from .native import PREINDEX_MAX_FILES  # noqa: E402
 from .preprocess import Preprocess, sleep_ns  # noqa: E402
 from .runs import interleave_order, plan_runs  # noqa: E402
-from .sampling import SampleReader  # noqa: E402
+from .sampling import SampleReader, keep_figures  # noqa: E402
 from .shaping import Payload, SampleShaper  # noqa: E402
 
 
@@ -61,16 +61,11 @@ class TensorFlowLoader(Loader):
         resize = getattr(wl.dataset, "record_length_bytes_resize", None) or None
         from ..storage import capabilities
 
-        objects = not capabilities(wl).local_paths
-        if objects:  # tf.data cannot read S3 itself: every format goes through iogen's reader (map mode)
-            from .objects import ObjectSampleReader
-
-            self.reader = ObjectSampleReader(wl, layout, fmt)
-            self.index_figures, self.epoch_figures = self.reader.index_figures, []
-            self.setup_figures = self.reader.setup_figures
-        else:
-            self.reader = SampleReader(layout, fmt, direct=bool(r.odirect), verify=bool(r.verify_checksums),
-                                       reopen=bool(r.reopen_files))
+        self.reader = SampleReader.for_workload(wl, layout, fmt)
+        keep_figures(self, self.reader)
+        # tf.data opens files itself (TFRecordDataset), not objects: there every format goes through
+        # iogen's reader (map mode)
+        objects = not capabilities(wl).core_reads
         self.shaper = SampleShaper(fmt, resize)
         self.preprocess = Preprocess(wl, layout, world)
         self.uniform = bool(resize) or bool(np.all(layout.record_bytes == layout.record_bytes[0]))

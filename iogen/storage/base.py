@@ -7,6 +7,8 @@ operations iogen's stages use:
     st = get_storage(wl)                           # iogen.storage: the backend the workload names
     st.read_ranges(paths, offsets, lengths, buf, buf_offsets)   # many ranges, one call, into buf
     st.readinto(path, offset, buf)                 # one range
+    h = st.open_handle(path); st.read_handles(hs, offsets, lengths, required, buf, buf_offsets); st.close_handle(h)
+                                                   # a loader's kept handles: one core call per batch on POSIX
     with st.open(path) as f: ...                   # seekable, read-only binary file (h5py, zipfile)
     st.stat(path) -> size or None;  st.list(prefix) -> {path: size}
     st.publish(path, data)                         # a whole file/object appears at once, or not at all
@@ -24,7 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import threading
+
 import numpy as np
+
+_HANDLES_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,11 @@ class Capabilities:
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
     free_space: what is written takes space on a file system of this machine whose free space can be
         measured before the first byte (the checkpoint space check, iogen/checkpoint/space.py).
+    core_reads: reads are iogen's core on this machine's files: `read_handles` of a whole batch is one
+        GIL-free core call over file descriptors (the handles, which a format's fused read-and-check
+        calls take too), and a path is a file name a format or a framework (tf.data) opens itself;
+        False: every range read is a client request (a loader spreads them over its threads) and a
+        format reads through a file object (iogen/objectfile.py).
     """
 
     local_paths: bool
@@ -62,6 +73,7 @@ class Capabilities:
     needs: tuple = ()
     torch_datasets: bool = False
     free_space: bool = False
+    core_reads: bool = False
 
 
 class Storage:
@@ -116,6 +128,30 @@ class Storage:
             if n:
                 total += self.readinto(p, off, mv[at:at + n])
         return total
+
+    # Handles: what a reader keeps per file between batches (POSIX: an open descriptor, read by the
+    # core; other backends: a number standing for the path, so opening one costs no request).
+
+    def open_handle(self, path: str, direct: bool = False) -> int:
+        """A handle read_handles reads path through (closed by close_handle); direct: O_DIRECT reads."""
+        with _HANDLES_LOCK:
+            paths = self.__dict__.setdefault("_handle_paths", {})
+            h = self.__dict__.get("_next_handle", 0)
+            self._next_handle = h + 1
+            paths[h] = path
+        return h
+
+    def close_handle(self, handle: int) -> None:
+        """Release a handle of open_handle."""
+        with _HANDLES_LOCK:
+            self.__dict__.get("_handle_paths", {}).pop(int(handle), None)
+
+    def read_handles(self, handles, offsets, lengths, required, buf, buf_offsets) -> int:
+        """Range i (lengths[i] bytes at offsets[i] of the file of handles[i]) into buf[buf_offsets[i]:], of which
+        required[i] must be there (fewer only past the end of an O_DIRECT read); return the bytes read.
+        The default reads each range as read_ranges does (one request each); POSIX: one core call."""
+        paths = self.__dict__.get("_handle_paths", {})
+        return self.read_ranges([paths[h] for h in np.asarray(handles).tolist()], offsets, lengths, buf, buf_offsets)
 
     def open(self, path: str):
         """path as a read-only, seekable binary file object (formats read HDF5 and compressed data through it)."""

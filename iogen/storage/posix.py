@@ -51,7 +51,8 @@ class PosixStorage(Storage):
 
     name = "posix"
     capabilities = Capabilities(local_paths=True, page_cache=True, evict=True, direct_io=True, fsync=True,
-                                temp_names_visible=True, figures=frozenset({"device"}), free_space=True)
+                                temp_names_visible=True, figures=frozenset({"device"}), free_space=True,
+                                core_reads=True)
 
     def __init__(self, direct: bool = False):
         self.direct = bool(direct)
@@ -104,6 +105,18 @@ class PosixStorage(Storage):
         finally:
             for fd in fds_of.values():
                 core.reader.close_file(fd)
+
+    def open_handle(self, path: str, direct: bool = False) -> int:
+        """An open descriptor (FileNotFoundError when path does not exist)."""
+        return core.reader.open_file(path, direct)
+
+    def close_handle(self, handle: int) -> None:
+        core.reader.close_file(int(handle))
+
+    def read_handles(self, handles, offsets, lengths, required, buf, buf_offsets) -> int:
+        """The core's batched pread (GIL released): one call for every range; a failed range is the core's
+        ReadFailure (its index, errno, offset), which the caller names."""
+        return core.reader.pread_into(handles, offsets, lengths, required, buf, buf_offsets)
 
     def open(self, path: str):
         return open(path, "rb")

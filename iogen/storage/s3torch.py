@@ -20,6 +20,10 @@ native paths) is the `s3` backend's boto3 client, counted as requests.
   without close, while IOBase's finalizer would close, i.e. complete, a half-written object: so a
   failed or interrupted object is marked closed and its stream released (`_abandon`), and no
   partial object appears under the final key.
+- Sample reads of the pytorch loader's connector datasets (iogen/loaders/s3torch.py): `read_spans`, a seek
+  and one `readinto` of each span through the S3Reader a dataset handed out, counted per call
+  (`ReaderFigures`: GETs, and HEADs, a fresh reader's first seek) with the connector's errors as exit 2
+  naming the object.
 - Figures: the CRT hides its requests (count, retries, 503s, per-request latency); what iogen sees
   is per object: objects, bytes, errors and each object's time, in `put_object_stream` /
   `get_object_stream` (iogen.storage.figures.StreamStats).
@@ -30,6 +34,8 @@ import os
 import re
 import threading
 import time
+
+import numpy as np
 
 from ..errors import ConfigError, DataError
 from .keys import root_parts, split_uri
@@ -177,6 +183,54 @@ def stream_object(s3, uri: str, size: int, part_bytes: int, part_of, figures: St
     return size
 
 
+class ReaderFigures:
+    """This process's calls on the connector's S3Readers (get: readinto, head: a fresh reader's first seek),
+    drained per batch in the form merge_figures reads (OpStats.from_dict's fields: counts and histograms,
+    without the latency summaries, which the merged figures get once per epoch). The connector exposes no
+    retries, 503s or first-byte time: those stay empty (metrics/objectstore.py says why)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls = {"get": [], "head": []}  # (bytes, elapsed ns) per call
+        self._errors = {"get": 0, "head": 0}
+
+    def count(self, op: str, nbytes: int, elapsed_ns: int) -> None:
+        with self._lock:
+            self._calls[op].append((int(nbytes), int(elapsed_ns)))
+
+    def failed(self, op: str) -> None:
+        with self._lock:
+            self._errors[op] += 1
+
+    def drain(self) -> dict:
+        """The calls since the last drain (only operations that ran), then reset."""
+        import numpy as np
+
+        from ..histogram import LatencyHistogram
+
+        with self._lock:
+            calls, errors = self._calls, self._errors
+            self._calls, self._errors = {"get": [], "head": []}, {"get": 0, "head": 0}
+        out = {}
+        for op, done in calls.items():
+            if not done and not errors[op]:
+                continue
+            a = np.array(done, np.int64).reshape(-1, 2)
+            out[op] = {"requests": len(done), "bytes": int(a[:, 0].sum()), "retries": 0, "throttled_503": 0,
+                       "errors": errors[op], "first_byte_latency_histogram": LatencyHistogram().to_dict(),
+                       "total_latency_histogram": LatencyHistogram().record(a[:, 1]).to_dict()}
+        return out
+
+
+def reader_error(uri: str, exc, what: str, offset=None) -> DataError:
+    """A connector reader's failure as exit 2 naming the object (the connector reports no HTTP status field)."""
+    text = " ".join(str(exc).split())
+    if "NoSuchKey" in text or "not found" in text.lower() or "404" in text:
+        return DataError(uri, f"{what} through s3torchconnector: the object does not exist (HTTP 404: {text})",
+                         offset)
+    return DataError(uri, f"{what} through s3torchconnector failed: {text}", offset)
+
+
 class _Stopped(Exception):
     """Another object failed or the run was interrupted: this one stops between parts."""
 
@@ -238,6 +292,7 @@ class ConnectorStorage(ObjectStore):
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.streams = StreamFigures()
+        self.readers = ReaderFigures()
         self._s3 = None
         self._storage = None
         self._part_bytes = None
@@ -308,7 +363,42 @@ class ConnectorStorage(ObjectStore):
 
         return sum(run_objects(pool, one, list(items)))
 
+    def read_spans(self, readers, paths, offsets, lengths, buf, buf_offsets) -> int:
+        """Span i (lengths[i] bytes at offsets[i] of paths[i]) into buf[buf_offsets[i]:], by a seek and one
+        readinto of readers[i], an S3Reader of that object from the connector's datasets (a reader's first
+        seek is a HEAD: it knows no size); each call counted (ReaderFigures). Returns the bytes."""
+        from s3torchconnector import S3Exception
+
+        mv = memoryview(buf).cast("B")
+        fig, headed, total = self.readers, set(), 0
+        for reader, uri, off, ln, st in zip(readers, paths, np.asarray(offsets).tolist(),
+                                            np.asarray(lengths).tolist(), np.asarray(buf_offsets).tolist()):
+            op = "get"
+            try:
+                if id(reader) not in headed:  # a fresh reader knows no size: its first seek is a HEAD
+                    op = "head"
+                    t0 = time.perf_counter_ns()
+                    reader.seek(off)
+                    fig.count("head", 0, time.perf_counter_ns() - t0)
+                    headed.add(id(reader))
+                    op = "get"
+                else:
+                    reader.seek(off)
+                t0 = time.perf_counter_ns()
+                got = reader.readinto(mv[st:st + ln])
+                fig.count("get", got, time.perf_counter_ns() - t0)
+            except S3Exception as exc:
+                fig.failed(op)
+                if op == "head":
+                    raise reader_error(uri, exc, "HEAD") from None
+                raise reader_error(uri, exc, f"GET of bytes {off}-{off + ln - 1}", off) from None
+            if got != ln:
+                raise DataError(uri, f"object ends before byte {off + ln} (s3torchconnector returned {got} of {ln} "
+                                     "bytes); truncated?", off + got)
+            total += got
+        return total
+
     def drain(self) -> dict:
-        """boto3's request figures and the connector's per-object figures since the last drain."""
-        return {**super().drain(), **self.streams.drain()}
+        """boto3's request figures and the connector's per-object and reader figures since the last drain."""
+        return {**super().drain(), **self.streams.drain(), **self.readers.drain()}
 

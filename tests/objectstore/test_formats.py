@@ -40,7 +40,8 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
     """The native object loader and the framework loaders' sample reader give each sample's
     seeded payload, in the order asked, for HDF5 (through h5py on ranged GETs) and every
     compressed variant (decoded by the format through the same file object)."""
-    from iogen.loaders.objects import ObjectLoader, ObjectSampleReader
+    from iogen.loaders.native import NativeLoader
+    from iogen.loaders.sampling import SampleReader
 
     wl, layout, fmt_ = _setup(s3, tmp_path, fmt, compression)
     spf, rb = layout.samples_per_file, int(layout.record_bytes[0])
@@ -48,7 +49,7 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
     def expected(gid):
         return sample_bytes(layout.seed, layout.stream_of(gid // spf), gid % spf, rb).tobytes()
 
-    reader = ObjectSampleReader(wl, layout, fmt_)
+    reader = SampleReader.for_workload(wl, layout, fmt_)
     gids = np.array([13, 2, 7, 0, 15, 2])
     read = reader.read(gids)
     assert [read.buf[s:s + n].tobytes() for s, n in zip(read.starts, read.lengths)] == [expected(g) for g in gids]
@@ -57,7 +58,7 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
     if fmt == "hdf5":  # each object opened once (HEAD) by h5py through the object's file object
         assert figures["index"]["head"]["requests"] == 3  # objects 3, 0 and 1
 
-    loader = ObjectLoader(wl, layout, fmt_, get_world())
+    loader = NativeLoader(wl, layout, fmt_, get_world())
     try:
         plan = make_plan(num_files=4, samples_per_file=spf, batch_size=2)
         # batch buffers are reused: each batch is compared as it arrives
@@ -137,7 +138,7 @@ def test_framework_loaders_read_hdf5_and_compressed_objects(s3, tmp_path, iogen_
 def test_a_rank_indexes_and_reads_only_its_objects(s3, throttling_proxy, tmp_path, fmt):
     """Rank 1 of a 4-rank plan: GETs (and HEADs) only for the objects its plan reads; NPZ and
     TFRecord are indexed by arithmetic (no request at all), HDF5 with one HEAD and few GETs each."""
-    from iogen.loaders.objects import ObjectLoader
+    from iogen.loaders.native import NativeLoader
 
     endpoint, throttler = throttling_proxy
     wl, layout, fmt_ = _setup(s3, tmp_path, fmt, "none", **{"dataset.num_files_train": 8,
@@ -146,7 +147,7 @@ def test_a_rank_indexes_and_reads_only_its_objects(s3, throttling_proxy, tmp_pat
     mine = sorted({int(g) // 2 for g in plan.batches.reshape(-1)})
     assert len(mine) < 8
     throttler.requests.clear()
-    loader = ObjectLoader(wl, layout, fmt_, get_world())
+    loader = NativeLoader(wl, layout, fmt_, get_world())
     try:
         batches = list(loader.epoch(plan))
     finally:
@@ -167,25 +168,30 @@ def test_a_rank_indexes_and_reads_only_its_objects(s3, throttling_proxy, tmp_pat
 
 
 def test_object_table_indexes_by_arithmetic_and_is_bounded(tmp_path):
-    """No store at all: stored NPZ and plain TFRecord are indexed from the layout alone, with the
-    ranges index_file finds in the same file; the table forgets everything past its bound."""
+    """No request at all: stored NPZ and plain TFRecord objects are indexed from the layout alone, with
+    the ranges index_file finds in the same file; the table forgets everything past its bound."""
     from iogen.formats import make_format
-    from iogen.loaders.objecttable import ObjectTable
+    from iogen.loaders.filetable import FileTable
+    from iogen.storage import backend_class
 
+    store = backend_class("faultfs")(str(tmp_path))  # an empty folder: any request would fail
     layout = DatasetLayout("s3://bkt1/ds", "train", num_files=10, samples_per_file=3, record_length_bytes=1000,
                            record_length_bytes_stdev=0, seed=7, fmt_suffix="npz")
     for name in ("npz", "tfrecord"):
         fmt = make_format(name, samples_per_file=3)
-        table = ObjectTable(layout, fmt, None, 8 << 20, max_objects_held=4)  # no store: no request possible
-        table.learn([0, 1, 2, 1])
-        assert table.objects_held == 3 and not table.decoded(np.array([0, 2]))
+        table = FileTable(layout, fmt, store=store, dense_max_files=0, max_files_held=4)
+        table.learn_all()  # nothing ahead on an object store: a rank indexes what it reads
+        assert table.files_held == 0
+        assert not table.decode_only(np.array([0, 1, 2, 1])) and table.files_held == 3
         path = tmp_path / f"f.{name}"
         fmt.write_file(path, 3, 1000, layout.seed, layout.stream_of(2))
         index = fmt.index_file(path)
-        offsets, lengths = table.ranges(np.array([2, 2, 2]), np.array([0, 1, 2]))
+        _, offsets, lengths, _ = table.ranges(np.array([2, 2, 2]), np.array([0, 1, 2]))
         assert offsets.tolist() == index.offsets.tolist() and lengths.tolist() == index.lengths.tolist()
-        table.learn([3, 4])  # 5 > 4 held: forget all, then learn these
-        assert table.forgets == 1 and table.objects_held == 2
+        table.close_all()
+        table.decode_only(np.array([3, 4]))  # 5 > 4 held: forget all, then learn these
+        assert table.forgets == 1 and table.files_held == 2
+    assert store.drain() == {}
 
 
 def test_object_file_serves_small_reads_from_blocks(s3):

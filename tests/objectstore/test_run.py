@@ -160,7 +160,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.config import load_workload
     from iogen.dataset import DatasetLayout
     from iogen.formats import get_format
-    from iogen.loaders.objects import ObjectLoader
+    from iogen.loaders.native import NativeLoader
     from iogen.objectdata import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
@@ -170,7 +170,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     fmt_ = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
     generate_objects(open_store(wl), [layout], fmt_, get_world())
-    loader = ObjectLoader(wl, layout, fmt_, get_world())
+    loader = NativeLoader(wl, layout, fmt_, get_world())
     try:
         for _ in loader.epoch(make_plan(num_files=2, samples_per_file=4, batch_size=2)):
             pass
@@ -182,7 +182,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
             path = str(local / f"f{i}")
             fmt_.write_file(path, 4, 1 << 20, layout.seed, layout.stream_of(i))
             index = fmt_.index_file(path)
-            offsets, lengths = loader.table.ranges(np.full(4, i), np.arange(4))
+            _, offsets, lengths, _ = loader.table.ranges(np.full(4, i), np.arange(4))
             assert (offsets == index.offsets[:4]).all() and (lengths == index.lengths[:4]).all()
     finally:
         loader.close()

@@ -98,6 +98,25 @@ def test_read_ranges_many_ranges_into_one_buffer(backend):
     assert np.array_equal(buf, want)
 
 
+def test_handles_read_many_ranges_into_one_buffer(backend):
+    """What a loader keeps per file between batches: handles opened once, every range of a batch read
+    through them in one read_handles call (POSIX: one core call), then closed."""
+    st, root = backend
+    a, b = _payload(4096, 4), _payload(3000, 5)
+    st.publish(root + "a.bin", a)
+    st.publish(root + "b.bin", b)
+    ha, hb = st.open_handle(root + "a.bin"), st.open_handle(root + "b.bin")
+    try:
+        handles = np.array([ha, hb, ha, hb], np.int64)
+        offs, lens = np.array([0, 100, 4000, 2990], np.int64), np.array([10, 200, 96, 10], np.int64)
+        buf = np.full(316, 7, np.uint8)
+        assert st.read_handles(handles, offs, lens, lens, buf, np.array([0, 10, 210, 306], np.int64)) == 316
+        assert np.array_equal(buf, np.concatenate([a[:10], b[100:300], a[4000:4096], b[2990:3000]]))
+    finally:
+        st.close_handle(ha)
+        st.close_handle(hb)
+
+
 def test_a_read_past_the_end_is_a_data_error_naming_the_path(backend):
     st, root = backend
     st.publish(root + "short.bin", _payload(100))

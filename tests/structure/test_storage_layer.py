@@ -23,9 +23,6 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 LOCAL_PATHS_BRANCHES = {
     "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
-    "loaders/__init__.py": 1,  # the native loader over objects (loaders/objects.py)
-    "loaders/pytorch.py": 1,  # the object sample reader (loaders/objects.py)
-    "loaders/tensorflow.py": 1,  # the same
     "checkpoint/phases.py": 1,  # a drain to the bucket (objectcopy.py)
     "checkpoint/training.py": 1,  # the same
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart

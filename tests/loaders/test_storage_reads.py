@@ -1,0 +1,95 @@
+"""One native loader and one sample reader over the storage layer: the same plan read from this machine's
+files (posix) and from objects (faultfs, the s3 backend's code over a local folder) gives each sample's
+bytes; on objects every range is one counted ranged GET, the indexing costs no request for fixed layouts,
+and a fault reaches the loader as exit 2 naming the object."""
+import numpy as np
+import pytest
+
+from iogen.comm import SingleWorld
+from iogen.config import load_workload
+from iogen.dataset import DatasetLayout
+from iogen.errors import DataError
+from iogen.formats import get_format
+from iogen.formats.base import sample_bytes
+from iogen.loaders.native import NativeLoader
+from iogen.loaders.sampling import SampleReader
+from iogen.plan import make_plan
+
+pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+
+FILES, SPF, RECORD = 4, 4, 20_000
+
+
+def _setup(tmp_path, monkeypatch, storage, fmt_name, **extra):
+    monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+    over = {"dataset.format": fmt_name, "dataset.num_files_train": FILES, "dataset.num_samples_per_file": SPF,
+            "dataset.record_length_bytes": RECORD, "dataset.record_length_bytes_stdev": 0,
+            "reader.batch_size": 3, "reader.read_threads": 2, "reader.prefetch_size": 1, **extra}
+    if storage == "posix":
+        over["dataset.data_folder"] = str(tmp_path / "data")
+    else:
+        (tmp_path / "store" / "bkt").mkdir(parents=True)
+        over.update({"storage.storage_type": "faultfs", "storage.storage_root": "bkt/pre",
+                     "storage.endpoint_url": str(tmp_path / "store"), "dataset.data_folder": "ds"})
+    wl = load_workload("default", [f"{k}={v}" for k, v in over.items()])
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    for f in range(FILES):  # faultfs keeps object s3://bkt/KEY as the file <folder>/bkt/KEY
+        path = layout.paths[f]
+        local = tmp_path / "store" / path[len("s3://"):] if path.startswith("s3://") else tmp_path / path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fmt.write_file(str(local), SPF, RECORD, layout.seed, layout.stream_of(f))
+    return wl, layout, fmt
+
+
+def _expected(layout, gid):
+    return sample_bytes(layout.seed, layout.stream_of(gid // SPF), gid % SPF, RECORD).tobytes()
+
+
+@pytest.mark.parametrize("storage", ["posix", "faultfs"])
+def test_the_native_loader_and_the_sample_reader_read_any_storage(tmp_path, monkeypatch, storage):
+    wl, layout, fmt = _setup(tmp_path, monkeypatch, storage, "npz")
+    plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        got = [b.data.tobytes() for b in loader.epoch(plan)]  # buffers are reused: compared as they arrive
+        assert got == [b"".join(_expected(layout, g) for g in row) for row in plan.batches]
+        if storage == "faultfs":
+            assert loader.epoch_figures[0]["get"]["requests"] == plan.batches.size  # one ranged GET a sample
+            assert not loader.index_figures  # NPZ rows by arithmetic: no indexing request
+            assert loader.setup_figures["head"]["requests"] == 1  # the bucket, before any work
+        else:
+            assert not hasattr(loader, "epoch_figures")  # files: the block device's counters, no requests
+    reader = SampleReader.for_workload(wl, layout, fmt)
+    gids = np.array([13, 2, 7, 0, 15, 2])
+    read = reader.read(gids)
+    assert [read.buf[s:s + n].tobytes() for s, n in zip(read.starts, read.lengths)] == \
+        [_expected(layout, g) for g in gids]
+    figures = reader.drain()
+    assert (figures is None) == (storage == "posix")
+    if figures is not None:
+        assert figures["get"]["requests"] == gids.size and "index" not in figures
+
+
+def test_ranges_longer_than_transfer_size_are_cut_into_gets(tmp_path, monkeypatch):
+    """reader.transfer_size bounds each GET, with one read thread (no pool) too, and in the sample reader."""
+    wl, layout, fmt = _setup(tmp_path, monkeypatch, "faultfs", "tfrecord", **{"reader.transfer_size": 8192,
+                                                                              "reader.read_threads": 1})
+    plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        batches = list(loader.epoch(plan))
+        get = loader.epoch_figures[0]["get"]
+    frame = int(fmt.fixed_index(SPF, RECORD).lengths[0])  # a whole TFRecord frame, Example included
+    assert sum(b.bytes for b in batches) == get["bytes"] == plan.batches.size * frame
+    assert get["requests"] == plan.batches.size * -(-frame // 8192)
+    reader = SampleReader.for_workload(wl, layout, fmt)
+    read = reader.read(np.array([5, 9]))
+    assert read.nbytes == 2 * frame and reader.drain()["get"]["requests"] == 2 * -(-frame // 8192)
+
+
+def test_a_failed_get_is_exit_2_naming_the_object(tmp_path, monkeypatch):
+    wl, layout, fmt = _setup(tmp_path, monkeypatch, "faultfs", "npz")
+    monkeypatch.setenv("IOGEN_FAULTS", f"error_on=3,ops=get,state={tmp_path / 'requests'}")
+    plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        with pytest.raises(DataError, match=r"s3://bkt/pre/ds/train/img_\d_of_4\.npz.*HTTP 500"):
+            list(loader.epoch(plan))
