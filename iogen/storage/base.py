@@ -45,6 +45,9 @@ class Capabilities:
         iogen/metrics/device.py), "requests" (per-request counts, retries, 503s, latency from
         drain()), "objects" (per-object transfer figures only: a client that hides its requests).
     needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
+    core_copy: copies between its paths and local files are whole files through the core copier, one
+        core call a file (POSIX paths are this machine's files); False: part by part through the
+        backend's ranged reads and uploads (iogen/filecopy.py).
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
     """
@@ -58,6 +61,7 @@ class Capabilities:
     figures: frozenset
     needs: tuple = ()
     torch_datasets: bool = False
+    core_copy: bool = False
 
 
 class Storage:
@@ -106,6 +110,10 @@ class Storage:
                 total += self.readinto(p, off, mv[at:at + n])
         return total
 
+    def read_range(self, path: str, offset: int, buf) -> tuple[int, int | None]:
+        """readinto, and path's whole size when the read tells it for free (None otherwise)."""
+        return self.readinto(path, offset, buf), None
+
     def open(self, path: str):
         """path as a read-only, seekable binary file object (formats read HDF5 and compressed data through it)."""
         raise NotImplementedError
@@ -149,6 +157,13 @@ class Storage:
     def prepare_stream(self, part_bytes: int) -> None:
         """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
         outside the timed windows; nothing by default."""
+
+    def upload_part_bytes(self, transfer_bytes: int) -> int:
+        """The part size copies to this backend use for pieces of transfer_bytes (a store's minimum part)."""
+        return int(transfer_bytes)
+
+    def prepare_thread(self) -> None:
+        """Make the calling thread's client now (a pool thread, outside the timed windows); nothing by default."""
 
     def copy_in(self, path: str, local_path: str) -> int:
         """Copy path to the local file local_path (created or truncated); return the bytes copied."""

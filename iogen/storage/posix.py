@@ -42,7 +42,7 @@ class PosixStorage(Storage):
 
     name = "posix"
     capabilities = Capabilities(local_paths=True, page_cache=True, evict=True, direct_io=True, fsync=True,
-                                temp_names_visible=True, figures=frozenset({"device"}))
+                                temp_names_visible=True, figures=frozenset({"device"}), core_copy=True)
 
     def __init__(self, direct: bool = False):
         self.direct = bool(direct)

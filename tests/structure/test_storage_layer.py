@@ -32,7 +32,7 @@ LOCAL_PATHS_BRANCHES = {
     "checkpoint/training.py": 2,  # a drain to the bucket (objectcopy.py); the space check's tiers
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
     "report/summary.py": 1,  # the MLPerf rules note on the data's and results' file system
-    "staging.py": 5,  # the folders a staging folder keeps out of; downloads of objects (objectcopy.py)
+    "staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)
 }
 
 
