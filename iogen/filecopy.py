@@ -104,7 +104,8 @@ def _biggest_first(jobs):
 
 class Copier:
     """One pool of `threads` threads for copies between `storage` and local files, each thread with
-    its aligned buffer of `transfer_bytes` and its storage client (made now: outside timed windows)."""
+    its aligned buffer of `transfer_bytes` and its storage client (made now: outside timed windows).
+    A Copier that uploads (copy_out) takes storage.upload_part_bytes(transfer) as its transfer size."""
 
     def __init__(self, storage, threads: int, transfer_bytes: int, name: str = "iogen-copy"):
         from . import core
