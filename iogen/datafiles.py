@@ -185,11 +185,6 @@ def _stat_blocks(num: int, block) -> np.ndarray:
     return out
 
 
-def stat_sizes(paths) -> np.ndarray:
-    """Size of each path (int64), -1 for a missing one; stat'ed in blocks (see _stat_blocks)."""
-    return _stat_blocks(len(paths), lambda out, s: _stat_into(out, s, paths[s:s + STAT_BLOCK]))
-
-
 def stat_layout_sizes(layout) -> np.ndarray:
     """Size of each file of a layout (int64), -1 for a missing one: each block formats its own paths
     where it is stat'ed and drops them (no list of every path; os.stat releases the GIL)."""

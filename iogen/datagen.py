@@ -117,7 +117,8 @@ def _dataset_files(layout) -> list[str]:
     return _split_names(layout, DATA_NAME)
 
 
-def _shown(items, limit: int = 3) -> str:
+def shown(items, limit: int = 3) -> str:
+    """The first `limit` items, joined, and how many more there are (for messages naming files)."""
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
@@ -161,7 +162,7 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
         foreign = [rel for rel in foreign if not _own_name(layout, rel)]
     if foreign:
         raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
-                                       f"({_shown(foreign)}); refusing to overwrite them: choose another "
+                                       f"({shown(foreign)}); refusing to overwrite them: choose another "
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
 
 

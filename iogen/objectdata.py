@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import manifest as mf
 from ._version import __version__
-from .datagen import GenerateResult, Problem, _shown, default_workers
+from .datagen import GenerateResult, Problem, default_workers, shown
 from .formats import DATA_NAME
 from .errors import DataError
 from .formats.checksum import crc32c, format_crc
@@ -132,7 +132,7 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
         foreign += [rel for rel in existing if rel not in expected and _data_named(rel) and rel not in listed]
         if foreign:
             raise DataError(layout.folder, f"holds {len(foreign)} data object(s) that no iogen manifest lists "
-                                           f"({_shown(sorted(foreign))}); refusing to overwrite them: choose another "
+                                           f"({shown(sorted(foreign))}); refusing to overwrite them: choose another "
                                            "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
     return todo, kept
 
