@@ -48,6 +48,8 @@ class Capabilities:
     core_copy: copies between its paths and local files are whole files through the core copier, one
         core call a file (POSIX paths are this machine's files); False: part by part through the
         backend's ranged reads and uploads (iogen/filecopy.py).
+    file_checks: the formats' whole-file checks (Format.check_file, probe_file) open its paths directly, so
+        `iogen verify` checks each file's structure, and data without a manifest is checked by it.
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
     """
@@ -62,6 +64,7 @@ class Capabilities:
     needs: tuple = ()
     torch_datasets: bool = False
     core_copy: bool = False
+    file_checks: bool = False
 
 
 class Storage:
@@ -124,6 +127,14 @@ class Storage:
 
     def list(self, prefix: str) -> dict[str, int]:
         """{path: size} of every file/object under prefix (a folder: end it with '/')."""
+        raise NotImplementedError
+
+    def get_bytes(self, path: str) -> bytes | None:
+        """A small file's/object's whole bytes (a manifest), or None when it does not exist."""
+        raise NotImplementedError
+
+    def crc32c(self, path: str) -> int:
+        """The CRC-32C of path's whole bytes (iogen verify), read the backend's cheapest way."""
         raise NotImplementedError
 
     # -- writes -------------------------------------------------------------------------------

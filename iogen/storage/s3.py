@@ -473,6 +473,15 @@ class ObjectStore(Storage):
         t_end = time.perf_counter_ns()
         self._count("get", total, t0, t_first, t_end, r)
 
+    def crc32c(self, uri: str) -> int:
+        """The object's CRC-32C, computed as one GET streams it (get_chunks)."""
+        from ..formats.checksum import crc32c
+
+        crc = 0
+        for chunk in self.get_chunks(uri):
+            crc = crc32c(chunk, crc)
+        return crc
+
     def get_bytes(self, uri: str) -> bytes | None:
         """A small object's bytes (a manifest), or None when it does not exist."""
         import botocore.exceptions as bex

@@ -21,7 +21,7 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Module -> how many times it still picks a file path or an object twin by `.local_paths`.
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
-    "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
+    "commands.py": 2,  # the data folder's checks; datagen of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
     "engine.py": 1,  # training checkpoints as objects (checkpoint/objects.py)
     "loaders/__init__.py": 1,  # the native loader over objects (loaders/objects.py)
