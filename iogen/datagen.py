@@ -398,7 +398,6 @@ def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
 
         storage = PosixStorage()
     caps = storage.capabilities
-    noun = "file" if caps.file_checks else "object"
     t0 = time.perf_counter()
     problems: list[Problem] = []
     jobs = []
@@ -432,7 +431,7 @@ def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
     def check(job):
         """Problems of one file."""
         layout, f, i, entry, no_manifest, sizes = job
-        return _check_file(storage, noun, layout, f, i, entry, no_manifest, sizes, checksums,
+        return _check_file(storage, caps.file_checks, layout, f, i, entry, no_manifest, sizes, checksums,
                            structure and caps.file_checks)
 
     done = done_bytes = 0
@@ -455,9 +454,12 @@ _NO_MANIFEST = {
 }
 
 
-def _check_file(storage, noun, layout, fmt, i, entry, no_manifest, sizes, checksums, structure) -> list[Problem]:
+def _check_file(storage, files, layout, fmt, i, entry, no_manifest, sizes, checksums, structure) -> list[Problem]:
+    """Problems of file i; files: the backend's paths are files the formats open (capabilities.file_checks),
+    else objects, checked against their manifest only."""
     path = layout.paths[i]
-    if entry is None and not no_manifest and noun == "object":  # objects are checked against the manifest only
+    noun = "file" if files else "object"
+    if entry is None and not no_manifest and not files:
         return [Problem(path, "manifest", "the manifest does not list this object")]
     size = sizes.get(path)
     if size is None:
