@@ -13,7 +13,6 @@ import operator
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -179,8 +178,10 @@ def _stat_blocks(num: int, block) -> np.ndarray:
         if time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start):
             rest = range(start + STAT_BLOCK, num, STAT_BLOCK)
             if len(rest):
-                with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
-                    list(pool.map(lambda s: block(out, s), rest))
+                from .threadwork import ThreadPool
+
+                with ThreadPool(STAT_THREADS, name="iogen-stat") as pool:
+                    pool.run(lambda s, _state: block(out, s), rest)
             break
     return out
 

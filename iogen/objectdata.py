@@ -22,7 +22,6 @@ import os
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from . import manifest as mf
 from ._version import __version__
@@ -30,6 +29,7 @@ from .datagen import GenerateResult, default_workers, shown
 from .formats import DATA_NAME
 from .errors import DataError
 from .formats.checksum import format_crc
+from .threadwork import ThreadPool
 
 META_PARAMS = "iogen-params"
 META_CRC = "iogen-crc32c"
@@ -176,12 +176,11 @@ def _write_split(store, layout, fmt, indices, workers, part_bytes, progress, res
     done = {}
     lock = threading.Lock()
     bytes_done = 0
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="iogen-put") as pool:
-        futures = {pool.submit(_write_one, store, layout, fmt, i, digest, part_bytes): i for i in indices}
+    with ThreadPool(max(1, workers), name="iogen-put") as pool:
+        results, stop = pool.results(lambda i, _state: (i, _write_one(store, layout, fmt, i, digest, part_bytes)),
+                                     indices)
         try:
-            for fut in futures:  # in submission order; the pool keeps every worker busy
-                entry = fut.result()
-                i = futures[fut]
+            for i, entry in results:  # in completion order; each thread takes the next file itself
                 with lock:
                     done[i] = entry
                 result.files_written += 1
@@ -191,10 +190,8 @@ def _write_split(store, layout, fmt, indices, workers, part_bytes, progress, res
                 bytes_done += payload
                 if progress is not None:
                     progress(len(done), len(indices), bytes_done, bytes_total, time.perf_counter() - t0)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
+        finally:
+            stop()  # an error or Ctrl-C: the files in flight finish or fail, no new one starts
     return done
 
 
