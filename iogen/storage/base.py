@@ -169,12 +169,8 @@ class Storage:
         """Make what write_stream of part_bytes parts needs (a streaming client, its first connection) now,
         outside the timed windows; nothing by default."""
 
-    def upload_part_bytes(self, transfer_bytes: int) -> int:
-        """The part size copies to this backend use for pieces of transfer_bytes (a store's minimum part)."""
-        return int(transfer_bytes)
-
     def prepare_thread(self) -> None:
-        """Make the calling thread's client now (a pool thread, outside the timed windows); nothing by default."""
+        """Make what the calling thread's requests need (its own client) now; nothing by default."""
 
     def copy_in(self, path: str, local_path: str) -> int:
         """Copy path to the local file local_path (created or truncated); return the bytes copied."""
@@ -183,6 +179,10 @@ class Storage:
     def copy_out(self, local_path: str, path: str, part_bytes: int = 8 << 20) -> int:
         """Copy the local file local_path to path, which appears whole; return the bytes copied."""
         raise NotImplementedError
+
+    def upload_part_bytes(self, transfer_bytes: int) -> int:
+        """The part size copies to this backend use for pieces of transfer_bytes (a store's minimum part)."""
+        return int(transfer_bytes)
 
     def remove(self, path: str) -> None:
         """Remove path (absent is fine)."""
