@@ -143,16 +143,6 @@ def global_order(
                     shuffle_size=shuffle_size, seed_change_epoch=seed_change_epoch)
 
 
-def eval_due(wl, epoch: int) -> bool:
-    """Whether the evaluation runs after `epoch` (1-based): evaluation.eval_after_epoch, then every
-    evaluation.epochs_between_evals epochs (the engine's schedule, and staging's, which copies the
-    evaluation files only when some evaluation reads them)."""
-    ev = wl.evaluation
-    first = ev.eval_after_epoch
-    every = max(1, ev.epochs_between_evals)
-    return wl.workflow.evaluation and epoch >= first and (epoch - first) % every == 0
-
-
 def steps_per_epoch(total_samples: int, batch_size: int, world_size: int, max_steps: int | None = None) -> int:
     """Steps every rank runs: whole global batches only (drop-last decided globally), capped by max_steps."""
     steps = total_samples // (batch_size * world_size)
@@ -233,3 +223,13 @@ def plan_for(wl, layout, *, epoch: int, rank: int, world_size: int, seed: int, p
         max_steps=wl.train.total_training_steps,
         **common,
     )
+
+
+def eval_due(wl, epoch: int) -> bool:
+    """Whether the evaluation runs after `epoch` (1-based): evaluation.eval_after_epoch, then every
+    evaluation.epochs_between_evals epochs (the engine's schedule, and staging's, which copies the
+    evaluation files only when some evaluation reads them)."""
+    ev = wl.evaluation
+    first = ev.eval_after_epoch
+    every = max(1, ev.epochs_between_evals)
+    return wl.workflow.evaluation and epoch >= first and (epoch - first) % every == 0
