@@ -246,13 +246,15 @@ def _manifest_pairs(layouts, folder: str):
         yield src, f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}/{MANIFEST_NAME}"
 
 
-def _read_bytes(path: str, store=None) -> bytes | None:
-    """A small file's bytes (an object's with a store), or None when it cannot be read."""
-    if store is not None:
-        return store.get_bytes(path)
+def _read_bytes(path: str, storage=None) -> bytes | None:
+    """A small file's bytes through storage (the source's backend; this machine's files when None), or
+    None when it is absent or cannot be read as a file (an object store's failed request is its DataError)."""
+    if storage is None:
+        from .storage.posix import PosixStorage
+
+        storage = PosixStorage()
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return storage.get_bytes(path)
     except OSError:
         return None
 
@@ -286,12 +288,12 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, copier: Co
     own = copier is None
     if own:
         copier = stage_copier(wl)
-    # sources that are not local files (objects): their manifest's bytes, sizes and CRCs are the plan
-    store = None if copier.whole_files else copier.storage
     layouts = [lay for lay, _ in layouts_files]
-    sources = {lay.folder: _read_bytes(s, store) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
-    jobs = plan_jobs(layouts_files, report.folder, sources if store is not None else None)
-    if store is None:
+    sources = {lay.folder: _read_bytes(s, copier.storage) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
+    # sources that are not local files (objects): their manifest's sizes and CRCs are the plan (no HEAD
+    # each); local files are stat'ed (data without a manifest, DLIO's, is staged too)
+    jobs = plan_jobs(layouts_files, report.folder, None if copier.whole_files else sources)
+    if copier.whole_files:
         _stat_sources(jobs)
     manifests = [(sources[lay.folder], d) for lay, (_, d) in zip(layouts, _manifest_pairs(layouts, report.folder))
                  if sources[lay.folder] is not None]
