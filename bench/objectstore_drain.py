@@ -1,8 +1,8 @@
-"""Checkpoint drain to S3: iogen's upload of local files (iogen/objectcopy.py) against a plain boto3 loop.
+"""Checkpoint drain to S3: iogen's upload of local files (iogen/filecopy.py's Copier.copy_out) against a plain boto3 loop.
 
 Both upload the same --files local files of --file-mib each as objects, in parts of --part-mib
 with --threads parts in flight across the files, alternating in one process, medians of --reps:
-iogen's upload_files (what a drain to a bucket runs: every part a task, pread into the thread's
+iogen's Copier.copy_out (what a drain to a bucket runs: every part a task, read into the thread's
 reused buffer, one bytes copy for botocore, requests counted, unfinished uploads aborted on
 failure; threads and clients made before the timing, as the Drainer makes them before the first
 checkpoint) and a plain loop (create_multipart_upload per file, then a ThreadPoolExecutor of
@@ -42,7 +42,7 @@ def _bench(args, endpoint, moto: bool) -> int:
 
     import numpy as np
 
-    from iogen.objectcopy import Transfers, upload_files
+    from iogen.filecopy import Copier
     from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-drain", args.threads)
@@ -56,12 +56,12 @@ def _bench(args, endpoint, moto: bool) -> int:
         with open(paths[-1], "wb") as f:
             f.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
     store = ObjectStore(max_pool_connections=max(10, args.threads))
-    transfers = Transfers(store, args.threads, part, "bench-drain-put")
+    copier = Copier(store, args.threads, store.upload_part_bytes(part), "bench-drain-put")
     pool = ThreadPoolExecutor(args.threads)
 
     def iogen() -> float:
         t0 = time.perf_counter()
-        upload_files(transfers, [(f"s3://{bucket}/iogen/ckpt_{i}.pt", p) for i, p in enumerate(paths)])
+        copier.copy_out([(p, f"s3://{bucket}/iogen/ckpt_{i}.pt") for i, p in enumerate(paths)])
         return time.perf_counter() - t0
 
     def plain() -> float:
@@ -89,7 +89,7 @@ def _bench(args, endpoint, moto: bool) -> int:
 
     mi, mp = alternated_medians(iogen, plain, args.reps)
     pool.shutdown()
-    transfers.close()
+    copier.close()
     figures = store.drain()
     if args.src is None:
         shutil.rmtree(src, ignore_errors=True)
@@ -97,7 +97,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; {args.files} files of "
           f"{args.file_mib} MiB in parts of {args.part_mib} MiB, {args.threads} threads, medians of {args.reps}; "
           f"iogen part PUTs over all rounds: {figures.get('put', {}).get('requests')}")
-    ratio_table(args.files * size / 2**20, "drain", ("iogen upload_files (drain)", mi),
+    ratio_table(args.files * size / 2**20, "drain", ("iogen Copier.copy_out (drain)", mi),
                 ("plain boto3 multipart loop", mp))
     return 0
 

@@ -1,9 +1,9 @@
-"""Staging from S3: iogen's download (iogen/objectcopy.py) against a plain boto3 download loop.
+"""Staging from S3: iogen's download (iogen/filecopy.py's Copier.copy_in) against a plain boto3 download loop.
 
 Both download the same --files objects of --object-mib each to local files in --dest, with
---threads threads, alternating in one process, medians of --reps: iogen's download_objects (every
+--threads threads, alternating in one process, medians of --reps: iogen's Copier.copy_in (every
 --transfer-kib part a ranged GET into a thread's reused buffer, pwrite at its offset of a
-temporary name, each part's CRC-32C computed and the joined CRC checked against the object's, the
+temporary name (one core call), each part's CRC-32C computed and the joined CRC checked against the object's, the
 file renamed when complete, every request counted) and a plain loop (a ThreadPoolExecutor of
 --threads workers, each taking whole objects: get_object, then the body read in --transfer-kib
 pieces and written to the file; no checksum). The local files are removed between rounds.
@@ -41,9 +41,8 @@ def main(argv=None) -> int:
 def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
-    from iogen.filecopy import CopyJob
+    from iogen.filecopy import Copier, CopyJob
     from iogen.formats.checksum import crc32c, format_crc
-    from iogen.objectcopy import Transfers, download_objects
     from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-stage", args.threads)
@@ -60,7 +59,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     store = ObjectStore(max_pool_connections=max(10, args.threads))
     # both make their clients before the timing: iogen one per thread (as the stager does before
     # T_staging), the baseline one shared client
-    transfers = Transfers(store, args.threads, piece, "bench-stage")
+    copier = Copier(store, args.threads, piece, "bench-stage")
     pool = ThreadPoolExecutor(args.threads)
 
     def clean():
@@ -72,7 +71,7 @@ def _bench(args, endpoint, moto: bool) -> int:
         jobs = [CopyJob(f"s3://{bucket}/ds/obj_{i}", os.path.join(dest, f"obj_{i}"), size, crcs[i])
                 for i in range(args.files)]
         t0 = time.perf_counter()
-        download_objects(transfers, jobs)
+        copier.copy_in(jobs)
         return time.perf_counter() - t0
 
     def one(i):
@@ -92,7 +91,7 @@ def _bench(args, endpoint, moto: bool) -> int:
 
     mi, mp = alternated_medians(iogen, plain, args.reps)
     pool.shutdown()
-    transfers.close()
+    copier.close()
     figures = store.drain()
     clean()
     if args.dest is None:
@@ -102,7 +101,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; {args.files} objects "
           f"of {args.object_mib} MiB, {args.threads} threads, {args.transfer_kib} KiB parts/pieces, "
           f"medians of {args.reps}; iogen GETs over all rounds: {figures.get('get', {}).get('requests')}")
-    ratio_table(mib, "round", ("iogen download_objects (CRC checked)", mi), ("plain boto3 get_object loop", mp))
+    ratio_table(mib, "round", ("iogen Copier.copy_in (CRC checked)", mi), ("plain boto3 get_object loop", mp))
     return 0
 
 

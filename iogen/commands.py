@@ -319,7 +319,7 @@ def cmd_verify(args) -> int:
     from .datagen import verify
     from .dataset import DatasetLayout
     from .formats import get_format
-    from .storage import capabilities, get_storage
+    from .storage import get_storage
 
     wl = _load(args)
     _require_for(wl, "verify", loader=False)
@@ -327,17 +327,10 @@ def cmd_verify(args) -> int:
     fmt = get_format(wl.dataset)
     bad = 0
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
-    store = None
-    if not capabilities(wl).local_paths:  # objects (docs/objectstore.md)
-        store = get_storage(wl)
+    storage = get_storage(wl)
     for split in splits:
         layout = DatasetLayout.from_workload(wl, split)
-        if store is not None:
-            from .objectdata import verify_objects
-
-            problems = verify_objects(store, layout, fmt)
-        else:
-            problems = verify(layout, fmt)
+        problems = verify(layout, fmt, storage=storage)
         for p in problems:
             print(f"{split}: {p}")
         bad += len(problems)

@@ -13,7 +13,6 @@ import operator
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -179,15 +178,12 @@ def _stat_blocks(num: int, block) -> np.ndarray:
         if time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start):
             rest = range(start + STAT_BLOCK, num, STAT_BLOCK)
             if len(rest):
-                with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="iogen-stat") as pool:
-                    list(pool.map(lambda s: block(out, s), rest))
+                from .threadwork import ThreadPool
+
+                with ThreadPool(STAT_THREADS, name="iogen-stat") as pool:
+                    pool.run(lambda s, _state: block(out, s), rest)
             break
     return out
-
-
-def stat_sizes(paths) -> np.ndarray:
-    """Size of each path (int64), -1 for a missing one; stat'ed in blocks (see _stat_blocks)."""
-    return _stat_blocks(len(paths), lambda out, s: _stat_into(out, s, paths[s:s + STAT_BLOCK]))
 
 
 def stat_layout_sizes(layout) -> np.ndarray:

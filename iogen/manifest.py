@@ -65,23 +65,25 @@ def file_entry(rel: str, size_bytes: int, crc: str, record_bytes: int, samples: 
             "record_bytes": int(record_bytes), "samples": int(samples)}
 
 
-def read_manifest(layout) -> dict | None:
-    """The split's manifest, or None when there is none.
+def read_manifest(layout, storage=None) -> dict | None:
+    """The split's manifest (a file, or an object of `storage`: local files when None), or None
+    when there is none.
 
     A manifest that exists but cannot be read or is not an iogen manifest is a DataError naming
     it (exit 2): treating it as absent would skip every size and CRC check without a word.
     """
+    if storage is None:
+        from .storage.posix import PosixStorage
+
+        storage = PosixStorage()
     path = manifest_path(layout)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None
+        raw = storage.get_bytes(path)
     except OSError as exc:
         from .errors import DataError
 
         raise DataError(path, f"the dataset manifest cannot be read: {exc.strerror}") from None
-    return parse_manifest(raw, path)
+    return None if raw is None else parse_manifest(raw, path)
 
 
 def parse_manifest(raw: bytes, where: str) -> dict:

@@ -1,4 +1,5 @@
-"""Datasets as objects: generation (resumable, with the manifest as an object), verify and the run's check.
+"""Datasets as objects: generation (resumable, with the manifest as an object) and the run's check
+(`iogen verify` is datagen.verify over the storage, for files and objects alike).
 
 The objects hold the same seeded bytes as the files `iogen datagen` writes on a file system:
 each file is written by its format's write_file_crc to an anonymous in-memory file (memfd: no
@@ -21,14 +22,14 @@ import os
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from . import manifest as mf
 from ._version import __version__
-from .datagen import GenerateResult, Problem, _shown, default_workers
+from .datagen import GenerateResult, default_workers, shown
 from .formats import DATA_NAME
 from .errors import DataError
-from .formats.checksum import crc32c, format_crc
+from .formats.checksum import format_crc
+from .threadwork import ThreadPool
 
 META_PARAMS = "iogen-params"
 META_CRC = "iogen-crc32c"
@@ -62,23 +63,9 @@ def scratch_path(size_bytes: int, suffix: str):
             pass
 
 
-def manifest_uri(layout) -> str:
-    """URI of a split's manifest object."""
-    return f"{layout.folder}/{mf.MANIFEST_NAME}"
-
-
 def params_digest(params: dict) -> str:
     """A short digest of the generation settings, stored with each object."""
     return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def read_manifest(store, layout) -> dict | None:
-    """The split's manifest object, or None when there is none; one that is not an iogen
-    manifest is a DataError naming it (iogen.manifest.parse_manifest)."""
-    raw = store.get_bytes(manifest_uri(layout))
-    if raw is None:
-        return None
-    return mf.parse_manifest(raw, manifest_uri(layout))
 
 
 def _existing(store, layout) -> dict[str, int]:
@@ -96,14 +83,14 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
     params = mf.dataset_params(layout, fmt)
     digest = params_digest(params)
     try:
-        old = read_manifest(store, layout)
+        old = mf.read_manifest(layout, store)
     except DataError:
         if not overwrite:
             raise
         old = None  # a corrupt manifest object: rewritten at the end, as asked
     if old is not None and old.get("params") != params and not overwrite:
         diffs = mf.params_differences(old.get("params", {}), params)
-        raise DataError(manifest_uri(layout), "the prefix holds a dataset generated with other settings ("
+        raise DataError(mf.manifest_path(layout), "the prefix holds a dataset generated with other settings ("
                         + "; ".join(diffs) + "); refusing to overwrite it: choose another dataset.data_folder, "
                         "or replace it with `iogen datagen --overwrite`")
     listed = {e["file"]: e for e in old["files"]} if old is not None and old.get("params") == params else {}
@@ -132,7 +119,7 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
         foreign += [rel for rel in existing if rel not in expected and _data_named(rel) and rel not in listed]
         if foreign:
             raise DataError(layout.folder, f"holds {len(foreign)} data object(s) that no iogen manifest lists "
-                                           f"({_shown(sorted(foreign))}); refusing to overwrite them: choose another "
+                                           f"({shown(sorted(foreign))}); refusing to overwrite them: choose another "
                                            "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
     return todo, kept
 
@@ -189,12 +176,11 @@ def _write_split(store, layout, fmt, indices, workers, part_bytes, progress, res
     done = {}
     lock = threading.Lock()
     bytes_done = 0
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="iogen-put") as pool:
-        futures = {pool.submit(_write_one, store, layout, fmt, i, digest, part_bytes): i for i in indices}
+    with ThreadPool(max(1, workers), name="iogen-put") as pool:
+        results, stop = pool.results(lambda i, _state: (i, _write_one(store, layout, fmt, i, digest, part_bytes)),
+                                     indices)
         try:
-            for fut in futures:  # in submission order; the pool keeps every worker busy
-                entry = fut.result()
-                i = futures[fut]
+            for i, entry in results:  # in completion order; each thread takes the next file itself
                 with lock:
                     done[i] = entry
                 result.files_written += 1
@@ -204,10 +190,8 @@ def _write_split(store, layout, fmt, indices, workers, part_bytes, progress, res
                 bytes_done += payload
                 if progress is not None:
                     progress(len(done), len(indices), bytes_done, bytes_total, time.perf_counter() - t0)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
+        finally:
+            stop()  # an error or Ctrl-C: the files in flight finish or fail, no new one starts
     return done
 
 
@@ -221,55 +205,16 @@ def _write_manifest(store, layout, fmt, entries: list[dict]) -> str:
         "total_size_bytes": sum(e["size_bytes"] for e in entries),
         "files": entries,
     }
-    uri = manifest_uri(layout)
+    uri = mf.manifest_path(layout)
     store.put_bytes(uri, (json.dumps(data, indent=1) + "\n").encode())
     return uri
-
-
-def verify_objects(store, layout, fmt, *, checksums: bool = True, workers: int | None = None) -> list[Problem]:
-    """Check a split's objects against its manifest: each object there, at its size, with its CRC-32C."""
-    manifest = read_manifest(store, layout)
-    if manifest is None:
-        return [Problem(manifest_uri(layout), "manifest", "no manifest object: the dataset was not generated by "
-                                                          "iogen, or its generation did not finish (rerun `iogen "
-                                                          "datagen`); objects cannot be verified without it")]
-    params = mf.dataset_params(layout, fmt)
-    diffs = mf.params_differences(manifest.get("params", {}), params)
-    if diffs:
-        return [Problem(manifest_uri(layout), "manifest", f"generated with other settings: {d}") for d in diffs]
-    entries = {e["file"]: e for e in manifest["files"]}
-    existing = _existing(store, layout)
-
-    def check(i: int) -> list[Problem]:
-        rel, uri = layout.rel_path(i), layout.paths[i]
-        entry = entries.get(rel)
-        if entry is None:
-            return [Problem(uri, "manifest", "the manifest does not list this object")]
-        size = existing.get(rel)
-        if size is None:
-            return [Problem(uri, "missing", "object does not exist")]
-        if size != entry["size_bytes"]:
-            return [Problem(uri, "size", f"{size} bytes, the manifest says {entry['size_bytes']}")]
-        if checksums:
-            crc = 0
-            for chunk in store.get_chunks(uri):
-                crc = crc32c(chunk, crc)
-            if format_crc(crc) != entry["crc32c"]:
-                return [Problem(uri, "checksum", f"crc32c {format_crc(crc)}, the manifest says {entry['crc32c']}")]
-        return []
-
-    problems = []
-    with ThreadPoolExecutor(workers or default_workers(), thread_name_prefix="iogen-verify") as pool:
-        for found in pool.map(check, range(layout.num_files)):
-            problems += found
-    return problems
 
 
 def check_objects(store, layout, fmt) -> None:
     """The run's data check: the split's manifest object matches the workload and lists every object
     (DataError naming the key otherwise). Object sizes are checked as they are read."""
-    manifest = read_manifest(store, layout)
-    uri = manifest_uri(layout)
+    manifest = mf.read_manifest(layout, store)
+    uri = mf.manifest_path(layout)
     if manifest is None:
         raise DataError(uri, "no manifest object: generate the dataset with `iogen datagen` (same workload and "
                              "storage settings) first")

@@ -201,3 +201,13 @@ def plan_for(wl, layout, *, epoch: int, rank: int, world_size: int, seed: int, p
         max_steps=wl.train.total_training_steps,
         **common,
     )
+
+
+def eval_due(wl, epoch: int) -> bool:
+    """Whether the evaluation runs after `epoch` (1-based): evaluation.eval_after_epoch, then every
+    evaluation.epochs_between_evals epochs (the engine's schedule, and staging's, which copies the
+    evaluation files only when some evaluation reads them)."""
+    ev = wl.evaluation
+    first = ev.eval_after_epoch
+    every = max(1, ev.epochs_between_evals)
+    return wl.workflow.evaluation and epoch >= first and (epoch - first) % every == 0

@@ -37,7 +37,7 @@ import numpy as np
 
 from .atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
 from .errors import ConfigError, DataError
-from .filecopy import ALIGN, CopyJob, copy_files
+from .filecopy import ALIGN, Copier, CopyJob
 from .storage import backend_class, capabilities, files_section
 
 
@@ -78,13 +78,11 @@ def overlap_problems(wl, node: str) -> list[str]:
 
 def run_files(wl, layout, world, seed: int, phase: str) -> np.ndarray:
     """Sorted file indices this rank reads over the whole run in one phase, from its plans."""
-    from .plan import plan_for
-
-    from .engine import _eval_due
+    from .plan import eval_due, plan_for
 
     epochs = range(1, wl.train.epochs + 1)
     if phase == "eval":
-        epochs = [e for e in epochs if _eval_due(wl, e)]
+        epochs = [e for e in epochs if eval_due(wl, e)]
     seen = np.zeros(layout.num_files, bool)
     for epoch in epochs:
         plan = plan_for(wl, layout, epoch=epoch, rank=world.rank, world_size=world.size, seed=seed, phase=phase)
@@ -248,13 +246,15 @@ def _manifest_pairs(layouts, folder: str):
         yield src, f"{folder.rstrip('/')}/{os.path.basename(layout.folder)}/{MANIFEST_NAME}"
 
 
-def _read_bytes(path: str, store=None) -> bytes | None:
-    """A small file's bytes (an object's with a store), or None when it cannot be read."""
-    if store is not None:
-        return store.get_bytes(path)
+def _read_bytes(path: str, storage=None) -> bytes | None:
+    """A small file's bytes through storage (the source's backend; this machine's files when None), or
+    None when it is absent or cannot be read as a file (an object store's failed request is its DataError)."""
+    if storage is None:
+        from .storage.posix import PosixStorage
+
+        storage = PosixStorage()
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return storage.get_bytes(path)
     except OSError:
         return None
 
@@ -268,37 +268,32 @@ def transfer_bytes(wl) -> int:
     given = wl.staging.transfer_size
     if given is not None:
         return int(given)
-    return FILE_TRANSFER_BYTES if capabilities(wl).local_paths else OBJECT_TRANSFER_BYTES
+    return FILE_TRANSFER_BYTES if capabilities(wl).core_copy else OBJECT_TRANSFER_BYTES
 
 
-def object_transfers(wl):
-    """From an object store, the stager's download threads, each with its client and part buffer
-    (iogen.objectcopy.Transfers); None on files."""
-    if capabilities(wl).local_paths:
-        return None
-    from .objectcopy import Transfers
-
+def stage_copier(wl) -> Copier:
+    """The stager's copy threads over the data's storage, each with its buffer (and client), made
+    before T_staging (iogen/filecopy.py)."""
     st = wl.staging
-    store = backend_class(wl).from_workload(wl, st.threads)  # the bucket was checked with the data
-    return Transfers(store, st.threads, transfer_bytes(wl), "iogen-stage-get")
+    storage = backend_class(wl).from_workload(wl, st.threads)  # the bucket was checked with the data
+    return Copier(storage, st.threads, transfer_bytes(wl), "iogen-stage")
 
 
-def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=None) -> None:
-    """The stager's work: copy (or reuse) the node's files into report.folder.
-
-    From an object store the sources are objects: downloaded by ranged GETs (iogen/objectcopy.py)
-    on `transfers` (object_transfers(wl), made here when not given), their request figures kept
-    in report.object_figures.
+def stage_node(wl, layouts_files, report: StageReport, progress=None, copier: Copier | None = None) -> None:
+    """The stager's work: copy (or reuse) the node's files into report.folder, on `copier`
+    (stage_copier(wl), made here when not given). From a backend with request figures (an object
+    store), they are kept in report.object_figures.
     """
     st = wl.staging
-    own = transfers is None and not capabilities(wl).local_paths
+    own = copier is None
     if own:
-        transfers = object_transfers(wl)
-    store = transfers.store if transfers is not None else None
+        copier = stage_copier(wl)
     layouts = [lay for lay, _ in layouts_files]
-    sources = {lay.folder: _read_bytes(s, store) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
-    jobs = plan_jobs(layouts_files, report.folder, sources if store is not None else None)
-    if store is None:
+    sources = {lay.folder: _read_bytes(s, copier.storage) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
+    # sources that are not local files (objects): their manifest's sizes and CRCs are the plan (no HEAD
+    # each); local files are stat'ed (data without a manifest, DLIO's, is staged too)
+    jobs = plan_jobs(layouts_files, report.folder, None if copier.whole_files else sources)
+    if copier.whole_files:
         _stat_sources(jobs)
     manifests = [(sources[lay.folder], d) for lay, (_, d) in zip(layouts, _manifest_pairs(layouts, report.folder))
                  if sources[lay.folder] is not None]
@@ -318,13 +313,8 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
             progress(copied[0], len(todo), copied[1], total, (time.monotonic_ns() - t0_ns) / 1e9)
 
     try:
-        if store is not None:
-            from .objectcopy import download_objects
-
-            download_objects(transfers, todo, direct_write=st.odirect_write, done=done, what="the staged copy")
-        else:
-            copy_files(todo, st.threads, transfer_bytes(wl), direct_read=st.odirect_read,
-                       direct_write=st.odirect_write, done=done, what="the staged copy")
+        copier.copy_in(todo, direct_read=st.odirect_read, direct_write=st.odirect_write, done=done,
+                       what="the staged copy")
         for data, dst in manifests:
             if not os.path.lexists(dst):  # one already there is the source's (_reusable verified it)
                 write_atomic(dst, data, what="the staged manifest")
@@ -333,10 +323,10 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, transfers=
         remove_staged(report)
         raise
     finally:
-        if store is not None:
-            report.object_figures = store.drain()
+        if "requests" in copier.storage.capabilities.figures:
+            report.object_figures = copier.storage.drain()
         if own:
-            transfers.close()
+            copier.close()
     report.files, report.bytes = copied
 
 
@@ -519,7 +509,7 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
     folder = staging_folder(st.folder, node)
     phases = ["train", "eval"][:len(layouts)]
     report = StageReport(node, stager, folder, st.scope)
-    transfers = None
+    copier = None
     try:
         # The authoritative overlap check: this rank's real node name and folder, before any copy;
         # a refusal on one rank reaches the others at their next wait (world.fail), so all stop.
@@ -531,11 +521,11 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
                                        for layout, phase in zip(layouts, phases)])
         else:
             files = [np.arange(layout.num_files) for layout in layouts]
-        transfers = object_transfers(wl) if stager else None  # from a bucket: clients made before T_staging
+        copier = stage_copier(wl) if stager else None  # threads, buffers and clients made before T_staging
         world.sync()  # staging starts together: T_staging is measured from here
         report.t_start_ns = monotonic_ns()
         if stager:
-            stage_node(wl, list(zip(layouts, files)), report, progress, transfers)
+            stage_node(wl, list(zip(layouts, files)), report, progress, copier)
         report.t_copy_end_ns = monotonic_ns()
         world.sync()  # no rank reads before every node has its copy
     except BaseException as exc:
@@ -543,8 +533,8 @@ def stage_in(wl, world, layouts: list, seed: int, progress=None) -> tuple[StageR
         remove_staged(report)  # a node that finished its copy before another rank failed removes it
         raise
     finally:
-        if transfers is not None:
-            transfers.close()
+        if copier is not None:
+            copier.close()
     report.t_end_ns = monotonic_ns()
     partial = st.scope == "node"
     return report, [staged_layout(layout, folder, f if partial else None) for layout, f in zip(layouts, files)]

@@ -140,6 +140,7 @@ class ThreadPool:
         self._ended = threading.Semaphore(0)
         self._closed = False
         self.states: list = [None] * self.size
+        self._local = threading.local()
         ready = threading.Semaphore(0)
         failed: list[BaseException] = []
 
@@ -150,7 +151,7 @@ class ThreadPool:
                 except BaseException as exc:  # raised by the constructor
                     failed.append(exc)
                     return
-                self.states[k] = state
+                self.states[k] = self._local.state = state
                 ready.release()
                 self._serve(state)
             finally:
@@ -191,6 +192,23 @@ class ThreadPool:
     def submit(self, done: queue.SimpleQueue, fn, *args) -> None:
         """Run fn(*args) on one of the threads; its result (or Failed(exception)) goes to `done`."""
         self._calls.put((done, fn, args))
+
+    def state(self):
+        """The calling thread's state (setup's value), called from one of the pool's threads."""
+        return self._local.state
+
+    def map(self, fn, items) -> list:
+        """[fn(item) for item in items] computed on the threads, in items' order (as
+        concurrent.futures' Executor.map, for code written against it); the first failure stops
+        the rest and is raised once the running calls are done."""
+        items = list(items)
+        out = [None] * len(items)
+
+        def one(k, _state):
+            out[k] = fn(items[k])
+
+        self.run(one, range(len(items)))
+        return out
 
     def _start(self, run: _Run) -> _Run:
         for _ in range(run.threads):

@@ -13,11 +13,11 @@ finished checkpoint to a Drainer:
   shared copy exists);
 - `off` leaves the checkpoints on the local tier.
 
-Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py:
-the same parallel copy as data staging, iogen's temporary name, renamed when complete). With
-an object store (storage.storage_type s3) the shared tier is the bucket: each file becomes the object of the same name
-under the checkpoint folder's URI (iogen/objectcopy.py: parts pread into reused buffers,
-`drain_threads` part uploads in flight, a failed upload aborted so no partial object appears).
+Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py's
+Copier.copy_out: the same copy path as data staging, iogen's temporary name, renamed when
+complete). With an object store the shared tier is the bucket: each file becomes the object of
+the same name under the checkpoint folder's URI (parts read into reused buffers, `drain_threads`
+part uploads in flight, a failed upload aborted so no partial object appears).
 A failed drain is recorded (the summary carries it) and reported once the run's summary is
 written, naming the shared folder (and, on a bucket, the object and the HTTP status). An
 interrupted or failed run calls `stop()`: the drain in flight ends after its files in flight,
@@ -27,12 +27,12 @@ temporaries (pid gone) are removed by the next drain of the same names.
 from __future__ import annotations
 
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
-from ..atomic import make_folders, paths_overlap, remove_stale_temps, unlink_quietly
-from ..errors import DataError, OutputError
-from ..filecopy import ALIGN, CopyJob, buffers, copy_files, wait_through_interrupts
+from ..atomic import paths_overlap
+from ..filecopy import ALIGN, Copier
+from ..threadwork import ThreadPool, wait_through_interrupts
 
 
 def tier_problems(wl) -> list[str]:
@@ -70,26 +70,30 @@ def tier_problems(wl) -> list[str]:
 
 
 class Drainer:
-    """Background copies of finished checkpoints from the local to the shared folder."""
+    """Background copies of finished checkpoints from the local to the shared folder (or bucket)."""
 
     def __init__(self, shared_folder: str, threads: int, transfer_bytes: int, mode: str, store=None):
         from .. import core
+        from ..storage import backend_class
 
         self.threads = max(1, int(threads))
         self.transfer = max(ALIGN, int(transfer_bytes) // ALIGN * ALIGN)
         self.mode = mode
         self._core = core
-        self.store = store  # an ObjectStore: the shared tier is a bucket, shared_folder its s3:// URI
-        if store is None:
-            self.shared = os.path.abspath(shared_folder)
-            self._buffers = buffers(self.threads, self.transfer)  # reused by every drain of the run
-        else:
-            self.shared = shared_folder.rstrip("/")
-            self._start_objects()
+        # the shared tier's storage: local files when None; a store's requests are the drain's figures
+        self.store = store if store is not None else backend_class("posix")()
+        local = self.store.capabilities.core_copy
+        self.shared = os.path.abspath(shared_folder) if local else shared_folder.rstrip("/")
+        # the copy threads, their buffers (and clients), reused by every drain of the run, and the
+        # thread that runs async drains (with its client): made now, outside every checkpoint's time
+        self._copier = Copier(self.store, self.threads, self.store.upload_part_bytes(self.transfer), "iogen-drain-copy")
+        self._runner = ThreadPool(1, "iogen-drain", setup=lambda _k: self.store.prepare_thread())
+        if mode == "sync":
+            self.store.prepare_thread()  # sync drains run on the calling thread
+        self._results = queue.SimpleQueue()  # what async drains return (they record their own errors)
         self._idle = threading.Event()
         self._idle.set()
-        self._stop = threading.Event()  # set by stop(): no drain starts another file
-        self._thread = None
+        self._stop = threading.Event()  # set by stop(): no drain starts another file or part
         self.events: list[dict] = []  # one per drained checkpoint, filled in as it completes
         self.waits = 0  # checkpoints that found the previous drain still running
         self.error: str | None = None
@@ -113,60 +117,19 @@ class Drainer:
                       drain_error=None, drain_mode=self.mode)
         self.events.append(event)
         self._idle.clear()
-        jobs = [(src, os.path.join(self.shared, os.path.relpath(src, root) if root else os.path.basename(src)))
-                for src in paths]
-        if self.store is not None:  # on the coordinating thread, whose client is made
-            drained = self._coordinator.submit(self._drain, jobs, event)
-            if self.mode == "sync":
-                drained.result()
-            return
+        pairs = [(src, f"{self.shared}/{os.path.relpath(src, root) if root else os.path.basename(src)}")
+                 for src in paths]
         if self.mode == "sync":
-            self._drain(jobs, event)
-            return
-        self._thread = threading.Thread(target=self._drain, args=(jobs, event), name="iogen-drain", daemon=True)
-        self._thread.start()
-
-    def _start_objects(self) -> None:
-        """The upload threads, their clients and part buffers, and the coordinating thread, made now
-        (a client costs ~0.1 s): outside every checkpoint's drain time."""
-        from ..objectcopy import Transfers
-        from ..storage.s3 import part_size_bytes
-
-        self._transfers = Transfers(self.store, self.threads, part_size_bytes(self.transfer), "iogen-drain-put")
-        self._coordinator = ThreadPoolExecutor(1, thread_name_prefix="iogen-drain")  # creates and completes
-        self._coordinator.submit(self.store.client).result()
+            self._drain(pairs, event)
+        else:
+            self._runner.submit(self._results, self._drain, pairs, event)
 
     def _drain(self, pairs: list[tuple[str, str]], event: dict) -> None:
-        if self.store is not None:
-            return self._drain_objects(pairs, event)
         try:
-            jobs = [CopyJob(src, dst, os.path.getsize(src)) for src, dst in pairs]
-            for folder in sorted({os.path.dirname(job.dst) for job in jobs} | {self.shared}):
-                try:
-                    make_folders(folder, "the shared checkpoint folder")
-                except OutputError as exc:
-                    raise DataError(self.shared, str(exc)) from None
-                # a killed drain's half-copied files of these names (their writer's pid gone) hold space
-                remove_stale_temps(folder, {os.path.basename(j.dst) for j in jobs if os.path.dirname(j.dst) == folder})
-            copy_files(jobs, self.threads, self.transfer, bufs=self._buffers, what="the drained checkpoint",
-                       stop=self._stop)
+            event["drain_bytes"] = self._copier.copy_out(pairs, stop=self._stop, what="the drained checkpoint",
+                                                         folders_what="the shared checkpoint folder")
             if self._stop.is_set():
                 raise InterruptedError("stopped: the run was interrupted or failed")
-            event["drain_bytes"] = sum(job.nbytes for job in jobs)
-        except Exception as exc:  # noqa: BLE001 - recorded, raised after the summary
-            event["drain_error"] = self.error = str(exc)
-        except BaseException as exc:  # an interrupt of a sync drain: recorded, and it stops the run
-            event["drain_error"] = self.error = str(exc) or type(exc).__name__
-            raise
-        finally:
-            event["drain_end_ns"] = self._core.clock.now_ns()
-            self._idle.set()
-
-    def _drain_objects(self, pairs: list[tuple[str, str]], event: dict) -> None:
-        from ..objectcopy import upload_files
-
-        try:
-            event["drain_bytes"] = upload_files(self._transfers, [(uri, src) for src, uri in pairs])
         except Exception as exc:  # noqa: BLE001 - recorded, raised after the summary
             event["drain_error"] = self.error = str(exc)
         except BaseException as exc:  # an interrupt of a sync drain: recorded, and it stops the run
@@ -178,37 +141,31 @@ class Drainer:
 
     def remove_shared(self, local_path: str) -> None:
         """Delete the shared copy of a superseded local checkpoint (both tiers keep the same set)."""
-        if self.store is not None:
-            from ..errors import IogenError
+        from ..errors import IogenError
 
-            try:
-                self.store.delete(f"{self.shared}/{os.path.basename(local_path)}")
-            except IogenError:
-                pass  # a failed drain or delete is the bucket's problem; the failed drain is recorded
-            return
         try:
-            unlink_quietly(os.path.join(self.shared, os.path.basename(local_path)))
-        except OSError:
-            pass  # never drained there (a failed drain is already recorded)
+            self.store.remove(f"{self.shared}/{os.path.basename(local_path)}")
+        except (IogenError, OSError):
+            pass  # never drained there, or the bucket's problem: a failed drain is already recorded
+
+    def _close(self) -> None:
+        self._runner.close()
+        self._copier.close()
 
     def stop(self) -> None:
-        """The run was interrupted or failed: the drain in flight ends after its files in flight
-        (whole files under their names, no temporary left) and is waited for; none starts after."""
+        """The run was interrupted or failed: the drain in flight ends after its files (or parts) in
+        flight (whole files under their names, no temporary left, a started upload aborted) and is
+        waited for; none starts after."""
         self._stop.set()
-        if self._thread is not None:
-            wait_through_interrupts(self._idle)  # set when the drain thread ends (not join(): see copy_files)
-        if self.store is not None:  # an upload in flight ends (a failed one is aborted: no partial object)
-            self._coordinator.shutdown(wait=True)
-            self._transfers.close()
+        wait_through_interrupts(self._idle)  # set when the drain ends (not join(): see iogen/threadwork.py)
+        self._close()
 
     def finish(self) -> dict:
         """Wait for the last drain; the per-checkpoint events, waits and error for the summary."""
         self.wait_idle()
+        self._close()
         record = {"mode": self.mode, "shared_folder": self.shared, "events": list(self.events),
                   "waits": self.waits, "error": self.error}
-        if self.store is not None:
-            self._transfers.close()
-            self._coordinator.shutdown(wait=True)
+        if "requests" in self.store.capabilities.figures:
             record["object_store"] = self.store.drain()  # the drain's requests (and deletes)
         return record
-

@@ -52,6 +52,11 @@ class Capabilities:
         iogen/metrics/device.py), "requests" (per-request counts, retries, 503s, latency from
         drain()), "objects" (per-object transfer figures only: a client that hides its requests).
     needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
+    core_copy: copies between its paths and local files are whole files through the core copier, one
+        core call a file (POSIX paths are this machine's files); False: part by part through the
+        backend's ranged reads and uploads (iogen/filecopy.py).
+    file_checks: the formats' whole-file checks (Format.check_file, probe_file) open its paths directly, so
+        `iogen verify` checks each file's structure, and data without a manifest is checked by it.
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
         (s3torchconnector's S3MapDataset / S3IterableDataset; iogen/loaders/s3torch.py).
     free_space: what is written takes space on a file system of this machine whose free space can be
@@ -74,6 +79,9 @@ class Capabilities:
     torch_datasets: bool = False
     free_space: bool = False
     core_reads: bool = False
+
+    core_copy: bool = False
+    file_checks: bool = False
 
 
 class Storage:
@@ -153,6 +161,10 @@ class Storage:
         paths = self.__dict__.get("_handle_paths", {})
         return self.read_ranges([paths[h] for h in np.asarray(handles).tolist()], offsets, lengths, buf, buf_offsets)
 
+    def read_range(self, path: str, offset: int, buf) -> tuple[int, int | None]:
+        """readinto, and path's whole size when the read tells it for free (None otherwise)."""
+        return self.readinto(path, offset, buf), None
+
     def open(self, path: str):
         """path as a read-only, seekable binary file object (formats read HDF5 and compressed data through it)."""
         raise NotImplementedError
@@ -163,6 +175,14 @@ class Storage:
 
     def list(self, prefix: str) -> dict[str, int]:
         """{path: size} of every file/object under prefix (a folder: end it with '/')."""
+        raise NotImplementedError
+
+    def get_bytes(self, path: str) -> bytes | None:
+        """A small file's/object's whole bytes (a manifest), or None when it does not exist."""
+        raise NotImplementedError
+
+    def crc32c(self, path: str) -> int:
+        """The CRC-32C of path's whole bytes (iogen verify), read the backend's cheapest way."""
         raise NotImplementedError
 
     # -- writes -------------------------------------------------------------------------------
@@ -240,6 +260,10 @@ class Storage:
     def copy_out(self, local_path: str, path: str, part_bytes: int = 8 << 20) -> int:
         """Copy the local file local_path to path, which appears whole; return the bytes copied."""
         raise NotImplementedError
+
+    def upload_part_bytes(self, transfer_bytes: int) -> int:
+        """The part size copies to this backend use for pieces of transfer_bytes (a store's minimum part)."""
+        return int(transfer_bytes)
 
     def remove(self, path: str) -> None:
         """Remove path (absent is fine)."""

@@ -17,11 +17,6 @@ SCHEME = "s3://"
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-def is_uri(path) -> bool:
-    """Whether a dataset path is an object URI (s3://bucket/key)."""
-    return isinstance(path, str) and path.startswith(SCHEME)
-
-
 def split_uri(uri: str) -> tuple[str, str]:
     """(bucket, key) of s3://bucket/key."""
     rest = uri[len(SCHEME):]

@@ -52,7 +52,7 @@ class PosixStorage(Storage):
     name = "posix"
     capabilities = Capabilities(local_paths=True, page_cache=True, evict=True, direct_io=True, fsync=True,
                                 temp_names_visible=True, figures=frozenset({"device"}), free_space=True,
-                                core_reads=True)
+                                core_reads=True, core_copy=True, file_checks=True)
 
     def __init__(self, direct: bool = False):
         self.direct = bool(direct)
@@ -150,6 +150,20 @@ class PosixStorage(Storage):
         if stat.S_ISDIR(st.st_mode):
             return "a folder"
         return None if stat.S_ISREG(st.st_mode) else "not a regular file"
+
+    def get_bytes(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist (another OSError is the caller's to name)."""
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def crc32c(self, path: str) -> int:
+        """The file's CRC-32C through the core (iogen.formats.checksum.file_crc32c)."""
+        from ..formats.checksum import file_crc32c
+
+        return file_crc32c(path)
 
     def evict(self, path: str) -> None:
         """Drop path's pages from the page cache (dirty pages written back first)."""

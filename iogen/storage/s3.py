@@ -93,6 +93,10 @@ class ObjectStore(Storage):
             self._local.client = c
         return c
 
+    def upload_part_bytes(self, transfer_bytes: int) -> int:
+        """part_size_bytes: at least the store's minimum part."""
+        return part_size_bytes(transfer_bytes)
+
     def _on_retry_check(self, response=None, operation=None, **_):
         if response is None:
             return None
@@ -465,6 +469,15 @@ class ObjectStore(Storage):
             raise self._failed("get", uri, exc, "GET") from None
         t_end = time.perf_counter_ns()
         self._count("get", total, t0, t_first, t_end, r)
+
+    def crc32c(self, uri: str) -> int:
+        """The object's CRC-32C, computed as one GET streams it (get_chunks)."""
+        from ..formats.checksum import crc32c
+
+        crc = 0
+        for chunk in self.get_chunks(uri):
+            crc = crc32c(chunk, crc)
+        return crc
 
     def get_bytes(self, uri: str) -> bytes | None:
         """A small object's bytes (a manifest), or None when it does not exist."""

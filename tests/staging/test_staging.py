@@ -365,3 +365,69 @@ def test_a_parent_shared_by_two_nodes_folders_is_removed_once_both_are_gone(tmp_
     assert os.listdir(parent) == []  # what the run's barrier waits for
     remove_left_dirs(reports["a"])
     assert not parent.exists() and tmp_path.exists()  # the folder above, not this run's, stays
+
+
+# ---- the one copy path (iogen/filecopy.py's Copier) over each kind of storage
+
+
+@pytest.fixture(params=["posix", "faultfs", "s3"])
+def copy_storage(request, tmp_path, monkeypatch):
+    """(storage, root): a backend chosen from a workload as the stages choose it, and where its paths go."""
+    from iogen.storage import get_storage
+
+    name = request.param
+    if name == "posix":
+        wl = load_workload("default", [f"output.folder={tmp_path / 'out'}"])
+        root = str(tmp_path / "store")
+    elif name == "faultfs":
+        pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+        monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+        (tmp_path / "store" / "bkt").mkdir(parents=True)
+        wl = load_workload("default", ["storage.storage_type=faultfs", "storage.storage_root=bkt",
+                                       f"storage.endpoint_url={tmp_path / 'store'}", f"output.folder={tmp_path / 'out'}"])
+        root = "s3://bkt/copy"
+    else:
+        s3 = request.getfixturevalue("s3")
+        wl = load_workload("default", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}",
+                                       f"output.folder={tmp_path / 'out'}"])
+        root = f"s3://{s3.bucket}/copy"
+    st = get_storage(wl, threads=3)
+    yield st, root
+    st.close()
+
+
+def test_copier_copies_out_and_back_in_byte_exact_with_crc_checks(copy_storage, tmp_path):
+    from iogen.filecopy import Copier, CopyJob
+    from iogen.formats.checksum import crc32c, format_crc
+
+    st, root = copy_storage
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(7)
+    # one file over S3's smallest part (a multipart upload there, parts downloaded by ranged GETs), two small
+    datas = {"big.bin": rng.integers(0, 256, (5 << 20) + 1000, np.uint8).tobytes(),
+             "sub/a.bin": rng.integers(0, 256, 5000, np.uint8).tobytes(), "b.bin": b""}
+    pairs = []
+    for rel, data in datas.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+        pairs.append((str(src / rel), f"{root}/{rel}"))
+    back = tmp_path / "back"
+    (back / "sub").mkdir(parents=True)
+    with Copier(st, 3, st.upload_part_bytes(1 << 20), name="t-copier") as copier:  # S3: parts of 5 MiB
+        assert copier.copy_out(pairs, what="the test copy") == sum(map(len, datas.values()))
+        assert {rel: st.stat(f"{root}/{rel}") for rel in datas} == {rel: len(d) for rel, d in datas.items()}
+        jobs = [CopyJob(f"{root}/{rel}", str(back / rel), len(d), format_crc(crc32c(d))) for rel, d in datas.items()]
+        done = []
+        copier.copy_in(jobs, done=done.append, what="the test copy")
+        assert sorted(j.dst for j in done) == sorted(j.dst for j in jobs)
+        for rel, data in datas.items():
+            assert (back / rel).read_bytes() == data
+        # a source whose CRC-32C is not the manifest's: a DataError naming it, nothing left behind
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        wrong = CopyJob(f"{root}/big.bin", str(bad / "big.bin"), len(datas["big.bin"]), "00000000")
+        with pytest.raises(DataError, match="big.bin.*CRC-32C"):
+            copier.copy_in([wrong], what="the test copy")
+        assert os.listdir(bad) == []
+    assert not [t for t in __import__("threading").enumerate() if t.name.startswith("t-copier")]

@@ -204,6 +204,23 @@ def test_copy_out_and_in_round_trip(backend, tmp_path):
     assert back.read_bytes() == data.tobytes()
 
 
+def test_whole_bytes_crc_and_a_read_that_tells_the_size(backend):
+    """get_bytes and crc32c (manifests and `iogen verify`), read_range (staging's parts)."""
+    from iogen.formats.checksum import crc32c
+
+    st, root = backend
+    data = _payload(70_000, 6)
+    st.publish(root + "whole.bin", data)
+    assert st.get_bytes(root + "whole.bin") == data.tobytes()
+    assert st.get_bytes(root + "absent.bin") is None
+    assert st.crc32c(root + "whole.bin") == crc32c(data.tobytes())
+    buf = np.zeros(1000, np.uint8)
+    got, total = st.read_range(root + "whole.bin", 69_000, buf)
+    assert got == 1000 and total in (None, data.size) and np.array_equal(buf, data[69_000:])
+    assert st.upload_part_bytes(4096) >= 4096
+    st.prepare_thread()  # a client made now, or nothing to make
+
+
 def test_remove(backend):
     st, root = backend
     st.publish(root + "gone.bin", b"x" * 10)

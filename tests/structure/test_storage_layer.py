@@ -21,13 +21,13 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Module -> how many times it still picks a file path or an object twin by `.local_paths`.
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
-    "commands.py": 3,  # the data folder's checks; datagen and verify of objects (objectdata.py)
+    "commands.py": 2,  # the data folder's checks; datagen of objects (objectdata.py)
     "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
     "checkpoint/phases.py": 1,  # a drain to the bucket (objectcopy.py)
     "checkpoint/training.py": 1,  # the same
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
     "report/summary.py": 1,  # the MLPerf rules note on the data's and results' file system
-    "staging.py": 5,  # the folders a staging folder keeps out of; downloads of objects (objectcopy.py)
+    "staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)
 }
 
 
