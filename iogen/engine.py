@@ -18,7 +18,7 @@ from .checkpoint import Checkpointer
 from .metrics.cpu import tree_cpu
 from .metrics.device import device_read_bytes
 from .metrics.epoch import epoch_metrics, window_bounds
-from .plan import plan_for
+from .plan import eval_due, plan_for
 from .steplog import PHASE_EVAL, PHASE_TRAIN
 
 # Compute at least this long hides the previous step's bookkeeping (see Engine._phase).
@@ -114,7 +114,7 @@ class Engine:
             if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
                 res.checkpoints.append(self.checkpointer.write(epoch, step=0))
                 self.checkpointer.cleanup()
-            if self.eval_loader is not None and _eval_due(wl, epoch):
+            if self.eval_loader is not None and eval_due(wl, epoch):
                 plan = plan_for(
                     wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
                     world_size=self.world.size, seed=self.shuffle_seed, phase="eval",
@@ -234,9 +234,3 @@ class Engine:
         au_sum, samples_s = self.world.allreduce_array(np.array([m.au, m.throughput_samples_s]), "sum")
         return float(au_sum) / self.world.size, float(samples_s), m.T_ns / 1e9
 
-
-def _eval_due(wl, epoch: int) -> bool:
-    ev = wl.evaluation
-    first = ev.eval_after_epoch
-    every = max(1, ev.epochs_between_evals)
-    return wl.workflow.evaluation and epoch >= first and (epoch - first) % every == 0
