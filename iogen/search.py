@@ -265,33 +265,6 @@ def evaluate(n: int, probes: list, threshold_pct: float, noise_pp: float) -> Poi
                  straddles=straddles)
 
 
-def not_monotone(points: dict) -> list[tuple[int, int]]:
-    """(k1, k2) of successive counts probed where AU rose with more accelerators (k1 < k2)."""
-    ks = [k for k in sorted(points) if points[k].au.mean is not None]
-    return [(a, b) for a, b in zip(ks, ks[1:]) if points[b].au.mean > points[a].au.mean]
-
-
-def caveats(points: dict) -> list[str]:
-    """The probes' caveats, one line each, with the counts they apply to."""
-    by_kind: dict = {}
-    for k in sorted(points):
-        for p in points[k].probes:
-            for kind, text in getattr(p, "caveats", []):
-                entry = by_kind.setdefault(kind, [[], text])
-                if k not in entry[0]:
-                    entry[0].append(k)
-    out = []
-    for kind, (ks, text) in by_kind.items():
-        at = ", ".join(map(str, ks))
-        if kind == "page cache":
-            out.append(f"PAGE CACHE at n = {at}: {text}. The AU measures memory, not storage: N says nothing about "
-                       "the storage; use a dataset larger than memory, reader.odirect=True or "
-                       "reader.evict_page_cache=True")
-        else:
-            out.append(f"DATASET SIZE at n = {at}: {text}")
-    return out
-
-
 def search(probe, max_accelerators: int, threshold_pct: float, *, noise_pp: float = 2.0, repeats: int = 1,
            on_point=None) -> tuple[int, dict]:
     """Grow (1, 2, 4, ...) then bisect; returns (N, {n: Point}). `probe(n)` launches one probe at n."""

@@ -13,6 +13,33 @@ import os
 from .report.rundir import write_atomic, write_json
 
 
+def not_monotone(points: dict) -> list[tuple[int, int]]:
+    """(k1, k2) of successive counts probed where AU rose with more accelerators (k1 < k2)."""
+    ks = [k for k in sorted(points) if points[k].au.mean is not None]
+    return [(a, b) for a, b in zip(ks, ks[1:]) if points[b].au.mean > points[a].au.mean]
+
+
+def caveats(points: dict) -> list[str]:
+    """The probes' caveats, one line each, with the counts they apply to."""
+    by_kind: dict = {}
+    for k in sorted(points):
+        for p in points[k].probes:
+            for kind, text in getattr(p, "caveats", []):
+                entry = by_kind.setdefault(kind, [[], text])
+                if k not in entry[0]:
+                    entry[0].append(k)
+    out = []
+    for kind, (ks, text) in by_kind.items():
+        at = ", ".join(map(str, ks))
+        if kind == "page cache":
+            out.append(f"PAGE CACHE at n = {at}: {text}. The AU measures memory, not storage: N says nothing about "
+                       "the storage; use a dataset larger than memory, reader.odirect=True or "
+                       "reader.evict_page_cache=True")
+        else:
+            out.append(f"DATASET SIZE at n = {at}: {text}")
+    return out
+
+
 def _num(x, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
@@ -65,8 +92,6 @@ def result_line(name: str, n: int, points: dict, threshold_pct: float, max_accel
     straddle = [k for k in near if points[k].straddles]
     if straddle:
         text += f" (at {', '.join(map(str, straddle))} the epochs' AU lay on both sides of the threshold)"
-    from .search import not_monotone
-
     rises = [f"{points[b].au.mean:.2f}% at {b} above {points[a].au.mean:.2f}% at {a}"
              for a, b in not_monotone(points)]
     if rises:
@@ -161,8 +186,6 @@ def write_plot(path: str, points: dict, threshold_pct: float, title: str, n: int
 def write_outputs(search_dir: str, doc: dict, points: dict, threshold_pct: float, result: str | None,
                   plot: bool) -> list[str]:
     """search.json, search.txt and (when asked and there is something to plot) search.png."""
-    from .search import caveats, not_monotone
-
     notes = caveats(points)
     doc = dict(doc, points=[point_dict(points[k], search_dir) for k in sorted(points)], result=result,
                caveats=notes, au_not_monotone=[list(pair) for pair in not_monotone(points)])

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
+from .config.limits import transfer_bytes
 from .errors import ConfigError, DataError
 from .filecopy import ALIGN, Copier, CopyJob
 from .storage import backend_class, capabilities, files_section
@@ -257,18 +258,6 @@ def _read_bytes(path: str, storage=None) -> bytes | None:
         return storage.get_bytes(path)
     except OSError:
         return None
-
-
-FILE_TRANSFER_BYTES = 1 << 20  # measured fastest for the checked file copy (docs/benchmarks.md, staging)
-OBJECT_TRANSFER_BYTES = 8 << 20  # ranged GETs: 1 MiB parts cost 8x the requests (docs/benchmarks.md)
-
-
-def transfer_bytes(wl) -> int:
-    """staging.transfer_size, or its default for the source: 1 MiB on files, 8 MiB from a bucket."""
-    given = wl.staging.transfer_size
-    if given is not None:
-        return int(given)
-    return FILE_TRANSFER_BYTES if capabilities(wl).core_copy else OBJECT_TRANSFER_BYTES
 
 
 def stage_copier(wl) -> Copier:

@@ -122,12 +122,25 @@ def _checkpoint_buffer_bytes(wl) -> int:
     return threads * ck.transfer_size
 
 
+FILE_TRANSFER_BYTES = 1 << 20  # measured fastest for the checked file copy (docs/benchmarks.md, staging)
+OBJECT_TRANSFER_BYTES = 8 << 20  # ranged GETs: 1 MiB parts cost 8x the requests (docs/benchmarks.md)
+
+
+def transfer_bytes(wl) -> int:
+    """staging.transfer_size, or its default for the source: 1 MiB on files, 8 MiB from a bucket (the
+    stager's buffers, iogen/staging.py; counted here before anything is allocated)."""
+    given = wl.staging.transfer_size
+    if given is not None:
+        return int(given)
+    from ..storage import capabilities
+
+    return FILE_TRANSFER_BYTES if capabilities(wl).core_copy else OBJECT_TRANSFER_BYTES
+
+
 def _staging_buffer_bytes(wl) -> int:
     """The stager's copy buffers: staging.threads of staging.transfer_size (or its default)."""
     if not wl.workflow.stage_data:
         return 0
-    from ..staging import transfer_bytes
-
     return wl.staging.threads * transfer_bytes(wl)
 
 

@@ -459,7 +459,7 @@ class Staging(Section):
     scope: Literal["node", "full"] = "node"
     threads: PosInt = 4
     # None: 1 MiB on files (two copies of it stay in cache), 8 MiB ranged GETs from a bucket
-    # (fewer requests); iogen.staging.transfer_bytes, docs/benchmarks.md (staging)
+    # (fewer requests); iogen.config.limits.transfer_bytes, docs/benchmarks.md (staging)
     transfer_size: Optional[PosInt] = None
     odirect_read: bool = False
     odirect_write: bool = False

@@ -153,7 +153,7 @@ def test_two_simulated_nodes_stage_their_share_from_the_bucket(s3, tmp_path, iog
 
 def test_staging_part_size_defaults_to_8_mib_from_a_bucket_and_1_mib_on_files():
     from iogen.config import load_workload
-    from iogen.staging import transfer_bytes
+    from iogen.config.limits import transfer_bytes
 
     files = load_workload("default", ["workflow.stage_data=True", "staging.folder=/tmp/x"])
     bucket = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz",

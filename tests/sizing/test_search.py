@@ -260,7 +260,8 @@ def test_probe_epochs_are_raised_to_the_minimum_of_measured_steps(tiny):
 
 
 def test_caveats_reach_every_search_output(tmp_path):
-    from iogen.search import caveats, evaluate
+    from iogen.search import evaluate
+    from iogen.search_output import caveats
     from iogen.search_output import write_outputs
 
     page = ("page cache", "the page cache served the reads: the figures measure memory, not storage")
