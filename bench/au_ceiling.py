@@ -30,7 +30,7 @@ def sleep_loop_au(paths: list, batch: int, epochs: int, compute_s: float, thread
     `prefetch` batches ahead; each step waits for its batch, then time.sleep(compute)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from iogen import core
+    from iogen import core_switch as core
 
     bufs = [core.reader.aligned_buffer(4 << 20) for _ in range(threads * batch)]
     local = threading.local()
@@ -71,9 +71,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import machine_line, print_footer
 
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     work = tempfile.mkdtemp(prefix="iogen-au-")
     base = [f"dataset.data_folder={work}/data", f"output.folder={work}/results",

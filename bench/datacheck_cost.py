@@ -1,4 +1,4 @@
-"""What the run's data check (iogen/datacheck.py) costs, against a plain stat loop over the same files.
+"""What the run's data check (iogen/data/check.py) costs, against a plain stat loop over the same files.
 
     .venv/bin/python bench/datacheck_cost.py --files 100000 --folder /tmp/iogen-datacheck
 
@@ -6,7 +6,7 @@ Generates FILES one-sample NPZ files once (kept in FOLDER for reruns), then time
 times (medians): the check with the manifest (manifest parse + one stat per file), the check
 without it (directory listing + stat + a probe of 8 files), and the baseline: json.load of the
 manifest and os.stat of every path in one thread (what the check does when the stats are
-answered from cached metadata, as here: see iogen.datafiles.STAT_POOL_MIN_NS) and, beside it, the
+answered from cached metadata, as here: see iogen.data.bulk.STAT_POOL_MIN_NS) and, beside it, the
 same loop in STAT_THREADS threads over blocks of STAT_BLOCK paths (the check on a slow file
 system). Linear
 extrapolation to 1M files is printed beside each figure: per-file costs (stat, parse) dominate.
@@ -32,12 +32,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
     from iogen.config import load_workload
-    from iogen.datacheck import check_dataset
-    from iogen.datafiles import STAT_BLOCK, STAT_THREADS, all_paths
-    from iogen.datagen import generate
-    from iogen.dataset import DatasetLayout
+    from iogen.data.check import check_dataset
+    from iogen.data.bulk import STAT_BLOCK, STAT_THREADS, all_paths
+    from iogen.data.generate import generate
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
-    from iogen.manifest import manifest_path
+    from iogen.data.manifest import manifest_path
 
     print(command_line(__file__, argv))
     print(machine_line())

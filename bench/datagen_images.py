@@ -26,8 +26,8 @@ FORMATS = ("jpeg", "png")
 def iogen_generate(folder: str, fmt_name: str, files: int, record_bytes: int, workers: int,
                    fsync: bool) -> tuple[float, int]:
     """Generate a split of one-image files with iogen; return (seconds, file bytes written)."""
-    from iogen.datagen import generate
-    from iogen.dataset import DatasetLayout
+    from iogen.data.generate import generate
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import make_format
 
     fmt = make_format(fmt_name, samples_per_file=1)

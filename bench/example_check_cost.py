@@ -32,10 +32,10 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
 
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.datagen import generate
-    from iogen.dataset import DatasetLayout
+    from iogen.data.generate import generate
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.formats.base import Format
     from iogen.loaders.native import NativeLoader

@@ -4,7 +4,7 @@ Failure paths: 2 ranks under `mpiexec` run the tiny default workload through the
 (tests/mpi/drivers/run.py), which injects the failure on rank 1; the figure is the time from the
 failure's first line on stderr to mpiexec's exit (median of --repeat). Process exit: a Python
 that imported torch, ended the ordinary way (the baseline) and the way the `iogen` command ends
-(iogen.cli.exit_now: exit handlers, flush, os._exit), timed from its last output line to its exit;
+(iogen.cli.entry.exit_now: exit handlers, flush, os._exit), timed from its last output line to its exit;
 and the same under `mpiexec -n 4` with iogen's MPI world started (exit_now: MPI_Finalize, then C
 exit()), timed from the last rank's last line to mpiexec's exit.
 
@@ -78,7 +78,7 @@ def failure_paths(repeat: int, work: str) -> list[str]:
 
 def process_exit(repeat: int) -> list[str]:
     code = {"ordinary exit (baseline)": "",
-            "iogen.cli.exit_now": "from iogen.cli import exit_now; exit_now(0)"}
+            "iogen.cli.entry.exit_now": "from iogen.cli.entry import exit_now; exit_now(0)"}
     rows = ["| a Python with torch imported | seconds from its last line to its exit (median, min-max) |", "|---|---:|"]
     for name, tail in code.items():
         times = []
@@ -96,13 +96,13 @@ def process_exit(repeat: int) -> list[str]:
 def mpi_exit(repeat: int, ranks: int = 4) -> list[str]:
     """`mpiexec -n ranks` of a Python with torch imported and iogen's MPI world started, ended the
     ordinary way (the baseline: iogen's exit under MPI before exit_now finalised MPI itself) and by
-    iogen.cli.exit_now; seconds from the last rank's last line to mpiexec's exit, and any rank
+    iogen.cli.entry.exit_now; seconds from the last rank's last line to mpiexec's exit, and any rank
     the launcher killed (a rank that did not report exit code 0)."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    head = ("import torch\nfrom iogen.comm import get_world\nw = get_world()\nw.sync()\n"
+    head = ("import torch\nfrom iogen.world.communicator import get_world\nw = get_world()\nw.sync()\n"
             "print('ready', flush=True)\n")
     code = {"ordinary exit, MPI finalised at teardown (baseline)": "import sys; sys.exit(0)",
-            "iogen.cli.exit_now (MPI_Finalize, C exit())": "from iogen.cli import exit_now; exit_now(0)"}
+            "iogen.cli.entry.exit_now (MPI_Finalize, C exit())": "from iogen.cli.entry import exit_now; exit_now(0)"}
     rows = [f"| {ranks} ranks, torch imported | seconds from the last rank's last line to mpiexec's exit "
             "(median, min-max) | launches with a rank killed |", "|---|---:|---:|"]
     for name, tail in code.items():

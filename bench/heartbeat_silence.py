@@ -1,7 +1,7 @@
 """How long a rank's heartbeat goes unheard while iogen works: evidence for IOGEN_MPI_LIVENESS_S.
 
 A rank is declared stopped when its successor has not heard it for IOGEN_MPI_LIVENESS_S
-(iogen/heartbeat.py). The safe lower bound of that setting is the longest silence of a rank
+(iogen/world/heartbeat.py). The safe lower bound of that setting is the longest silence of a rank
 that is *not* stopped: GIL holds (h5py reads, a full garbage collection), a loaded machine's
 scheduling, the sender's own interval. This runs `iogen ARGS...` on every rank of an `mpiexec`
 launch and prints, per rank, the longest silence of its predecessor that rank's heartbeat saw
@@ -29,8 +29,8 @@ def main() -> None:
     ap.add_argument("--gc-objects", type=int, default=0, help="objects a full collection walks (0: skip)")
     ap.add_argument("iogen_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
-    from iogen.cli import exit_now, run_command
-    from iogen.comm import get_world
+    from iogen.cli.entry.entry import exit_now, run_command
+    from iogen.world.communicator import get_world
 
     world = get_world()
     beat = getattr(world, "_heartbeat", None)

@@ -49,9 +49,9 @@ def warm(paths, buf, core) -> None:
 
 def one_run(base, loader, extra):
     """One full iogen run: (samples/s, MiB/s) from its summary (means over epochs)."""
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     wl = load_workload("default", base + [f"reader.data_loader={loader}"] + extra)
     out = run(wl, SingleWorld(), quiet=True)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="dataset folder (default: a temporary folder)")
     args = ap.parse_args(argv)
 
-    from iogen import core
+    from iogen import core_switch as core
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import machine_line, print_footer

@@ -3,7 +3,7 @@
 Both read the same files, page cache warm, compute 0, alternating in one process so they see
 the same machine state. The baseline is the best the machine does with the threads iogen is
 given: `--threads` threads (iogen's reader.read_threads), each reading its share of the files
-sequentially with pread into its own buffer (iogen.core.probes.pread_loop_baseline, C, no GIL).
+sequentially with pread into its own buffer (iogen.core_switch.probes.pread_loop_baseline, C, no GIL).
 iogen runs the full pipeline (plan, loader, engine, step log, metrics) and its MiB/s comes from
 its own summary: bytes really read over the measured window.
 
@@ -87,9 +87,9 @@ def batch_loop_mib_s(paths, batch, slots, core, pool, threads) -> float:
 
 def iogen_run(base_overrides, extra):
     """One full iogen run; (MiB/s read, samples/s, AU %) from its summary."""
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     wl = load_workload("default", base_overrides + extra)
     out = run(wl, SingleWorld(), quiet=True)
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="dataset folder (default: a temporary folder)")
     args = ap.parse_args(argv)
 
-    from iogen import core
+    from iogen import core_switch as core
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import machine_line, print_footer

@@ -37,7 +37,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
     from iogen.checkpoint import Checkpointer
-    from iogen.comm import get_world
+    from iogen.world.communicator import get_world
     from iogen.config import load_workload
 
     client, bucket = new_bucket(__file__, "iogen-ckpt", args.threads)

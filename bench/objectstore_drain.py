@@ -1,4 +1,4 @@
-"""Checkpoint drain to S3: iogen's upload of local files (iogen/filecopy.py's Copier.copy_out) against a plain boto3 loop.
+"""Checkpoint drain to S3: iogen's upload of local files (iogen/data/copy.py's Copier.copy_out) against a plain boto3 loop.
 
 Both upload the same --files local files of --file-mib each as objects, in parts of --part-mib
 with --threads parts in flight across the files, alternating in one process, medians of --reps:
@@ -42,7 +42,7 @@ def _bench(args, endpoint, moto: bool) -> int:
 
     import numpy as np
 
-    from iogen.filecopy import Copier
+    from iogen.data.copy import Copier
     from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-drain", args.threads)

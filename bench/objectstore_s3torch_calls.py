@@ -42,12 +42,12 @@ def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
     from s3torchconnector import S3MapDataset, S3ReaderConstructor
 
-    from iogen.comm import get_world
+    from iogen.world.communicator import get_world
     from iogen.config import load_workload
-    from iogen.dataset import DatasetLayout
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
-    from iogen.objectdata import generate_objects
+    from iogen.data.objects import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.storage.s3torch import connector_args
     from iogen.plan import make_plan

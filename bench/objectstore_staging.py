@@ -1,4 +1,4 @@
-"""Staging from S3: iogen's download (iogen/filecopy.py's Copier.copy_in) against a plain boto3 download loop.
+"""Staging from S3: iogen's download (iogen/data/copy.py's Copier.copy_in) against a plain boto3 download loop.
 
 Both download the same --files objects of --object-mib each to local files in --dest, with
 --threads threads, alternating in one process, medians of --reps: iogen's Copier.copy_in (every
@@ -41,8 +41,8 @@ def main(argv=None) -> int:
 def _bench(args, endpoint, moto: bool) -> int:
     import numpy as np
 
-    from iogen.filecopy import Copier, CopyJob
-    from iogen.formats.checksum import crc32c, format_crc
+    from iogen.data.copy import Copier, CopyJob
+    from iogen.common.checksum import crc32c, format_crc
     from iogen.storage.s3 import ObjectStore
 
     client, bucket = new_bucket(__file__, "iogen-stage", args.threads)

@@ -42,9 +42,9 @@ def overrides(args, workdir, loader):
 
 def iogen_run(args, workdir, loader):
     """One whole iogen run; (MiB/s read, samples/s) from its summary."""
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     wl = load_workload(args.workload, overrides(args, workdir, loader))
     out = run(wl, SingleWorld(), quiet=True)
@@ -147,10 +147,10 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from iogen import core
+    from iogen import core_switch as core
     from iogen.config import load_workload
-    from iogen.dataset import DatasetLayout
-    from iogen.datagen import generate
+    from iogen.data.layout import DatasetLayout
+    from iogen.data.generate import generate
     from iogen.formats import get_format
     from iogen.formats.base import fill_random
 

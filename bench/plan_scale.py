@@ -143,7 +143,7 @@ def bench_validate(args) -> list[dict]:
 TABLE_CODE = r"""
 import json, resource, sys, time, tracemalloc
 import numpy as np
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.loaders.filetable import FileTable
 touched = int(sys.argv[1])
 layout = DatasetLayout("/nonexistent", "train", 10**8, 1, 4096, 0, 1, "npz")
@@ -251,7 +251,7 @@ print(json.dumps({"stat_s": stat_s, "first_batch_s": time.perf_counter() - t0,
 
 
 def bench_startup(args) -> dict:
-    from iogen.steplog import read_steplog
+    from iogen.common.steplog import read_steplog
 
     work = tempfile.mkdtemp(prefix="iogen-scale-startup-", dir=args.tmp)
     common = ["default", f"dataset.data_folder={work}/data", f"output.folder={work}/results", "--quiet",
@@ -276,7 +276,7 @@ def bench_startup(args) -> dict:
             first_ns = int(rows["t_request"][0]) - int(header["mono_start_ns"]) + int(header["wall_start_ns"])
             firsts.append((first_ns - t0_ns) / 1e9)
         storage = [child(STORAGE_CODE, f"{work}/data/train", args.files, 64)[0] for _ in range(args.reps)]
-        bare = [run_timed([PY, "-c", "import iogen.cli"])[0] for _ in range(args.reps)]
+        bare = [run_timed([PY, "-c", "import iogen.cli.entry"])[0] for _ in range(args.reps)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     first = statistics.median(firsts)
@@ -291,7 +291,7 @@ def bench_startup(args) -> dict:
     print(f"| launch to first step (`iogen run`) | {first:.2f} | 100% |")
     print(f"| storage: stat of every file + open/read/close of the first batch (plain loop) | {store:.2f} | "
           f"{store / first:.0%} |")
-    print(f"| interpreter + `import iogen.cli` | {imports:.2f} | {imports / first:.0%} |")
+    print(f"| interpreter + `import iogen.cli.entry` | {imports:.2f} | {imports / first:.0%} |")
     rest = first - store - imports
     print(f"| iogen's own (the rest: config, layout, data check logic, plan, loader set-up) | {rest:.2f} | "
           f"{rest / first:.0%} |")

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
 
 def measure(python, mpiexec, ranks, overrides, out) -> tuple[float, int, float]:
     """(CPU s, rank-steps from every rank's step log, AU %) of one run."""
-    from iogen.steplog import read_steplog
+    from iogen.common.steplog import read_steplog
 
     cmd = [python, "-m", "iogen", "run", "retinanet", *overrides, f"output.folder={out}", "-q"]
     if ranks > 1:

@@ -48,9 +48,9 @@ def plain_files_s(paths, threads: int, size: int, pool) -> float:
 
 def iogen_samples_s(base, extra) -> float:
     """One full `iogen run` in this process; its samples/s (every sample one file)."""
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     out = run(load_workload("default", base + extra), SingleWorld(), quiet=True)
     return out.summary["iogen"]["metrics"]["train"]["throughput_mean_samples_s"]
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="dataset folder (default: a temporary folder)")
     args = ap.parse_args(argv)
 
-    from iogen import core
+    from iogen import core_switch as core
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import machine_line, print_footer

@@ -1,4 +1,4 @@
-"""Staging copy (iogen.staging.copy_files) against plain parallel copies of the same files.
+"""Staging copy (iogen.data.staging.copy_files) against plain parallel copies of the same files.
 
 All contenders copy the same files from one folder to another on the same file system, with
 the same number of threads, alternating in one process so they see the same machine state (each
@@ -63,7 +63,7 @@ CRCS: dict = {}  # the manifest's CRC-32C of each file: iogen checks every copy 
 
 
 def run_iogen(paths, dst, threads, piece):
-    from iogen.filecopy import CopyJob, copy_files
+    from iogen.data.copy import CopyJob, copy_files
 
     jobs = [CopyJob(p, os.path.join(dst, os.path.basename(p)), os.path.getsize(p), CRCS[p]) for p in paths]
     copy_files(jobs, threads, piece)
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     try:
         paths = make_files(os.path.join(root, "src"), args.files, int(args.file_mib * 2**20))
         total = sum(os.path.getsize(p) for p in paths)
-        from iogen.formats.checksum import file_crc32c, format_crc
+        from iogen.common.checksum import file_crc32c, format_crc
 
         CRCS.update({p: format_crc(file_crc32c(p)) for p in paths})
         dst = os.path.join(root, "dst")

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args(argv)
-    from iogen.steplog import read_steplog
+    from iogen.common.steplog import read_steplog
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from benchenv import command_line, machine_line

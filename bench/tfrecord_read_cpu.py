@@ -45,10 +45,10 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from iogen import core
+    from iogen import core_switch as core
     from iogen.config import load_workload
-    from iogen.datagen import generate
-    from iogen.dataset import DatasetLayout
+    from iogen.data.generate import generate
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

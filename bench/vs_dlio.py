@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     if args.decode and args.format != "jpeg":
         ap.error("--decode applies to --format jpeg")
 
-    from iogen import core
+    from iogen import core_switch as core
 
     before = machine_line()
     work = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="iogen-vs-dlio-"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import core
+from . import core_switch as core
 from .errors import ConfigError
 
 SHUFFLE_MODES = ("off", "seed", "random")

@@ -1,6 +1,6 @@
 """Checkpoint write and read paths: transfer-sized pwrite/pread from one reused buffer, GIL released.
 
-The content is generated once into the caller's buffer (iogen.core.fill); every block of every
+The content is generated once into the caller's buffer (iogen.core_switch.fill); every block of every
 checkpoint file is that buffer, its first 8 bytes stamped with the block's file offset so no
 two blocks are equal (storage that deduplicates cannot collapse a checkpoint). Policy stays in
 Python (iogen/checkpoint/io.py): which files, which ranges per thread, framing, O_DIRECT, fsync.

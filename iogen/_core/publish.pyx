@@ -4,7 +4,7 @@ Small-file generation writes 10^4-10^6 files of ~100 KB. Done with os.open/os.wr
 os.replace and a journal's write, each file costs five GIL releases and retakes, and with two
 writer threads each one is a hand-off between them; here the whole sequence is one call with the
 GIL released. What the bytes are is the format's (iogen/formats/); which names, when to fsync and
-what the log line says are the caller's (iogen/datagen.py).
+what the log line says are the caller's (iogen/data/generate.py).
 
 The log line (a caller-owned buffer) is appended to log_fd with one write() after the rename, its
 bytes [crc_hex_at, crc_hex_at + 8) first set to the file's CRC-32C in lowercase hex: a journal

@@ -6,14 +6,14 @@ With `checkpoint.local_folder` set, the training checkpointer writes there and h
 finished checkpoint to a Drainer:
 
 - `checkpoint.drain: async` copies it with `checkpoint.drain_threads` background threads
-  (iogen.core.copier: pread/pwrite through reusable aligned buffers, GIL released) while the
+  (iogen.core_switch.copier: pread/pwrite through reusable aligned buffers, GIL released) while the
   step loop continues; the next checkpoint first waits for the previous drain if it is still
   running (that wait is inside the next checkpoint's blocking time, and counted);
 - `sync` copies it inside the checkpoint's blocking window (a save that returns only once the
   shared copy exists);
 - `off` leaves the checkpoints on the local tier.
 
-Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/filecopy.py's
+Each drained file lands under its own name in `checkpoint.checkpoint_folder` (iogen/data/copy.py's
 Copier.copy_out: the same copy path as data staging, iogen's temporary name, renamed when
 complete). With an object store the shared tier is the bucket: each file becomes the object of
 the same name under the checkpoint folder's URI (parts read into reused buffers, `drain_threads`
@@ -30,9 +30,9 @@ import os
 import queue
 import threading
 
-from ..atomic import paths_overlap
-from ..filecopy import ALIGN, Copier
-from ..threadwork import ThreadPool, wait_through_interrupts
+from ..common.atomic import paths_overlap
+from ..data.copy import ALIGN, Copier
+from ..common.pool import ThreadPool, wait_through_interrupts
 
 
 def tier_problems(wl) -> list[str]:
@@ -73,7 +73,7 @@ class Drainer:
     """Background copies of finished checkpoints from the local to the shared folder (or bucket)."""
 
     def __init__(self, shared_folder: str, threads: int, transfer_bytes: int, mode: str, store=None):
-        from .. import core
+        from .. import core_switch as core
         from ..storage import backend_class
 
         self.threads = max(1, int(threads))
@@ -157,7 +157,7 @@ class Drainer:
         flight (whole files under their names, no temporary left, a started upload aborted) and is
         waited for; none starts after."""
         self._stop.set()
-        wait_through_interrupts(self._idle)  # set when the drain ends (not join(): see iogen/threadwork.py)
+        wait_through_interrupts(self._idle)  # set when the drain ends (not join(): see iogen/common/pool.py)
         self._close()
 
     def finish(self) -> dict:

@@ -11,7 +11,7 @@ lies over it. A file's bytes depend on offsets only, so every backend writes the
 The content is offered in two forms (`_Parts`), and the backend takes the one it writes:
 
 - blocks, for a backend with a native writer (posix: iogen/storage/posix.py's block writer). Each of
-  `threads` writer threads (iogen.threadwork.ThreadPool, made once with the content) owns one aligned
+  `threads` writer threads (iogen.common.pool.ThreadPool, made once with the content) owns one aligned
   buffer of transfer_size bytes, filled once and reused for every block of every file of every
   checkpoint; each of `read_threads` reader threads owns one more, allocated at the first read, so a rank's memory is about threads x transfer_size whatever
   the model size. The work is cut into tasks (a file's run of blocks); threads take tasks in order,
@@ -48,9 +48,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import core
+from .. import core_switch as core
 from ..errors import ConfigError
-from ..threadwork import ThreadPool
+from ..common.pool import ThreadPool
 
 DIRECT_ALIGN = 4096  # O_DIRECT: every transfer a multiple of it
 _MASK64 = (1 << 64) - 1
@@ -92,7 +92,7 @@ class _Content:
         return self.buffers
 
     def block_pool(self) -> ThreadPool:
-        """The block writer's threads (iogen.threadwork.ThreadPool), thread k holding blocks()[k]: made once,
+        """The block writer's threads (iogen.common.pool.ThreadPool), thread k holding blocks()[k]: made once,
         outside any timed window, and reused for every checkpoint."""
         if self._pool is None:
             buffers = self.blocks()

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from .. import core
+from .. import core_switch as core
 from ..errors import ConfigError, DataError, os_error_text
 from ..storage import backend_class, capabilities, client_setup, storage_label
 from .io import CheckpointIO, checkpoint_storage, evict, local_storage
@@ -196,7 +196,7 @@ def peak_rss_bytes() -> int:
 def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=None):
     """Run the checkpoint phases on this rank; rank 0 writes the run folder.
 
-    Returns (run folder, summary or None, complete); iogen.runner.run wraps it in its RunOutcome.
+    Returns (run folder, summary or None, complete); iogen.run.runner.run wraps it in its RunOutcome.
     """
     ck = wl.checkpoint
     spec = ModelSpec.from_workload(wl)
@@ -246,7 +246,7 @@ def _checkpoint_io(wl, world, store) -> CheckpointIO:
 
 def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, label, quiet, stream, ios):
     from ..config import resolved_dict
-    from ..report import rundir, summary
+    from ..report import rundir, run_outputs as summary
 
     ck = wl.checkpoint
     run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label) if world.rank == 0 else None
@@ -254,8 +254,8 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     facts = summary.run_facts(wl, world, seed=int(wl.train.seed), label=label, core_impl=core.core_description())
     log = None
     if world.rank == 0:
-        from ..progress import RunProgress
-        from ..runlog import open_log
+        from ..common.progress import RunProgress
+        from ..common.runlog import open_log
 
         try:
             summary.write_config(run_dir, resolved_dict(wl), facts)
@@ -277,8 +277,8 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
         raise
     finally:
         if log is not None:
-            from ..runlog import close_log
-            from ..signals import describe_interrupt
+            from ..common.runlog import close_log
+            from ..common.signals import describe_interrupt
 
             close_log(log, describe_interrupt(error) if isinstance(error, KeyboardInterrupt) else error)
 
@@ -414,7 +414,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
     all_objects = None
     if objects:  # every rank's requests merged by reductions, on rank 0
-        from ..metrics.objectstore import reduce_figures
+        from ..metrics.requests import reduce_figures
 
         all_objects = reduce_figures(world, [object_figures.get(phase) for phase in object_phases])
     doc = None
@@ -422,7 +422,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         doc["iogen"]["cpu"] = cpu_block(None, None, None, None, cpu_user, cpu_system, None)
         if all_objects is not None:
-            from ..metrics.objectstore import mark_not_measured
+            from ..metrics.requests import mark_not_measured
 
             doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
@@ -438,7 +438,7 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
 def _reason(exc: BaseException) -> str:
     """Why a run stopped, as the summary's `incomplete_reason` says it (Ctrl-C and signals in words)."""
     if isinstance(exc, KeyboardInterrupt):
-        from ..signals import describe_interrupt
+        from ..common.signals import describe_interrupt
 
         return str(describe_interrupt(exc))
     return str(exc) or type(exc).__name__
@@ -451,7 +451,7 @@ def setup_block(wl, plan: dict, facts: dict, rank_bytes: list | None = None) -> 
     ck = wl.checkpoint
     rank_bytes = rank_bytes or plan.get("rank_bytes") or [0]
     local = bool(ck.local_folder)
-    from ..config.summary import comparability_class
+    from ..config.resolved import comparability_class
 
     return {
         "kind": "checkpoint",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ..atomic import free_bytes
+from ..common.atomic import free_bytes
 
 
 def _gib(n: float) -> str:

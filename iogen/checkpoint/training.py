@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from .. import core
+from .. import core_switch as core
 from .io import CheckpointIO, checkpoint_storage, local_storage
 from .model import Tensor
 from .torchzip import raw_layout
@@ -74,7 +74,7 @@ class Checkpointer:
         """How many checkpoints the run's schedule writes (train epochs and steps, DLIO's rule)."""
         epochs = int(wl.train.epochs)
         if self.every_steps:
-            from ..dataset import DatasetLayout
+            from ..data.layout import DatasetLayout
             from ..plan import steps_per_epoch
 
             layout = DatasetLayout.from_workload(wl, "train")

@@ -21,7 +21,7 @@ from .schema import (
     Workflow,
     Workload,
 )
-from .summary import compute_by_accelerator, dump_yaml, resolved_dict, workload_summary
+from .resolved import compute_by_accelerator, dump_yaml, resolved_dict, workload_summary
 
 __all__ = [
     "Checkpoint", "ConfigWarning", "Dataset", "Evaluation", "Metric", "Model", "Output", "Reader",

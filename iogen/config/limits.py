@@ -128,7 +128,7 @@ OBJECT_TRANSFER_BYTES = 8 << 20  # ranged GETs: 1 MiB parts cost 8x the requests
 
 def transfer_bytes(wl) -> int:
     """staging.transfer_size, or its default for the source: 1 MiB on files, 8 MiB from a bucket (the
-    stager's buffers, iogen/staging.py; counted here before anything is allocated)."""
+    stager's buffers, iogen/data/staging.py; counted here before anything is allocated)."""
     given = wl.staging.transfer_size
     if given is not None:
         return int(given)

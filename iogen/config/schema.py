@@ -165,7 +165,7 @@ class Workflow(Section):
     checkpoint: bool = False
     debug: bool = False  # accepted for DLIO's YAMLs; has no effect (DLIO ignores it too)
     profiling: bool = False
-    # iogen's own: copy the data to node-local storage before training, timed (iogen/staging.py)
+    # iogen's own: copy the data to node-local storage before training, timed (iogen/data/staging.py)
     stage_data: bool = False
 
     @model_validator(mode="after")
@@ -453,7 +453,7 @@ class Checkpoint(Section):
 
 
 class Staging(Section):
-    """`staging` (iogen's own): where and how `workflow.stage_data` copies the data (iogen/staging.py)."""
+    """`staging` (iogen's own): where and how `workflow.stage_data` copies the data (iogen/data/staging.py)."""
 
     folder: Optional[FolderPath] = None  # node-local; `{node}` is replaced by the node's name
     scope: Literal["node", "full"] = "node"
@@ -471,7 +471,7 @@ class Output(Section):
     """`output`: where run folders go."""
 
     folder: FolderPath = "results"
-    log_file: PathComponent = "iogen.log"  # written into each run folder (iogen/runlog.py)
+    log_file: PathComponent = "iogen.log"  # written into each run folder (iogen/common/runlog.py)
 
 
 def _au_fraction(value: float) -> float:

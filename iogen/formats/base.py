@@ -5,7 +5,7 @@ dataset section (`iogen.formats.get_format`) and holds no open files, so it is c
 threads and processes.
 
 Content: sample j of a file holds bytes [j * record_bytes, (j + 1) * record_bytes) of the
-pseudo-random stream (seed, stream) of `iogen.core.fill.fill_random`; the stream is the file's
+pseudo-random stream (seed, stream) of `iogen.core_switch.fill.fill_random`; the stream is the file's
 (see DatasetLayout.stream_of). So a file is a pure function of (seed, stream, sizes): byte
 identical across reruns, incompressible, and no two files share content.
 """
@@ -26,12 +26,12 @@ CHUNK_BYTES = 1 << 20
 
 
 def fill_random(buf, seed: int, stream: int, offset_bytes: int = 0) -> None:
-    """Fill buf with the bytes of stream (seed, stream) at absolute offset_bytes (iogen.core.fill).
+    """Fill buf with the bytes of stream (seed, stream) at absolute offset_bytes (iogen.core_switch.fill).
 
     The compiled fill and its pure twin produce identical bytes (tested in tests/core), so files
-    do not depend on which core wrote them; iogen.core chooses, and never falls back silently.
+    do not depend on which core wrote them; iogen.core_switch chooses, and never falls back silently.
     """
-    from .. import core
+    from .. import core_switch as core
 
     core.fill.fill_random(buf, seed, stream, offset_bytes)
 
@@ -193,7 +193,7 @@ class Format:
     def file_image(self, num_samples: int, record_bytes: int, seed: int, stream: int):
         """The whole file's bytes in a buffer this thread owns (valid until its next call), when the
         format builds such a file in memory; None otherwise (write_file_crc writes it). Datagen
-        hands the buffer to iogen.core.publish, which writes, renames and journals it in one call."""
+        hands the buffer to iogen.core_switch.publish, which writes, renames and journals it in one call."""
         return None
 
     def index_file(self, path) -> FileIndex | None:
@@ -319,7 +319,7 @@ def parsing(path, what: str, offset=None):
 
 def is_fileobj(source) -> bool:
     """Whether a format method's `path` is an open binary file object (an object's
-    iogen.objectfile.ObjectFile) rather than a path: index_file and read_samples take either."""
+    iogen.storage.objectfile.ObjectFile) rather than a path: index_file and read_samples take either."""
     return hasattr(source, "readinto")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from .base import (FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text, fill_random, is_fileobj,
                    read_at, source_name, source_size)
-from .checksum import crc32c
+from ..common.checksum import crc32c
 
 # values of one row written per step, in rows: about this many bytes of text
 _WRITE_BYTES = 4 << 20

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text, fill_random,
                    parsing, payload_chunks, source_name, source_size)
-from .checksum import crc32c, file_crc32c
+from ..common.checksum import crc32c, file_crc32c
 
 RECORDS = "records"
 LABELS = "labels"
@@ -316,7 +316,7 @@ class HDF5Format(Format):
 def _driver(path) -> dict:
     """h5py.File's driver for a file to create: HDF5's default (sec2) resolves the file's real path,
     which an anonymous memory file (/proc/self/fd/N of a memfd: objects are written there before
-    they are uploaded, iogen/objectdata.py) has none of; the stdio driver writes the same bytes
+    they are uploaded, iogen/data/objects.py) has none of; the stdio driver writes the same bytes
     (tested) without it."""
     return {"driver": "stdio"} if str(path).startswith("/proc/self/fd/") else {}
 

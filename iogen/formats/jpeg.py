@@ -6,7 +6,7 @@ The file (iogen.formats.image has what JPEG and PNG share):
     DHT DC (one code: "0" = difference 0), DHT AC ("0" = run 0 / 6 bits, "10" = end of block),
     COM segments of seeded noise (the bytes whole rows of blocks cannot take), SOS, the scan, EOI
 
-The scan (iogen.core.fill.jpeg_scan) codes every 8x8 block as its DC, 15 AC coefficients of 6
+The scan (iogen.core_switch.fill.jpeg_scan) codes every 8x8 block as its DC, 15 AC coefficients of 6
 random bits and an end of block: 108 bits a block, seeded noise that decodes to a noise image,
 never a 0xFF byte, so no byte stuffing and the scan's length is arithmetic. The image is about
 4:3 and as large as the size allows (322,957 bytes: 824 x 616 pixels). DLIO 2.0's generator
@@ -25,7 +25,7 @@ from .base import fill_random
 from .image import ImageFormat
 
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"
-BLOCK_BITS = 108  # iogen.core.fill.jpeg_scan: "0", 15 x ("0" + 6 bits), "10"
+BLOCK_BITS = 108  # iogen.core_switch.fill.jpeg_scan: "0", 15 x ("0" + 6 bits), "10"
 COMPONENTS = 3
 MCU_BITS = BLOCK_BITS * COMPONENTS
 COM_MAX_PAYLOAD = 65533  # a segment's length field counts itself: 65535 - 2
@@ -87,7 +87,7 @@ class JpegFormat(ImageFormat):
     min_file_bytes = FIXED_BYTES + 41 + 4  # one MCU (324 bits) and room for a COM segment beside it
 
     def build(self, buf, seed, stream):
-        from .. import core
+        from .. import core_switch as core
 
         n = buf.size
         width, height, coms = plan(n)

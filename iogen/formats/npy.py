@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text, is_fileobj,
                    payload_chunks, read_at, source_name, source_size)
-from .checksum import crc32c
+from ..common.checksum import crc32c
 from .npz import _Member, npy_header
 
 ALIGN_BYTES = 4096

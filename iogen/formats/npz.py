@@ -31,7 +31,7 @@ from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text,
                    is_fileobj, parsing, payload_chunks, read_at, source_name, source_size)
 from . import zipstore
-from .checksum import crc32c, crc_combine, file_crc32c
+from ..common.checksum import crc32c, crc_combine, file_crc32c
 
 ALIGN_BYTES = 4096
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: reruns give identical bytes
@@ -117,7 +117,7 @@ def _fill_crc32():
     """core.fill.fill_random_crc32, imported on first use (a missing compiled core fails the writer)."""
     global _FILL_CRC32
     if _FILL_CRC32 is None:
-        from .. import core
+        from .. import core_switch as core
 
         _FILL_CRC32 = core.fill.fill_random_crc32
     return _FILL_CRC32
@@ -138,7 +138,7 @@ def _stored_image(layout, seed, stream):
 
 def _write_stored_whole(path, layout, seed, stream):
     """Assemble the file in one buffer and write it with one core call (which CRC-32Cs it)."""
-    from .. import core
+    from .. import core_switch as core
 
     buf = _stored_image(layout, seed, stream)
     return layout.file_bytes, core.publish.write_file(path, buf)
@@ -149,7 +149,7 @@ def _write_stored_streamed(path, layout, seed, stream):
 
     The file's CRC-32C joins the header's (known last) with that of everything after it.
     """
-    from .. import core
+    from .. import core_switch as core
 
     head = layout.head
     x_crc = layout.lead_crc32

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from .base import (FileShape, Format, GroupIndex, check_sample_ids, error_text, fill_random, is_fileobj,
                    source_name, source_size)
-from .checksum import crc32c
+from ..common.checksum import crc32c
 
 # pyarrow's writer default when no row group size is given (rows)
 DEFAULT_ROW_GROUP = 1024 * 1024

@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from .base import fill_random
-from .checksum import crc32c
+from ..common.checksum import crc32c
 
 PAGE_BYTES = 1 << 20
 # the workload's codec -> (Parquet's CompressionCodec, pyarrow's codec name); lz4 is LZ4_RAW, what

@@ -63,7 +63,7 @@ def plan(record_bytes: int) -> tuple[int, int, int]:
 
 def _chunk_crc(buf: np.ndarray, start: int, length: int) -> None:
     """Write the CRC-32 of the chunk at start (type and data) after its data."""
-    from .. import core
+    from .. import core_switch as core
 
     crc = core.crc.crc32(buf[start + 4:start + 8 + length])
     buf[start + 8 + length:start + 12 + length] = np.frombuffer(struct.pack(">I", crc), np.uint8)
@@ -107,7 +107,7 @@ class PngFormat(ImageFormat):
         start = pos
         put(struct.pack(">I", data_len) + b"IDAT" + b"\x78\x01")
         # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
-        from .. import core
+        from .. import core_switch as core
 
         crc = core.crc.crc32(buf[start + 4:pos])
         written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_bytes(raw)], seed, stream, noise_at,

@@ -28,7 +28,7 @@ from .._core._common import (FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_FOOTER_
 from ..errors import DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, RecordError, check_sample_ids, error_text,
                    fill_random, file_size_or_error, is_fileobj, payload_chunks, read_at, source_name, source_size)
-from .checksum import crc32c, crc_combine
+from ..common.checksum import crc32c, crc_combine
 from .example_proto import ExampleDecodeError, decode_example, image_example_prefix, image_span
 
 # The frame layout is defined once, beside the core that scans it.
@@ -51,15 +51,15 @@ _FRAME_PROBLEMS = {
 
 
 def _tf():
-    """The TFRecord mechanism of the core iogen.core chose (compiled, or the twin knowingly)."""
-    from .. import core
+    """The TFRecord mechanism of the core iogen.core_switch chose (compiled, or the twin knowingly)."""
+    from .. import core_switch as core
 
     return core.tfrecord
 
 
 def _crc():
-    """The CRC-32C of the core iogen.core chose."""
-    from .. import core
+    """The CRC-32C of the core iogen.core_switch chose."""
+    from .. import core_switch as core
 
     return core.crc
 

@@ -50,7 +50,7 @@ class ImageDecoder:
     """Decodes image payloads with Pillow, timing each decode in thread CPU time."""
 
     def __init__(self, fmt):
-        from PIL import Image, ImageFile  # reader.decode_images needs Pillow (iogen.deps)
+        from PIL import Image, ImageFile  # reader.decode_images needs Pillow (iogen.cli.deps)
 
         self.fmt = fmt
         self._open = Image.open

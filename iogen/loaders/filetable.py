@@ -25,7 +25,7 @@ How a file is indexed depends on what reading it costs (the backend's `core_read
   settings fix (`Format.fixed_index`: stored NPZ rows, plain TFRecord frames) by arithmetic from the
   layout's record size for that object, which the run's data check matched against the manifest (no
   request at all; an object shorter than its layout says fails at its read, exit 2 naming the key);
-  other formats (HDF5: its library places the data) through an ObjectFile (iogen/objectfile.py): one
+  other formats (HDF5: its library places the data) through an ObjectFile (iogen/storage/objectfile.py): one
   HEAD for the size, then the reads the format's library makes, small ones from the object's block
   cache (a contiguous HDF5 object: one HEAD and one or two GETs). Those requests go through
   `index_store`, so a loader reports them apart from its epochs' reads (`object_store.index`).
@@ -180,7 +180,7 @@ class FileTable:
     def learn_all(self) -> None:
         """Open and index every file now (before the run), so no epoch pays it in its steps.
 
-        A node-local staged copy (iogen.staging, scope "node") holds only the files its node
+        A node-local staged copy (iogen.data.staging, scope "node") holds only the files its node
         reads: `layout.staged_files` lists them, and only those are learnt. On an object store nothing
         is learnt ahead: indexing is requests, and a rank indexes only the objects its plan reads.
         """
@@ -264,7 +264,7 @@ class FileTable:
         return self._object_file(int(f), store if store is not None else self.store)
 
     def _object_file(self, f: int, store):
-        from ..objectfile import BlockCache, ObjectFile
+        from ..storage.objectfile import BlockCache, ObjectFile
 
         with self._lock:
             cache = self._caches.get(f)

@@ -1,7 +1,7 @@
 """The native loader: the plan executed over the workload's storage (`Storage.read_handles`).
 
 Scheduling policy lives here; the byte-level work is the storage's. On this machine's files
-(POSIX) that is `iogen.core.reader.pread_into`, which reads a whole slice of a batch in one call
+(POSIX) that is `iogen.core_switch.reader.pread_into`, which reads a whole slice of a batch in one call
 without the GIL, so `read_threads` Python threads really read in parallel. A producer thread
 prepares batch k+1.. (index look-ups, splitting, buffer assignment) while the engine computes on
 batch k, keeping `prefetch_size` batches in flight. Each in-flight batch owns a page-aligned
@@ -13,7 +13,7 @@ the same; every range is a ranged GET straight into the batch buffer, ranges lon
 `reader.read_threads` threads whatever the batch's size (a request's latency always pays for the
 hand-off). TFRecord frames are CRC-checked after the read. Objects whose samples are not byte
 ranges (compressed variants) are decoded by their format through an ObjectFile
-(iogen/objectfile.py). Indexing (iogen/loaders/filetable.py) is lazy there and its requests go
+(iogen/storage/objectfile.py). Indexing (iogen/loaders/filetable.py) is lazy there and its requests go
 through a store of their own: the loader reports the bucket check (`setup_figures`), the
 indexing (`index_figures`) and each epoch's reads (`epoch_figures`) apart.
 """
@@ -24,9 +24,9 @@ import threading
 
 import numpy as np
 
-from .. import core
+from .. import core_switch as core
 from ..errors import DataError, ReadFailure
-from ..threadwork import Failed, ThreadPool
+from ..common.pool import Failed, ThreadPool
 from ..formats.base import RecordError
 from .base import Batch, Loader
 from .decode import DecodeCost, ImageDecoder
@@ -468,7 +468,7 @@ def _collect(job) -> int:
 
 def merge_index(*figures) -> dict:
     """Index request figures gathered so far, merged (None and empty parts skipped)."""
-    from ..metrics.objectstore import merge_figures
+    from ..metrics.requests import merge_figures
 
     return merge_figures(f for f in figures if f)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import core
+from .. import core_switch as core
 
 
 class Preprocess:

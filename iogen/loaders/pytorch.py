@@ -386,7 +386,7 @@ class PyTorchLoader(Loader):
             if decoded is not None:
                 self.decode_cost.add(decoded)
             if requests is not None:
-                from ..metrics.objectstore import merge_figures
+                from ..metrics.requests import merge_figures
 
                 index = requests.pop("index", None)  # a worker's indexing requests (iogen/loaders/filetable.py)
                 if index:

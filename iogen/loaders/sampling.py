@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import core
+from .. import core_switch as core
 from ..errors import DataError, ReadFailure
 from ..formats.base import RecordError
 from .filetable import DEFAULT_PART_BYTES, FileTable, files_storage, split_pieces

@@ -298,7 +298,7 @@ class TensorFlowLoader(Loader):
             # holding this frame would otherwise keep the pipeline reading in the background.
             it = None
             if hasattr(self, "epoch_figures"):  # object storage: this epoch's requests, indexing apart
-                from ..metrics.objectstore import merge_figures
+                from ..metrics.requests import merge_figures
 
                 figures = self.reader.drain()
                 self.index_figures = merge_figures([self.index_figures, figures.pop("index", None)])

@@ -19,11 +19,11 @@ The stages, one module each:
   campaign campaign_stats(runs)       the measured runs of a campaign -> statistics and a
                                        headline with its rule (across invocations, docs/campaigns.md)
   latency  wait_histograms(logs)        batch-wait histograms over the same window as AU,
-                                       merged exactly across ranks and runs (iogen.histogram)
+                                       merged exactly across ranks and runs (iogen.common.histogram)
 """
 from .epoch import EPOCH_FIELDS, FIELD, MIB, EpochMetrics, epoch_metrics, rank_epochs_array, stack_ranks
 from .run import CombinedEpochs, PhaseMetrics, RunMetrics, combine_ranks, run_metrics
-from .summary import dlio_metric_block, iogen_metric_block
+from .summary_metrics import dlio_metric_block, iogen_metric_block
 
 __all__ = [
     "EPOCH_FIELDS",

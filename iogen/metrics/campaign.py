@@ -10,7 +10,7 @@ Training/HPC), sample stdev (ddof = 1; the population stdev is given beside it),
 of variation (sample stdev / mean) and the 95% Student-t interval of the mean. The headline is
 the arithmetic mean of the measured runs (MLPerf Storage's rule) unless another reduction is
 chosen; the result always names the rule that made it. The loop that runs a campaign is
-iogen.campaign.
+iogen.run.campaign.
 """
 from __future__ import annotations
 

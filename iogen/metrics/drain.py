@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..steplog import PHASE_TRAIN
+from ..common.steplog import PHASE_TRAIN
 from .epoch import window_bounds
 
 GIB = 1 << 30

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..steplog import PHASE_TRAIN
+from ..common.steplog import PHASE_TRAIN
 
 MIB = 2**20  # MiB: every "_mib_s" figure divides bytes/s by this, never by 10**6
 

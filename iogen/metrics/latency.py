@@ -1,15 +1,15 @@
 """Batch-wait latency (docs/metrics.md section 1, `wait`): percentiles from mergeable histograms.
 
 Latency percentiles cannot be reduced like means: each rank records its batch waits
-(t_ready - t_request) into iogen.histogram.LatencyHistogram, per epoch, over the same metrics
+(t_ready - t_request) into iogen.common.histogram.LatencyHistogram, per epoch, over the same metrics
 window as AU (iogen.metrics.epoch.window_bounds), and ranks or runs merge by adding counts.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..histogram import LatencyHistogram
-from ..steplog import PHASE_TRAIN
+from ..common.histogram import LatencyHistogram
+from ..common.steplog import PHASE_TRAIN
 from .epoch import window_bounds
 
 __all__ = ["reduce_histograms", "wait_histograms", "window_mask"]

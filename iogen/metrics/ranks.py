@@ -4,7 +4,7 @@ Every rank calls `reduce_ranks` with its own rows (the collectives need all of t
 run's figures come from element-wise reductions (sum, min, max over ranks: O(epochs x fields)
 per rank, whatever the world size); the per-rank rows of epochs.json are gathered to rank 0
 only up to GATHER_MAX_RANKS ranks, so what rank 0 holds stays bounded (docs/scaling.md).
-Everything crosses ranks as numpy buffers through the world's collectives (iogen.comm), never
+Everything crosses ranks as numpy buffers through the world's collectives (iogen.world.communicator), never
 as pickled objects. An interrupted run reports the epochs every rank reached.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..histogram import LatencyHistogram
-from ..steplog import PHASE_EVAL, PHASE_TRAIN
+from ..common.histogram import LatencyHistogram
+from ..common.steplog import PHASE_EVAL, PHASE_TRAIN
 from .epoch import rank_epochs_array
 from .latency import reduce_histograms, wait_histograms
 from .run import RankReductions, allreduce_reductions, rank_reductions
@@ -97,7 +97,7 @@ def summed_cpu(world, cpu_window, epochs, invocation) -> tuple[list, list, tuple
     """CPU seconds over ranks in one allreduce: (window user per epoch, window system per epoch,
     (invocation user, invocation system)); None where any rank lacks the figure.
 
-    `cpu_window`: this rank's (epoch, user s, system s) per train epoch (iogen.engine);
+    `cpu_window`: this rank's (epoch, user s, system s) per train epoch (iogen.run.engine);
     `invocation`: this rank's iogen.metrics.cpu.CpuTimes of the whole invocation, or None.
     """
     n = len(epochs)

@@ -157,7 +157,7 @@ def combine_ranks(per_rank):
 
 
 # Latency percentiles are not means and cannot be reduced like the fields above: they come from
-# iogen.histogram.LatencyHistogram (log-linear, merged exactly by adding counts), filled per rank
+# iogen.common.histogram.LatencyHistogram (log-linear, merged exactly by adding counts), filled per rank
 # from the same window (iogen.metrics.latency) and summed over ranks in
 # iogen.metrics.ranks.wait_latency.
 

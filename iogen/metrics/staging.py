@@ -1,4 +1,4 @@
-"""Staging figures (iogen/staging.py): per node and for the job, and MLPerf HPC's T_staging / T_epoch.
+"""Staging figures (iogen/data/staging.py): per node and for the job, and MLPerf HPC's T_staging / T_epoch.
 
 T_staging is the job's staging time: from the barrier that starts staging to the barrier that
 ends it (the slowest node's copy plus the wait), the longest any rank saw. Per node, `copy_s` is

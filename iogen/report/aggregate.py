@@ -22,7 +22,7 @@ from ..metrics import campaign as _stats
 from ..errors import DataError
 from ..metrics.checkpoint import checkpoint_series
 from ..metrics.latency import wait_histograms
-from ..metrics.summary import au_loss
+from ..metrics.summary_metrics import au_loss
 from .rundir import CAMPAIGN_FILE, read_campaign_file, read_json, summary_problem, write_json
 from .timeseries import read_run_steps, run_timeseries
 
@@ -236,7 +236,7 @@ def _unique_labels(runs: list[dict]) -> None:
 
 def build_report(paths, *, reduction: str = "mean", latency: bool = True, interval_s: float | None = None) -> dict:
     """The report document (report.json) of run/campaign/results folders."""
-    from ..histogram import LatencyHistogram
+    from ..common.histogram import LatencyHistogram
 
     run_dirs = find_run_dirs(paths)
     runs = [load_run(d, latency=latency, interval_s=interval_s) for d in run_dirs]

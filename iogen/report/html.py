@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ..histogram import LatencyHistogram, bucket_bounds
+from ..common.histogram import LatencyHistogram, bucket_bounds
 from .text import (au_loss_lines, dataset_size_lines, device_per_epoch, drain_lines, flag_lines, fmt_bytes,
                    fmt_ns, fmt_num, incomplete_lines, measured_lines, page_cache_lines, reads_source)
 
@@ -233,7 +233,7 @@ def _timeline_run(runs):
 
 def build_figures(report: dict) -> list[dict]:
     """The report's figures: [{id, title, caption, png_base64}]."""
-    from ..steplog import wall_offset_ns
+    from ..common.steplog import wall_offset_ns
     from .timeseries import read_run_steps
 
     runs, camp = report["runs"], report["campaign"]

@@ -7,8 +7,8 @@ import os
 import platform
 import socket
 
-from ..atomic import full_disk_error, is_full_disk
-from ..atomic import write_atomic as _write_atomic
+from ..common.atomic import full_disk_error, is_full_disk
+from ..common.atomic import write_atomic as _write_atomic
 from ..errors import OutputError
 
 RUN_FILES = ("config.yaml", "summary.json", "epochs.json", "steps/")
@@ -121,7 +121,7 @@ def read_json(path: str, what: str) -> dict:
 
 # summary.json sections that are objects where present (null: not recorded)
 _SUMMARY_OBJECTS = ("iogen", "metric", "iogen.metrics", "iogen.metrics.train", "iogen.metrics.train.per_epoch",
-                    "iogen.metrics.eval", "iogen.metrics.au_gate", "iogen.setup", "iogen.staging", "iogen.reads_from",
+                    "iogen.metrics.eval", "iogen.metrics.au_gate", "iogen.setup", "iogen.data.staging", "iogen.reads_from",
                     "iogen.checkpoint", "iogen.checkpoint.plan", "iogen.checkpoint.write", "iogen.checkpoint.read",
                     "iogen.dataset_size_rule", "iogen.facts", "iogen.object_store", "iogen.drain")
 # A key with one of these endings holds a number (or null, or a list of them), by its unit.
@@ -193,7 +193,7 @@ def steplog_path(run_dir: str, rank: int) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write text under a temporary name, fsync, then rename (iogen.atomic): never half a file,
+    """Write text under a temporary name, fsync, then rename (iogen.common.atomic): never half a file,
     no temporary file left after a failure, a full disk named with the bytes needed."""
     _write_atomic(path, text)
 

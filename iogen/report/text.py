@@ -55,7 +55,7 @@ def fmt_bytes(n) -> str:
 
 
 def au_loss_lines(loss: dict | None, label: str = "") -> list[str]:
-    """Where lost AU went (iogen.metrics.summary.au_loss), and in plain words when the emulated
+    """Where lost AU went (iogen.metrics.summary_metrics.au_loss), and in plain words when the emulated
     compute, not the storage, is what lowered it."""
     if not loss or loss["lost_points"] <= 0:
         return []
@@ -225,7 +225,7 @@ def page_cache_lines(runs) -> list[str]:
 
 
 def dataset_size_lines(runs) -> list[str]:
-    """Runs whose dataset is below MLPerf Storage's size rule (iogen.sizing): one line per message, its runs first."""
+    """Runs whose dataset is below MLPerf Storage's size rule (iogen.config.sizing): one line per message, its runs first."""
     below: dict[str, list[str]] = {}
     for r in runs:
         if (r.get("dataset_size_rule") or {}).get("met") is False:

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..metrics.epoch import MIB
-from ..steplog import PHASE_TRAIN, read_steplog, wall_offset_ns
+from ..common.steplog import PHASE_TRAIN, read_steplog, wall_offset_ns
 
 __all__ = [
     "auto_interval_s",

@@ -26,8 +26,8 @@ import os
 import numpy as np
 
 from ..errors import DataError, OutputError
-from ..steplog import PHASE_EVAL
-from ..steplog import wall_offset_ns
+from ..common.steplog import PHASE_EVAL
+from ..common.steplog import wall_offset_ns
 from .timeseries import read_run_steps
 
 __all__ = ["TRACE_DIR", "step_events", "trace_path", "write_rank_trace", "write_traces"]

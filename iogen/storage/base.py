@@ -51,10 +51,10 @@ class Capabilities:
     figures: which figures the backend yields: "device" (block-device bytes, read by
         iogen/metrics/device.py), "requests" (per-request counts, retries, 503s, latency from
         drain()), "objects" (per-object transfer figures only: a client that hides its requests).
-    needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.deps`.
+    needs: (package, the setting that needs it) of each optional package the backend imports, for `iogen.cli.deps`.
     core_copy: copies between its paths and local files are whole files through the core copier, one
         core call a file (POSIX paths are this machine's files); False: part by part through the
-        backend's ranged reads and uploads (iogen/filecopy.py).
+        backend's ranged reads and uploads (iogen/data/copy.py).
     file_checks: the formats' whole-file checks (Format.check_file, probe_file) open its paths directly, so
         `iogen verify` checks each file's structure, and data without a manifest is checked by it.
     torch_datasets: the backend brings its own PyTorch datasets, which the pytorch loader reads through
@@ -65,7 +65,7 @@ class Capabilities:
         GIL-free core call over file descriptors (the handles, which a format's fused read-and-check
         calls take too), and a path is a file name a format or a framework (tf.data) opens itself;
         False: every range read is a client request (a loader spreads them over its threads) and a
-        format reads through a file object (iogen/objectfile.py).
+        format reads through a file object (iogen/storage/objectfile.py).
     """
 
     local_paths: bool

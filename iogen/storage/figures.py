@@ -1,10 +1,10 @@
 """Request and transfer figures of a storage backend: counters and latency histograms that add up
-across threads, drains and ranks (merged by iogen/metrics/objectstore.py into summary.json)."""
+across threads, drains and ranks (merged by iogen/metrics/requests.py into summary.json)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..histogram import LatencyHistogram
+from ..common.histogram import LatencyHistogram
 
 # put: single PUTs and the parts of multipart uploads; the three multipart control requests apart
 # (they carry no data, and their latency is the server's bookkeeping, not a transfer).

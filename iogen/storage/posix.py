@@ -1,10 +1,10 @@
 """The `posix` backend: files on a POSIX file system (DLIO's local_fs), through iogen's core.
 
-Reads are the core's batched pread (`iogen.core.reader.pread_into`: every range of a call in one
+Reads are the core's batched pread (`iogen.core_switch.reader.pread_into`: every range of a call in one
 GIL-released loop), optionally O_DIRECT; whole files are published by the core's
 `publish.write_file` (temporary name, write, rename, in one call); copies are the core's
 `copier.copy_range`; streamed writes are pwrites of each part at its offset into a temporary
-name renamed once complete (iogen/atomic.py's pattern). The page cache applies and can be
+name renamed once complete (iogen/common/atomic.py's pattern). The page cache applies and can be
 evicted (`evict`); the block device's counters are the figures (iogen/metrics/device.py), so
 `drain()` has none of its own.
 """
@@ -16,8 +16,8 @@ import threading
 
 import numpy as np
 
-from .. import core
-from ..atomic import PendingFile, full_disk_error, is_full_disk, make_folders, remove_stale_temps, replacing
+from .. import core_switch as core
+from ..common.atomic import PendingFile, full_disk_error, is_full_disk, make_folders, remove_stale_temps, replacing
 from ..errors import ConfigError, DataError, OutputError, ReadFailure
 from .base import Capabilities, Storage
 
@@ -160,8 +160,8 @@ class PosixStorage(Storage):
             return None
 
     def crc32c(self, path: str) -> int:
-        """The file's CRC-32C through the core (iogen.formats.checksum.file_crc32c)."""
-        from ..formats.checksum import file_crc32c
+        """The file's CRC-32C through the core (iogen.common.checksum.file_crc32c)."""
+        from ..common.checksum import file_crc32c
 
         return file_crc32c(path)
 
@@ -305,7 +305,7 @@ def _tasks(files, transfer: int, threads: int) -> list:
 
 
 def _run(pool, tasks, work) -> None:
-    """work(buffer, task) for every task on pool's threads (iogen.threadwork.ThreadPool, each holding its
+    """work(buffer, task) for every task on pool's threads (iogen.common.pool.ThreadPool, each holding its
     buffer; at most one thread per task), taking tasks in order; the first failure or an interrupt stops
     them after their current task (the pool waits through further interrupts), so nothing writes after
     this returns."""

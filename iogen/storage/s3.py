@@ -10,7 +10,7 @@ standard retry mode, credentials from the AWS environment/config chain only. Eve
 counted: requests, bytes, retries (RetryAttempts of each response), throttling responses (HTTP
 503 SlowDown, counted as they happen, retried or not) and the latency of each request to its
 first byte (the response headers) and in total, in iogen's mergeable histogram
-(iogen/histogram.py). An error left after the retries is a DataError naming the bucket, the key
+(iogen/common/histogram.py). An error left after the retries is a DataError naming the bucket, the key
 and the HTTP status (exit 2).
 """
 from __future__ import annotations
@@ -472,7 +472,7 @@ class ObjectStore(Storage):
 
     def crc32c(self, uri: str) -> int:
         """The object's CRC-32C, computed as one GET streams it (get_chunks)."""
-        from ..formats.checksum import crc32c
+        from ..common.checksum import crc32c
 
         crc = 0
         for chunk in self.get_chunks(uri):
@@ -523,8 +523,8 @@ class ObjectStore(Storage):
         return None if found is None else found[0]
 
     def open(self, path: str, size: int | None = None):
-        """The object as a seekable file whose reads are ranged GETs (iogen/objectfile.py)."""
-        from ..objectfile import ObjectFile
+        """The object as a seekable file whose reads are ranged GETs (iogen/storage/objectfile.py)."""
+        from .objectfile import ObjectFile
 
         if size is None:
             size = self.stat(path)
@@ -549,7 +549,7 @@ class ObjectStore(Storage):
 
     def copy_in(self, path: str, local_path: str) -> int:
         """Download the object into local_path (temporary name, renamed once complete)."""
-        from ..atomic import replacing
+        from ..common.atomic import replacing
 
         total = 0
         with replacing(local_path) as tmp, open(tmp, "wb") as f:

@@ -206,7 +206,7 @@ class ReaderFigures:
         """The calls since the last drain (only operations that ran), then reset."""
         import numpy as np
 
-        from ..histogram import LatencyHistogram
+        from ..common.histogram import LatencyHistogram
 
         with self._lock:
             calls, errors = self._calls, self._errors

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from iogen.campaign import campaign_labels, run_campaign
+from iogen.run.campaign import campaign_labels, run_campaign
 from iogen.report.rundir import read_campaign_file
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,11 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.errors import DataError
 from iogen.report.compare import GATE_METRICS, Side, compare, load_side, render_comparison
-from iogen.runner import run
+from iogen.run.runner import run
 
 from .test_checkpoint_run import TINY
 
@@ -116,7 +116,7 @@ def test_direction_of_each_checkpoint_metric(metric, base, cand, regression):
 
 
 def test_cli_metric_choices_are_the_gate_metrics():
-    from iogen.cli import build_parser
+    from iogen.cli.entry.entry import build_parser
 
     parser = build_parser()
     action = next(a for sub in parser._subparsers._group_actions for name, p in sub.choices.items()

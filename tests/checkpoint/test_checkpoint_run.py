@@ -11,10 +11,10 @@ import pytest
 
 from iogen.checkpoint.model import ModelSpec
 from iogen.checkpoint.phases import RankFiles
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.errors import DataError
-from iogen.runner import run
+from iogen.run.runner import run
 
 from ..conftest import popen_iogen
 

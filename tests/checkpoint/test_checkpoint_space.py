@@ -4,10 +4,10 @@ import os
 import pytest
 
 from iogen.checkpoint.space import device_of, need, shortfalls
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.errors import ConfigError
-from iogen.runner import run
+from iogen.run.runner import run
 
 GIB = 2**30
 

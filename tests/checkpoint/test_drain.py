@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from iogen.metrics.drain import drain_block
-from iogen.steplog import PHASE_TRAIN, STEP_DTYPE
+from iogen.common.steplog import PHASE_TRAIN, STEP_DTYPE
 
 from ..conftest import load_summary, popen_iogen, tree_state
 
@@ -111,9 +111,9 @@ def test_drain_interference_uses_the_aus_window():
 def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_tier(tmp_path, mode):
     from iogen.checkpoint.model import ModelSpec
     from iogen.checkpoint.phases import RankFiles
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     tiny = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
             "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
@@ -216,9 +216,9 @@ def test_a_killed_drains_temporaries_are_swept_by_the_next_drain(tmp_path):
 
     from iogen.checkpoint.model import ModelSpec
     from iogen.checkpoint.phases import RankFiles
-    from iogen.comm import SingleWorld
+    from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
-    from iogen.runner import run
+    from iogen.run.runner import run
 
     over = {**LLM_TINY, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
             "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,

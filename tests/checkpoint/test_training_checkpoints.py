@@ -5,7 +5,7 @@ faults), through the same Checkpointer."""
 import pytest
 
 from iogen.checkpoint import Checkpointer
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 
 

@@ -10,7 +10,7 @@ from ..conftest import load_summary
 def test_help_imports_no_heavy_modules():
     code = (
         "import sys\n"
-        "from iogen.cli import main\n"
+        "from iogen.cli.entry import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('numpy', 'tensorflow', 'torch', 'mpi4py', 'h5py', 'yaml', 'pydantic') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"

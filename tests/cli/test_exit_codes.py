@@ -9,11 +9,11 @@ from ..conftest import tiny_overrides
 # A real `iogen run` whose engine raises an error iogen did not raise on purpose, as a bug would.
 BUGGY_RUN = """
 import sys
-import iogen.engine
+import iogen.run.engine
 def boom(self):
     raise TypeError("unsupported operand (planted bug)")
-iogen.engine.Engine.run = boom
-from iogen.cli import main
+iogen.run.engine.Engine.run = boom
+from iogen.cli.entry import main
 main()
 """
 
@@ -39,8 +39,8 @@ def test_an_internal_error_exits_3_naming_the_log_that_holds_its_traceback(tmp_p
 def test_without_a_log_the_line_says_how_to_get_the_traceback(tmp_path):
     env = dict(os.environ)
     env.pop("IOGEN_TRACEBACK", None)
-    code = "import iogen.commands as c\ndef boom(args): raise KeyError('x')\nc.cmd_workloads = boom\n" \
-           "from iogen.cli import main\nmain()"
+    code = "import iogen.cli.commands as c\ndef boom(args): raise KeyError('x')\nc.cmd_workloads = boom\n" \
+           "from iogen.cli.entry import main\nmain()"
     proc = subprocess.run([sys.executable, "-c", code, "workloads"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr

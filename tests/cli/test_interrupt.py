@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from iogen.steplog import read_steplog
+from iogen.common.steplog import read_steplog
 
 from ..conftest import popen_iogen, run_iogen
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from iogen.dataset import DatasetLayout
-from iogen.datagen import finalize, generate, verify
+from iogen.data.layout import DatasetLayout
+from iogen.data.generate import finalize, generate, verify
 from iogen.errors import OutputError
 from iogen.formats import make_format
 
@@ -260,7 +260,7 @@ def test_pending_file_written_by_threads_appears_whole_or_not_at_all(tmp_path):
     """atomic.PendingFile: threads write parts under the temporary name; the final name appears on commit only."""
     import threading
 
-    from iogen.atomic import PendingFile, temp_path
+    from iogen.common.atomic import PendingFile, temp_path
 
     final = str(tmp_path / "model.pt")
     pending = PendingFile(final, needed_bytes=4 * MIB, what="the checkpoint")
@@ -288,7 +288,7 @@ def test_pending_file_written_by_threads_appears_whole_or_not_at_all(tmp_path):
 
 
 def test_pending_file_on_a_full_disk_names_the_file_and_the_bytes_needed(small_disk):
-    from iogen.atomic import PendingFile, is_full_disk
+    from iogen.common.atomic import PendingFile, is_full_disk
 
     pending = PendingFile(str(small_disk / "big.pt"), needed_bytes=4 * MIB, what="the checkpoint")
     with pytest.raises(OSError) as err:

@@ -79,7 +79,7 @@ def test_hostile_names_write_nothing_outside_the_folders(tmp_path, iogen_cmd, ti
 @pytest.mark.parametrize("value", ["../x", "a/b", "a,../../etc"])
 def test_simulated_node_names_are_one_path_component(value):
     """IOGEN_NODE fills `{node}` in staging.folder: it must not lead out of it."""
-    from iogen.comm import node_name
+    from iogen.world.communicator import node_name
 
     with pytest.raises(ConfigError, match="holds '/'"):
         node_name(1, {"IOGEN_NODE": value})

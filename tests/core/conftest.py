@@ -10,7 +10,7 @@ PACKAGES = {"cython": "iogen._core", "python": "iogen._core.pure"}
 
 
 def load_core(name):
-    """Import one implementation's modules directly (not through iogen.core's env switch)."""
+    """Import one implementation's modules directly (not through iogen.core_switch's env switch)."""
     modules = {m: importlib.import_module(f"{PACKAGES[name]}.{m}") for m in MODULES + PROBES}
     return SimpleNamespace(name=name, **modules)
 

@@ -91,7 +91,7 @@ def test_bad_arguments_are_refused(core, args, match):
 @pytest.mark.parametrize("nbytes, piece, align", [(0, 4096, 1), (10_000, 4096, 1), (123_457, 1000, 1),
                                                   (10_001, 8192, 4096)])
 def test_checksum_is_the_crc32c_of_the_bytes_copied(core, tmp_path, nbytes, piece, align):
-    from iogen.formats.checksum import crc32c
+    from iogen.common.checksum import crc32c
 
     data = _file(tmp_path / "src", nbytes, seed=3)
     s = os.open(tmp_path / "src", os.O_RDONLY)

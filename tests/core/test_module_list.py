@@ -3,7 +3,7 @@ import ast
 from pathlib import Path
 
 import iogen._core as core_pkg
-from iogen import core
+from iogen import core_switch as core
 from iogen._core import MODULES, PROBES
 
 CORE = Path(core_pkg.__file__).parent

@@ -1,4 +1,4 @@
-"""iogen.core: one place picks the implementation; a missing compiled core is an error with the fix."""
+"""iogen.core_switch: one place picks the implementation; a missing compiled core is an error with the fix."""
 import os
 import subprocess
 import sys
@@ -14,7 +14,7 @@ def run_python(code, **env):
 
 
 def test_default_is_compiled_core():
-    import iogen.core as core
+    import iogen.core_switch as core
 
     if os.environ.get("IOGEN_CORE", "cython") != "cython":
         pytest.skip("IOGEN_CORE selects another implementation in this session")
@@ -28,17 +28,17 @@ def test_default_is_compiled_core():
 
 
 def test_env_selects_pure_twin():
-    out = run_python("import iogen.core as c; print(c.IMPLEMENTATION, c.fill.__name__, c.core_description())",
+    out = run_python("import iogen.core_switch as c; print(c.IMPLEMENTATION, c.fill.__name__, c.core_description())",
                      IOGEN_CORE="python")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(None, 2) == ["python", "iogen._core.pure.fill", "python (reference)\n"]
 
 
 def test_missing_compiled_core_names_the_fix():
-    # Blocking the import the way a missing .so would, then importing iogen.core as a user does.
+    # Blocking the import the way a missing .so would, then importing iogen.core_switch as a user does.
     code = ("import sys; sys.modules['iogen._core.tfrecord'] = None\n"
             "from iogen.errors import CoreMissingError\n"
-            "try:\n    import iogen.core\nexcept CoreMissingError as exc:\n    print(exc)\n")
+            "try:\n    import iogen.core_switch\nexcept CoreMissingError as exc:\n    print(exc)\n")
     out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert "iogen._core" in out.stdout
@@ -47,7 +47,7 @@ def test_missing_compiled_core_names_the_fix():
 
 def test_unknown_choice_is_a_config_error():
     code = ("from iogen.errors import ConfigError\n"
-            "try:\n    import iogen.core\nexcept ConfigError as exc:\n    print('CONFIG', exc)\n")
+            "try:\n    import iogen.core_switch\nexcept ConfigError as exc:\n    print('CONFIG', exc)\n")
     out = run_python(code, IOGEN_CORE="fortran")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("CONFIG") and "'fortran'" in out.stdout and "'python'" in out.stdout

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from iogen.datagen import generate
+from iogen.data.generate import generate
 from iogen.formats.base import CHUNK_BYTES
 
 CASES = {
@@ -75,7 +75,7 @@ def test_manifest_text_is_json_dumps_indent_1(tmp_path, workload):
 
 def test_hdf5_payload_and_manifest_are_pinned(tmp_path, workload):
     from iogen.formats import get_format
-    from iogen.formats.checksum import file_crc32c, format_crc
+    from iogen.common.checksum import file_crc32c, format_crc
 
     wl = workload(data_folder=str(tmp_path / "d"), seed=7, **HDF5_CASE)
     generate(wl, workers=2)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from iogen.config import load_workload
-from iogen.datacheck import check_dataset, probe_indices
-from iogen.datagen import generate
-from iogen.dataset import DatasetLayout
+from iogen.data.check import check_dataset, probe_indices
+from iogen.data.generate import generate
+from iogen.data.layout import DatasetLayout
 from iogen.errors import ConfigError, DataError
 from iogen.formats import get_format
-from iogen.manifest import MANIFEST_NAME
+from iogen.data.manifest import MANIFEST_NAME
 
 FORMATS = ("npz", "hdf5", "tfrecord")
 
@@ -208,7 +208,7 @@ def test_run_refuses_mismatch_before_writing_anything(tmp_path, iogen_cmd, tiny)
 
 @pytest.mark.parametrize("fmt_name,writer", [("npz", write_dlio_npz), ("hdf5", write_dlio_hdf5)])
 def test_verify_on_dlio_data_says_plainly_what_it_cannot_check(tmp_path, fmt_name, writer):
-    from iogen.datagen import verify
+    from iogen.data.generate import verify
 
     writer(tmp_path / "data" / "train", 4, 2, 63)
     over = {"dataset.num_files_train": 4, "dataset.num_samples_per_file": 2, "dataset.record_length_bytes": 4000}
@@ -222,7 +222,7 @@ def test_verify_on_dlio_data_says_plainly_what_it_cannot_check(tmp_path, fmt_nam
 
 
 def test_verify_without_manifest_still_checks_iogen_files_fully(tmp_path):
-    from iogen.datagen import verify
+    from iogen.data.generate import verify
 
     wl = wl_of(tmp_path, "tfrecord")
     generate(wl)
@@ -240,7 +240,7 @@ def test_verify_without_manifest_still_checks_iogen_files_fully(tmp_path):
 
 
 def test_record_size_rule_allows_dlios_square_rounding_only():
-    from iogen.datacheck import record_size_matches
+    from iogen.data.check import record_size_matches
     from iogen.formats.base import FileShape
 
     layout = DatasetLayout("/x", "train", 1, 1, 4000, 0, 1, "npz")

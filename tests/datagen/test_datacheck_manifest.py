@@ -5,13 +5,13 @@ import os
 import pytest
 
 from iogen.config import load_workload
-from iogen.datacheck import check_dataset
-from iogen.datafiles import DLIO_NAME, all_paths, dlio_name_counts, listed_files, path_block, stat_layout_sizes
-from iogen.datagen import generate
-from iogen.dataset import DatasetLayout
+from iogen.data.check import check_dataset
+from iogen.data.bulk import DLIO_NAME, all_paths, dlio_name_counts, listed_files, path_block, stat_layout_sizes
+from iogen.data.generate import generate
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
-from iogen.manifest import MANIFEST_NAME
+from iogen.data.manifest import MANIFEST_NAME
 
 
 def wl_of(tmp_path, **over):
@@ -110,7 +110,7 @@ def test_stat_of_the_layout_marks_missing_files(tmp_path):
 @pytest.mark.parametrize("pool_min_ns", [0, 10**12])
 def test_stat_in_the_pool_or_in_one_thread_gives_the_same_sizes(tmp_path, monkeypatch, pool_min_ns):
     # 0: every block counts as slow, so blocks after the first go to the pool; 10^12: none does
-    import iogen.datafiles as dc
+    import iogen.data.bulk as dc
 
     generate(wl_of(tmp_path))
     layout = DatasetLayout.from_workload(wl_of(tmp_path), "train")
@@ -140,7 +140,7 @@ def test_name_counts_in_numpy_are_the_regexs(monkeypatch, np_strings):
     # False: the path taken under numpy < 2.2 (no np.strings.rpartition)
     import random
 
-    import iogen.datafiles as dfs
+    import iogen.data.bulk as dfs
 
     if np_strings and not dfs._NP_STRINGS:
         pytest.skip("this numpy has no np.strings.rpartition")

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from iogen.datagen import generate, verify
-from iogen.dataset import DatasetLayout
+from iogen.data.generate import generate, verify
+from iogen.data.layout import DatasetLayout
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
 

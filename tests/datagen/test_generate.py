@@ -6,12 +6,12 @@ import threading
 import numpy as np
 import pytest
 
-from iogen.datagen import finalize, generate, verify
-from iogen.dataset import DatasetLayout
+from iogen.data.generate import finalize, generate, verify
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.base import sample_bytes
-from iogen.manifest import MANIFEST_NAME, journal_paths
+from iogen.data.manifest import MANIFEST_NAME, journal_paths
 
 
 def tree_bytes(root):

@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from iogen.datagen import generate, verify
+from iogen.data.generate import generate, verify
 from iogen.errors import DataError
-from iogen.manifest import MANIFEST_NAME
+from iogen.data.manifest import MANIFEST_NAME
 
 
 def write(path, text):

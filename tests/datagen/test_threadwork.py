@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from iogen.threadwork import Failed, ThreadPool, acquire_through_interrupts, run_on_threads
+from iogen.common.pool import Failed, ThreadPool, acquire_through_interrupts, run_on_threads
 
 
 def test_every_item_runs_once_on_the_named_threads():

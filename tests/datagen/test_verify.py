@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from iogen.datagen import generate, verify
-from iogen.dataset import DatasetLayout
-from iogen.manifest import MANIFEST_NAME
+from iogen.data.generate import generate, verify
+from iogen.data.layout import DatasetLayout
+from iogen.data.manifest import MANIFEST_NAME
 
 
 def kinds(problems):
@@ -91,9 +91,9 @@ def _storage_workload(kind, tmp_path, request, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["posix", "faultfs", "s3"])
 def test_verify_over_each_storage_names_corrupt_missing_and_unlisted(kind, tmp_path, request, monkeypatch):
-    from iogen.comm import get_world
+    from iogen.world.communicator import get_world
     from iogen.formats import get_format
-    from iogen.objectdata import generate_objects
+    from iogen.data.objects import generate_objects
     from iogen.storage import get_storage
 
     wl = _storage_workload(kind, tmp_path, request, monkeypatch)

@@ -1,8 +1,8 @@
 """The compute sleep's spin: calibrated where each rank has CPUs to itself, the timer slack where ranks share them."""
 import math
 
-from iogen.engine import SHARED_CPU_SPIN_NS, compute_spin_ns
-from iogen.watchdog import WaitPolicy
+from iogen.run.engine import SHARED_CPU_SPIN_NS, compute_spin_ns
+from iogen.world.watchdog import WaitPolicy
 
 
 def test_ranks_that_share_cpus_do_not_spin_a_busy_machines_window():

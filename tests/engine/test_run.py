@@ -5,11 +5,11 @@ import os
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.report.rundir import steplog_path
-from iogen.runner import run
-from iogen.steplog import PHASE_EVAL, PHASE_TRAIN, read_steplog
+from iogen.run.runner import run
+from iogen.common.steplog import PHASE_EVAL, PHASE_TRAIN, read_steplog
 
 
 def _run(overrides, **kw):

@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from iogen.core import tfrecord as core_tf
+from iogen.core_switch import tfrecord as core_tf
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats import tfrecord as tfrecord_module

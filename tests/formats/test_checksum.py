@@ -2,7 +2,7 @@
 import os
 import zlib
 
-from iogen.formats.checksum import CRC32_POLY, crc32c, crc_combine, file_crc32c, format_crc
+from iogen.common.checksum import CRC32_POLY, crc32c, crc_combine, file_crc32c, format_crc
 
 
 def test_crc32c_known_vector():

@@ -8,7 +8,7 @@ import pytest
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.base import RecordError, sample_bytes
-from iogen.formats.checksum import file_crc32c
+from iogen.common.checksum import file_crc32c
 
 N, VALUES = 12, 50
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from iogen.dataset import DatasetLayout, draw_record_bytes, file_name
+from iogen.data.layout import DatasetLayout, draw_record_bytes, file_name
 from iogen.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ import pytest
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.base import sample_bytes
-from iogen.formats.checksum import file_crc32c
+from iogen.common.checksum import file_crc32c
 
 
 def write(tmp_path, n=5, rb=1000, dtype="uint8", dims=None, name="f.npy", stream=3):

@@ -9,7 +9,7 @@ import pytest
 from iogen.errors import DataError
 from iogen.formats import get_format, make_format
 from iogen.formats.base import sample_bytes
-from iogen.formats.checksum import crc32c
+from iogen.common.checksum import crc32c
 
 SEED, STREAM = 11, 5
 

@@ -9,7 +9,7 @@ import pytest
 from iogen.config import load_workload
 from iogen.errors import ConfigError, DataError
 from iogen.formats import make_format
-from iogen.formats.checksum import file_crc32c
+from iogen.common.checksum import file_crc32c
 from iogen.formats.parquet import coalesce
 
 COLS = [("a", "float32", 1, True), ("b", "float16", 3, False), ("c", "int8", 1, True), ("d", "float64", 5, True),

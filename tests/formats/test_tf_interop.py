@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.formats import make_format
 from iogen.formats.base import sample_bytes
 from iogen.formats.example_proto import decode_example, encode_example

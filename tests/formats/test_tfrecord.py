@@ -8,7 +8,7 @@ import pytest
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.base import sample_bytes
-from iogen.formats.checksum import crc32c
+from iogen.common.checksum import crc32c
 from iogen.formats.example_proto import decode_example, encode_example, image_example_prefix
 
 SEED, STREAM = 3, 9
@@ -137,7 +137,7 @@ def test_count_frames_of_gzip_streams_in_bounded_memory(tmp_path):
     """A small gzip file of compressible records inflates to far more than it holds: counted as a stream."""
     import tracemalloc
 
-    from iogen.core import tfrecord
+    from iogen.core_switch import tfrecord
 
     fmt = make_format("tfrecord", samples_per_file=4, compression="gzip")
     data = bytes(16 << 20)  # 16 MiB of zeros per record: 64 MiB decompressed, ~65 KiB compressed

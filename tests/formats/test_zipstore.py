@@ -8,7 +8,7 @@ import pytest
 
 from iogen.formats import make_format, zipstore
 from iogen.formats.base import CHUNK_BYTES, payload_chunks
-from iogen.formats.checksum import crc32c
+from iogen.common.checksum import crc32c
 from iogen.formats.npz import _WHOLE_FILE_BYTES, _align_extra, _member_info, npy_header
 
 SEED, STREAM = 23, 4

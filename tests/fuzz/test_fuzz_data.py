@@ -21,10 +21,10 @@ import sys
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.datagen import generate
-from iogen.dataset import DatasetLayout
+from iogen.data.generate import generate
+from iogen.data.layout import DatasetLayout
 from iogen.errors import ConfigError, DataError
 from iogen.formats import get_format
 from iogen.loaders.native import NativeLoader
@@ -96,7 +96,7 @@ def mutate(rng, data: bytes) -> tuple[bytes, str]:
 
 def refit_tfrecord(data: bytes) -> bytes | None:
     """Re-frame the records of a (damaged) TFRecord so every CRC is valid again; None if unframeable."""
-    from iogen.core import tfrecord
+    from iogen.core_switch import tfrecord
 
     out, pos = [], 0
     while pos + 12 <= len(data):
@@ -110,7 +110,7 @@ def refit_tfrecord(data: bytes) -> bytes | None:
 
 def mutate_example(rng, data: bytes) -> tuple[bytes, str] | None:
     """A mutation inside one record's data, every CRC then made valid (reaches the Example parser)."""
-    from iogen.core import tfrecord
+    from iogen.core_switch import tfrecord
 
     length = struct.unpack_from("<Q", data, 0)[0]
     record = data[12:12 + length]
@@ -231,7 +231,7 @@ def mutate_yaml(rng, data: bytes) -> tuple[bytes, str]:
 def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, capsys, workload):
     from importlib import resources
 
-    from iogen.cli import main
+    from iogen.cli.entry.entry import main
 
     original = resources.files("iogen.workloads").joinpath(f"{workload}.yaml").read_bytes()
     path = tmp_path / f"{workload}.yaml"

@@ -22,12 +22,12 @@ from iogen.checkpoint.io import CheckpointIO
 from iogen.storage.posix import PosixStorage
 from iogen.checkpoint.model import ModelSpec
 from iogen.checkpoint.phases import RankFiles, check_present
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.errors import ConfigError, DataError, IogenError
-from iogen.runner import run
-from iogen.staging import StageReport, stage_node
+from iogen.run.runner import run
+from iogen.data.staging import StageReport, stage_node
 
 from ..conftest import tree_state
 from .test_fuzz_data import ITERATIONS, SEED, mutate
@@ -86,7 +86,7 @@ def dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-stage")
     over = [f"dataset.data_folder={root / 'data'}", "dataset.num_files_train=3", "dataset.num_samples_per_file=2",
             "dataset.record_length_bytes=700", "dataset.record_length_bytes_stdev=0"]
-    from iogen.datagen import generate
+    from iogen.data.generate import generate
     from iogen.formats import get_format
 
     wl = load_workload("default", over)
@@ -136,7 +136,7 @@ def test_staging_of_mutated_inputs_is_a_copy_or_an_error_and_touches_nothing_els
             for rel in staged:  # what was staged is the source's bytes
                 if not rel.endswith(".iogen-manifest.json") and isinstance(after[rel], bytes):
                     assert after[rel] == before["data/" + rel[len("local/"):]], where
-            from iogen.staging import remove_staged
+            from iogen.data.staging import remove_staged
 
             remove_staged(report)  # the end of the run: what this run created goes, the rest stays
             assert {k: v for k, v in tree_state(root).items() if ".tmp." not in k} == \

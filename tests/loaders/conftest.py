@@ -13,15 +13,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
-from iogen.datagen import generate
+from iogen.data.layout import DatasetLayout
+from iogen.data.generate import generate
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
 from iogen.loaders import get_loader
 from iogen.plan import make_plan, plan_for
-from iogen.runner import run
+from iogen.run.runner import run
 
 # 6 files x 4 samples of 4 KiB, batch 3: 8 steps per epoch, samples shuffled within and across files.
 BASE = {
@@ -186,7 +186,7 @@ def summary_of(wl):
 def step_rows(doc):
     """Rank 0's step rows of a finished run."""
     from iogen.report.rundir import steplog_path
-    from iogen.steplog import read_steplog
+    from iogen.common.steplog import read_steplog
 
     return read_steplog(steplog_path(doc["iogen"]["run_dir"], 0))[1]
 
@@ -207,7 +207,7 @@ def damage_tfrecord(path, how: str) -> None:
     cut: the file ends after half its records (at a record boundary); droplast: its last record
     is gone; empty: zero bytes; garbage / trailing: record 0's Example is not one (valid CRCs).
     """
-    from iogen.core import tfrecord
+    from iogen.core_switch import tfrecord
 
     with open(path, "rb") as f:
         data = f.read()

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.errors import DataError
 from iogen.loaders import get_loader
 

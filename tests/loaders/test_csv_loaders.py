@@ -2,7 +2,7 @@
 text (same bytes counted), and every row read is the sample's values as a csv reader parses them."""
 import numpy as np
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.formats.base import sample_bytes
 from iogen.formats.csvfile import CsvFormat
 from iogen.loaders import get_loader

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.errors import ConfigError, DataError
 from iogen.config import load_workload
 from iogen.loaders.decode import DecodeCost, ImageDecoder
 from iogen.formats import make_format
-from iogen.runner import run
+from iogen.run.runner import run
 
 from .conftest import step_rows, summary_of
 
@@ -48,7 +48,7 @@ def test_every_sample_read_is_decoded_and_its_cpu_reported(datasets, fmt, loader
 
 
 def test_the_final_lines_show_the_decode_cpu(datasets):
-    from iogen.report.summary import headline
+    from iogen.report.run_outputs import headline
 
     doc = summary_of(datasets.workload("jpeg", "native", **IMAGE, reader__decode_images=True))
     text, _ = headline(doc)
@@ -78,8 +78,8 @@ def test_a_file_that_does_not_decode_names_it(tmp_path, loader, threads):
             "output.folder": str(tmp_path / "out"), "reader.data_loader": loader, "reader.read_threads": threads,
             "reader.decode_images": True, "train.epochs": 1}
     wl = load_workload("default", [f"{k}={v}" for k, v in over.items()])
-    from iogen.datagen import generate
-    from iogen.dataset import DatasetLayout
+    from iogen.data.generate import generate
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
 
     layout = DatasetLayout.from_workload(wl, "train")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.core import tfrecord
-from iogen.datagen import generate
-from iogen.dataset import DatasetLayout
+from iogen.core_switch import tfrecord
+from iogen.data.generate import generate
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
 from iogen.loaders.native import NativeLoader

@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.datagen import generate
-from iogen.dataset import DatasetLayout
+from iogen.data.generate import generate
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
 from iogen.loaders import get_loader

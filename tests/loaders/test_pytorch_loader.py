@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.errors import DataError
 from iogen.loaders import get_loader

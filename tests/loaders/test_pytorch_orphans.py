@@ -21,9 +21,9 @@ CHILD = r"""
 import os, signal, sys
 import torch.utils.data._utils as tu
 tu.MP_STATUS_CHECK_INTERVAL = 3600.0  # torch's own parent check: hourly
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.formats import get_format
 from iogen.loaders import get_loader
 from iogen.plan import plan_for

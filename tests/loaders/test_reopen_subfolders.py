@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
-from iogen.datagen import generate
+from iogen.data.layout import DatasetLayout
+from iogen.data.generate import generate
 from iogen.formats import get_format
 from iogen.loaders import get_loader
 from iogen.loaders.filetable import FileTable

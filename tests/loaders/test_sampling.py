@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.example_proto import encode_example, image_span

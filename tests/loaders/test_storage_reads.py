@@ -5,9 +5,9 @@ and a fault reaches the loader as exit 2 naming the object."""
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.errors import DataError
 from iogen.loaders import get_loader
@@ -335,7 +335,7 @@ def test_subfolders_and_reopen_files_read_the_plan(datasets, lt, fmt, reopen):
 
 def test_an_example_with_a_non_utf8_feature_name_and_no_image(datasets, lt, tmp_path):
     """The error path decodes the file to name the problem: it raised UnicodeDecodeError (issue 11.6)."""
-    from iogen.core import tfrecord as core_tf
+    from iogen.core_switch import tfrecord as core_tf
     from iogen.formats.example_proto import encode_example
 
     wl = _own_copy(datasets, lt, tmp_path)

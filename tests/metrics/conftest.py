@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from iogen.steplog import PHASE_TRAIN, STEP_DTYPE
+from iogen.common.steplog import PHASE_TRAIN, STEP_DTYPE
 
 MS = 1_000_000  # ns per ms
 

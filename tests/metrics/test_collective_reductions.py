@@ -1,7 +1,7 @@
 """Collectives at scale: host facts, staging and object-store figures of 4,096+ simulated ranks.
 
 Every simulated rank is a thread running the real iogen function against a world whose
-collectives have MPI's semantics (iogen.comm.MPIWorld's): element-wise reductions (exact here:
+collectives have MPI's semantics (iogen.world.communicator.MPIWorld's): element-wise reductions (exact here:
 every buffer reduced is int64), gathers to rank 0 or to the node's lowest rank, a broadcast from
 it. A collective completes when every rank has called it. The simulation also counts the bytes
 rank 0 receives, which must not grow with ranks beyond what rank 0 writes.
@@ -13,14 +13,14 @@ import threading
 import numpy as np
 import pytest
 
-from iogen.histogram import LatencyHistogram
+from iogen.common.histogram import LatencyHistogram
 from iogen.metrics.drain import GIB, reduce_drains
 from iogen.metrics.latency import reduce_histograms
-from iogen.metrics.objectstore import merge_figures, reduce_figures, run_block
+from iogen.metrics.requests import merge_figures, reduce_figures, run_block
 from iogen.metrics.staging import reduce_staging, staging_block
 from iogen.storage.figures import OPS, OpStats
-from iogen.report.summary import run_facts
-from iogen.staging import StageReport, node_files
+from iogen.report.run_outputs import run_facts
+from iogen.data.staging import StageReport, node_files
 
 REDUCE = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -148,7 +148,7 @@ class Collective:
 
 
 class World:
-    """What one simulated rank sees: iogen.comm's world interface."""
+    """What one simulated rank sees: iogen.world.communicator's world interface."""
 
     kind = "mpi"
     failed = False

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.metrics.cpu import CpuTimes, cpu_block, stat_cpu_ticks, tree_cpu, tree_times
 from iogen.metrics.ranks import summed_cpu
 

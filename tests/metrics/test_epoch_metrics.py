@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from iogen.metrics import EPOCH_FIELDS, MIB, EpochMetrics, epoch_metrics, rank_epochs_array
-from iogen.steplog import PHASE_EVAL, PHASE_TRAIN
+from iogen.common.steplog import PHASE_EVAL, PHASE_TRAIN
 
 MS = 1_000_000  # ns per ms
 

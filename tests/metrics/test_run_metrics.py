@@ -15,7 +15,7 @@ from iogen.metrics import (
     run_metrics,
     stack_ranks,
 )
-from iogen.steplog import PHASE_EVAL
+from iogen.common.steplog import PHASE_EVAL
 
 # DLIO's summary.json `metric` keys (dlio_benchmark utils/statscounter.py, end_run).
 DLIO_TRAIN_KEYS = {

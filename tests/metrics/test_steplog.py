@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from iogen import steplog
+from iogen.common import steplog
 from iogen.errors import DataError
-from iogen.steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, StepLog, read_steplog, wall_offset_ns
+from iogen.common.steplog import PHASE_EVAL, PHASE_TRAIN, STEP_DTYPE, StepLog, read_steplog, wall_offset_ns
 
 
 def _append(log, i, phase=PHASE_TRAIN, checkpoint_ns=0):

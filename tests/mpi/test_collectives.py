@@ -1,4 +1,4 @@
-"""iogen.comm's collectives on 2 and 4 real ranks (more ranks than this machine may have cores)."""
+"""iogen.world.communicator's collectives on 2 and 4 real ranks (more ranks than this machine may have cores)."""
 import pytest
 
 pytestmark = pytest.mark.mpi

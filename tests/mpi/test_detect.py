@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from iogen.comm import SingleWorld, detect_launcher, launcher_world_size, mpi_mode, wants_mpi
+from iogen.world.communicator import SingleWorld, detect_launcher, launcher_world_size, mpi_mode, wants_mpi
 from iogen.errors import ConfigError
 
 
@@ -51,7 +51,7 @@ def test_no_launcher_gives_a_world_of_one_without_importing_mpi4py():
         "import os, sys\n"
         "for k in list(os.environ):\n"
         "    if k.startswith(('PMI_', 'OMPI_', 'PMIX_', 'SLURM_', 'IOGEN_MPI')): del os.environ[k]\n"
-        "from iogen.comm import get_world\n"
+        "from iogen.world.communicator import get_world\n"
         "w = get_world()\n"
         "print(w.kind, w.rank, w.size, 'mpi4py' in sys.modules)\n"
     )

@@ -1,7 +1,7 @@
 """Every rank's exit code reaches the launcher: 0, 1 (gate), 2 (bad data), 3 (run failed), 130 (interrupt).
 
 Ranks end without the interpreter's teardown: MPI_Finalize, then the C library's exit()
-(iogen.cli.exit_now). Each rank records its own code (the harness's `sh -c` wrapper); a rank
+(iogen.cli.entry.exit_now). Each rank records its own code (the harness's `sh -c` wrapper); a rank
 the launcher killed records none.
 """
 import os

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from iogen.metrics import FIELD, rank_epochs_array
-from iogen.steplog import PHASE_TRAIN, read_steplog
+from iogen.common.steplog import PHASE_TRAIN, read_steplog
 
 pytestmark = pytest.mark.mpi
 

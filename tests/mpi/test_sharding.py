@@ -4,7 +4,7 @@ import glob
 import numpy as np
 import pytest
 
-from iogen.steplog import PHASE_TRAIN, read_steplog
+from iogen.common.steplog import PHASE_TRAIN, read_steplog
 
 pytestmark = pytest.mark.mpi
 

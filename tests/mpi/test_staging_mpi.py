@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.plan import plan_for
 
 pytestmark = pytest.mark.mpi

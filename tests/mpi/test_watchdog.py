@@ -2,7 +2,7 @@
 import pytest
 
 from iogen.errors import ConfigError, DataError, RankFailure
-from iogen.watchdog import FailureNotice, WaitPolicy, WaitTimeout, describe, exit_code_of, poll
+from iogen.world.watchdog import FailureNotice, WaitPolicy, WaitTimeout, describe, exit_code_of, poll
 
 
 class FakeClock:

@@ -6,9 +6,9 @@ import pytest
 
 from iogen.checkpoint.model import ModelSpec
 from iogen.checkpoint.phases import RankFiles
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.runner import run
+from iogen.run.runner import run
 
 from .test_mpi import MPIEXEC, mpirun
 from .test_run import summary_of

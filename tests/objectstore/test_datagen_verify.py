@@ -43,7 +43,7 @@ def test_config_s3_keys_and_refusals():
     wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=my-bucket/a/b",
                                    "storage.endpoint_url=http://127.0.0.1:9000", "storage.region=eu-west-1",
                                    "storage.addressing_style=path", "dataset.format=npz", "dataset.data_folder=/x/y"])
-    from iogen.dataset import DatasetLayout
+    from iogen.data.layout import DatasetLayout
 
     layout = DatasetLayout.from_workload(wl, "train")
     assert layout.folder == "s3://my-bucket/a/b/x/y/train"
@@ -218,7 +218,7 @@ def test_wrong_credentials_exit_2_before_work(s3_auth, tmp_path, iogen_cmd):
 
 
 def test_deps_name_boto3_with_its_pip_command():
-    from iogen.deps import pip_command, workload_needs
+    from iogen.cli.entry.deps import pip_command, workload_needs
 
     wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz"])
     assert workload_needs(wl)["boto3"] == "storage.storage_type=s3"

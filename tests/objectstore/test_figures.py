@@ -1,7 +1,7 @@
 """Request figures merged across drains and ranks, on hand-made counts (no server)."""
 import numpy as np
 
-from iogen.metrics.objectstore import merge_figures
+from iogen.metrics.requests import merge_figures
 from iogen.storage.figures import OpStats
 
 

@@ -6,9 +6,9 @@ writes; request counts come from the store's figures and from a real HTTP proxy'
 import numpy as np
 import pytest
 
-from iogen.comm import get_world
+from iogen.world.communicator import get_world
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
 from iogen.plan import make_plan
@@ -22,7 +22,7 @@ VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "l
 
 
 def _setup(s3, tmp_path, fmt, compression, **extra):
-    from iogen.objectdata import generate_objects
+    from iogen.data.objects import generate_objects
     from iogen.storage.s3 import open_store
 
     chunked = {"dataset.enable_chunking": True} if compression == "chunked" else {}  # one sample per chunk
@@ -196,7 +196,7 @@ def test_object_table_indexes_by_arithmetic_and_is_bounded(tmp_path):
 
 def test_object_file_serves_small_reads_from_blocks(s3):
     """Small reads (under 4 KiB) share 64 KiB blocks, one GET each; larger reads are exact ranged GETs."""
-    from iogen.objectfile import BlockCache, ObjectFile
+    from iogen.storage.objectfile import BlockCache, ObjectFile
     from iogen.storage.s3 import ObjectStore
 
     data = np.random.default_rng(3).integers(0, 256, 200_000, np.uint8).tobytes()

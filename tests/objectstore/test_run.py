@@ -57,7 +57,7 @@ def test_native_preprocess_time_is_spent_after_the_gets(s3, tmp_path, iogen_cmd)
     """reader.preprocess_time with the native loader on objects: each batch's per-sample times are
     spent by the reading threads after its GETs, so with no compute every step waits for them."""
     from iogen.report.rundir import steplog_path
-    from iogen.steplog import PHASE_TRAIN, read_steplog
+    from iogen.common.steplog import PHASE_TRAIN, read_steplog
 
     over = s3_overrides(s3, tmp_path, "npz", **{"reader.preprocess_time": 0.01, "train.computation_time": 0,
                                                 "reader.read_threads": 1, "reader.prefetch_size": 0})
@@ -156,12 +156,12 @@ def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
 def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     """NPZ and TFRecord objects are indexed by arithmetic (Format.fixed_index): no request, and
     the same ranges as index_file finds in the same file written locally."""
-    from iogen.comm import get_world
+    from iogen.world.communicator import get_world
     from iogen.config import load_workload
-    from iogen.dataset import DatasetLayout
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.native import NativeLoader
-    from iogen.objectdata import generate_objects
+    from iogen.data.objects import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 

@@ -31,8 +31,8 @@ def test_config_refuses_what_the_connector_does_not_drive(override, needle):
 
 
 def _loader_and_plan(wl, split="train"):
-    from iogen.comm import get_world
-    from iogen.dataset import DatasetLayout
+    from iogen.world.communicator import get_world
+    from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
     from iogen.plan import plan_for

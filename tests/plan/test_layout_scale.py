@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
-from iogen.dataset import DatasetLayout, FilePaths, draw_record_bytes, file_name
+from iogen.data.layout import DatasetLayout, FilePaths, draw_record_bytes, file_name
 
 
 def test_paths_of_a_hundred_million_files_cost_nothing_until_asked():

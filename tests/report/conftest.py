@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from iogen.steplog import StepLog
+from iogen.common.steplog import StepLog
 
 MS = 1_000_000
 
@@ -41,7 +41,7 @@ def write_steps(path, rank, steps, *, wait_ns, compute_ns, barrier_ns=0, samples
 
 
 def setup_doc(**over):
-    """summary.json iogen.setup of a run (what it measured), as iogen.report.summary writes it."""
+    """summary.json iogen.setup of a run (what it measured), as iogen.report.run_outputs writes it."""
     base = {"workload": "default", "format": "npz", "data_loader": "native", "read_threads": 2, "batch_size": 4,
             "record_length_bytes": 1048576, "record_length_bytes_stdev": 0, "num_files_train": 64,
             "num_samples_per_file": 1, "dataset_bytes": 64 * 2**20, "node_memory_min_bytes": 16 * 2**30,
@@ -54,7 +54,7 @@ def setup_doc(**over):
 
 def summary_doc(label, *, au, tp, io, warmup=False, met=True, complete=True, workload="default",
                 ranks=1, start="2026-01-01T00:00:00+00:00", per_epoch=None, setup=None, reads_from=None):
-    """A summary.json with the keys iogen report reads (same layout as iogen.report.summary)."""
+    """A summary.json with the keys iogen report reads (same layout as iogen.report.run_outputs)."""
     per_epoch = per_epoch or {"epoch": [1.0, 2.0], "au_percentage": [au, au],
                               "throughput_samples_s": [tp, tp], "io_mib_s": [io, io]}
     return {

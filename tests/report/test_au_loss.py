@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from iogen.metrics import iogen_metric_block, rank_epochs_array, run_metrics
-from iogen.metrics.summary import au_loss, dlio_metric_block
+from iogen.metrics.summary_metrics import au_loss, dlio_metric_block
 from iogen.report.aggregate import build_report
-from iogen.report.summary import headline
+from iogen.report.run_outputs import headline
 from iogen.report.text import render_report
-from iogen.steplog import read_steplog
+from iogen.common.steplog import read_steplog
 
 from .conftest import summary_doc, write_steps
 

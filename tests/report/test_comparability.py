@@ -3,7 +3,7 @@ import json
 import os
 
 from iogen.config import load_workload
-from iogen.config.summary import comparability_class
+from iogen.config.resolved import comparability_class
 
 from ..conftest import run_iogen
 

@@ -8,7 +8,7 @@ from iogen.report.aggregate import build_report  # noqa: E402
 from iogen.report.html import render_html, runs_figure, timeline_figure  # noqa: E402
 from iogen.report.text import render_report  # noqa: E402
 from iogen.report.timeseries import read_run_steps  # noqa: E402
-from iogen.steplog import wall_offset_ns  # noqa: E402
+from iogen.common.steplog import wall_offset_ns  # noqa: E402
 
 from .conftest import MS, make_run, write_steps  # noqa: E402
 

@@ -4,13 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from iogen.histogram import (
-    NUM_BUCKETS,
-    RELATIVE_ERROR,
-    LatencyHistogram,
-    bucket_bounds,
-    bucket_index,
-)
+from iogen.common.histogram import NUM_BUCKETS, RELATIVE_ERROR, LatencyHistogram, bucket_bounds, bucket_index
 
 
 def _numpy_nearest_rank(values, q):

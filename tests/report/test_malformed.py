@@ -86,7 +86,7 @@ def test_datasize_host_memory_must_be_a_finite_positive_size(value):
 
 
 def test_datasize_counts_exactly_for_huge_accelerator_counts():
-    from iogen.sizing import data_size
+    from iogen.config.sizing import data_size
 
     n = 10**26
     size = data_size(accelerators=n, hosts=1, host_memory_bytes=2**35, batch_size=7,

@@ -11,7 +11,7 @@ from iogen.report.timeseries import (
     run_timeseries,
 )
 from iogen.metrics.latency import wait_histograms, window_mask
-from iogen.steplog import STEP_DTYPE, read_steplog
+from iogen.common.steplog import STEP_DTYPE, read_steplog
 
 from .conftest import MS, write_steps
 

@@ -5,7 +5,7 @@ import pytest
 
 from iogen.config import load_workload
 from iogen.errors import ConfigError
-from iogen.sizing import data_size, run_check, workload_data_size
+from iogen.config.sizing import data_size, run_check, workload_data_size
 
 GIB = 2**30
 
@@ -121,7 +121,7 @@ def test_a_dlio_yaml_works(iogen_cmd, tmp_path):
 
 
 def test_the_rules_host_memory_per_accelerator():
-    from iogen.sizing import GIB, host_memory_problem
+    from iogen.config.sizing import GIB, host_memory_problem
 
     assert host_memory_problem(8, 16 * GIB) is None
     text = host_memory_problem(48, 16 * GIB)
@@ -130,7 +130,7 @@ def test_the_rules_host_memory_per_accelerator():
 
 
 def test_a_run_notes_when_data_and_results_share_a_file_system(tmp_path, iogen_cmd):
-    from iogen.sizing import same_filesystem
+    from iogen.config.sizing import same_filesystem
 
     assert same_filesystem(str(tmp_path / "a" / "not-yet"), str(tmp_path))
     assert not same_filesystem("/proc", str(tmp_path))

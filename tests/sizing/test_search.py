@@ -5,8 +5,8 @@ import os
 import pytest
 
 from iogen.metrics.campaign import RunValues
-from iogen.search import Probe, search
-from iogen.search_output import result_line
+from iogen.run.search import Probe, search
+from iogen.report.search_output import result_line
 
 
 
@@ -198,7 +198,7 @@ def test_signalling_a_probe_that_just_ended_is_not_an_error():
     import signal
     import subprocess
 
-    from iogen.search import signal_probe
+    from iogen.run.search import signal_probe
 
     probe = subprocess.Popen(["true"], start_new_session=True)
     probe.wait()  # reaped: its process group is gone
@@ -212,7 +212,7 @@ def _run_values(au):
 
 
 def test_a_probe_whose_epochs_straddle_the_threshold_is_probed_again():
-    from iogen.search import evaluate
+    from iogen.run.search import evaluate
 
     # the reproduction: one run, its epochs 11 points apart (84% and 95%), mean 89.5% - outside a 0.4 pp
     # noise band, yet the epochs lie on both sides of 90%: near, so probed again
@@ -249,7 +249,7 @@ def test_au_rising_with_n_and_short_probes_are_said():
 
 def test_probe_epochs_are_raised_to_the_minimum_of_measured_steps(tiny):
     from iogen.config import load_workload
-    from iogen.search import probe_epochs, window_steps_per_epoch
+    from iogen.run.search import probe_epochs, window_steps_per_epoch
 
     wl = load_workload("default", tiny(**{"dataset.num_files_train": 64}))  # batch 2, 2 epochs, 1 step excluded
     assert window_steps_per_epoch(wl, 1) == 31 and window_steps_per_epoch(wl, 4) == 7
@@ -260,9 +260,9 @@ def test_probe_epochs_are_raised_to_the_minimum_of_measured_steps(tiny):
 
 
 def test_caveats_reach_every_search_output(tmp_path):
-    from iogen.search import evaluate
-    from iogen.search_output import caveats
-    from iogen.search_output import write_outputs
+    from iogen.run.search import evaluate
+    from iogen.report.search_output import caveats
+    from iogen.report.search_output import write_outputs
 
     page = ("page cache", "the page cache served the reads: the figures measure memory, not storage")
     size = ("dataset size", "dataset smaller than MLPerf Storage's size rule for 2 accelerator(s)")

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError, OutputError
 from iogen.formats import get_format
-from iogen.filecopy import copy_files
-from iogen.staging import StageReport, plan_jobs, stage_node
-from iogen.steplog import PHASE_STAGE, read_steplog
+from iogen.data.copy import copy_files
+from iogen.data.staging import StageReport, plan_jobs, stage_node
+from iogen.common.steplog import PHASE_STAGE, read_steplog
 
 from ..conftest import load_summary, popen_iogen, tree_state
 
@@ -349,7 +349,7 @@ def test_sigterm_during_staging_waits_for_the_copies_and_leaves_nothing(tiny, tm
 def test_a_parent_shared_by_two_nodes_folders_is_removed_once_both_are_gone(tmp_path):
     # simulated nodes a and b on one host, staging.folder=<tmp>/stage/{node}: a's stager created the
     # parent and its folder, b's only its folder; a removes first (the parent still holds b's folder)
-    from iogen.staging import StageReport, remove_left_dirs, remove_staged
+    from iogen.data.staging import StageReport, remove_left_dirs, remove_staged
 
     parent = tmp_path / "stage"
     reports = {}
@@ -367,7 +367,7 @@ def test_a_parent_shared_by_two_nodes_folders_is_removed_once_both_are_gone(tmp_
     assert not parent.exists() and tmp_path.exists()  # the folder above, not this run's, stays
 
 
-# ---- the one copy path (iogen/filecopy.py's Copier) over each kind of storage
+# ---- the one copy path (iogen/data/copy.py's Copier) over each kind of storage
 
 
 @pytest.fixture(params=["posix", "faultfs", "s3"])
@@ -397,8 +397,8 @@ def copy_storage(request, tmp_path, monkeypatch):
 
 
 def test_copier_copies_out_and_back_in_byte_exact_with_crc_checks(copy_storage, tmp_path):
-    from iogen.filecopy import Copier, CopyJob
-    from iogen.formats.checksum import crc32c, format_crc
+    from iogen.data.copy import Copier, CopyJob
+    from iogen.common.checksum import crc32c, format_crc
 
     st, root = copy_storage
     src = tmp_path / "src"

@@ -206,7 +206,7 @@ def test_copy_out_and_in_round_trip(backend, tmp_path):
 
 def test_whole_bytes_crc_and_a_read_that_tells_the_size(backend):
     """get_bytes and crc32c (manifests and `iogen verify`), read_range (staging's parts)."""
-    from iogen.formats.checksum import crc32c
+    from iogen.common.checksum import crc32c
 
     st, root = backend
     data = _payload(70_000, 6)

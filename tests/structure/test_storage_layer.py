@@ -21,13 +21,13 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Module -> how many times it still picks a file path or an object twin by `.local_paths`.
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
-    "commands.py": 2,  # the data folder's checks; datagen of objects (objectdata.py)
-    "runner.py": 1,  # the run's data check and generation of objects (objectdata.py)
-    "checkpoint/phases.py": 1,  # a drain to the bucket (objectcopy.py)
+    "cli/commands.py": 2,  # the data folder's checks; datagen of objects (data/objects.py)
+    "run/runner.py": 1,  # the run's data check and generation of objects (data/objects.py)
+    "checkpoint/phases.py": 1,  # the drain's store (a bucket or files)
     "checkpoint/training.py": 1,  # the same
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
-    "report/summary.py": 1,  # the MLPerf rules note on the data's and results' file system
-    "staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)
+    "report/run_outputs.py": 1,  # the MLPerf rules note on the data's and results' file system
+    "data/staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)
 }
 
 

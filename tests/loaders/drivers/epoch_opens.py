@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 
-from iogen.comm import SingleWorld
+from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
-from iogen.dataset import DatasetLayout
+from iogen.data.layout import DatasetLayout
 from iogen.formats import get_format
 from iogen.loaders import get_loader
 from iogen.plan import plan_for

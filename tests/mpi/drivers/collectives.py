@@ -1,4 +1,4 @@
-"""Every collective of iogen.comm's world on real ranks; each rank writes what it saw to OUT/rank<r>.json.
+"""Every collective of iogen.world.communicator's world on real ranks; each rank writes what it saw to OUT/rank<r>.json.
 
     mpiexec -n N python collectives.py OUT
 """
@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from iogen.comm import get_world
+from iogen.world.communicator import get_world
 
 
 def main():

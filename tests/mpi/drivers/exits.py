@@ -4,8 +4,8 @@
 """
 import sys
 
-from iogen.cli import exit_now
-from iogen.comm import get_world
+from iogen.cli.entry.entry import exit_now
+from iogen.world.communicator import get_world
 
 world = get_world()
 world.sync()

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from iogen.comm import get_world
+from iogen.world.communicator import get_world
 from iogen.plan import make_plan
 
 

@@ -19,12 +19,12 @@ import time
 
 import numpy as np
 
-import iogen.datagen
-import iogen.engine
+import iogen.data.generate
+import iogen.run.engine
 import iogen.loaders
-from iogen.cli import exit_now
-from iogen.cli import main as iogen_main
-from iogen.comm import get_world
+from iogen.cli.entry.entry import exit_now
+from iogen.cli.entry.entry import main as iogen_main
+from iogen.world.communicator import get_world
 
 
 def main():
@@ -35,14 +35,14 @@ def main():
     recorded = {}
 
     if record:
-        plan_for = iogen.engine.plan_for
+        plan_for = iogen.run.engine.plan_for
 
         def recording_plan_for(wl, layout, *, phase="train", **kw):
             plan = plan_for(wl, layout, phase=phase, **kw)
             recorded[f"{phase}-{plan.epoch}"] = plan.batches.ravel().copy()
             return plan
 
-        iogen.engine.plan_for = recording_plan_for
+        iogen.run.engine.plan_for = recording_plan_for
 
     if fail:
         rank, what = fail.split(":", 1)
@@ -57,7 +57,7 @@ def main():
                 def broken_generate(*args, **kwargs):
                     raise OSError(28, "No space left on device (injected)", "/injected/file")
 
-                iogen.datagen.generate = broken_generate
+                iogen.data.generate.generate = broken_generate
             else:
                 barrier = world.barrier
                 calls = [0]
@@ -85,7 +85,7 @@ def main():
     try:
         code = iogen_main(sys.argv[1:])
     except Exception as exc:  # the injected failures are not iogen's errors: as the command reports a bug
-        from iogen.cli import report_internal_error
+        from iogen.cli.entry.entry import report_internal_error
 
         report_internal_error(exc)
         code = 3
@@ -94,7 +94,7 @@ def main():
         time.sleep(float(linger.split(":")[1]))
     if record:
         np.savez(os.path.join(record, f"gids-rank{world.rank}.npz"), **recorded)
-    exit_now(code)  # as the `iogen` command ends (iogen.cli.main)
+    exit_now(code)  # as the `iogen` command ends (iogen.cli.entry.main)
 
 
 # Only as a script: a worker process started with the spawn or forkserver method (a PyTorch

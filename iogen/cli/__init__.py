@@ -1,0 +1,1 @@
+"""The command line: the parser and entry point, what each command does, the packages a command needs."""

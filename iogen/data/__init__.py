@@ -1,0 +1,1 @@
+"""Datasets: layout, generation and verify, the manifest, the run's data check, checked copies, staging."""

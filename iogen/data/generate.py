@@ -1,0 +1,503 @@
+"""Dataset generation (parallel, resumable, with a manifest) and verification.
+
+    result = generate(wl, workers=4, progress=callback)          # every split of a workload
+    result = generate(layout, fmt, workers=4)                    # one split
+    problems = verify(wl)                                        # [] when all is well
+
+Generation: rank r of world_size generates files i with i % world_size == r, with `workers`
+threads (the fill, the CRCs and the writes run without the GIL, so threads write in parallel).
+Each file is written to `<path>.tmp.<pid>` and renamed into place once complete (after an
+fsync when asked); its size and CRC go to the rank's journal; the manifest is written last.
+A file the format builds in memory (`Format.file_image`: stored NPZ up to 4 MiB) is written,
+renamed and journaled by one core call with the GIL released (iogen.core_switch.publish).
+A rerun keeps files that a manifest or journal with the same settings lists at the right size,
+removes leftover temporary files and regenerates the rest. With several ranks, call
+`generate(..., finalize_manifest=False)` on every rank, then, after a barrier, `finalize(...)`
+on one rank.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import manifest as mf
+from ..common.atomic import TMP_MARK, full_disk_error, is_full_disk, replacing, stale_temps, temp_path, unlink_quietly
+from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
+from ..errors import DataError
+from ..formats import get_format
+from ..formats.base import error_text
+from ..formats import DATA_NAME
+from ..common.checksum import format_crc
+from ..common.pool import ThreadPool, run_on_threads
+
+
+@dataclass
+class GenerateResult:
+    """What one generate() call did (this rank's share)."""
+
+    files_total: int = 0
+    files_written: int = 0
+    files_skipped: int = 0
+    bytes_written: int = 0
+    payload_bytes_written: int = 0
+    elapsed_s: float = 0.0
+    manifests: list = field(default_factory=list)
+    # {split folder: {file index: manifest entry}} of every file this call journaled (written or
+    # kept): finalize takes them from here instead of reading the journal back and stat'ing again.
+    entries: dict = field(default_factory=dict)
+
+    @property
+    def write_gib_s(self) -> float:
+        """File bytes written per second, GiB/s."""
+        return self.bytes_written / 2**30 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one file (or with a split's manifest)."""
+
+    file: str
+    kind: str  # missing | size | checksum | structure | manifest | leftover
+    message: str
+
+    def __str__(self):
+        return f"{self.file}: {self.kind}: {self.message}"
+
+
+def default_workers() -> int:
+    """Writer threads when none are asked for: the CPUs, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
+    """(layout, format) of every split a workload defines, or of the one layout given."""
+    if isinstance(source, DatasetLayout):
+        if fmt is None:
+            raise TypeError("a DatasetLayout needs its Format: generate(layout, fmt)")
+        return [(source, fmt)]
+    fmt = fmt or get_format(source.dataset)
+    out = []
+    for split in SPLITS:
+        layout = DatasetLayout.from_workload(source, split)
+        if layout.num_files > 0:
+            out.append((layout, fmt))
+    return out
+
+
+# iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
+_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
+# A dataset file's name as DLIO and iogen write it: <prefix>_<i>_of_<N>.<suffix>
+
+
+def _split_names(layout, pattern) -> list[str]:
+    """Paths, relative to the split folder, of the names matching `pattern` in the split's folders."""
+    found = []
+    for folder in [layout.folder] + layout.subfolders:
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        rel = folder[len(layout.folder) + 1:]
+        found += [f"{rel}/{n}" if rel else n for n in names if pattern.match(n)]
+    return sorted(found)
+
+
+def _leftovers(layout) -> list[str]:
+    """Temporary files of an interrupted generation (iogen's temporary names only) in a split's folders."""
+    return [f"{layout.folder}/{rel}" for rel in _split_names(layout, _TMP_NAME)]
+
+
+def _dataset_files(layout) -> list[str]:
+    """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
+    return _split_names(layout, DATA_NAME)
+
+
+def shown(items, limit: int = 3) -> str:
+    """The first `limit` items, joined, and how many more there are (for messages naming files)."""
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_target(layout, fmt, overwrite: bool = False) -> None:
+    """Refuse to generate over data iogen did not write with these settings, unless overwrite.
+
+    A manifest or journal with other settings, or dataset-named files no manifest or journal
+    lists, is a DataError naming them (exit 2): a typo in one setting must not wipe a dataset.
+    With overwrite, the old manifest and journals are removed and files are rewritten where
+    this workload's files go; no other file is touched.
+    """
+    params = mf.dataset_params(layout, fmt)
+    try:
+        old = mf.read_manifest(layout)
+    except DataError:
+        if not overwrite:
+            raise
+        _unlink(mf.manifest_path(layout))  # a corrupt manifest, replaced as asked
+        old = None
+    if old is not None and old.get("params") != params:
+        if not overwrite:
+            diffs = mf.params_differences(old.get("params", {}), params)
+            raise DataError(mf.manifest_path(layout), "the folder holds a dataset generated with other settings ("
+                            + "; ".join(diffs) + "); refusing to overwrite it: choose another "
+                            "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
+        _unlink(mf.manifest_path(layout))
+    for path in mf.journal_paths(layout):
+        if not mf.journal_matches(path, params):
+            if not overwrite:
+                raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
+                                      "files: finish it with its own settings, choose another "
+                                      "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
+            _unlink(path)
+    if overwrite:
+        return
+    known = mf.known_entries(layout, params)
+    foreign = [rel for rel in _dataset_files(layout) if rel not in known]
+    if foreign and mf.unfinished_generation(layout, params):
+        # A generation with these settings was killed: each writer's last file may be in place
+        # before its journal line. Files under this layout's own names are its own; rewritten.
+        foreign = [rel for rel in foreign if not _own_name(layout, rel)]
+    if foreign:
+        raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
+                                       f"({shown(foreign)}); refusing to overwrite them: choose another "
+                                       "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+
+
+_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9]+$")
+
+
+def _own_name(layout, rel: str) -> bool:
+    """Whether rel (relative to the split folder) is the name this layout gives one of its files."""
+    m = _FILE_INDEX.search(rel)
+    return m is not None and int(m[1]) < layout.num_files and layout.rel_path(int(m[1])) == rel
+
+
+def ensure_split_folders(layout) -> None:
+    """Create the split's folders, and `valid/` beside `train/` (DLIO 2.0 fails without it)."""
+    for folder in [layout.folder] + layout.subfolders:
+        os.makedirs(folder, exist_ok=True)
+    os.makedirs(f"{layout.data_folder.rstrip('/')}/{SPLIT_FOLDERS['eval']}", exist_ok=True)
+
+
+def _write_one(layout, fmt, i: int, path: str, record_bytes: int, fsync: bool) -> tuple[int, str]:
+    """Write file i (at path) under a temporary name, then rename it into place; return (size, crc)."""
+    needed = layout.samples_per_file * record_bytes  # a full disk names what it needed
+    with replacing(path, needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
+        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    return size, format_crc(crc)
+
+
+def _publish_one(write_file, layout, i: int, path: str, image, record_bytes: int, fsync: bool, journal,
+                 tmp_mark: str) -> dict:
+    """Write file i's image (the format's bytes), rename it into place and journal it in one core
+    call with the GIL released (write_file: iogen.core_switch.publish.write_file); return its manifest entry."""
+    rel = path[len(layout.folder) + 1:]
+    size = len(image)
+    line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
+    tmp = path + tmp_mark
+    try:
+        crc = write_file(tmp, image, path, fsync, journal.fd, line, crc_at)
+    except OSError as exc:
+        if exc.filename is None:  # the journal's append failed: the file itself is in place
+            raise journal.error(exc, len(line)) from None
+        unlink_quietly(tmp)
+        if is_full_disk(exc):
+            needed = layout.samples_per_file * record_bytes  # as _write_one names it: the payload, about
+            raise full_disk_error(exc, path, needed, f"data file {i}", approx=True) from None
+        raise
+    return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+
+
+def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
+             world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None,
+             overwrite: bool = False, check: bool | None = None) -> GenerateResult:
+    """Generate this rank's share of a workload's splits (or of one layout); see the module doc.
+
+    progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
+    calling thread after each file; totals count only the files this call writes. check_target
+    runs first (default: in a world of one; with several ranks the caller runs it once, on one
+    rank, before any rank writes).
+    """
+    t0 = time.perf_counter()
+    if finalize_manifest is None:
+        finalize_manifest = world_size == 1
+    if check is None:
+        check = world_size == 1
+    splits = _splits(source, fmt)
+    if check:
+        for layout, f in splits:
+            check_target(layout, f, overwrite)
+    result = GenerateResult()
+    tasks, journals = [], []
+    try:
+        for layout, f in splits:
+            tasks += _files_to_write(layout, f, rank, world_size, journals, result)
+        _write_files(tasks, workers or default_workers(), fsync, progress, result, t0)
+    finally:
+        for journal in journals:
+            journal.close()
+    if finalize_manifest:
+        for layout, f in splits:
+            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder)))
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _files_to_write(layout, f, rank: int, world_size: int, journals: list, result) -> list[tuple]:
+    """This rank's files of one split that must be written, as (layout, fmt, i, journal) tasks.
+
+    Files the manifest lists with their sizes intact are journaled as they are and skipped;
+    this rank's leftover temporary files are removed; a manifest of other parameters is dropped.
+    The split's journal is appended to `journals` (the caller closes them).
+    """
+    params = mf.dataset_params(layout, f)
+    ensure_split_folders(layout)
+    old = mf.read_manifest(layout)
+    if old is not None and old.get("params") != params:
+        _unlink(mf.manifest_path(layout))  # it describes other data now
+    known = mf.known_entries(layout, params)
+    mine = range(rank, layout.num_files, world_size)
+    leftovers = _leftovers(layout)
+    if leftovers:
+        mine_set = set(layout.paths[i] for i in mine)
+        for tmp in leftovers:
+            if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
+                _unlink(tmp)
+    journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
+    journals.append(journal)
+    journaled = result.entries.setdefault(layout.folder, {})
+    tasks = []
+    for i in mine:
+        result.files_total += 1
+        entry = known.get(layout.rel_path(i)) if known else None  # a fresh folder: no path formatted
+        if entry is not None and _still_valid(layout, i, entry):
+            journal.append(entry)
+            journaled[i] = entry
+            result.files_skipped += 1
+        else:
+            tasks.append((layout, f, i, journal, journaled))
+    return tasks
+
+
+def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
+    """Write and journal every task's file on `workers` threads, counting into result."""
+    bytes_total = sum(_payload_bytes(tasks))
+    files_done = bytes_done = 0
+    lock = threading.Lock()
+    tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
+    from .. import core_switch as core  # here, not at import: a missing compiled core fails the command that needs it
+
+    write_file = core.publish.write_file
+
+    def run(task):
+        """Write one file and journal it; return (file bytes, payload bytes)."""
+        layout, f, i, journal, journaled = task
+        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+        image = f.file_image(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
+        if image is not None:  # one core call: write, rename, journal line
+            entry = _publish_one(write_file, layout, i, path, image, record_bytes, fsync, journal, tmp_mark)
+            journaled[i] = entry  # one dict store: atomic under the GIL
+            return entry["size_bytes"], record_bytes * layout.samples_per_file
+        size, crc = _write_one(layout, f, i, path, record_bytes, fsync)
+        entry = mf.file_entry(path[len(layout.folder) + 1:], size, crc, record_bytes, layout.samples_per_file)
+        with lock:
+            journal.append(entry)
+            journaled[i] = entry
+        return size, record_bytes * layout.samples_per_file
+
+    if workers == 1 or len(tasks) <= 1:
+        done_iter, stop = (run(t) for t in tasks), None
+    else:
+        # results in batches: the calling thread (progress, counting) wakes once per 32 files
+        done_iter, stop = run_on_threads(run, tasks, workers, name="iogen-gen", batch_items=32)
+    try:
+        for size, payload in done_iter:
+            files_done += 1
+            bytes_done += payload
+            result.files_written += 1
+            result.bytes_written += size
+            result.payload_bytes_written += payload
+            if progress is not None:
+                progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
+    finally:
+        if stop is not None:
+            # An error or Ctrl-C: let running files finish or fail, start no new ones.
+            stop()
+
+
+def _payload_bytes(tasks):
+    """Payload bytes of each task's file: one array operation per split, not one look-up per file."""
+    by_split = {}
+    for task in tasks:
+        by_split.setdefault(id(task[0]), (task[0], []))[1].append(task[2])
+    for layout, files in by_split.values():
+        yield int(layout.record_bytes[files].sum()) * layout.samples_per_file
+
+
+def _still_valid(layout, i: int, entry: dict) -> bool:
+    """A listed file is kept when its sizes match the layout and the file has the listed size."""
+    if entry.get("record_bytes") != int(layout.record_bytes[i]) or entry.get("samples") != layout.samples_per_file:
+        return False
+    try:
+        return os.stat(layout.paths[i]).st_size == entry["size_bytes"]
+    except FileNotFoundError:
+        return False
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def finalize(layout, fmt, journaled: dict | None = None) -> str:
+    """Merge the journals of a split into its manifest (written last, atomically); return its path.
+
+    journaled: {file index: entry} this process journaled in this generation (GenerateResult.entries);
+    those files are taken as they are, the others come from the journals and are checked on disk.
+    Raises DataError naming the first file that no rank finished.
+    """
+    journaled = journaled or {}
+    known = None
+    entries = []
+    for i in range(layout.num_files):
+        entry = journaled.get(i)
+        if entry is None:
+            if known is None:
+                known = mf.known_entries(layout, mf.dataset_params(layout, fmt))
+            entry = known.get(layout.rel_path(i))
+            if entry is None or not _still_valid(layout, i, entry):
+                raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
+        entries.append(entry)
+    path = mf.write_manifest(layout, fmt, entries)
+    mf.remove_journals(layout)
+    return path
+
+
+def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,
+           workers: int | None = None, progress=None, storage=None) -> list[Problem]:
+    """Check a dataset against its manifests and its format; return every problem, by file.
+
+    storage: where the dataset is (iogen.storage; local files when None). Each file is checked
+    against its manifest entry: there, at its size (one listing of the split), with its CRC-32C
+    (Storage.crc32c). Where the backend's paths are files the formats open (capabilities.file_checks),
+    each file's structure is checked too, and data without a manifest (DLIO's) by it alone; where
+    temporary names are visible, an interrupted generation's temporaries are named.
+    """
+    if storage is None:
+        from ..storage.posix import PosixStorage
+
+        storage = PosixStorage()
+    caps = storage.capabilities
+    t0 = time.perf_counter()
+    problems: list[Problem] = []
+    jobs = []
+    for layout, f in _splits(source, fmt):
+        params = mf.dataset_params(layout, f)
+        manifest = mf.read_manifest(layout, storage)
+        entries = {}
+        if manifest is None:
+            problems.append(Problem(mf.manifest_path(layout), "manifest", _NO_MANIFEST[caps.file_checks]))
+            if not caps.file_checks:
+                continue  # nothing to check the objects against
+        else:
+            diffs = mf.params_differences(manifest.get("params", {}), params)
+            for d in diffs:
+                problems.append(Problem(mf.manifest_path(layout), "manifest", f"generated with other settings: {d}"))
+            if diffs and not caps.file_checks:
+                continue
+            if not diffs:
+                entries = {e["file"]: e for e in manifest["files"]}
+        if caps.temp_names_visible:
+            problems += [Problem(p, "leftover", "temporary file of an interrupted generation")
+                         for p in _leftovers(layout)]
+            problems += [Problem(p, "leftover", "temporary manifest of a generation whose process is gone "
+                                                "(the next `iogen datagen` removes it)")
+                         for p in stale_temps(layout.folder, [mf.MANIFEST_NAME])]
+        sizes = storage.list(layout.folder + "/")
+        for i in range(layout.num_files):
+            jobs.append((layout, f, i, entries.get(layout.rel_path(i)), manifest is None, sizes))
+    total_bytes = sum(int(job[0].record_bytes[job[2]]) * job[0].samples_per_file for job in jobs)
+
+    def check(job):
+        """Problems of one file."""
+        layout, f, i, entry, no_manifest, sizes = job
+        return _check_file(storage, caps.file_checks, layout, f, i, entry, no_manifest, sizes, checksums,
+                           structure and caps.file_checks)
+
+    done = done_bytes = 0
+    with ThreadPool(workers or default_workers(), name="iogen-verify") as pool:
+        for job, found in zip(jobs, pool.map(check, jobs)):
+            problems += found
+            done += 1
+            done_bytes += int(job[0].record_bytes[job[2]]) * job[0].samples_per_file
+            if progress is not None:
+                progress(done, len(jobs), done_bytes, total_bytes, time.perf_counter() - t0)
+    return problems
+
+
+_NO_MANIFEST = {
+    True: "no manifest: the dataset was not generated by iogen (e.g. by DLIO), or its generation did not finish "
+          "(rerun `iogen datagen`); file sizes and checksums cannot be verified, each file's structure is checked "
+          "against the workload",
+    False: "no manifest object: the dataset was not generated by iogen, or its generation did not finish (rerun "
+           "`iogen datagen`); objects cannot be verified without it",
+}
+
+
+def _check_file(storage, files, layout, fmt, i, entry, no_manifest, sizes, checksums, structure) -> list[Problem]:
+    """Problems of file i; files: the backend's paths are files the formats open (capabilities.file_checks),
+    else objects, checked against their manifest only."""
+    path = layout.paths[i]
+    noun = "file" if files else "object"
+    if entry is None and not no_manifest and not files:
+        return [Problem(path, "manifest", "the manifest does not list this object")]
+    size = sizes.get(path)
+    if size is None:
+        size = storage.stat(path)  # listed under another spelling of its path, or missing
+    if size is None:
+        return [Problem(path, "missing", f"{noun} does not exist")]
+    out = []
+    size_ok = True
+    if entry is not None and size != entry["size_bytes"]:
+        size_ok = False
+        out.append(Problem(path, "size", f"{size} bytes, the manifest says {entry['size_bytes']}"))
+    if entry is not None and size_ok and checksums:
+        crc = format_crc(storage.crc32c(path))
+        if crc != entry["crc32c"]:
+            out.append(Problem(path, "checksum", f"crc32c {crc}, the manifest says {entry['crc32c']}"))
+    if structure and no_manifest:
+        return out + _check_foreign_file(layout, fmt, i)
+    if structure:
+        for msg in fmt.check_file(path, layout.samples_per_file, int(layout.record_bytes[i])):
+            out.append(Problem(path, "structure", msg))
+    return out
+
+
+def _check_foreign_file(layout, fmt, i) -> list[Problem]:
+    """A file no manifest lists: checked as the run's data check probes it, then its first and last
+    samples decoded. Files in iogen's own layout also get the format's full check_file."""
+    from .check import is_iogen_layout, shape_mismatches
+
+    path = layout.paths[i]
+    try:
+        shape = fmt.probe_file(path)
+        found = shape_mismatches(layout, fmt, shape)
+        if found:
+            return [Problem(path, "structure", f"{key}: the workload says {ours}, the file has {theirs}")
+                    for key, ours, theirs in found]
+        if is_iogen_layout(fmt, shape, int(layout.record_bytes[i])):
+            return [Problem(path, "structure", msg) for msg in
+                    fmt.check_file(path, layout.samples_per_file, int(layout.record_bytes[i]))]
+        fmt.read_samples(path, sorted({0, shape.samples - 1}))
+    except DataError as exc:
+        return [Problem(path, "structure", error_text(exc))]
+    return []

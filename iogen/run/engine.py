@@ -1,0 +1,236 @@
+"""The engine: the training step loop, timed one row per step (docs/metrics.md section 1).
+
+    t_request  -> next(batch) -> t_ready -> calibrated compute -> t_compute_end
+               -> barrier (stands for the gradient allreduce) -> [checkpoint] -> t_step_end
+
+The loop does nothing per step that allocates or formats: requested compute times are drawn
+for the whole epoch up front, the clock and the sleep are the core's, and the row goes into
+the step log's preallocated buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import core_switch as core
+from ..checkpoint import Checkpointer
+from ..metrics.cpu import tree_cpu
+from ..metrics.device import device_read_bytes
+from ..metrics.epoch import epoch_metrics, window_bounds
+from ..plan import eval_due, plan_for
+from ..common.steplog import PHASE_EVAL, PHASE_TRAIN
+
+# Compute at least this long hides the previous step's bookkeeping (see Engine._phase).
+HIDE_BOOKKEEPING_NS = 1_000_000
+# The compute sleep's spin where ranks share CPUs (below): the timer slack, no more.
+SHARED_CPU_SPIN_NS = 50_000
+
+
+def compute_spin_ns(calibrated_ns: int, policy=None) -> int:
+    """The spin at the end of each emulated compute: the calibrated window (p99 of this machine's
+    sleep overshoot), except where the node's ranks share CPUs (fewer than 2 CPUs per rank: the
+    MPI wait policy then sleeps instead of spinning, iogen.world.watchdog). There a busy machine's
+    window (up to 2 ms a step) is CPU taken from the ranks' own readers and from the other ranks,
+    every step, so the spin stays at the timer slack and a late wake-up is what the step pays.
+    """
+    if policy is not None and policy.spin_s == 0:
+        return min(int(calibrated_ns), SHARED_CPU_SPIN_NS)
+    return int(calibrated_ns)
+
+
+@dataclass
+class EngineResult:
+    """What the loop did, for the outputs stage (the numbers themselves are in the step log)."""
+
+    epochs_done: int = 0
+    steps_done: int = 0
+    checkpoints: list = field(default_factory=list)
+    drain: dict | None = None  # checkpoint drains to the shared tier (iogen.checkpoint.drain)
+    spin_ns: int = 0
+    # per train epoch: bytes this rank's process and its loader workers made the kernel fetch
+    # from storage (iogen.metrics.device), i.e. not served by the page cache; None where the
+    # kernel does not say
+    device_read_bytes: list = field(default_factory=list)
+    decode: dict | None = None  # decode mode: summary.json's `iogen.decode` (iogen.loaders.decode), rank 0
+    # per train epoch whose metrics window ran to its end: (epoch, user s, system s) of CPU time
+    # this rank's process tree spent in the window, checkpoint writes left out (iogen.metrics.cpu)
+    cpu_window: list = field(default_factory=list)
+
+
+class Engine:
+    """Runs the epochs of one rank: train phases, eval phases and checkpoints."""
+
+    def __init__(self, wl, world, train_loader, eval_loader, steplog, *, shuffle_seed: int, progress=None):
+        self.wl = wl
+        self.world = world
+        self.train_loader = train_loader
+        self.eval_loader = eval_loader
+        self.steplog = steplog
+        self.shuffle_seed = shuffle_seed
+        self.progress = progress
+        self.clock = core.clock
+        # Measure this machine's sleep overshoot once: the final stretch of every sleep spins.
+        self.spin_ns = compute_spin_ns(core.clock.calibrate_spin_ns(), getattr(world, "policy", None))
+        self.checkpointer = None
+        if wl.workflow.checkpoint:  # rank 0 writes through the storage (a local tier's files, or the workload's)
+            self.checkpointer = Checkpointer(wl, world)
+        self.allreduce_buf = None
+        nbytes = int(wl.train.allreduce_bytes)
+        if nbytes and world.size > 1:
+            self.allreduce_buf = np.zeros(nbytes // 8 or 1, np.float64)
+
+    def _compute_times(self, dist, epoch: int, phase: int, steps: int) -> np.ndarray:
+        """Requested compute per step, drawn for the whole epoch from a seeded generator."""
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.wl.train.seed, self.world.rank, epoch, phase]))
+        )
+        return dist.sample_ns(rng, steps)
+
+    def run(self) -> EngineResult:
+        """All epochs, with eval and checkpoints where the workload asks for them."""
+        try:
+            return self._run()
+        except BaseException:
+            if self.checkpointer is not None:
+                self.checkpointer.abort()  # a drain in flight ends before the run's epilogue
+            raise
+
+    def _run(self) -> EngineResult:
+        wl, res = self.wl, EngineResult(spin_ns=self.spin_ns)
+        for epoch in range(1, wl.train.epochs + 1):
+            if wl.workflow.train:
+                plan = plan_for(
+                    wl, self.train_loader.layout, epoch=epoch, rank=self.world.rank,
+                    world_size=self.world.size, seed=self.shuffle_seed, phase="train",
+                )
+                if wl.reader.evict_page_cache:
+                    self.train_loader.evict()
+                    self.world.barrier()  # no rank starts while another still evicts
+                before = device_read_bytes()
+                res.steps_done += self._phase(plan, self.train_loader, PHASE_TRAIN, wl.train.computation_time, res)
+                after = device_read_bytes()
+                res.device_read_bytes.append(None if before is None or after is None else after - before)
+            if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
+                res.checkpoints.append(self.checkpointer.write(epoch, step=0))
+                self.checkpointer.cleanup()
+            if self.eval_loader is not None and eval_due(wl, epoch):
+                plan = plan_for(
+                    wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
+                    world_size=self.world.size, seed=self.shuffle_seed, phase="eval",
+                )
+                if wl.reader.evict_page_cache:
+                    self.eval_loader.evict()
+                    self.world.barrier()
+                self._phase(plan, self.eval_loader, PHASE_EVAL, wl.evaluation.eval_time, res)
+            res.epochs_done = epoch
+        if self.checkpointer is not None:
+            res.drain = self.checkpointer.finish()  # the last background drain ends before the summary
+        return res
+
+    def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
+        """One epoch's train or eval phase: the timed step loop."""
+        now, sleep_ns, sleep_until_ns, spin = (self.clock.now_ns, self.clock.sleep_ns,
+                                               self.clock.sleep_until_ns, self.spin_ns)
+        barrier, append = self.world.barrier, self.steplog.append
+        requested = self._compute_times(dist, plan.epoch, phase, plan.steps).tolist()
+        requested.append(0)  # "the step after the last" hides nothing
+        ckpt = self.checkpointer if phase == PHASE_TRAIN else None
+        allreduce_buf = self.allreduce_buf
+        progress = self.progress
+        epoch, batches = plan.epoch, loader.epoch(plan)
+        mark = self.steplog.rows_appended  # this phase's rows start here (for its epoch line)
+        # A step's row is written while the NEXT step computes, as a training loop logs on the
+        # CPU while the accelerator works: after a sleep the caches are cold and the write would
+        # otherwise cost tens of microseconds between steps. Only when that compute is long
+        # enough to hide it (HIDE_BOOKKEEPING_NS); else at once, so tool time never counts as compute.
+        pending = None
+        # running totals for the progress display only (the metrics come from the step log),
+        # from the same first step as the metrics window
+        window_from = self.wl.metric.exclude_start_steps if plan.steps > self.wl.metric.exclude_start_steps else 0
+        t_first = now()
+        samples_done = compute_done = 0
+        # CPU time of the process tree over the metrics window (train only): read just before the
+        # window's first t_request and just after its last step, outside the window's time; a
+        # checkpoint written inside the window is subtracted (its readings lie inside checkpoint_ns).
+        w_start, w_stop, _ = window_bounds(plan.steps, self.wl.metric.exclude_start_steps,
+                                           self.wl.metric.exclude_end_steps)
+        if phase != PHASE_TRAIN:
+            w_start = w_last = -1
+        else:
+            w_last = w_stop - 1
+        cpu_start = cpu_ckpt = None
+        try:
+            for step in range(plan.steps):
+                if step == w_start:
+                    cpu_start = tree_cpu()
+                t_request = now()
+                if step == window_from:
+                    t_first = t_request
+                batch = next(batches)
+                t_ready = now()
+                if pending is not None:
+                    append(*pending)
+                    pending = None
+                    if progress is not None and progress.due(t_ready):
+                        progress.step(epoch, phase, step, plan.steps, t_ready, samples_done, compute_done, t_first)
+                    sleep_until_ns(t_ready + requested[step], spin)
+                else:
+                    sleep_ns(requested[step], spin)
+                t_compute_end = now()
+                if step >= window_from:
+                    samples_done += batch.samples
+                    compute_done += requested[step]  # MLPerf's AU: requested compute
+                if allreduce_buf is not None:
+                    self.world.allreduce_bytes(allreduce_buf)
+                barrier()
+                checkpoint_ns = 0
+                if ckpt is not None and ckpt.due_after_step(step + 1):
+                    t0 = now()
+                    in_window = w_start <= step <= w_last
+                    c0 = tree_cpu() if in_window else None
+                    res.checkpoints.append(ckpt.write(epoch, step + 1))
+                    if in_window:
+                        spent = tree_cpu() - c0
+                        cpu_ckpt = spent if cpu_ckpt is None else cpu_ckpt + spent
+                    t_step_end = now()
+                    checkpoint_ns = max(1, t_step_end - t0)
+                    # Deleting the superseded checkpoint is not checkpoint I/O: it runs after
+                    # t_step_end, in the gap between blocks that no metric counts.
+                    ckpt.cleanup()
+                else:
+                    t_step_end = now()
+                row = (epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                       requested[step], batch.samples, batch.bytes, checkpoint_ns)
+                if requested[step + 1] >= HIDE_BOOKKEEPING_NS:
+                    pending = row
+                else:
+                    append(*row)
+                    if progress is not None and progress.due(t_step_end):
+                        progress.step(epoch, phase, step + 1, plan.steps, t_step_end, samples_done, compute_done,
+                                      t_first)
+                if step == w_last and cpu_start is not None:
+                    spent = tree_cpu() - cpu_start
+                    if cpu_ckpt is not None:
+                        spent = spent - cpu_ckpt
+                    res.cpu_window.append((epoch, spent.user_s, spent.system_s))
+        finally:
+            if pending is not None:  # an interrupted phase keeps its last measured step
+                append(*pending)
+            batches.close()
+        if progress is not None:
+            progress.phase_done(epoch, phase, plan.steps, *self._phase_figures(mark))
+        return plan.steps
+
+    def _phase_figures(self, mark: int):
+        """(AU, samples/s, window s) of the phase just run, as summary.json reports them.
+
+        The same metric function over the same window and rows (iogen.metrics.epoch_metrics on
+        this phase's step-log rows), then AU averaged and samples/s summed over ranks, as
+        iogen.metrics.combine_ranks does; the window time is this rank's. Every rank takes part.
+        """
+        m = epoch_metrics(self.steplog.rows_since(mark), self.wl.metric.exclude_start_steps,
+                          self.wl.metric.exclude_end_steps)
+        au_sum, samples_s = self.world.allreduce_array(np.array([m.au, m.throughput_samples_s]), "sum")
+        return float(au_sum) / self.world.size, float(samples_s), m.T_ns / 1e9
+

@@ -1,0 +1,526 @@
+"""Communication between ranks: MPI when a launcher started the process, else a world of one.
+
+Both worlds expose the same methods, so a single process is simply world size 1 and runs the
+same code path. Results are reduced with numpy buffers (Gather/Allreduce), never pickled
+Python objects; only small values (the run folder's name, host facts) travel pickled.
+
+Under MPI nothing blocks inside MPI: each collective is started non-blocking and completed by
+`iogen.world.watchdog.poll`, which lets oversubscribed ranks share cores and checks, while waiting,
+for a failure notice from another rank. The failure protocol (docs/mpi.md):
+
+1. A rank that fails calls `world.fail(exc)`: it prints its message, sends a notice to every
+   other rank and switches its collectives to a spare communicator.
+2. Every other rank raises `RankFailure` ("rank R (host) failed: ...") in its next wait
+   (at most one step later) and switches to the spare communicator too.
+3. All ranks then run the same epilogue (the incomplete summary) on the spare communicator,
+   where every wait is bounded by IOGEN_MPI_GRACE_S, and meet at an exit barrier before MPI
+   finalises. A rank that does not arrive in time makes the job abort (MPI_Abort) with the
+   failing rank's message: every rank exits non-zero, never hangs.
+
+The per-step barrier and allreduce run on their own communicator, so a barrier abandoned by a
+failure never pairs up with a later collective of the summary.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import socket
+import sys
+
+import numpy as np
+
+from ..errors import ConfigError, LoaderUnavailable, RankFailure
+from .watchdog import FailureNotice, WaitPolicy, WaitTimeout, deadline_after, describe, exit_code_of, poll
+
+# (launcher, rank variable, size variable or None): what MPI launchers put in every rank's
+# environment. Slurm's SLURM_PROCID is also set inside a batch script that srun did not
+# start, so srun is recognised by SLURM_STEP_NUM_TASKS, which only a job step has.
+LAUNCHER_VARS = (
+    ("MPICH Hydra / Intel MPI / Cray PMI", "PMI_RANK", "PMI_SIZE"),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+    ("IBM jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE"),
+    ("Flux", "FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
+    ("Cray PALS", "PALS_RANKID", None),
+    ("PMIx", "PMIX_RANK", None),
+    ("Slurm srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
+)
+MPI_MODES = ("auto", "on", "off")
+TAG_FAILURE = 77
+
+
+def detect_launcher(environ=None) -> tuple[str, int | None] | None:
+    """(launcher name, world size or None if it does not say) when a launcher started us."""
+    env = os.environ if environ is None else environ
+    for name, rank_var, size_var in LAUNCHER_VARS:
+        if rank_var not in env:
+            continue
+        if name == "Slurm srun" and size_var not in env:
+            continue  # a batch script's own shell, not a task of a step
+        size = None
+        if size_var is not None and size_var in env:
+            try:
+                size = int(env[size_var])
+            except ValueError:
+                size = None
+        return name, size
+    return None
+
+
+def launcher_world_size(environ=None) -> int:
+    """World size the launcher announced (1 when there is none or it does not say)."""
+    found = detect_launcher(environ)
+    return found[1] if found and found[1] else 1
+
+
+def mpi_mode(environ=None) -> str:
+    """IOGEN_MPI: auto (default: MPI when a launcher says more than one rank), on, or off."""
+    env = os.environ if environ is None else environ
+    raw = env.get("IOGEN_MPI", "auto").strip().lower() or "auto"
+    aliases = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}
+    mode = aliases.get(raw, raw)
+    if mode not in MPI_MODES:
+        raise ConfigError(f"environment variable IOGEN_MPI={raw!r}: use one of auto, on, off")
+    return mode
+
+
+def wants_mpi(environ=None) -> bool:
+    """Whether get_world() will start MPI in this process."""
+    mode = mpi_mode(environ)
+    if mode != "auto":
+        return mode == "on"
+    found = detect_launcher(environ)
+    # a launcher that does not say its size (PMIx, PALS) gets MPI; `mpiexec -n 1` does not
+    return found is not None and found[1] != 1
+
+
+def node_name(rank: int, environ=None, size: int | None = None) -> str:
+    """The node a rank runs on: its hostname, or what IOGEN_NODE says.
+
+    IOGEN_NODE simulates several nodes on one machine (tests, demos of node-local staging): one
+    name for every rank, or a comma-separated name per rank (`a,a,b,b` under `mpiexec -n 4`).
+    With the world's `size`, every name is checked, so a bad value fails every rank alike (before
+    any collective, which the failing ranks would otherwise leave the others waiting in).
+    """
+    value = (os.environ if environ is None else environ).get("IOGEN_NODE", "").strip()
+    if not value:
+        return socket.gethostname()
+    names = [n.strip() for n in value.split(",")]
+    if len(names) > 1 and size is not None and len(names) != size:
+        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes for {size} ranks "
+                          "(give one name, or one per rank)")
+    if len(names) == 1:
+        name = names[0]
+    elif rank >= len(names) or not all(names):
+        none = names.index("") if "" in names else rank
+        raise ConfigError(f"IOGEN_NODE={value!r}: names {len(names)} ranks' nodes, rank {none} has none")
+    else:
+        name = names[rank]
+    from ..config.names import component_problem
+
+    # A node name fills `{node}` of staging.folder: one path component, as every name in a path.
+    for r, other in ([(rank, name)] if size is None else enumerate(names)):
+        problem = component_problem(other)
+        if problem:
+            raise ConfigError(f"IOGEN_NODE={value!r}: rank {r}'s node name {other!r} {problem}")
+    return name
+
+
+def configured_nodes(environ=None) -> list[str]:
+    """Every node name this host's configuration gives, without a world: IOGEN_NODE's names
+    (one, or one per rank), else the hostname (`iogen validate`'s staging check)."""
+    value = (os.environ if environ is None else environ).get("IOGEN_NODE", "").strip()
+    if not value:
+        return [socket.gethostname()]
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
+class SingleWorld:
+    """A world of one process: every collective is the identity."""
+
+    rank = 0
+    size = 1
+    kind = "single"
+    failed = False
+    node_size = 1  # ranks on this rank's node
+    node_leader = True  # this rank is its node's lowest rank
+
+    @property
+    def node(self) -> str:
+        """This rank's node (iogen.world.communicator.node_name)."""
+        return node_name(0)
+
+    def barrier(self) -> None:
+        """Nothing to wait for."""
+
+    def sync(self) -> None:
+        """Nothing to wait for."""
+
+    def bcast(self, obj, root: int = 0):
+        """Return obj."""
+        return obj
+
+    def allgather_obj(self, obj) -> list:
+        """[obj]."""
+        return [obj]
+
+    def gather_obj(self, obj, root: int = 0) -> list:
+        """[obj]."""
+        return [obj]
+
+    def node_gather_obj(self, obj) -> list:
+        """[obj]: this rank is its node's lowest rank."""
+        return [obj]
+
+    def node_bcast(self, obj):
+        """Return obj."""
+        return obj
+
+    def leaders_gather_obj(self, obj) -> list:
+        """[obj]: one node, led by this rank."""
+        return [obj]
+
+    def reduce_array(self, arr: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
+        """Return a copy of arr."""
+        return np.array(arr, copy=True)
+
+    def gather_array(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
+        """Stack this rank's array as the only row."""
+        return np.asarray(arr)[None, ...].copy()
+
+    def allreduce_array(self, arr: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Return a copy of arr."""
+        return np.array(arr, copy=True)
+
+    def allreduce_bytes(self, buf: np.ndarray) -> None:
+        """Nothing to exchange."""
+
+    def fail(self, exc: BaseException) -> None:
+        """Nobody else to tell."""
+
+    def abort(self, message: str, code: int = 3) -> None:
+        """Print message and exit this process."""
+        print(f"iogen: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(code)
+
+    def hostnames(self) -> list[str]:
+        """Host (node) of every rank."""
+        return [self.node]
+
+
+class MPIWorld:
+    """MPI world over mpi4py's COMM_WORLD, with polled, failure-aware collectives."""
+
+    kind = "mpi"
+
+    def __init__(self, comm=None, policy: WaitPolicy | None = None):
+        from mpi4py import MPI  # imported only when a launcher started us
+
+        self._MPI = MPI
+        base = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = base.Get_rank()
+        self.size = base.Get_size()
+        self.host = self.node = node_name(self.rank, size=self.size)
+        # One communicator per role, so an operation abandoned by a failure never matches a
+        # later one: results, per-step sync, failure notices, post-failure epilogue, exit.
+        self.comm = base.Dup()
+        self._step = base.Dup()
+        self._ctl = base.Dup()
+        self._spare = base.Dup()
+        self._exit = base.Dup()
+        self._beats = base.Dup()
+        self._coll = self.comm
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
+        self.failed = False
+        self._failure_deadline = None
+        self._exit_code = 3  # EXIT_RUN_FAILED until a failure says otherwise
+        self._abort_message = ""
+        self._sends = []
+        self.local_ranks, self.local_cpus = self._node_shape(base)
+        # Ranks grouped by node name (IOGEN_NODE simulates nodes on one host): per-node data goes
+        # to the node's lowest rank, per-node summaries from those to rank 0, never to every rank.
+        node = self._split_by_name(base, self.node)
+        self.node_size = node.Get_size()
+        self.node_leader = node.Get_rank() == 0
+        leaders = base.Split(0 if self.node_leader else MPI.UNDEFINED, self.rank)
+        # (normal, after a failure): as for the world, an abandoned operation never pairs up later
+        self._groups = {"node": (node, node.Dup()),
+                        "leaders": (leaders, leaders.Dup() if self.node_leader else leaders)}
+        self.oversubscribed = self.local_ranks > self.local_cpus
+        self.policy = policy or WaitPolicy.from_env(cores_per_rank=self.local_cpus / self.local_ranks)
+        self._heartbeat = None
+        if self.policy.liveness_s and self.size > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            from .heartbeat import Heartbeat
+
+            self._heartbeat = Heartbeat(MPI, self._beats, self.policy.liveness_s).start()
+        # Runs before mpi4py finalises MPI (atexit is last-in, first-out).
+        atexit.register(self._at_exit)
+
+    def _node_shape(self, base) -> tuple[int, int]:
+        """(ranks on this node, CPUs they may run on together), blocking: only at start-up."""
+        node = base.Split_type(self._MPI.COMM_TYPE_SHARED)
+        try:
+            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+            union = set().union(*node.allgather(sorted(cpus)))
+            return node.Get_size(), max(1, len(union))
+        finally:
+            node.Free()
+
+    def _split_by_name(self, base, name: str):
+        """The ranks whose node has this name, lowest rank first (blocking: only at start-up).
+
+        Split by a hash of the name, then within that group by the names themselves (a hash
+        collision): a rank receives the names of its group only, never every rank's.
+        """
+        import zlib
+
+        group = base.Split(zlib.crc32(name.encode()) & 0x7FFFFFFF, self.rank)
+        names = sorted(set(group.allgather(name)))
+        if len(names) == 1:
+            return group
+        try:
+            return group.Split(names.index(name), self.rank)
+        finally:
+            group.Free()
+
+    def _group(self, name: str):
+        return self._groups[name][1 if self.failed else 0]
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def _check_notice(self) -> None:
+        """Raise RankFailure if another rank has sent a failure notice."""
+        status = self._MPI.Status()
+        if not self._ctl.Iprobe(source=self._MPI.ANY_SOURCE, tag=TAG_FAILURE, status=status):
+            return
+        buf = bytearray(status.Get_count(self._MPI.BYTE))
+        self._ctl.Recv([buf, self._MPI.BYTE], source=status.Get_source(), tag=TAG_FAILURE)
+        notice = FailureNotice.decode(buf)
+        exc = RankFailure(notice.text())
+        exc.exit_code = notice.exit_code
+        exc.rank = notice.rank
+        self._enter_failure(notice.exit_code, notice.text())
+        raise exc
+
+    def _wait(self, req, what: str, timeout_s: float | None = None) -> None:
+        """Complete request `req`, polling; raise RankFailure on a notice or a timeout."""
+        if self.failed:
+            # Epilogue after a failure: bounded by the grace period; past it, abort the job.
+            try:
+                poll(req.Test, self.policy, deadline_ns=self._failure_deadline)
+            except WaitTimeout:
+                self.abort(f"rank {self.rank}: the other ranks did not finish within "
+                           f"{self.policy.grace_s:g} s after the failure ({self._abort_message}); "
+                           "aborting the job", self._exit_code)
+            return
+        try:
+            poll(req.Test, self.policy, deadline_ns=deadline_after(timeout_s), check=self._check_notice)
+        except WaitTimeout:
+            exc = RankFailure(
+                f"waited {timeout_s:g} s in {what} for the other ranks: one is stuck or has died "
+                "(raise IOGEN_MPI_STEP_TIMEOUT_S if steps really take this long)")
+            exc.rank = self.rank
+            raise exc from None
+
+    # -- collectives -----------------------------------------------------------------------
+
+    def barrier(self) -> None:
+        """The per-step barrier (stands for the gradient allreduce); bounded by the step timeout."""
+        self._wait(self._step.Ibarrier(), "the step barrier", self.policy.step_timeout_s)
+
+    def sync(self) -> None:
+        """A barrier between stages (no step timeout: generation may take hours)."""
+        self._wait(self._coll.Ibarrier(), "a barrier")
+
+    def allreduce_bytes(self, buf: np.ndarray) -> None:
+        """In-place sum of a buffer: emulates a gradient allreduce of that many bytes."""
+        self._wait(self._step.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM), "the step allreduce",
+                   self.policy.step_timeout_s)
+
+    def bcast(self, obj, root: int = 0):
+        """Broadcast a small picklable value from root."""
+        return self._bcast(self._coll, obj, root)
+
+    def _bcast(self, comm, obj, root: int):
+        mine = comm.Get_rank() == root
+        data = pickle.dumps(obj) if mine else b""
+        n = np.array([len(data)], np.int64)
+        self._wait(comm.Ibcast(n, root=root), "a broadcast")
+        buf = bytearray(data) if mine else bytearray(int(n[0]))
+        if n[0]:
+            self._wait(comm.Ibcast([buf, self._MPI.BYTE], root=root), "a broadcast")
+        return pickle.loads(bytes(buf))
+
+    def gather_obj(self, obj, root: int = 0) -> list | None:
+        """Every rank's picklable value, in rank order, on root only (None elsewhere)."""
+        return self._gather_obj(self._coll, obj, root)
+
+    def node_gather_obj(self, obj) -> list | None:
+        """The values of this node's ranks, in rank order, on the node's lowest rank (None elsewhere)."""
+        return self._gather_obj(self._group("node"), obj, 0)
+
+    def node_bcast(self, obj):
+        """The node's lowest rank's value, on every rank of the node."""
+        return self._bcast(self._group("node"), obj, 0)
+
+    def leaders_gather_obj(self, obj) -> list | None:
+        """On rank 0, the value of each node's lowest rank, nodes in the order of those ranks.
+
+        Every rank calls it; only the nodes' lowest ranks send (obj is ignored elsewhere), so
+        rank 0 receives one value per node, not per rank. None on every other rank.
+        """
+        if not self.node_leader:
+            return None
+        return self._gather_obj(self._group("leaders"), obj, 0)
+
+    def _gather_obj(self, comm, obj, root: int) -> list | None:
+        data = pickle.dumps(obj)
+        mine = comm.Get_rank() == root
+        counts = np.empty(comm.Get_size(), np.int64) if mine else None
+        self._wait(comm.Igather(np.array([len(data)], np.int64), counts, root=root), "a gather")
+        if not mine:
+            self._wait(comm.Igatherv([data, self._MPI.BYTE], None, root=root), "a gather")
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        out = bytearray(int(counts.sum()))
+        self._wait(comm.Igatherv([data, self._MPI.BYTE], [out, (counts.tolist(), displs.tolist()), self._MPI.BYTE],
+                                 root=root), "a gather")
+        return [pickle.loads(bytes(out[d:d + c])) for d, c in zip(displs.tolist(), counts.tolist())]
+
+    def allgather_obj(self, obj) -> list:
+        """Every rank's small picklable value, in rank order, on every rank."""
+        data = pickle.dumps(obj)
+        counts = np.empty(self.size, np.int64)
+        self._wait(self._coll.Iallgather(np.array([len(data)], np.int64), counts), "an allgather")
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        out = bytearray(int(counts.sum()))
+        self._wait(self._coll.Iallgatherv([data, self._MPI.BYTE],
+                                          [out, (counts.tolist(), displs.tolist()), self._MPI.BYTE]),
+                   "an allgather")
+        return [pickle.loads(bytes(out[d:d + c])) for d, c in zip(displs.tolist(), counts.tolist())]
+
+    def gather_array(self, arr: np.ndarray, root: int = 0):
+        """Gather equally shaped arrays into a [size, ...] array on root (None elsewhere)."""
+        arr = np.ascontiguousarray(arr)
+        out = np.empty((self.size,) + arr.shape, dtype=arr.dtype) if self.rank == root else None
+        self._wait(self._coll.Igather(arr, out, root=root), "a gather")
+        return out
+
+    def allreduce_array(self, arr: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Element-wise reduction of equally shaped arrays, result on every rank."""
+        arr = np.ascontiguousarray(arr)
+        out = np.empty_like(arr)
+        self._wait(self._coll.Iallreduce(arr, out, op=self._ops[op]), "an allreduce")
+        return out
+
+    def reduce_array(self, arr: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray | None:
+        """Element-wise reduction of equally shaped arrays, result on root only (None elsewhere)."""
+        arr = np.ascontiguousarray(arr)
+        out = np.empty_like(arr) if self.rank == root else None
+        self._wait(self._coll.Ireduce(arr, out, op=self._ops[op], root=root), "a reduction")
+        return out
+
+    def hostnames(self) -> list[str]:
+        """Host of every rank."""
+        return self.allgather_obj(self.host)
+
+    # -- failure ---------------------------------------------------------------------------
+
+    def _enter_failure(self, code: int, message: str) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        self._exit_code = code
+        self._abort_message = message
+        self._failure_deadline = deadline_after(self.policy.grace_s)
+        self._coll = self._spare
+
+    def fail(self, exc: BaseException) -> None:
+        """This rank failed: say so, tell every other rank, switch to the failure epilogue."""
+        if self.failed:
+            return  # already failing (a notice from another rank, or a second error)
+        notice = FailureNotice(self.rank, self.host, exit_code_of(exc), describe(exc))
+        print(f"iogen: {notice.text()}", file=sys.stderr, flush=True)
+        data = notice.encode()
+        self._sends = [self._ctl.Isend([data, self._MPI.BYTE], dest=r, tag=TAG_FAILURE)
+                       for r in range(self.size) if r != self.rank]
+        self._enter_failure(notice.exit_code, notice.text())
+
+    def abort(self, message: str, code: int = 3) -> None:
+        """Print message and stop every rank of the job (MPI_Abort)."""
+        print(f"iogen: {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        self.comm.Abort(code)
+
+    def _at_exit(self) -> None:
+        """After a failure, meet the other ranks before MPI finalises (which would wait forever)."""
+        try:
+            self._meet_after_failure()
+        finally:
+            if self._heartbeat is not None:  # it watched until here: a rank stopped in the
+                self._heartbeat.stop()       # epilogue is found in liveness_s, not grace_s
+
+    def _meet_after_failure(self) -> None:
+        if not self.failed:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            poll(lambda: self._MPI.Request.Testall(self._sends), self.policy,
+                 deadline_ns=self._failure_deadline)
+            poll(self._exit.Ibarrier().Test, self.policy, deadline_ns=self._failure_deadline)
+        except WaitTimeout:
+            self.abort(f"rank {self.rank}: not every rank reached the end within {self.policy.grace_s:g} s "
+                       f"after the failure ({self._abort_message}); aborting the job", self._exit_code)
+
+
+_world = None
+
+
+def get_world():
+    """The process's world: MPI when an MPI launcher started it (or IOGEN_MPI=on), else one."""
+    global _world
+    if _world is not None:
+        return _world
+    if not wants_mpi():
+        _world = SingleWorld()
+        return _world
+    found = detect_launcher()
+    try:
+        world = MPIWorld()
+    except ImportError as exc:
+        raise LoaderUnavailable(
+            f"this process was started by an MPI launcher ({found[0] if found else 'IOGEN_MPI=on'}), "
+            f"but mpi4py cannot be imported ({exc}); install it with `pip install 'iogen[mpi]'` "
+            "(on clusters, build mpi4py against the site MPI: `MPICC=mpicc pip install --no-binary "
+            "mpi4py mpi4py`), or run with IOGEN_MPI=off"
+        ) from exc
+    if found and found[1] and found[1] != world.size:
+        raise ConfigError(
+            f"{found[0]} started {found[1]} ranks, but MPI sees a world of {world.size}: mpi4py is "
+            f"built against another MPI than the launcher ({_mpi_library()}); use that MPI's "
+            "mpiexec, or rebuild mpi4py against the launcher's MPI")
+    _world = world
+    return _world
+
+
+def _mpi_library() -> str:
+    try:
+        from mpi4py import MPI
+
+        return MPI.Get_library_version().splitlines()[0].strip()
+    except Exception:  # noqa: BLE001 - only for a message
+        return "unknown MPI"
+
+
+__all__ = [
+    "LAUNCHER_VARS",
+    "MPIWorld",
+    "SingleWorld",
+    "detect_launcher",
+    "get_world",
+    "launcher_world_size",
+    "mpi_mode",
+    "wants_mpi",
+]
