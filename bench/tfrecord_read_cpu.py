@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record-bytes", type=int, default=114_661)
     ap.add_argument("--batch", type=int, default=400)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--scratch-kib", type=int, default=1024,
+                    help="the streamed reads' buffer (the native loader's: NativeLoader.STREAM_SCRATCH_BYTES)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -114,13 +116,25 @@ def main(argv=None) -> int:
                 assert fmt.pread_records(f, o, n, bufs[k % 3], d, verify)[1] < 0
         return run
 
+    scratch = core.reader.aligned_buffer(args.scratch_kib << 10)
+    scratch[::4096] = 0
+
+    def streamed(verify):
+        def run():
+            for f, o, n, d in batches:
+                assert fmt.stream_records(f, o, n, scratch, verify)[1] < 0
+        return run
+
     contenders = [
         ("pread loop (C, 4 MiB reads into one 4 MiB buffer)", loop),
         (f"pread loop, one pread per file of a batch into 3 rotating {per_batch:,} B buffers", loop_batches),
         ("iogen per record, CRCs checked (pread_frames + payload_spans)", per_record(True)),
         ("iogen by runs, CRCs checked (pread_records: read_frames)", by_runs(True)),
+        (f"iogen streamed, CRCs checked (stream_records: stream_frames, {args.scratch_kib} KiB scratch)",
+         streamed(True)),
         ("iogen per record, CRCs off (pread_into + payload_spans)", per_record(False)),
         ("iogen by runs, CRCs off (pread_records: read_frames)", by_runs(False)),
+        (f"iogen streamed, CRCs off (stream_records, {args.scratch_kib} KiB scratch)", streamed(False)),
     ]
     for _, fn in contenders:  # warm the page cache, the layouts and the code
         fn()
