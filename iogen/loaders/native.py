@@ -231,8 +231,9 @@ class NativeLoader(Loader):
             self._start_decode(job, files, gids % spf)
             return job
         fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
-        if self._stream is not None:
+        if self._stream is not None and lengths.max() <= self._scratch_bytes:
             # nothing keeps the batch: each slice read through its thread's scratch, checked as it lands
+            # (frames larger than the dataset's records, in files written elsewhere, go the kept way)
             job.streamed = True
             job.files, job.offsets, job.extent = files, offsets, 0
             self._submit(job, None, fds, offsets, lengths, lengths, None, None)

@@ -7,6 +7,7 @@ nobody keeps the batch (keep_bytes=False: a run's engine), the same frames are r
 through each thread's small scratch buffer (tfrecord.stream_frames): the same errors, the same
 bytes counted, and no batch buffer.
 """
+import os
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,31 @@ def test_records_of_many_sizes_stream_with_their_bytes_counted_and_checked(tmp_p
         counted = [(b.bytes, b.data) for b in loader.epoch(plan)]
     assert sum(n for n, _ in counted) == sum(sizes.values()) and all(d is None for _, d in counted)
     assert len(set(sizes.values())) > 1
+
+
+@pytest.mark.parametrize("threads,prefetch", [(1, 0), (2, 1)])
+def test_a_file_cut_short_under_a_streamed_read_names_the_file_and_frame(tmp_path, threads, prefetch):
+    wl, layout, fmt = _setup(tmp_path, **_SLICED, **{"reader.read_threads": threads, "reader.prefetch_size": prefetch})
+    frame = int(fmt.fixed_index(SAMPLES, 60_000).lengths[0])
+    victim = layout.paths[1]
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
+    with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:  # indexed now
+        os.truncate(victim, SAMPLES * frame - 1000)  # the file changes under a running job
+        with pytest.raises(DataError, match="truncated") as err:
+            for _ in loader.epoch(plan):
+                pass
+    assert err.value.path == victim and err.value.offset == (SAMPLES - 1) * frame
+
+
+def test_frames_larger_than_the_scratch_are_read_kept(tmp_path):
+    # files written elsewhere may hold larger records than the dataset's: those batches are read
+    # into a batch buffer, checked the same way, instead of through the scratch
+    wl, layout, fmt = _setup(tmp_path, **_SLICED)
+    big = 2 * STREAM_SCRATCH_BYTES
+    for p in layout.paths:  # the same files, every record now larger than a scratch
+        fmt.write_file(p, SAMPLES, big, layout.seed, 0)
+    frame = int(fmt.fixed_index(SAMPLES, big).lengths[0])
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
+    with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:
+        got = [(b.samples, b.bytes, b.data is not None) for b in loader.epoch(plan)]
+    assert got == [(g.size, g.size * frame, True) for g in plan.batches]
