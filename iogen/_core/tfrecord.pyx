@@ -464,6 +464,24 @@ cdef inline Py_ssize_t find_layout(const int64_t[:] layout_lengths, Py_ssize_t k
     return lo if lo < k and layout_lengths[lo] == data_length else -1
 
 
+cdef int check_layout_table(const int64_t[:] lens, const int64_t[:] ha, Py_ssize_t heads_bytes,
+                            const int64_t[:] ta, Py_ssize_t tails_bytes) except -1:
+    # _common.check_layout_table's checks and messages, without its numpy calls (once per slice read)
+    cdef Py_ssize_t k = lens.shape[0]
+    cdef Py_ssize_t m
+    if ha.shape[0] != k + 1 or ta.shape[0] != k + 1:
+        raise ValueError(f"head_at and tail_at must hold {k + 1} offsets, got {ha.shape[0]} and {ta.shape[0]}")
+    if ha[0] != 0 or ta[0] != 0 or ha[k] != heads_bytes or ta[k] != tails_bytes:
+        raise ValueError("head_at and tail_at must run from 0 to the end of heads and tails")
+    for m in range(k):
+        if lens[m] < 0 or (m and lens[m] <= lens[m - 1]) or ha[m + 1] < ha[m] or ta[m + 1] < ta[m]:
+            raise ValueError("layout lengths must be >= 0 and ascending, head_at and tail_at never decreasing")
+    for m in range(k):
+        if ha[m + 1] - ha[m] + ta[m + 1] - ta[m] > lens[m]:
+            raise ValueError("every layout's head and tail must fit in its records")
+    return 0
+
+
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
 @cython.wraparound(IOGEN_DEBUG_BUILD)
 def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, scratch,
@@ -502,7 +520,7 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
         if lengths[i] < HEADER_BYTES_C + FOOTER_BYTES_C or lengths[i] > cap:
             raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES_C + FOOTER_BYTES_C} bytes and fits "
                              f"the scratch buffer of {cap} bytes, got {lengths[i]}")
-    _common.check_layout_table(layout_lengths, head_at, heads.shape[0], tail_at, tails.shape[0])
+    check_layout_table(layout_lengths, head_at, heads.shape[0], tail_at, tails.shape[0])
     if first == n:
         return 0, -1, 0, -1, -1
     cdef unsigned char *base = &out[0]
