@@ -488,21 +488,25 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
                   Py_ssize_t first, bint check_crcs, const int64_t[:] layout_lengths,
                   const unsigned char[::1] heads, const int64_t[:] head_at,
                   const unsigned char[::1] tails, const int64_t[:] tail_at):
-    """pread whole frames first.. through scratch, checked as they land, until one is wrong or new: (bytes, bad, what, unmatched, held).
+    """pread whole frames first.. through scratch, checked as they land: (bytes, bad, what, unmatched, held, next).
 
     The frames are read as read_frames reads them, but into one reused buffer that stays in
     the core's cache, not into a batch buffer: frames adjacent in one file are packed into
-    reads of up to len(scratch) bytes (a pack starts at scratch[0]), read in RUN_PIECE_BYTES
-    preads (RUN_PIECE_UNCHECKED_BYTES without check_crcs) and checked as each piece lands:
-    every header against its indexed length, every data CRC (check_crcs), and every frame's data
-    against the layout of its data length in the table (layout m: records of layout_lengths[m]
-    data bytes, ascending, begin with heads[head_at[m]:head_at[m + 1]] and end with
-    tails[tail_at[m]:tail_at[m + 1]]). The first frame that fails a check ends the call, once
-    the rest of its pack is read: bad is that entry when its header or data CRC is wrong (what:
-    FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC); unmatched is that entry when its data is of no
-    layout in the table, held the offset in scratch of its whole frame. bytes: the frames from
-    `first` through the last one checked. A read error or a short file raises ReadFailure for
-    the entry it hit, as read_frames does. Every frame must fit in scratch.
+    reads of up to len(scratch) bytes (a pack starts at scratch[0], its frames one after the
+    other), read in RUN_PIECE_BYTES preads (RUN_PIECE_UNCHECKED_BYTES without check_crcs) and
+    checked as each piece lands: every header against its indexed length, every data CRC
+    (check_crcs), and every frame's data against the layout of its data length in the table
+    (layout m: records of layout_lengths[m] data bytes, ascending, begin with
+    heads[head_at[m]:head_at[m + 1]] and end with tails[tail_at[m]:tail_at[m + 1]]).
+
+    A frame with a bad header or data CRC ends the call once the rest of its pack is read: bad
+    is that entry, what FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC. A frame of no layout in the
+    table ends it at the end of its pack, every header and CRC of the pack checked: unmatched
+    is that entry, held the offset in scratch of its frame (the pack's later frames follow it
+    there; their layouts are not matched), next the entry after the pack, where a call goes
+    on. bytes: the frames from `first` through the bad frame or the pack's end. A read error or
+    a short file raises ReadFailure for the entry it hit, as read_frames does. Every frame
+    must fit in scratch.
     """
     cdef unsigned char[::1] out = writable_byte_view(scratch)
     cdef int64_t cap = out.shape[0]
@@ -522,13 +526,13 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
                              f"the scratch buffer of {cap} bytes, got {lengths[i]}")
     check_layout_table(layout_lengths, head_at, heads.shape[0], tail_at, tails.shape[0])
     if first == n:
-        return 0, -1, 0, -1, -1
+        return 0, -1, 0, -1, -1, n
     cdef unsigned char *base = &out[0]
     cdef const unsigned char *hp = &heads[0] if heads.shape[0] else NULL
     cdef const unsigned char *tp = &tails[0] if tails.shape[0] else NULL
     cdef const unsigned char *fp
     cdef int fd
-    cdef int64_t size, pos, piece, end, fstart, flen, lo, hi, at, h, t, data_len
+    cdef int64_t size, pos, piece, end, fstart, flen, lo, hi, at, h, t
     cdef int64_t piece_max = RUN_PIECE_BYTES_C if check_crcs else RUN_PIECE_UNCHECKED_BYTES_C
     cdef int64_t total = 0
     cdef int64_t got = 0
@@ -538,10 +542,10 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
     cdef int what = 0
     cdef Py_ssize_t unmatched = -1
     cdef int64_t held = -1
-    cdef bint stop = False
+    cdef Py_ssize_t nxt = n
     with nogil:
         i = first
-        while i < n and not stop:
+        while i < n:
             # the pack: entries i..j-1, each right after the previous one in the file, fitting the scratch
             size = lengths[i]
             j = i + 1
@@ -571,7 +575,7 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
                     break
                 end = pos + piece
                 # every frame with bytes in this piece: extend its data CRC, check it once whole
-                while not stop and cur < j:
+                while bad < 0 and cur < j:
                     flen = lengths[cur]
                     if check_crcs:
                         lo = fstart + HEADER_BYTES_C if fstart + HEADER_BYTES_C > pos else pos
@@ -584,17 +588,14 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
                         break  # the frame goes on in the next piece
                     fp = base + fstart
                     total += flen
-                    data_len = flen - HEADER_BYTES_C - FOOTER_BYTES_C
                     if not frame_header_ok(fp, flen):
                         bad = cur
                         what = FRAME_BAD_HEADER_C
-                        stop = True
                     elif check_crcs and iogen_crc32c_mask(crc) != load_le32(fp + flen - FOOTER_BYTES_C):
                         bad = cur
                         what = FRAME_BAD_DATA_CRC_C
-                        stop = True
-                    else:
-                        m = find_layout(layout_lengths, k, data_len)
+                    elif unmatched < 0:
+                        m = find_layout(layout_lengths, k, flen - HEADER_BYTES_C - FOOTER_BYTES_C)
                         if m >= 0:
                             h = head_at[m + 1] - head_at[m]
                             t = tail_at[m + 1] - tail_at[m]
@@ -602,14 +603,18 @@ def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[
                                 or (t and memcmp(fp + flen - FOOTER_BYTES_C - t, tp + tail_at[m], <size_t>t) != 0):
                             unmatched = cur
                             held = fstart
-                            stop = True
                     fstart += flen
                     cur += 1
                     crc = 0
-                pos = end  # after a stop the rest of the pack is still read (the twin reads packs whole)
-            if failed >= 0:
+                pos = end  # after a bad frame the rest of the pack is still read (the twin reads packs whole)
+            if failed >= 0 or bad >= 0:
                 break
             i = j
+            if unmatched >= 0:
+                nxt = j
+                break
     if failed >= 0:
         raise_read_failure(failed, got, offsets)
-    return total, bad, what, unmatched, held
+    if bad >= 0:
+        return total, bad, what, -1, -1, bad + 1
+    return total, -1, 0, unmatched, held, nxt

@@ -454,27 +454,31 @@ class TFRecordFormat(Format):
 
         The checks are pread_records': each header against the index, each data CRC (when
         verify_crcs), each Example against the layout of its length (core.tfrecord.stream_frames,
-        GIL released). A record of a length no layout covers yet (or whose bytes differ) stops
-        the core call; it is parsed here from the scratch (a record that is not an Example with an
-        image raises RecordError, as payload_spans does) and the call goes on after it. Every
-        frame must fit in scratch. bytes: the frames' bytes, each read once.
+        GIL released, every layout known so far in one table). A record of a length no layout
+        covers yet (or whose bytes differ) ends the core call after the read that holds it: the
+        records of that read from it on are parsed here from the scratch (payload_spans: a record
+        that is not an Example with an image raises RecordError) and the next call goes on after
+        them. Every frame must fit in scratch; bytes: each frame's, read once.
         """
+        offsets = np.asarray(offsets, np.int64)
         lengths = np.asarray(lengths, np.int64)
         stream = _tf().stream_frames
         first, total = 0, 0
         while True:
-            nbytes, bad, what, unmatched, held = stream(fds, offsets, lengths, scratch, first, bool(verify_crcs),
-                                                        *self._layouts.table())
+            nbytes, bad, what, unmatched, held, first = stream(fds, offsets, lengths, scratch, first,
+                                                               bool(verify_crcs), *self._layouts.table())
             total += nbytes
             if bad >= 0:
                 return total, bad, _FRAME_PROBLEMS[what]
             if unmatched < 0:
                 return total, -1, ""
-            try:  # a new layout (a record size not seen yet, or other bytes): parsed, then known
-                self.payload_spans(scratch, np.array([held], np.int64), lengths[unmatched:unmatched + 1])
+            # a new layout (a record size not seen yet, or other bytes): its read's records from
+            # it on lie one after the other in the scratch; parsed (or matched), then known
+            starts = held + offsets[unmatched:first] - offsets[unmatched]
+            try:
+                self.payload_spans(scratch, starts, lengths[unmatched:first])
             except RecordError as exc:
-                raise RecordError(unmatched, exc.reason) from None
-            first = unmatched + 1
+                raise RecordError(unmatched + exc.index, exc.reason) from None
 
     def _cached_index(self, path):
         st = os.stat(path)

@@ -2,8 +2,9 @@
 
 The native loader's streamed reads (nobody keeps the batch): adjacent frames are packed into
 reads that fit the scratch buffer, each header, data CRC and payload layout is checked as the
-pieces land, and the first frame that fails a check (or whose layout is not known yet) ends the
-call with its index; the bytes counted are the frames read through it.
+pieces land; a bad frame ends the call with its index, a frame whose layout is not known yet
+ends it after its pack (held in the scratch for the caller to parse); the bytes counted are
+the frames read.
 """
 import os
 import struct
@@ -43,33 +44,39 @@ def test_frames_of_known_layouts_are_read_through_the_scratch_and_counted(core, 
     table = _table(*set(sizes))
     for check in (True, False):
         assert _stream(core, fd, offsets, lengths, scratch, check=check, table=table) == \
-            (int(lengths.sum()), -1, FRAME_OK, -1, -1)
+            (int(lengths.sum()), -1, FRAME_OK, -1, -1, 6)
     # shuffled: frames one by one, from any entry on
     order = [5, 0, 3, 2]
     assert _stream(core, fd, offsets[order], lengths[order], scratch, first=1, table=table) == \
-        (int(lengths[order[1:]].sum()), -1, FRAME_OK, -1, -1)
+        (int(lengths[order[1:]].sum()), -1, FRAME_OK, -1, -1, 4)
     # the last pack's frames sit at the start of the scratch, one after the other
     _stream(core, fd, offsets[2:], lengths[2:], scratch, table=table)
     assert bytes(scratch[:int(lengths[2:].sum())]) == b"".join(frames[2:])
 
 
-def test_a_frame_of_a_new_layout_stops_the_call_held_whole_in_the_scratch(core, tmp_path, opened):
-    offsets, lengths, frames = _file(core, tmp_path / "a.tfrecord", [64, 64, 64, 80, 64])
+def test_a_frame_of_a_new_layout_ends_the_call_after_its_pack_held_in_the_scratch(core, tmp_path, opened):
+    offsets, lengths, frames = _file(core, tmp_path / "a.tfrecord", [64, 64, 64, 80, 64, 64])
     fd = opened(tmp_path / "a.tfrecord")
-    scratch = np.zeros(1 << 16, np.uint8)
-    # no layout known: the first frame stops it, counted, at the pack's start
-    assert _stream(core, fd, offsets, lengths, scratch) == (int(lengths[0]), -1, FRAME_OK, 0, 0)
-    # records of 64 known: the fourth (80) is new; it lies in the scratch where `held` says
-    total, bad, what, unmatched, held = _stream(core, fd, offsets, lengths, scratch, table=_table(64))
-    assert (total, bad, what, unmatched) == (int(lengths[:4].sum()), -1, FRAME_OK, 3)
-    assert bytes(scratch[held:held + int(lengths[3])]) == frames[3]
-    # going on after it: the rest is of the known layout
-    assert _stream(core, fd, offsets, lengths, scratch, first=4, table=_table(64)) == \
-        (int(lengths[4]), -1, FRAME_OK, -1, -1)
+    scratch = np.zeros(int(lengths[:5].sum()), np.uint8)  # packs: frames 0-4, then 5
+    # no layout known: the first frame is unmatched; the call ends after its pack
+    assert _stream(core, fd, offsets, lengths, scratch) == (int(lengths[:5].sum()), -1, FRAME_OK, 0, 0, 5)
+    # records of 64 known: the fourth (80) is new; it and the rest of its pack lie in the scratch from `held`
+    total, bad, what, unmatched, held, after = _stream(core, fd, offsets, lengths, scratch, table=_table(64))
+    assert (total, bad, what, unmatched, after) == (int(lengths[:5].sum()), -1, FRAME_OK, 3, 5)
+    assert bytes(scratch[held:held + int(lengths[3:5].sum())]) == frames[3] + frames[4]
+    # going on after the pack: the rest is of the known layout
+    assert _stream(core, fd, offsets, lengths, scratch, first=5, table=_table(64)) == \
+        (int(lengths[5]), -1, FRAME_OK, -1, -1, 6)
     # bytes unlike the known layout's (same length) stop it too
     assert _stream(core, fd, offsets, lengths, scratch, table=_table(64, 80, head=b"HEAX"))[3] == 0
     assert _stream(core, fd, offsets, lengths, scratch, table=_table(64, 80, tail=b"X"))[3] == 0
     assert _stream(core, fd, offsets, lengths, scratch, table=_table(64, 80, head=b"", tail=b""))[3] == -1
+    # a bad CRC later in the pack of a new layout is still found
+    data = bytearray((tmp_path / "a.tfrecord").read_bytes())
+    data[int(offsets[4]) + 30] ^= 0x01
+    (tmp_path / "a.tfrecord").write_bytes(bytes(data))
+    assert _stream(core, fd, offsets, lengths, scratch, table=_table(64)) == \
+        (int(lengths[:5].sum()), 4, FRAME_BAD_DATA_CRC, -1, -1, 5)
 
 
 @pytest.mark.parametrize("check", [True, False])
@@ -85,9 +92,9 @@ def test_a_corrupt_record_in_the_middle_of_a_pack_is_named(core, tmp_path, opene
     table = _table(*set(sizes))
     got = _stream(core, fd, offsets, lengths, scratch, check=check, table=table)
     if check:
-        assert got == (int(lengths[:4].sum()), 3, FRAME_BAD_DATA_CRC, -1, -1)
+        assert got == (int(lengths[:4].sum()), 3, FRAME_BAD_DATA_CRC, -1, -1, 4)
     else:
-        assert got == (int(lengths.sum()), -1, FRAME_OK, -1, -1)
+        assert got == (int(lengths.sum()), -1, FRAME_OK, -1, -1, 5)
     # a CRC bad in a frame's second piece (frame 1: 400 KB, read in 256 KiB pieces)
     data[int(offsets[3]) + 40] ^= 0x01
     data[int(offsets[1]) + RUN_PIECE_BYTES + 5] ^= 0x80
@@ -111,7 +118,7 @@ def test_a_header_unlike_the_index_is_named_even_with_crcs_off(core, tmp_path, o
     scratch = np.zeros(4096, np.uint8)
     for check in (True, False):
         assert _stream(core, fd, offsets, lengths, scratch, check=check, table=_table(100, 200, 300)) == \
-            (int(lengths[:2].sum()), 1, FRAME_BAD_HEADER, -1, -1)
+            (int(lengths[:2].sum()), 1, FRAME_BAD_HEADER, -1, -1, 2)
 
 
 @pytest.mark.parametrize("check", [True, False])
@@ -168,6 +175,6 @@ def test_both_cores_agree_on_random_batches(cython_core, python_core, tmp_path, 
                               table=table)
             except ReadFailure as exc:  # not expected: the file is whole
                 got = ("failed", exc.index)
-            held = got[4] if isinstance(got[4], int) and got[4] >= 0 else 0
+            held = got[4] if got[0] != "failed" and got[4] >= 0 else 0
             answers.append((got, bytes(scratch[held:held + 2048])))
         assert answers[0] == answers[1]

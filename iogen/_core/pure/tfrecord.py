@@ -201,20 +201,24 @@ def read_frames(fds, offsets, lengths, buf, buf_offsets, check_crcs, data_length
 
 
 def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_lengths, heads, head_at, tails, tail_at):
-    """pread whole frames first.. through scratch, checked as they land, until one is wrong or new: (bytes, bad, what, unmatched, held).
+    """pread whole frames first.. through scratch, checked as they land: (bytes, bad, what, unmatched, held, next).
 
     Frames adjacent in one file are packed into reads of up to len(scratch) bytes (a pack starts
-    at scratch[0]), read in RUN_PIECE_BYTES preads (RUN_PIECE_UNCHECKED_BYTES without
-    check_crcs); every header must announce its indexed length under a valid CRC, every data
-    CRC must hold (check_crcs), and every frame's data must be of the layout of its data length
-    in the table (layout m: records of layout_lengths[m] data bytes, ascending, begin with
-    heads[head_at[m]:head_at[m + 1]] and end with tails[tail_at[m]:tail_at[m + 1]]). The first
-    frame that fails a check ends the call, once the rest of its pack is read: bad is that entry
-    when its header or data CRC is wrong (what: FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC);
-    unmatched is that entry when its data is of no layout in the table, held the offset in
-    scratch of its whole frame. bytes: the frames from `first` through the last one checked. A
-    read error or a short file raises ReadFailure for the entry it hit, as read_frames does.
-    Every frame must fit in scratch.
+    at scratch[0], its frames one after the other), read in RUN_PIECE_BYTES preads
+    (RUN_PIECE_UNCHECKED_BYTES without check_crcs); every header must announce its indexed
+    length under a valid CRC, every data CRC must hold (check_crcs), and every frame's data
+    must be of the layout of its data length in the table (layout m: records of
+    layout_lengths[m] data bytes, ascending, begin with heads[head_at[m]:head_at[m + 1]] and end
+    with tails[tail_at[m]:tail_at[m + 1]]).
+
+    A frame with a bad header or data CRC ends the call once the rest of its pack is read: bad
+    is that entry, what FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC. A frame of no layout in the
+    table ends it at the end of its pack, every header and CRC of the pack checked: unmatched
+    is that entry, held the offset in scratch of its frame (the pack's later frames follow it
+    there; their layouts are not matched), next the entry after the pack, where a call goes
+    on. bytes: the frames from `first` through the bad frame or the pack's end. A read error or
+    a short file raises ReadFailure for the entry it hit, as read_frames does. Every frame
+    must fit in scratch.
     """
     from iogen.errors import ReadFailure
 
@@ -265,7 +269,7 @@ def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_leng
                     cur += 1
                 raise ReadFailure(cur, err, int(offsets[cur]), 0 if err else at - fstart)
             pos += piece
-        fstart = 0
+        fstart, unmatched, held = 0, -1, -1
         for cur in range(i, j):
             length = int(lengths[cur])
             frame_bytes = view[fstart:fstart + length]
@@ -273,13 +277,16 @@ def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_leng
             header = bytes(frame_bytes[:HEADER_BYTES])
             announced, length_crc = struct.unpack("<QI", header)
             if announced != length - HEADER_BYTES - FOOTER_BYTES or masked_crc32c(header[:8]) != length_crc:
-                return total, cur, FRAME_BAD_HEADER, -1, -1
+                return total, cur, FRAME_BAD_HEADER, -1, -1, cur + 1
             data = bytes(frame_bytes[HEADER_BYTES:length - FOOTER_BYTES])
             if check_crcs and masked_crc32c(data) != struct.unpack_from("<I", frame_bytes, length - FOOTER_BYTES)[0]:
-                return total, cur, FRAME_BAD_DATA_CRC, -1, -1
+                return total, cur, FRAME_BAD_DATA_CRC, -1, -1, cur + 1
             layout = layouts.get(len(data))
-            if layout is None or data[:len(layout[0])] != layout[0] or data[len(data) - len(layout[1]):] != layout[1]:
-                return total, -1, FRAME_OK, cur, fstart
+            if unmatched < 0 and (layout is None or data[:len(layout[0])] != layout[0]
+                                  or data[len(data) - len(layout[1]):] != layout[1]):
+                unmatched, held = cur, fstart
             fstart += length
+        if unmatched >= 0:
+            return total, -1, FRAME_OK, unmatched, held, j
         i = j
-    return total, -1, FRAME_OK, -1, -1
+    return total, -1, FRAME_OK, -1, -1, n
