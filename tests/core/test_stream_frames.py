@@ -178,3 +178,19 @@ def test_both_cores_agree_on_random_batches(cython_core, python_core, tmp_path, 
             held = got[4] if got[0] != "failed" and got[4] >= 0 else 0
             answers.append((got, bytes(scratch[held:held + 2048])))
         assert answers[0] == answers[1]
+
+
+def test_a_slice_is_streamed_and_checked_with_the_gil_released(cython_core, tmp_path, opened):
+    from .test_gil import LIMIT, python_progress_during
+
+    # 64 adjacent 1 MiB frames through a 2 MiB scratch, 4 times: 256 MiB read and checked
+    offsets, lengths, _ = _file(cython_core, tmp_path / "a.tfrecord", [1 << 20] * 64)
+    fd = opened(tmp_path / "a.tfrecord")
+    scratch = np.zeros(2 << 20, np.uint8)
+
+    def call():
+        for _ in range(4):
+            assert _stream(cython_core, fd, offsets, lengths, scratch, table=_table(1 << 20))[1:] == \
+                (-1, FRAME_OK, -1, -1, 64)
+
+    assert python_progress_during(call) == LIMIT
