@@ -12,8 +12,12 @@ page cache warm:
 - iogen per record (the native loader's path before read_frames): one pread per frame with its
   data CRC checked as it lands (tfrecord.pread_frames), or plain pread_into when CRCs are off,
   then Format.payload_spans (the Example layout check);
-- iogen by runs (the loader's path now): TFRecordFormat.pread_records, one core call per batch
-  slice that reads adjacent frames in 256 KiB pieces and checks headers, CRCs and Examples.
+- iogen by runs (the loader's path when batches are kept): TFRecordFormat.pread_records, one
+  core call per batch slice that reads adjacent frames in 256 KiB pieces and checks headers,
+  CRCs and Examples;
+- iogen streamed (a run's path: nobody keeps the batch): TFRecordFormat.stream_records, the same
+  reads and checks through one scratch buffer (`--scratch-kib`, default the native loader's:
+  256 KiB or the largest frame) that stays in the cache, instead of batch-sized buffers.
 
 The batches are the plan's with shuffle off (consecutive records), `--batch` records each.
 
@@ -41,6 +45,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record-bytes", type=int, default=114_661)
     ap.add_argument("--batch", type=int, default=400)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--scratch-kib", type=int, default=None,
+                    help="the streamed reads' buffer (default: the native loader's, grown to the largest frame)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -114,13 +120,29 @@ def main(argv=None) -> int:
                 assert fmt.pread_records(f, o, n, bufs[k % 3], d, verify)[1] < 0
         return run
 
+    if args.scratch_kib is None:  # as the native loader sizes it
+        from iogen.loaders.native import STREAM_SCRATCH_BYTES
+
+        args.scratch_kib = -(-max(STREAM_SCRATCH_BYTES, int(all_len.max())) // 1024)
+    scratch = core.reader.aligned_buffer(args.scratch_kib << 10)
+    scratch[::4096] = 0
+
+    def streamed(verify):
+        def run():
+            for f, o, n, d in batches:
+                assert fmt.stream_records(f, o, n, scratch, verify)[1] < 0
+        return run
+
     contenders = [
         ("pread loop (C, 4 MiB reads into one 4 MiB buffer)", loop),
         (f"pread loop, one pread per file of a batch into 3 rotating {per_batch:,} B buffers", loop_batches),
         ("iogen per record, CRCs checked (pread_frames + payload_spans)", per_record(True)),
         ("iogen by runs, CRCs checked (pread_records: read_frames)", by_runs(True)),
+        (f"iogen streamed, CRCs checked (stream_records: stream_frames, {args.scratch_kib} KiB scratch)",
+         streamed(True)),
         ("iogen per record, CRCs off (pread_into + payload_spans)", per_record(False)),
         ("iogen by runs, CRCs off (pread_records: read_frames)", by_runs(False)),
+        (f"iogen streamed, CRCs off (stream_records, {args.scratch_kib} KiB scratch)", streamed(False)),
     ]
     for _, fn in contenders:  # warm the page cache, the layouts and the code
         fn()

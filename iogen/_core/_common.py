@@ -121,6 +121,27 @@ def check_layout_args(data_length, head_bytes, tail_bytes):
         raise ValueError(f"head ({head_bytes}) and tail ({tail_bytes}) must fit in a record of length {data_length}")
 
 
+def check_layout_table(layout_lengths, head_at, heads_bytes, tail_at, tails_bytes):
+    """Raise ValueError unless a table of payload layouts (stream_frames) is well formed.
+
+    Layout m is for records of layout_lengths[m] data bytes (>= 0, strictly ascending): its head
+    is heads[head_at[m]:head_at[m + 1]], its tail tails[tail_at[m]:tail_at[m + 1]] (offsets from
+    0 to the end of heads / tails, never decreasing), and head and tail fit its records.
+    """
+    lens = np.asarray(layout_lengths, np.int64)
+    ha = np.asarray(head_at, np.int64)
+    ta = np.asarray(tail_at, np.int64)
+    k = lens.size
+    if ha.size != k + 1 or ta.size != k + 1:
+        raise ValueError(f"head_at and tail_at must hold {k + 1} offsets, got {ha.size} and {ta.size}")
+    if ha[0] != 0 or ta[0] != 0 or ha[-1] != heads_bytes or ta[-1] != tails_bytes:
+        raise ValueError("head_at and tail_at must run from 0 to the end of heads and tails")
+    if k and ((lens[0] < 0) or (np.diff(lens) <= 0).any() or (np.diff(ha) < 0).any() or (np.diff(ta) < 0).any()):
+        raise ValueError("layout lengths must be >= 0 and ascending, head_at and tail_at never decreasing")
+    if k and (np.diff(ha) + np.diff(ta) > lens).any():
+        raise ValueError("every layout's head and tail must fit in its records")
+
+
 # --- fill and permute: the splitmix64 finaliser --------------------------------------------
 
 # splitmix64 (Steele, Lea, Flood, OOPSLA 2014): the golden-ratio increment and the finaliser's

@@ -6,6 +6,7 @@ Policy (which files, what to do on a bad record) lives in iogen/formats/tfrecord
 carry byte offsets and the caller adds the path.
 """
 cimport cython
+from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
@@ -15,6 +16,7 @@ import struct
 import numpy as np
 
 from iogen._core import _common
+from iogen._core._common import writable_byte_view
 from iogen._core.crc import masked_crc32c
 from iogen.errors import FramingError
 
@@ -22,7 +24,7 @@ from iogen._core.reader cimport checked_batch_view, pread_full, raise_read_failu
 from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init, iogen_crc32c_mask
 
 __all__ = ["FramingError", "check_data_crcs", "frame", "index_records", "match_layout", "pread_frames",
-           "read_frames", "set_data_crcs", "write_frame_header"]
+           "read_frames", "set_data_crcs", "stream_frames", "write_frame_header"]
 
 iogen_crc32c_init()
 
@@ -446,3 +448,173 @@ def read_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:]
     if failed >= 0:
         raise_read_failure(failed, got, offsets)
     return total, bad, what, unmatched
+
+
+cdef inline Py_ssize_t find_layout(const int64_t[:] layout_lengths, Py_ssize_t k, int64_t data_length) noexcept nogil:
+    # the layout of records of data_length data bytes (layout_lengths ascending), or -1
+    cdef Py_ssize_t lo = 0
+    cdef Py_ssize_t hi = k
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if layout_lengths[mid] < data_length:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < k and layout_lengths[lo] == data_length else -1
+
+
+cdef int check_layout_table(const int64_t[:] lens, const int64_t[:] ha, Py_ssize_t heads_bytes,
+                            const int64_t[:] ta, Py_ssize_t tails_bytes) except -1:
+    # _common.check_layout_table's checks and messages, without its numpy calls (once per slice read)
+    cdef Py_ssize_t k = lens.shape[0]
+    cdef Py_ssize_t m
+    if ha.shape[0] != k + 1 or ta.shape[0] != k + 1:
+        raise ValueError(f"head_at and tail_at must hold {k + 1} offsets, got {ha.shape[0]} and {ta.shape[0]}")
+    if ha[0] != 0 or ta[0] != 0 or ha[k] != heads_bytes or ta[k] != tails_bytes:
+        raise ValueError("head_at and tail_at must run from 0 to the end of heads and tails")
+    for m in range(k):
+        if lens[m] < 0 or (m and lens[m] <= lens[m - 1]) or ha[m + 1] < ha[m] or ta[m + 1] < ta[m]:
+            raise ValueError("layout lengths must be >= 0 and ascending, head_at and tail_at never decreasing")
+    for m in range(k):
+        if ha[m + 1] - ha[m] + ta[m + 1] - ta[m] > lens[m]:
+            raise ValueError("every layout's head and tail must fit in its records")
+    return 0
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited, on in the debug build
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def stream_frames(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, scratch,
+                  Py_ssize_t first, bint check_crcs, const int64_t[:] layout_lengths,
+                  const unsigned char[::1] heads, const int64_t[:] head_at,
+                  const unsigned char[::1] tails, const int64_t[:] tail_at):
+    """pread whole frames first.. through scratch, checked as they land: (bytes, bad, what, unmatched, held, next).
+
+    The frames are read as read_frames reads them, but into one reused buffer that stays in
+    the core's cache, not into a batch buffer: frames adjacent in one file are packed into
+    reads of up to len(scratch) bytes (a pack starts at scratch[0], its frames one after the
+    other), read in RUN_PIECE_BYTES preads (RUN_PIECE_UNCHECKED_BYTES without check_crcs) and
+    checked as each piece lands: every header against its indexed length, every data CRC
+    (check_crcs), and every frame's data against the layout of its data length in the table
+    (layout m: records of layout_lengths[m] data bytes, ascending, begin with
+    heads[head_at[m]:head_at[m + 1]] and end with tails[tail_at[m]:tail_at[m + 1]]).
+
+    A frame with a bad header or data CRC ends the call once the rest of its pack is read: bad
+    is that entry, what FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC. A frame of no layout in the
+    table ends it at the end of its pack, every header and CRC of the pack checked: unmatched
+    is that entry, held the offset in scratch of its frame (the pack's later frames follow it
+    there; their layouts are not matched), next the entry after the pack, where a call goes
+    on. bytes: the frames from `first` through the bad frame or the pack's end. A read error or
+    a short file raises ReadFailure for the entry it hit, as read_frames does. Every frame
+    must fit in scratch.
+    """
+    cdef unsigned char[::1] out = writable_byte_view(scratch)
+    cdef int64_t cap = out.shape[0]
+    cdef Py_ssize_t n = fds.shape[0]
+    cdef Py_ssize_t k = layout_lengths.shape[0]
+    cdef Py_ssize_t i, j, m, cur
+    if offsets.shape[0] != n or lengths.shape[0] != n:
+        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
+                         f"{lengths.shape[0]}")
+    if first < 0 or first > n:
+        raise ValueError(f"first must be in [0, {n}], got {first}")
+    for i in range(first, n):
+        if offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: offset must be >= 0 and fd a descriptor")
+        if lengths[i] < HEADER_BYTES_C + FOOTER_BYTES_C or lengths[i] > cap:
+            raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES_C + FOOTER_BYTES_C} bytes and fits "
+                             f"the scratch buffer of {cap} bytes, got {lengths[i]}")
+    check_layout_table(layout_lengths, head_at, heads.shape[0], tail_at, tails.shape[0])
+    if first == n:
+        return 0, -1, 0, -1, -1, n
+    cdef unsigned char *base = &out[0]
+    cdef const unsigned char *hp = &heads[0] if heads.shape[0] else NULL
+    cdef const unsigned char *tp = &tails[0] if tails.shape[0] else NULL
+    cdef const unsigned char *fp
+    cdef int fd
+    cdef int64_t size, pos, piece, end, fstart, flen, lo, hi, at, h, t
+    cdef int64_t piece_max = RUN_PIECE_BYTES_C if check_crcs else RUN_PIECE_UNCHECKED_BYTES_C
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef uint32_t crc
+    cdef Py_ssize_t failed = -1
+    cdef Py_ssize_t bad = -1
+    cdef int what = 0
+    cdef Py_ssize_t unmatched = -1
+    cdef int64_t held = -1
+    cdef Py_ssize_t nxt = n
+    with nogil:
+        i = first
+        while i < n:
+            # the pack: entries i..j-1, each right after the previous one in the file, fitting the scratch
+            size = lengths[i]
+            j = i + 1
+            while j < n and fds[j] == fds[i] and offsets[j] == offsets[j - 1] + lengths[j - 1] \
+                    and size + lengths[j] <= cap:
+                size += lengths[j]
+                j += 1
+            fd = <int>fds[i]
+            pos = 0
+            cur = i
+            fstart = 0  # where frame `cur` starts in the pack (and in scratch)
+            crc = 0
+            while pos < size:
+                piece = size - pos if size - pos < piece_max else piece_max
+                got = pread_full(fd, base + pos, piece, offsets[i] + pos)
+                if got < piece:
+                    # the entry the failure hit, and (short file) how much of it was read
+                    at = pos + got if got > 0 else pos
+                    cur = i
+                    fstart = 0
+                    while cur < j - 1 and fstart + lengths[cur] <= at:
+                        fstart += lengths[cur]
+                        cur += 1
+                    if got >= 0:
+                        got = at - fstart
+                    failed = cur
+                    break
+                end = pos + piece
+                # every frame with bytes in this piece: extend its data CRC, check it once whole
+                while bad < 0 and cur < j:
+                    flen = lengths[cur]
+                    if check_crcs:
+                        lo = fstart + HEADER_BYTES_C if fstart + HEADER_BYTES_C > pos else pos
+                        hi = fstart + flen - FOOTER_BYTES_C
+                        if hi > end:
+                            hi = end
+                        if hi > lo:
+                            crc = iogen_crc32c(crc, base + lo, <size_t>(hi - lo))
+                    if fstart + flen > end:
+                        break  # the frame goes on in the next piece
+                    fp = base + fstart
+                    total += flen
+                    if not frame_header_ok(fp, flen):
+                        bad = cur
+                        what = FRAME_BAD_HEADER_C
+                    elif check_crcs and iogen_crc32c_mask(crc) != load_le32(fp + flen - FOOTER_BYTES_C):
+                        bad = cur
+                        what = FRAME_BAD_DATA_CRC_C
+                    elif unmatched < 0:
+                        m = find_layout(layout_lengths, k, flen - HEADER_BYTES_C - FOOTER_BYTES_C)
+                        if m >= 0:
+                            h = head_at[m + 1] - head_at[m]
+                            t = tail_at[m + 1] - tail_at[m]
+                        if m < 0 or (h and memcmp(fp + HEADER_BYTES_C, hp + head_at[m], <size_t>h) != 0) \
+                                or (t and memcmp(fp + flen - FOOTER_BYTES_C - t, tp + tail_at[m], <size_t>t) != 0):
+                            unmatched = cur
+                            held = fstart
+                    fstart += flen
+                    cur += 1
+                    crc = 0
+                pos = end  # after a bad frame the rest of the pack is still read (the twin reads packs whole)
+            if failed >= 0 or bad >= 0:
+                break
+            i = j
+            if unmatched >= 0:
+                nxt = j
+                break
+    if failed >= 0:
+        raise_read_failure(failed, got, offsets)
+    if bad >= 0:
+        return total, bad, what, -1, -1, bad + 1
+    return total, -1, 0, unmatched, held, nxt

@@ -135,6 +135,27 @@ class _ImageLayouts:
 
     def __init__(self):
         self.known = {}  # data length -> (head uint8 array, tail uint8 array)
+        self._version = 0  # bumped at every change of `known`
+        self._table = (-1, None)  # (version, the table stream_frames takes) of the last table()
+
+    def table(self):
+        """The known layouts as core.tfrecord.stream_frames takes them: (data lengths ascending,
+        heads, head offsets, tails, tail offsets); rebuilt only after `known` changed."""
+        version, table = self._table
+        if version == self._version:
+            return table
+        version = self._version  # read first: a change while building makes the next call rebuild
+        items = sorted(self.known.items())
+        lens = np.array([length for length, _ in items], np.int64)
+        head_at = np.zeros(len(items) + 1, np.int64)
+        tail_at = np.zeros(len(items) + 1, np.int64)
+        np.cumsum([h.size for _, (h, _) in items], out=head_at[1:])
+        np.cumsum([t.size for _, (_, t) in items], out=tail_at[1:])
+        heads = np.concatenate([h for _, (h, _) in items] + [_NO_BYTES])
+        tails = np.concatenate([t for _, (_, t) in items] + [_NO_BYTES])
+        table = (lens, heads, head_at, tails, tail_at)
+        self._table = (version, table)
+        return table
 
     def spans(self, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         """(image starts, image lengths) of the Examples buf[starts[i]:starts[i] + lengths[i]]."""
@@ -167,6 +188,7 @@ class _ImageLayouts:
                 if len(self.known) >= self.MAX_ENTRIES:
                     self.known.clear()
                 self.known[length] = (buf[s0:s0 + a].copy(), buf[s0 + b:s0 + length].copy())
+                self._version += 1
                 k += 1
         return out_s, out_l
 
@@ -425,6 +447,38 @@ class TFRecordFormat(Format):
             except RecordError as exc:
                 raise RecordError(exc.index + unmatched, exc.reason) from None
         return nbytes, -1, ""
+
+    def stream_records(self, fds, offsets, lengths, scratch, verify_crcs: bool):
+        """Read whole frames (index_file ranges) through scratch, a reused buffer that stays in cache,
+        checking everything as it lands; nothing of them is kept: (bytes, first bad entry or -1, what).
+
+        The checks are pread_records': each header against the index, each data CRC (when
+        verify_crcs), each Example against the layout of its length (core.tfrecord.stream_frames,
+        GIL released, every layout known so far in one table). A record of a length no layout
+        covers yet (or whose bytes differ) ends the core call after the read that holds it: the
+        records of that read from it on are parsed here from the scratch (payload_spans: a record
+        that is not an Example with an image raises RecordError) and the next call goes on after
+        them. Every frame must fit in scratch; bytes: each frame's, read once.
+        """
+        offsets = np.asarray(offsets, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        stream = _tf().stream_frames
+        first, total = 0, 0
+        while True:
+            nbytes, bad, what, unmatched, held, first = stream(fds, offsets, lengths, scratch, first,
+                                                               bool(verify_crcs), *self._layouts.table())
+            total += nbytes
+            if bad >= 0:
+                return total, bad, _FRAME_PROBLEMS[what]
+            if unmatched < 0:
+                return total, -1, ""
+            # a new layout (a record size not seen yet, or other bytes): its read's records from
+            # it on lie one after the other in the scratch; parsed (or matched), then known
+            starts = held + offsets[unmatched:first] - offsets[unmatched]
+            try:
+                self.payload_spans(scratch, starts, lengths[unmatched:first])
+            except RecordError as exc:
+                raise RecordError(unmatched + exc.index, exc.reason) from None
 
     def _cached_index(self, path):
         st = os.stat(path)

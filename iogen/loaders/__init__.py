@@ -40,8 +40,12 @@ def loader_class(name: str):
     return getattr(module, cls_name)
 
 
-def get_loader(wl, layout, fmt, world) -> Loader:
-    """Build the loader the workload selects."""
+def get_loader(wl, layout, fmt, world, keep_bytes: bool = True) -> Loader:
+    """Build the loader the workload selects.
+
+    keep_bytes=False says nobody will look at a batch's bytes (the engine only counts them): a
+    loader that can (`can_stream`) then reads without keeping each batch in a buffer.
+    """
     from ..storage import capabilities
 
     caps = capabilities(wl)
@@ -50,7 +54,10 @@ def get_loader(wl, layout, fmt, world) -> Loader:
         from .s3torch import S3TorchLoader  # s3torchconnector's datasets as the byte source
 
         return S3TorchLoader(wl, layout, fmt, world)
-    return loader_class(wl.reader.data_loader)(wl, layout, fmt, world)
+    cls = loader_class(wl.reader.data_loader)
+    if not keep_bytes and cls.can_stream:
+        return cls(wl, layout, fmt, world, keep_bytes=False)
+    return cls(wl, layout, fmt, world)
 
 
 __all__ = ["Batch", "Loader", "get_loader", "loader_class", "loader_names"]

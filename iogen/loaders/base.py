@@ -20,6 +20,9 @@ class Loader:
     """Executes plans. Subclasses implement `epoch`; they never shuffle or shard on their own."""
 
     name = "base"
+    # True when the constructor takes keep_bytes=False: batches whose bytes nobody looks at may then
+    # be read without a buffer holding them (`data` None; `bytes` still every byte read)
+    can_stream = False
 
     def __init__(self, wl, layout, fmt, world):
         self.wl = wl

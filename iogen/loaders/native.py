@@ -44,13 +44,17 @@ _MIN_PARALLEL_BYTES = 512 << 10
 PREINDEX_MAX_FILES = 16384
 # Buffers are faulted in up front only while that stays a modest share of memory.
 _PREFAULT_LIMIT_BYTES = 8 << 30
+# Streamed reads (keep_bytes=False): each reading thread's scratch buffer, grown to the largest
+# frame; it stays in the core's L2 cache, where a batch-sized buffer would not (docs/loaders.md).
+STREAM_SCRATCH_BYTES = 256 << 10
 
 
 class _Job:
     """One batch on its way: where each read goes, and how many reads are still out."""
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
-                 "inline_bytes", "transient", "preprocess_ns", "split", "decoded", "payloads", "extent")
+                 "inline_bytes", "transient", "preprocess_ns", "split", "decoded", "payloads", "extent",
+                 "streamed")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -65,14 +69,22 @@ class _Job:
         self.decoded = []  # decode mode: each slice's (images, cpu ns, pixel bytes)
         self.payloads = None  # compressed samples: each file's decoded payloads
         self.extent = None  # bytes of the slot's buffer the batch's reads fill
+        self.streamed = False  # read through the threads' scratch buffers: no batch buffer holds it
 
 
 class NativeLoader(Loader):
-    """Reads each batch with batched pread (or O_DIRECT) into preallocated aligned buffers."""
+    """Reads each batch with batched pread (or O_DIRECT) into preallocated aligned buffers.
+
+    keep_bytes=False (the engine's: it counts batches, it never looks at their bytes) lets a
+    format that checks its records as they land read them through a small per-thread scratch
+    buffer instead (TFRecord: `stream_records`): every byte is still read and every check made,
+    but no batch-sized buffer is written, and such a batch's `data` is None.
+    """
 
     name = "native"
+    can_stream = True  # get_loader's keep_bytes
 
-    def __init__(self, wl, layout, fmt, world):
+    def __init__(self, wl, layout, fmt, world, keep_bytes: bool = True):
         super().__init__(wl, layout, fmt, world)
         reader = wl.reader
         from ..storage import backend_class, get_storage
@@ -116,15 +128,27 @@ class NativeLoader(Loader):
         # decode mode (reader.decode_images): each image decoded by the thread that read it (decode.py)
         self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
         self.decode_cost = DecodeCost() if self.decoder is not None else None
+        # ...or, when nobody looks at a batch's bytes, read through each thread's scratch buffer,
+        # checked the same way (frames up to transfer_size: larger ones are shared by threads in pieces)
+        frame_max = int(layout.max_record_bytes) + 64 if layout.num_files else 0
+        stream = getattr(fmt, "stream_records", None) if fused and not keep_bytes else None
+        self._stream = stream if self.decoder is None and self.groups is None \
+            and frame_max <= self.piece_bytes else None
+        self._scratch_bytes = max(STREAM_SCRATCH_BYTES, frame_max)
+        self._scratch = threading.local()
         # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
         # Python between "batch requested" and "batch in hand" shows up as wait
-        self._pool = ThreadPool(self.threads, name="iogen-read") if self.threads > 1 else None
+        self._pool = ThreadPool(self.threads, name="iogen-read",
+                                setup=lambda k: self._scratch_buffer() if self._stream else None) \
+            if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
+        if self._stream is not None:
+            self._scratch_buffer()  # this thread's (one thread, or batches read inline)
         if self._requests:
             self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
             self.index_figures = merge_index(None, index_store.drain())
@@ -155,6 +179,8 @@ class NativeLoader(Loader):
         charge the kernel's page faults to the storage in the first epoch.
         """
         batch = wl.reader.batch_size if layout.split == "train" else wl.reader.batch_size_eval
+        if self._stream is not None:
+            batch = 0  # batches are streamed: a buffer grows only if one is ever needed
         # per sample: O_DIRECT alignment on both ends plus room for record framing (TFRecord)
         # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
         per_sample = int(layout.max_record_bytes) + 2 * ALIGN + 64 if layout.num_files else 0
@@ -167,6 +193,15 @@ class NativeLoader(Loader):
             for buf in buffers:
                 buf[::ALIGN] = 0  # one write per page maps it
         return buffers
+
+    def _scratch_buffer(self) -> np.ndarray:
+        """This thread's scratch buffer for streamed reads, made (and faulted in) on first use."""
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None:
+            buf = core.reader.aligned_buffer(self._scratch_bytes, ALIGN)
+            buf[::ALIGN] = 0
+            self._scratch.buf = buf
+        return buf
 
     # -- preparing a batch -------------------------------------------------------------
 
@@ -196,6 +231,13 @@ class NativeLoader(Loader):
             self._start_decode(job, files, gids % spf)
             return job
         fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
+        if self._stream is not None and lengths.max() <= self._scratch_bytes:
+            # nothing keeps the batch: each slice read through its thread's scratch, checked as it lands
+            # (frames larger than the dataset's records, in files written elsewhere, go the kept way)
+            job.streamed = True
+            job.files, job.offsets, job.extent = files, offsets, 0
+            self._submit(job, None, fds, offsets, lengths, lengths, None, None)
+            return job
         if self.direct:
             start = offsets & ~(ALIGN - 1)
             read_len = ((offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)) - start
@@ -261,12 +303,19 @@ class NativeLoader(Loader):
         submit, done, share = self._pool.submit, job.done, job.preprocess_ns // slices
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             submit(done, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                   buf_off[lo:hi], owner, int(lo), share)
+                   None if buf_off is None else buf_off[lo:hi], owner, int(lo), share)
 
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
         try:
-            if self._read_records is not None and owner is None:
+            if buf is None:  # streamed (job.streamed)
+                try:
+                    nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)
+                except RecordError as exc:
+                    self._raise_record(job, first + exc.index, f"record is {exc.reason}")
+                if bad >= 0:
+                    self._raise_record(job, first + bad, reason)
+            elif self._read_records is not None and owner is None:
                 try:
                     nbytes, bad, reason = self._read_records(fds, start, read_len, buf, buf_off, self._verify)
                 except RecordError as exc:
@@ -348,6 +397,8 @@ class NativeLoader(Loader):
             self.table.close_handles(job.transient)
         if job.payloads is not None:  # decoded: the payloads are the batch
             return Batch(job.n_samples, nbytes, [p for ps in job.payloads for p in ps])
+        if job.streamed:  # read and checked; no buffer holds the batch
+            return Batch(job.n_samples, nbytes, None)
         buf = self._buffers[job.slot]
         if job.split:
             self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads

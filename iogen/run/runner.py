@@ -227,8 +227,9 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         lwl = staged_workload(wl)
     else:
         lwl = wl
-    st.train_loader = get_loader(lwl, st.train_layout, fmt, world)
-    st.eval_loader = get_loader(lwl, eval_layout, fmt, world) if eval_layout is not None else None
+    # the engine counts batches and their bytes and never looks at the bytes themselves
+    st.train_loader = get_loader(lwl, st.train_layout, fmt, world, keep_bytes=False)
+    st.eval_loader = get_loader(lwl, eval_layout, fmt, world, keep_bytes=False) if eval_layout is not None else None
     world.sync()  # every rank is ready: only now may rank 0 create the run folder
 
     run_dir = None

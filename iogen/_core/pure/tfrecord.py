@@ -9,8 +9,9 @@ import struct
 
 import numpy as np
 
-from iogen._core._common import (FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_OK, INDEX_WINDOW_BYTES, check_frame_batch,
-                                 check_layout_args, writable_byte_view)
+from iogen._core._common import (FRAME_BAD_DATA_CRC, FRAME_BAD_HEADER, FRAME_OK, INDEX_WINDOW_BYTES, RUN_PIECE_BYTES,
+                                 RUN_PIECE_UNCHECKED_BYTES, check_frame_batch, check_layout_args, check_layout_table,
+                                 writable_byte_view)
 from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
 from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
@@ -197,3 +198,95 @@ def read_frames(fds, offsets, lengths, buf, buf_offsets, check_crcs, data_length
             if len(data) != data_length or data[:len(head)] != head or data[len(data) - len(tail):] != tail:
                 unmatched = i
     return total, bad, what, unmatched
+
+
+def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_lengths, heads, head_at, tails, tail_at):
+    """pread whole frames first.. through scratch, checked as they land: (bytes, bad, what, unmatched, held, next).
+
+    Frames adjacent in one file are packed into reads of up to len(scratch) bytes (a pack starts
+    at scratch[0], its frames one after the other), read in RUN_PIECE_BYTES preads
+    (RUN_PIECE_UNCHECKED_BYTES without check_crcs); every header must announce its indexed
+    length under a valid CRC, every data CRC must hold (check_crcs), and every frame's data
+    must be of the layout of its data length in the table (layout m: records of
+    layout_lengths[m] data bytes, ascending, begin with heads[head_at[m]:head_at[m + 1]] and end
+    with tails[tail_at[m]:tail_at[m + 1]]).
+
+    A frame with a bad header or data CRC ends the call once the rest of its pack is read: bad
+    is that entry, what FRAME_BAD_HEADER or FRAME_BAD_DATA_CRC. A frame of no layout in the
+    table ends it at the end of its pack, every header and CRC of the pack checked: unmatched
+    is that entry, held the offset in scratch of its frame (the pack's later frames follow it
+    there; their layouts are not matched), next the entry after the pack, where a call goes
+    on. bytes: the frames from `first` through the bad frame or the pack's end. A read error or
+    a short file raises ReadFailure for the entry it hit, as read_frames does. Every frame
+    must fit in scratch.
+    """
+    from iogen.errors import ReadFailure
+
+    from .reader import _INT_MAX, pread_full
+
+    fds = np.asarray(fds, np.int64)
+    offsets = np.asarray(offsets, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    view = writable_byte_view(scratch)
+    cap = len(view)
+    n = fds.size
+    if offsets.size != n or lengths.size != n:
+        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {offsets.size}, {lengths.size}")
+    first = int(first)
+    if not 0 <= first <= n:
+        raise ValueError(f"first must be in [0, {n}], got {first}")
+    for i in range(first, n):
+        if offsets[i] < 0 or not 0 <= fds[i] <= _INT_MAX:
+            raise ValueError(f"entry {i}: offset must be >= 0 and fd a descriptor")
+        if not HEADER_BYTES + FOOTER_BYTES <= lengths[i] <= cap:
+            raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES + FOOTER_BYTES} bytes and fits "
+                             f"the scratch buffer of {cap} bytes, got {lengths[i]}")
+    heads, tails = bytes(_byte_view(heads)), bytes(_byte_view(tails))
+    check_layout_table(layout_lengths, head_at, len(heads), tail_at, len(tails))
+    layouts = {int(length): (heads[int(head_at[m]):int(head_at[m + 1])], tails[int(tail_at[m]):int(tail_at[m + 1])])
+               for m, length in enumerate(np.asarray(layout_lengths, np.int64).tolist())}
+    piece_max = RUN_PIECE_BYTES if check_crcs else RUN_PIECE_UNCHECKED_BYTES
+    total, i = 0, first
+    while i < n:
+        size, j = int(lengths[i]), i + 1
+        while j < n and fds[j] == fds[i] and offsets[j] == offsets[j - 1] + lengths[j - 1] \
+                and size + lengths[j] <= cap:
+            size += int(lengths[j])
+            j += 1
+        pos = 0
+        while pos < size:  # the pack, in the pieces the compiled core reads it in
+            piece = min(size - pos, piece_max)
+            try:
+                got = pread_full(int(fds[i]), view[pos:pos + piece], piece, int(offsets[i]) + pos)
+                err = 0
+            except OSError as exc:
+                got, err = 0, exc.errno
+            if err or got < piece:
+                at = pos if err else pos + got
+                cur, fstart = i, 0
+                while cur < j - 1 and fstart + lengths[cur] <= at:
+                    fstart += int(lengths[cur])
+                    cur += 1
+                raise ReadFailure(cur, err, int(offsets[cur]), 0 if err else at - fstart)
+            pos += piece
+        fstart, unmatched, held = 0, -1, -1
+        for cur in range(i, j):
+            length = int(lengths[cur])
+            frame_bytes = view[fstart:fstart + length]
+            total += length
+            header = bytes(frame_bytes[:HEADER_BYTES])
+            announced, length_crc = struct.unpack("<QI", header)
+            if announced != length - HEADER_BYTES - FOOTER_BYTES or masked_crc32c(header[:8]) != length_crc:
+                return total, cur, FRAME_BAD_HEADER, -1, -1, cur + 1
+            data = bytes(frame_bytes[HEADER_BYTES:length - FOOTER_BYTES])
+            if check_crcs and masked_crc32c(data) != struct.unpack_from("<I", frame_bytes, length - FOOTER_BYTES)[0]:
+                return total, cur, FRAME_BAD_DATA_CRC, -1, -1, cur + 1
+            layout = layouts.get(len(data))
+            if unmatched < 0 and (layout is None or data[:len(layout[0])] != layout[0]
+                                  or data[len(data) - len(layout[1]):] != layout[1]):
+                unmatched, held = cur, fstart
+            fstart += length
+        if unmatched >= 0:
+            return total, -1, FRAME_OK, unmatched, held, j
+        i = j
+    return total, -1, FRAME_OK, -1, -1, n
