@@ -499,8 +499,14 @@ class Storage(Section):
     # s3 only (docs/objectstore.md); credentials come from the AWS environment/config chain, never
     # from here. endpoint_url None: AWS_ENDPOINT_URL or the AWS config, else AWS itself.
     endpoint_url: Optional[NonEmptyStr] = None
+    # several endpoints of one store: rank r talks to endpoint r mod N (iogen/storage/endpoints.py)
+    endpoint_urls: Optional[list[NonEmptyStr]] = None
     region: Optional[NonEmptyStr] = None
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    # TLS of https:// endpoints: certificates verified unless verify_tls is False; ca_bundle: a PEM file of
+    # the CAs to trust instead of the default ones. A client that cannot honour one refuses it by name.
+    verify_tls: bool = True
+    ca_bundle: Optional[NonEmptyStr] = None
     # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
     # what a client does not implement yet is refused (storage.keys.workload_problems).
     s3_client: S3Client = "boto3"
@@ -510,7 +516,8 @@ class Storage(Section):
         from ..storage.keys import storage_problems
 
         problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
-                                    self.addressing_style, self.s3_client)
+                                    self.addressing_style, self.s3_client, endpoint_urls=self.endpoint_urls,
+                                    verify_tls=self.verify_tls, ca_bundle=self.ca_bundle)
         if problems:
             raise rule(*problems)
         return self

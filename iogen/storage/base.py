@@ -61,6 +61,8 @@ class Capabilities:
         calls take too), and a path is a file name a format or a framework (tf.data) opens itself;
         False: every range read is a client request (a loader spreads them over its threads) and a
         format reads through a file object (iogen/objectfile.py).
+    tls: the TLS settings of an https:// endpoint the client honours: "ca_bundle" (storage.ca_bundle, a PEM
+        file of the CAs to trust), "no_verify" (storage.verify_tls: False); one it does not is refused by name.
     """
 
     local_paths: bool
@@ -74,6 +76,7 @@ class Capabilities:
     torch_datasets: bool = False
     free_space: bool = False
     core_reads: bool = False
+    tls: frozenset = frozenset()
 
 
 class Storage:

@@ -1,0 +1,100 @@
+"""Real stores' TLS (a CA bundle, the opt-out, verification on by default) and several endpoints (rank r talks
+to endpoint r mod N; every endpoint checked before any work; requests counted per endpoint)."""
+import importlib.util
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from iogen.config import load_workload
+from iogen.errors import ConfigError
+from iogen.storage import get_storage
+from iogen.storage.endpoints import endpoint_of
+
+from ..conftest import _free_port, run_iogen
+from .test_datagen_verify import s3_overrides
+
+
+@pytest.fixture
+def tls_s3(tls_s3_server, monkeypatch, tmp_path):
+    """A bucket on the https moto server (its certificate signed by a test CA), the AWS variables set."""
+    import boto3
+
+    endpoint, ca = tls_s3_server
+    env = {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION":
+           "us-east-1", "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for k in ("AWS_ENDPOINT_URL", "AWS_CA_BUNDLE", "AWS_PROFILE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    bucket = "iogen-tls-" + uuid.uuid4().hex[:8]
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", verify=ca).create_bucket(Bucket=bucket)
+    return SimpleNamespace(endpoint=endpoint, ca=ca, bucket=bucket, env=env)
+
+
+def _wl(bucket, *over):
+    return load_workload("default", ["storage.storage_type=s3", f"storage.storage_root={bucket}", *over])
+
+
+# -- TLS ---------------------------------------------------------------------------------------------------
+
+def test_certificates_are_verified_by_default_and_a_failure_names_the_key(tls_s3):
+    with pytest.raises(ConfigError, match=r"storage.verify_tls: TLS with the object store at https://127.0.0.1:\d+ "
+                                          r"failed .*certificate.*storage.ca_bundle"):
+        get_storage(_wl(tls_s3.bucket, f"storage.endpoint_url={tls_s3.endpoint}"))
+
+
+@pytest.mark.parametrize("client", ["boto3", "obstore"])
+@pytest.mark.parametrize("tls", ["ca_bundle", "no_verify"])
+def test_a_ca_bundle_or_the_opt_out_reaches_every_client(tls_s3, client, tls):
+    if client != "boto3" and importlib.util.find_spec(client) is None:
+        pytest.skip(f"pip install {client}")
+    setting = f"storage.ca_bundle={tls_s3.ca}" if tls == "ca_bundle" else "storage.verify_tls=false"
+    wl = _wl(tls_s3.bucket, f"storage.endpoint_url={tls_s3.endpoint}", f"storage.s3_client={client}", setting)
+    st = get_storage(wl)  # the bucket HEAD: boto3 with verify= the bundle, or False
+    assert st.client()._endpoint.http_session._verify == (tls_s3.ca if tls == "ca_bundle" else False)
+    uri = f"s3://{tls_s3.bucket}/k"
+    st.publish(uri, b"0123456789")  # the client's own PUT and GET over https
+    buf = bytearray(4)
+    assert st.readinto(uri, 3, buf) == 4 and bytes(buf) == b"3456"
+    assert st.drain()["get"]["requests"] == 1
+
+
+def test_tls_settings_are_validated_naming_the_key(tmp_path):
+    missing = tmp_path / "no-such-ca.pem"
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("not a certificate\n")
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    for over, message in (
+            ([f"storage.ca_bundle={missing}"], f"storage.ca_bundle = '{missing}' does not exist"),
+            ([f"storage.ca_bundle={not_pem}"], "holds no PEM certificate"),
+            (["storage.verify_tls=false", f"storage.ca_bundle={not_pem}"], "with storage.verify_tls = False"),
+            (["storage.verify_tls=false", "storage.s3_client=s3dlio"],
+             "storage.verify_tls = False: storage.s3_client = 's3dlio' has no way to skip certificate verification"),
+            ([f"storage.ca_bundle={pem}", "storage.s3_client=s3torchconnector",
+              "reader.data_loader=pytorch"], "storage.s3_client = 's3torchconnector' takes no CA bundle"),
+            (["storage.storage_type=local_fs", "storage.verify_tls=false"],
+             "storage.verify_tls = False applies to storage.storage_type s3 only")):
+        r = run_iogen("validate", "default", "storage.storage_type=s3", "storage.storage_root=bkt1", *over)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (over, r.stderr)
+
+
+# -- several endpoints -------------------------------------------------------------------------------------
+
+def test_rank_r_uses_endpoint_r_mod_n():
+    st = _wl("bkt1", "storage.endpoint_urls=[http://a:1,http://b:2,http://c:3]").storage
+    assert [endpoint_of(st, r) for r in range(5)] == ["http://a:1", "http://b:2", "http://c:3", "http://a:1",
+                                                       "http://b:2"]
+    assert endpoint_of(st) == "http://a:1"  # this process: a world of one, rank 0
+    assert endpoint_of(_wl("bkt1", "storage.endpoint_url=http://a:1").storage, 3) == "http://a:1"
+
+
+def test_every_endpoint_is_checked_before_any_work(s3, tmp_path):
+    down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    over = s3_overrides(s3, tmp_path, "npz", **{"storage.endpoint_urls": f"[{s3.endpoint},{down}]"})
+    r = run_iogen("datagen", "default", *over, "-q")
+    assert r.returncode == 2 and f"storage.endpoint_urls: cannot reach the object store at {down}" in r.stderr, \
+        r.stderr
+    assert "Traceback" not in r.stderr
+    assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written anywhere
