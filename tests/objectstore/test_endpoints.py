@@ -76,8 +76,13 @@ def test_tls_settings_are_validated_naming_the_key(tmp_path):
               "reader.data_loader=pytorch"], "storage.s3_client = 's3torchconnector' takes no CA bundle"),
             (["storage.storage_type=local_fs", "storage.verify_tls=false"],
              "storage.verify_tls = False applies to storage.storage_type s3 only")):
-        r = run_iogen("validate", "default", "storage.storage_type=s3", "storage.storage_root=bkt1", *over)
-        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (over, r.stderr)
+        with pytest.raises(ConfigError) as exc:
+            _wl("bkt1", *over)
+        assert message in str(exc.value), (over, str(exc.value))
+    r = run_iogen("validate", "default", "storage.storage_type=s3", "storage.storage_root=bkt1",
+                  f"storage.ca_bundle={missing}")  # the command: exit 2, one line naming the key
+    assert r.returncode == 2 and r.stderr.startswith(f"iogen: error: storage.ca_bundle = '{missing}' does not exist")
+    assert "Traceback" not in r.stderr
 
 
 # -- several endpoints -------------------------------------------------------------------------------------
@@ -98,3 +103,38 @@ def test_every_endpoint_is_checked_before_any_work(s3, tmp_path):
         r.stderr
     assert "Traceback" not in r.stderr
     assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written anywhere
+
+
+S3DLIO_CHILD = """
+import sys
+from iogen.config import load_workload
+from iogen.errors import DataError
+from iogen.storage import get_storage
+endpoint, bucket, ca = sys.argv[1:4]
+over = ["storage.storage_type=s3", f"storage.storage_root={bucket}", "storage.s3_client=s3dlio",
+        f"storage.endpoint_url={endpoint}"] + ([f"storage.ca_bundle={ca}"] if ca else [])
+st = get_storage(load_workload("default", over), check=False)  # s3dlio's process-wide client: this endpoint, bundle
+try:
+    st.publish(f"s3://{bucket}/s3dlio.bin", b"0123456789")
+    buf = bytearray(4)
+    st.readinto(f"s3://{bucket}/s3dlio.bin", 2, buf)
+    print("read", bytes(buf).decode())
+except DataError as exc:
+    print("refused", exc)
+"""
+
+
+@pytest.mark.parametrize("bundle", [True, False])
+def test_s3dlio_takes_the_ca_bundle_and_verifies_without_it(tls_s3, bundle):
+    """s3dlio's client is one per process: each case in its own child."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("s3dlio", reason="pip install s3dlio")
+    r = subprocess.run([sys.executable, "-c", S3DLIO_CHILD, tls_s3.endpoint, tls_s3.bucket, tls_s3.ca if bundle else ""],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    if bundle:
+        assert r.stdout.strip() == "read 2345", r.stdout + r.stderr[-2000:]
+    else:  # the server's certificate is signed by no CA s3dlio trusts: the PUT fails, naming the object
+        assert r.stdout.startswith(f"refused s3://{tls_s3.bucket}/s3dlio.bin: PUT through s3dlio failed"), r.stdout
