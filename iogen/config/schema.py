@@ -593,6 +593,23 @@ class Workload(Section):
                 data[section] = {**sec, key: os.path.abspath(os.path.join(root, value))}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_start_method(cls, data):
+        # reader.multiprocessing_context left unset: the start method the storage client works in (fork,
+        # DLIO's default, unless the client's runtime does not survive one: obstore, s3dlio take spawn).
+        storage = data.get("storage") if isinstance(data, dict) else None
+        reader = data.get("reader") if isinstance(data, dict) else None
+        if not isinstance(storage, dict) or (isinstance(reader, dict) and "multiprocessing_context" in reader) \
+                or (reader is not None and not isinstance(reader, dict)):
+            return data
+        from ..storage.keys import worker_start_methods
+
+        methods = worker_start_methods(storage.get("storage_type", "local_fs"), storage.get("s3_client"))
+        if not methods or "fork" in methods:
+            return data
+        return {**data, "reader": {**(reader or {}), "multiprocessing_context": methods[0]}}
+
     @model_validator(mode="after")
     def _across_sections(self):
         problems = []

@@ -162,6 +162,18 @@ def _tls_problems(storage_type: str, s3_client: str, verify_tls: bool, ca_bundle
     return problems
 
 
+def worker_start_methods(storage_type, s3_client) -> tuple:
+    """The worker start methods the backend of this storage type and client works in (its capabilities'),
+    () when the registry has no such backend (the config refuses it elsewhere)."""
+    from . import backend_class, backend_name
+
+    try:
+        return backend_class(backend_name(SimpleNamespace(storage_type=storage_type, s3_client=s3_client))
+                             ).capabilities.worker_start_methods
+    except (ValueError, TypeError):
+        return ()
+
+
 def ca_bundle_problems(path: str) -> list[str]:
     """storage.ca_bundle must be a readable file of PEM certificates."""
     import os
@@ -197,6 +209,13 @@ def workload_problems(wl) -> list[str]:
                         f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
                         "use storage.s3_client=boto3")
     problems += _s3_client_problems(wl)
+    methods = worker_start_methods(wl.storage.storage_type, wl.storage.s3_client)
+    if (rd.data_loader == "pytorch" and rd.read_threads > 0 and (wf.train or wf.evaluation)
+            and methods and rd.multiprocessing_context not in methods):
+        problems.append(f"reader.multiprocessing_context = {rd.multiprocessing_context!r} with storage.s3_client = "
+                        f"{wl.storage.s3_client!r}: the client's runtime does not survive a fork (its threads are not "
+                        "copied: the DataLoader's forked workers would hang on their first request); use "
+                        f"{' or '.join(methods)} (the default with this client), or reader.read_threads=0")
     if not wf.stage_data:  # staged, the loaders read local files: these apply to them
         for key in ("odirect", "evict_page_cache", "reopen_files"):
             if getattr(rd, key):

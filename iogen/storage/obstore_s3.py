@@ -58,7 +58,8 @@ class ObstoreStorage(DataClientStore):
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
                                 needs=(("boto3", "storage.storage_type=s3"), ("obstore", "storage.s3_client=obstore")),
-                                tls=frozenset({"ca_bundle", "no_verify"}))
+                                tls=frozenset({"ca_bundle", "no_verify"}),
+                                worker_start_methods=("spawn", "forkserver"))
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)

@@ -62,7 +62,8 @@ class S3dlioStorage(DataClientStore):
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
                                 needs=(("boto3", "storage.storage_type=s3"), ("s3dlio", "storage.s3_client=s3dlio")),
-                                tls=frozenset({"ca_bundle"}))
+                                tls=frozenset({"ca_bundle"}),
+                                worker_start_methods=("spawn", "forkserver"))
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)

@@ -73,3 +73,36 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     theirs = {o["Key"].replace("ckpt-boto3/", "ckpt/"): s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read()
               for o in listed}
     assert mine == theirs and len(mine) == 2
+
+
+def test_each_client_gets_the_worker_start_method_it_survives():
+    """obstore's and s3dlio's runtimes do not survive a fork (a forked DataLoader worker hangs on its first
+    request): unset, reader.multiprocessing_context is spawn with them, fork with the others; fork asked for
+    with them is refused by name."""
+    from iogen.config import load_workload
+    from iogen.errors import ConfigError
+
+    base = ["storage.storage_type=s3", "storage.storage_root=bkt1", "reader.data_loader=pytorch"]
+    got = {c: load_workload("default", [*base, f"storage.s3_client={c}"]).reader.multiprocessing_context
+           for c in ("boto3", "s3torchconnector", "obstore", "s3dlio")}
+    assert got == {"boto3": "fork", "s3torchconnector": "fork", "obstore": "spawn", "s3dlio": "spawn"}
+    assert load_workload("default", []).reader.multiprocessing_context == "fork"  # files: DLIO's default
+    with pytest.raises(ConfigError, match=r"reader.multiprocessing_context = 'fork' with storage.s3_client = "
+                                          r"'s3dlio': the client's runtime does not survive a fork .* use spawn or "
+                                          r"forkserver"):
+        load_workload("default", [*base, "storage.s3_client=s3dlio", "reader.multiprocessing_context=fork"])
+    for ok in ("reader.multiprocessing_context=forkserver", "reader.read_threads=0"):  # no fork, or no worker
+        load_workload("default", [*base, "storage.s3_client=obstore", ok])
+
+
+def test_the_pytorch_loader_reads_through_obstore_in_spawned_workers(s3, tmp_path, iogen_cmd):
+    pytest.importorskip("obstore", reason="pip install obstore")
+    over = s3_overrides(s3, tmp_path, "npz", **{"storage.s3_client": "obstore", "reader.data_loader": "pytorch",
+                                                "reader.read_threads": 2, "train.epochs": 1,
+                                                "train.computation_time": 0})
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0, r.stderr
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    assert doc["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16  # every sample, by workers
