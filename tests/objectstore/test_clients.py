@@ -53,16 +53,24 @@ def test_datagen_verify_run_and_checkpoints_through_the_client(s3, tmp_path, iog
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, iogen_cmd, client):
-    """An LLM checkpoint-only run: the objects are the boto3 run's, byte for byte."""
+    """An LLM checkpoint-only run: the objects are the boto3 run's, byte for byte. It names two endpoints of
+    the one server (its address and its name): the one rank talks to the first, and checks the second."""
+    from iogen.storage.figures import OPS
+
     pytest.importorskip(client, reason=f"pip install {client}")
     rw = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1}
-    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw}))
+    endpoints = [s3.endpoint, s3.endpoint.replace("127.0.0.1", "localhost")]
+    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw,
+                                                                 "storage.endpoint_urls": "[" + ",".join(endpoints) + "]"}))
     assert r.returncode == 0, r.stderr
     doc = summary_of(r)
     assert doc["iogen"]["setup"]["storage_client"] == client
     block = doc["iogen"]["object_store"]
     assert block["client"] == client and block["checkpoint_read"]["get"]["errors"] == 0
     assert block["checkpoint_read"]["get"]["retries"] is None
+    requests = sum(cell[op]["requests"] for cell in block.values() if isinstance(cell, dict) for op in OPS
+                   if isinstance(cell.get(op), dict))
+    assert requests > 0 and block["requests_by_endpoint"] == {endpoints[0]: requests, endpoints[1]: 1}
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt/")["Contents"]
     mine = {o["Key"]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed}
     r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{
