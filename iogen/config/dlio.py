@@ -315,7 +315,8 @@ def _v3_storage(tree: dict) -> list[str]:
         elif key == "region":
             put("region", value, "storage_options.region")
         elif key == "endpoint_uris":
-            uris = [value] if isinstance(value, str) else value
+            # a list, or one string (several comma-separated, as the fork's S3_ENDPOINT_URIS variable has them)
+            uris = [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
             if isinstance(uris, list) and len(uris) == 1:
                 put("endpoint_url", uris[0], "storage_options.endpoint_uris")
             elif isinstance(uris, list) and uris:  # several: spread round-robin per rank (iogen/storage/endpoints.py)

@@ -78,6 +78,9 @@ def test_the_forks_storage_keys_map_to_iogens():
     st = _storage("storage.storage_type=s3dlio", "storage.storage_options.load_balance_strategy=round_robin",
                   "storage.storage_options.endpoint_uris=[http://10.0.0.6:9000,http://10.0.0.7:9000]")
     assert (st.endpoint_url, st.endpoint_urls) == (None, ["http://10.0.0.6:9000", "http://10.0.0.7:9000"])
+    st = _storage("storage.storage_type=s3dlio",  # one string, comma-separated (as S3_ENDPOINT_URIS has them)
+                  "storage.storage_options.endpoint_uris='http://10.0.0.6:9000, http://10.0.0.7:9000'")
+    assert st.endpoint_urls == ["http://10.0.0.6:9000", "http://10.0.0.7:9000"]
 
 
 @pytest.mark.parametrize("over,message", [

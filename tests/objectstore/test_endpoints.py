@@ -138,3 +138,11 @@ def test_s3dlio_takes_the_ca_bundle_and_verifies_without_it(tls_s3, bundle):
         assert r.stdout.strip() == "read 2345", r.stdout + r.stderr[-2000:]
     else:  # the server's certificate is signed by no CA s3dlio trusts: the PUT fails, naming the object
         assert r.stdout.startswith(f"refused s3://{tls_s3.bucket}/s3dlio.bin: PUT through s3dlio failed"), r.stdout
+
+
+def test_a_bucket_missing_at_one_endpoint_is_exit_2_naming_it(s3, moto_servers, tmp_path):
+    other = moto_servers({})  # a second server: the bucket exists at s3.endpoint only
+    over = s3_overrides(s3, tmp_path, "npz", **{"storage.endpoint_urls": f"[{s3.endpoint},{other}]"})
+    r = run_iogen("datagen", "default", *over, "-q")
+    assert r.returncode == 2 and f"bucket {s3.bucket!r} at {other} does not exist" in r.stderr, r.stderr
+    assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written before the check
