@@ -77,10 +77,16 @@ def check_once(endpoint: str, bucket: str, check) -> None:
         _OTHER_HEADS[endpoint] += int(n)
 
 
-def other_endpoint_checks() -> dict:
-    """{endpoint: HEADs} this process sent to endpoints other than its own (the start-up checks)."""
+def other_endpoint_checks(reset: bool = False) -> dict:
+    """{endpoint: HEADs} this process sent to endpoints other than its own (the start-up checks); reset: start
+    afresh, the endpoints to be checked again (a run's figures took them: a later run in this process, through
+    iogen's API, checks and counts its own)."""
     with _LOCK:
-        return dict(_OTHER_HEADS)
+        found = dict(_OTHER_HEADS)
+        if reset:
+            _OTHER_HEADS.clear()
+            _CHECKED.clear()
+        return found
 
 
 def requests_in(cells) -> int:
@@ -97,7 +103,7 @@ def requests_by_endpoint(world, urls, requests: int) -> dict | None:
     urls = tuple(urls)
     counts = np.zeros(len(urls), np.int64)
     counts[world.rank % len(urls)] += int(requests)
-    for url, n in other_endpoint_checks().items():
+    for url, n in other_endpoint_checks(reset=True).items():
         if url in urls:
             counts[urls.index(url)] += int(n)
     total = world.reduce_array(counts, "sum")

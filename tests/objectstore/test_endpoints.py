@@ -146,3 +146,18 @@ def test_a_bucket_missing_at_one_endpoint_is_exit_2_naming_it(s3, moto_servers, 
     r = run_iogen("datagen", "default", *over, "-q")
     assert r.returncode == 2 and f"bucket {s3.bucket!r} at {other} does not exist" in r.stderr, r.stderr
     assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written before the check
+
+
+def test_other_endpoints_are_checked_once_a_run_and_counted_there():
+    from iogen.comm import SingleWorld
+    from iogen.storage.endpoints import check_once, other_endpoint_checks, requests_by_endpoint
+
+    other_endpoint_checks(reset=True)
+    calls = []
+    for _ in range(3):  # every get_storage of a run: the other endpoint is HEADed once
+        check_once("http://b:2", "bkt1", lambda: calls.append(1) or 1)
+    assert calls == [1]
+    urls = ("http://a:1", "http://b:2")
+    assert requests_by_endpoint(SingleWorld(), urls, 7) == {"http://a:1": 7, "http://b:2": 1}
+    check_once("http://b:2", "bkt1", lambda: calls.append(1) or 1)  # a later run in this process checks again
+    assert calls == [1, 1] and requests_by_endpoint(SingleWorld(), urls, 0) == {"http://a:1": 0, "http://b:2": 1}
