@@ -225,7 +225,7 @@ class ObjectStore(Storage):
         return "storage.ca_bundle" if isinstance(self._verify, str) else "storage.verify_tls"
 
     def check_endpoints(self, bucket: str) -> None:
-        """HEAD the bucket at every other endpoint of storage.endpoint_urls, once per process (endpoints.check_once):
+        """HEAD the bucket at every other endpoint of storage.endpoint_urls, once per run (endpoints.check_once):
         one down among several is a ConfigError naming it, before any work. Those HEADs are counted per endpoint
         (endpoints.other_endpoint_checks), not in this store's figures: they are not this rank's endpoint's."""
         from .endpoints import check_once
