@@ -67,7 +67,8 @@ def tls_verify(storage):
 
 
 def check_once(endpoint: str, bucket: str, check) -> None:
-    """check() (a HEAD of bucket at endpoint, returning its request count) once per run (until a run's figures take the counts: other_endpoint_checks) and endpoint."""
+    """check() (a HEAD of bucket at endpoint, returning its request count) once per endpoint and run (until a
+    run's figures take the counts: other_endpoint_checks)."""
     with _LOCK:
         if (endpoint, bucket) in _CHECKED:
             return

@@ -74,7 +74,7 @@ class ObjectStore(Storage):
         self.endpoint_url = endpoint_url  # None: AWS_ENDPOINT_URL / the AWS config / AWS itself
         self.region = region
         self._verify = verify
-        if verify is False:  # storage.verify_tls: False was asked for: urllib3's warning on every request says nothing new
+        if verify is False:  # asked for: urllib3's warning on each request says nothing new
             _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
