@@ -216,19 +216,24 @@ def moto_servers(tmp_path_factory):
     pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
     started = []
 
-    def start(env_extra: dict) -> str:
+    def start(env_extra: dict, tls=None) -> str:
+        """tls: (certificate file, key file, CA file): the server speaks https with that certificate."""
+        import ssl
+
         port = _free_port()
         log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        args = ["-c", str(tls[0]), "-k", str(tls[1])] if tls else []
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port), *args],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
         started.append((proc, log))
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        context = ssl.create_default_context(cafile=str(tls[2])) if tls else None
         deadline = time.monotonic() + MOTO_STARTUP_TIMEOUT_S
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"moto server exited with {proc.returncode}; see {log.name}")
             try:
-                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1, context=context).close()
                 return endpoint
             except OSError:
                 if time.monotonic() > deadline:

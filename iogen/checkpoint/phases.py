@@ -412,11 +412,14 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     cpu_user, cpu_system = (float(x) for x in world.allreduce_array(np.array([mine_cpu.user_s, mine_cpu.system_s]),
                                                                     "sum"))
     object_phases = ("setup", "checkpoint_write", "checkpoint_drain", "checkpoint_check", "checkpoint_read")
-    all_objects = None
+    all_objects = by_endpoint = None
     if objects:  # every rank's requests merged by reductions, on rank 0
-        from ..metrics.requests import reduce_figures
+        from ..metrics.requests import endpoint_figures, reduce_figures
+        from ..storage.endpoints import endpoint_list
 
-        all_objects = reduce_figures(world, [object_figures.get(phase) for phase in object_phases])
+        cells = [object_figures.get(phase) for phase in object_phases]
+        all_objects = reduce_figures(world, cells)
+        by_endpoint = endpoint_figures(world, endpoint_list(wl), cells)  # several endpoints: requests per endpoint
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
@@ -427,6 +430,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
             doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
             mark_not_measured(doc["iogen"]["object_store"], backend_class(wl).client_name)
+            if by_endpoint is not None:
+                doc["iogen"]["object_store"]["requests_by_endpoint"] = by_endpoint
         if drain_block is not None:
             doc["iogen"]["checkpoint_drain"] = drain_block
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)

@@ -273,9 +273,8 @@ V3_LIBRARIES = ("s3dlio", "s3torchconnector")  # storage.storage_library values 
 V3_REFUSED_OPTIONS = {
     "access_key_id": "credentials do not go in a workload file: set AWS_ACCESS_KEY_ID (or a profile)",
     "secret_access_key": "credentials do not go in a workload file: set AWS_SECRET_ACCESS_KEY (or a profile)",
-    "load_balance_strategy": "it spreads requests over several endpoints, which iogen does not do yet: it talks to "
-                             "one endpoint (storage.endpoint_url)",
 }
+V3_BALANCING = ("round_robin",)  # storage_options.load_balance_strategy values iogen does (per rank)
 
 
 def _v3_storage(tree: dict) -> list[str]:
@@ -316,19 +315,25 @@ def _v3_storage(tree: dict) -> list[str]:
         elif key == "region":
             put("region", value, "storage_options.region")
         elif key == "endpoint_uris":
-            uris = [value] if isinstance(value, str) else value
+            # a list, or one string (several comma-separated, as the fork's S3_ENDPOINT_URIS variable has them)
+            uris = [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
             if isinstance(uris, list) and len(uris) == 1:
                 put("endpoint_url", uris[0], "storage_options.endpoint_uris")
+            elif isinstance(uris, list) and uris:  # several: spread round-robin per rank (iogen/storage/endpoints.py)
+                put("endpoint_urls", list(uris), "storage_options.endpoint_uris")
             else:
-                problems.append(f"storage.storage_options.endpoint_uris = {show(value)}: several endpoints (requests "
-                                "spread over them) are not implemented in iogen yet; give one endpoint "
-                                "(storage.endpoint_url)")
+                problems.append(f"storage.storage_options.endpoint_uris = {show(value)}: give a list of endpoint URLs")
+        elif key == "load_balance_strategy":
+            if value not in V3_BALANCING:  # round_robin: what iogen does with several endpoints, per rank
+                problems.append(f"storage.storage_options.load_balance_strategy = {show(value)}: iogen spreads "
+                                "requests over several endpoints round-robin per rank only (round_robin); "
+                                f"{show(value)} is not implemented")
         elif key in V3_REFUSED_OPTIONS:
             shown = "***" if "access" in key else show(value)
             problems.append(f"storage.storage_options.{key} = {shown}: {V3_REFUSED_OPTIONS[key]}")
         else:
             problems.append(f"storage.storage_options.{key} = {show(value)}: not a storage option iogen knows "
-                            "(it maps endpoint_url, endpoint_uris with one endpoint, and region)")
+                            "(it maps endpoint_url, endpoint_uris, load_balance_strategy: round_robin, and region)")
     return problems
 
 

@@ -499,8 +499,14 @@ class Storage(Section):
     # s3 only (docs/objectstore.md); credentials come from the AWS environment/config chain, never
     # from here. endpoint_url None: AWS_ENDPOINT_URL or the AWS config, else AWS itself.
     endpoint_url: Optional[NonEmptyStr] = None
+    # several endpoints of one store: rank r talks to endpoint r mod N (iogen/storage/endpoints.py)
+    endpoint_urls: Optional[list[NonEmptyStr]] = None
     region: Optional[NonEmptyStr] = None
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    # TLS of https:// endpoints: certificates verified unless verify_tls is False; ca_bundle: a PEM file of
+    # the CAs to trust instead of the default ones. A client that cannot honour one refuses it by name.
+    verify_tls: bool = True
+    ca_bundle: Optional[NonEmptyStr] = None
     # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
     # what a client does not implement yet is refused (storage.keys.workload_problems).
     s3_client: S3Client = "boto3"
@@ -510,7 +516,8 @@ class Storage(Section):
         from ..storage.keys import storage_problems
 
         problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
-                                    self.addressing_style, self.s3_client)
+                                    self.addressing_style, self.s3_client, endpoint_urls=self.endpoint_urls,
+                                    verify_tls=self.verify_tls, ca_bundle=self.ca_bundle)
         if problems:
             raise rule(*problems)
         return self
@@ -585,6 +592,23 @@ class Workload(Section):
             if isinstance(value, str) and value and not os.path.isabs(value):
                 data[section] = {**sec, key: os.path.abspath(os.path.join(root, value))}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_start_method(cls, data):
+        # reader.multiprocessing_context left unset: the start method the storage client works in (fork,
+        # DLIO's default, unless the client's runtime does not survive one: obstore, s3dlio take spawn).
+        storage = data.get("storage") if isinstance(data, dict) else None
+        reader = data.get("reader") if isinstance(data, dict) else None
+        if not isinstance(storage, dict) or (isinstance(reader, dict) and "multiprocessing_context" in reader) \
+                or (reader is not None and not isinstance(reader, dict)):
+            return data
+        from ..storage.keys import worker_start_methods
+
+        methods = worker_start_methods(storage.get("storage_type", "local_fs"), storage.get("s3_client"))
+        if not methods or "fork" in methods:
+            return data
+        return {**data, "reader": {**(reader or {}), "multiprocessing_context": methods[0]}}
 
     @model_validator(mode="after")
     def _across_sections(self):

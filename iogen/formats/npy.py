@@ -23,7 +23,7 @@ from ..errors import ConfigError, DataError
 from .base import (CHUNK_BYTES, FileIndex, FileShape, Format, check_sample_ids, error_text, is_fileobj,
                    payload_chunks, read_at, source_name, source_size)
 from ..common.checksum import crc32c
-from .npz import _Member, npy_header
+from .npz import Member, npy_header
 
 ALIGN_BYTES = 4096
 MAGIC = b"\x93NUMPY"
@@ -79,7 +79,7 @@ class NpyFormat(Format):
 
     # -- the header -------------------------------------------------------------------------
 
-    def header(self, path) -> _Member:
+    def header(self, path) -> Member:
         """The array's shape, order, dtype and where its data starts; a bad header names the file."""
         name = source_name(path)
         size = source_size(path)
@@ -112,7 +112,7 @@ class NpyFormat(Format):
                             start) from None
         if any(s < 0 for s in shape) or dtype.hasobject or math.prod(shape) * dtype.itemsize >= 1 << 62:
             raise DataError(name, f"bad .npy header: shape {shape} of {dtype} is impossible", start)
-        m = _Member()
+        m = Member()
         m.compressed = False
         m.member_offset = 0
         m.data_offset = start + hlen
@@ -123,7 +123,7 @@ class NpyFormat(Format):
             raise DataError(name, f"file ends at byte {size}, the array needs {end} (truncated?)", size)
         return m
 
-    def _rows(self, m: _Member) -> int | None:
+    def _rows(self, m: Member) -> int | None:
         """Samples if the array holds one sample per contiguous row, else None (DLIO's layout)."""
         n = self.samples_per_file
         if m.fortran or not m.shape:

@@ -188,7 +188,7 @@ def _member_info(name: str, method: int, level) -> zipfile.ZipInfo:
     return info
 
 
-class _Member:
+class Member:
     """Where a .npy member's array lies in the file."""
 
     __slots__ = ("compressed", "member_offset", "member_bytes", "data_offset", "shape", "fortran", "dtype")
@@ -256,12 +256,12 @@ class NpzFormat(Format):
 
     # -- finding the array ------------------------------------------------------------------
 
-    def _member(self, fobj, path, size: int, name: str = "x.npy") -> _Member:
+    def _member(self, fobj, path, size: int, name: str = "x.npy") -> Member:
         """The member's place and array header; whatever the zip and .npy parsers raise names the file."""
         with parsing(path, f"zip or .npy header of {name!r} is corrupt"):
             return self._find_member(fobj, path, size, name)
 
-    def _find_member(self, fobj, path, size: int, name: str) -> _Member:
+    def _find_member(self, fobj, path, size: int, name: str) -> Member:
         try:
             zf = zipfile.ZipFile(fobj)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
@@ -271,7 +271,7 @@ class NpzFormat(Format):
             info = zf.getinfo(name)
         except KeyError:
             raise DataError(path, f"has no member {name!r} (members: {zf.namelist()})") from None
-        m = _Member()
+        m = Member()
         m.compressed = info.compress_type != zipfile.ZIP_STORED
         m.member_bytes = info.file_size
         hdr = read_at(fobj, path, info.header_offset, _LOCAL_HEADER.size)
@@ -296,7 +296,7 @@ class NpzFormat(Format):
         return m
 
     @staticmethod
-    def _read_npy_header(fobj, path, m: _Member, offset: int) -> None:
+    def _read_npy_header(fobj, path, m: Member, offset: int) -> None:
         try:
             version = np.lib.format.read_magic(fobj)
             if version == (1, 0):
@@ -309,7 +309,7 @@ class NpzFormat(Format):
             raise DataError(path, f"bad .npy header: shape {tuple(m.shape)} of {m.dtype} is impossible",
                             offset=offset)
 
-    def _rows(self, m: _Member) -> int | None:
+    def _rows(self, m: Member) -> int | None:
         """Samples if x is laid out one sample per contiguous row, else None."""
         n = self.samples_per_file
         if not m.fortran and len(m.shape) >= 1 and (n is None or m.shape[0] == n):
@@ -389,7 +389,7 @@ class NpzFormat(Format):
             return [np.array(arr) for _ in ids]
         return [np.array(arr[..., i]) for i in ids]
 
-    def _read_compressed(self, fobj, path, m: _Member, ids, rows):
+    def _read_compressed(self, fobj, path, m: Member, ids, rows):
         """Inflate x from its start to the last row asked for (the whole member when rows are strided);
         zipfile reads the deflated bytes in pieces as large as the reads asked of it."""
         try:

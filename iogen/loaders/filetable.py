@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import DataError
 
 
-def _fd_budget() -> int:
+def fd_budget() -> int:
     """How many data files may stay open: raise the soft limit to the hard one, keep headroom."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
@@ -119,7 +119,7 @@ class FileTable:
         self._alloc(n if self._slot_of is None else 0)
         self.irregular: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by file
         self.open_fds: list[int] = []  # slots with an open descriptor
-        self.transient = self.reopen or n > _fd_budget()
+        self.transient = self.reopen or n > fd_budget()
         # sparse tables forget everything when a batch would take them past this many files
         self.max_files_held = max(int(max_files_held), 1)
         self.forgets = 0

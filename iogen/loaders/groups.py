@@ -20,7 +20,7 @@ import collections
 import numpy as np
 
 from ..errors import DataError
-from .filetable import _fd_budget, files_storage
+from .filetable import fd_budget, files_storage
 
 # What the row-group cache may hold: the selected columns of this many bytes of row groups.
 GROUP_CACHE_BYTES = 512 << 20
@@ -53,7 +53,7 @@ class GroupReads:
         self.buffer_bytes = BUFFER_BYTES
         # more files than may stay open (FileTable's budget): a batch opens what it reads, and
         # its caller closes them once the batch is read
-        self.transient = layout.num_files > _fd_budget()
+        self.transient = layout.num_files > fd_budget()
 
     @classmethod
     def for_format(cls, layout, fmt, direct: bool = False, store=None):

@@ -22,7 +22,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from .device import _PROC, process_tree
+from .device import PROC_ROOT, process_tree
 
 GIB = 2**30
 
@@ -95,7 +95,7 @@ def tree_times(own: resource.struct_rusage, children: resource.struct_rusage, de
 
 def _stat_of(pid: int) -> bytes | None:
     try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as fh:
+        with open(f"{PROC_ROOT}/{pid}/stat", "rb") as fh:
             return fh.read()
     except OSError:
         return None

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 
-_PROC = "/proc"
+PROC_ROOT = "/proc"
 
 
 def _read_bytes_of(pid: int) -> int | None:
     """`read_bytes` of one process, or None when it is gone or the kernel does not say."""
     try:
-        with open(f"{_PROC}/{pid}/io", "rb") as fh:
+        with open(f"{PROC_ROOT}/{pid}/io", "rb") as fh:
             for line in fh:
                 if line.startswith(b"read_bytes:"):
                     return int(line.split()[1])
@@ -36,12 +36,12 @@ def _children(pid: int) -> list[int]:
     """Direct children of `pid` (every thread's `children` list, or a scan of /proc/*/stat)."""
     kids: list[int] = []
     try:
-        tids = os.listdir(f"{_PROC}/{pid}/task")
+        tids = os.listdir(f"{PROC_ROOT}/{pid}/task")
     except OSError:
         return kids
     try:
         for tid in tids:
-            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as fh:
+            with open(f"{PROC_ROOT}/{pid}/task/{tid}/children", "rb") as fh:
                 kids.extend(int(x) for x in fh.read().split())
         return kids
     except FileNotFoundError:  # a thread ended meanwhile, or no CONFIG_PROC_CHILDREN: scan
@@ -53,11 +53,11 @@ def _children(pid: int) -> list[int]:
 
 def _children_by_scan(pid: int) -> list[int]:
     kids = []
-    for name in os.listdir(_PROC):
+    for name in os.listdir(PROC_ROOT):
         if not name.isdigit():
             continue
         try:
-            with open(f"{_PROC}/{name}/stat", "rb") as fh:
+            with open(f"{PROC_ROOT}/{name}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:
             continue

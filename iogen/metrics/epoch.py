@@ -14,7 +14,7 @@ from ..common.steplog import PHASE_TRAIN
 MIB = 2**20  # MiB: every "_mib_s" figure divides bytes/s by this, never by 10**6
 
 
-def _ratio(num, den):
+def ratio(num, den):
     """num / den as float; NaN (not a warning, not inf) when den is 0 or either is NaN."""
     num = float(num)
     den = float(den)
@@ -72,17 +72,17 @@ class EpochMetrics:
     @property
     def wait_ns_mean(self):
         """Mean data wait per window step (ns)."""
-        return _ratio(self.wait_ns_total, self.steps)
+        return ratio(self.wait_ns_total, self.steps)
 
     @property
     def compute_ns_mean(self):
         """Mean achieved compute per window step (ns)."""
-        return _ratio(self.compute_ns_total, self.steps)
+        return ratio(self.compute_ns_total, self.steps)
 
     @property
     def comm_ns_mean(self):
         """Mean barrier time per window step (ns)."""
-        return _ratio(self.comm_ns_total, self.steps)
+        return ratio(self.comm_ns_total, self.steps)
 
     def to_array(self):
         """The EPOCH_FIELDS vector as float64 (the MPI exchange form)."""

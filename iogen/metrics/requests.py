@@ -61,10 +61,12 @@ def reduce_figures(world, cells) -> list[dict] | None:
     return out
 
 
-def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None, client: str = "boto3") -> dict | None:
+def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None, client: str = "boto3",
+              endpoints=()) -> dict | None:
     """summary.json's `iogen.object_store` on rank 0 (None elsewhere): per epoch and for indexing, every rank's requests merged.
 
     Collective: every rank calls it after its loop. client: the storage backend's client (its client_name).
+    endpoints: storage.endpoint_urls (several endpoints: `requests_by_endpoint` is added; () for one).
     """
     index = merge_figures(getattr(l, "index_figures", None) for l in (train_loader, eval_loader) if l is not None)
     train = list(getattr(train_loader, "epoch_figures", []))
@@ -75,6 +77,7 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None,
              getattr(staging, "object_figures", None),
              getattr(checkpointer, "figures", None), getattr(checkpointer, "drain_figures", None), setup]
     merged = reduce_figures(world, cells)
+    by_endpoint = endpoint_figures(world, endpoints, cells)
     if merged is None:
         return None
     block = {"client": client, "loader": train_loader.name if train_loader is not None else None,
@@ -92,7 +95,20 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None,
         block["checkpoint_drain"] = merged[-2]
     if merged[-1]:  # the loaders' start-up check of the bucket (HEAD), apart from the indexing's requests
         block["bucket_check"] = merged[-1]
+    if by_endpoint is not None:
+        block["requests_by_endpoint"] = by_endpoint
     return block
+
+
+def endpoint_figures(world, endpoints, cells) -> dict | None:
+    """{endpoint: requests} of storage.endpoint_urls on rank 0, every rank's requests of these figures cells onto
+    its endpoint (rank mod N) plus the start-up HEADs of the others (iogen/storage/endpoints.py); None with one
+    endpoint, and on other ranks. A collective when there are endpoints."""
+    if not endpoints:
+        return None
+    from ..storage.endpoints import requests_by_endpoint, requests_in
+
+    return requests_by_endpoint(world, endpoints, requests_in(cells))
 
 
 CONNECTOR_READS_NOT_MEASURED = {

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .epoch import EPOCH_FIELDS, FIELD, MIB, _ratio
+from .epoch import EPOCH_FIELDS, FIELD, MIB, ratio
 
 
 @dataclass(frozen=True)
@@ -235,11 +235,11 @@ def _phase_metrics(name, per_rank, au_threshold, record_length_bytes):
         total_samples=int(total_samples) if math.isfinite(total_samples) else total_samples,
         total_bytes=int(total_bytes) if math.isfinite(total_bytes) else total_bytes,
         span_ns=span_ns,
-        total_work_samples_s=_ratio(total_samples * 1e9, span_ns),
-        total_work_mib_s=_ratio(total_bytes * 1e9 / MIB, span_ns),
+        total_work_samples_s=ratio(total_samples * 1e9, span_ns),
+        total_work_mib_s=ratio(total_bytes * 1e9 / MIB, span_ns),
         au_meet_expectation=meet,
         au_achieved_mean_percentage=_mean_std(c.au_achieved * 100.0)[0],
-        sleep_error_mean_ns=_ratio(np.nansum(c.sleep_error_ns_mean * c.steps), steps_total),
+        sleep_error_mean_ns=ratio(np.nansum(c.sleep_error_ns_mean * c.steps), steps_total),
         requested_compute_ns_total=requested_total,
         au_gate=au_gate,
     )

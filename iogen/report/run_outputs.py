@@ -283,7 +283,7 @@ def rules_notes(wl, facts) -> list[str]:
             notes.append(f"{node.get('hostname')}: {problem}")
             break
     if capabilities(wl).local_paths and same_filesystem(wl.dataset.data_folder, wl.output.folder):
-        notes.append(f"dataset.data_folder and output.folder are on one file system: MLPerf Storage's rules ask for "
+        notes.append("dataset.data_folder and output.folder are on one file system: MLPerf Storage's rules ask for "
                      "the results on another one than the data")
     return notes
 

@@ -127,6 +127,9 @@ def reads_lines(it: dict) -> list[str]:
         fig = (store.get(phase) or {}).get(op) or {}
         if fig.get("requests"):
             lines.append(_requests_line(f"object store, {what}", op.upper(), fig))
+    if store.get("requests_by_endpoint"):  # storage.endpoint_urls: rank r's requests went to endpoint r mod N
+        lines.append("object store, requests by endpoint: " + ", ".join(
+            f"{url} {n}" for url, n in store["requests_by_endpoint"].items()))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     lines += ["NOTE: " + note for note in it.get("rules_notes") or []]

@@ -273,10 +273,13 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     from ..storage import backend_class, capabilities
 
     if "requests" in capabilities(wl).figures:  # the storage client's figures: summary.json's iogen.object_store
+        from ..storage.endpoints import endpoint_list
+
         from ..metrics.requests import run_block
 
         st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer,
-                                           staging=st.staging, client=backend_class(wl).client_name)
+                                           staging=st.staging, client=backend_class(wl).client_name,
+                                           endpoints=endpoint_list(wl))
 
 
 def _finish(wl, world, st: _RunState, error):

@@ -66,6 +66,12 @@ class Capabilities:
         calls take too), and a path is a file name a format or a framework (tf.data) opens itself;
         False: every range read is a client request (a loader spreads them over its threads) and a
         format reads through a file object (iogen/storage/objectfile.py).
+    worker_start_methods: the start methods of worker processes (the pytorch loader's DataLoader workers) the
+        client works in, the first the one used when the workload does not choose (reader.multiprocessing_context);
+        a client whose runtime's threads a fork does not copy (obstore's, s3dlio's: a forked worker hangs on
+        its first request) leaves "fork" out, and the config refuses it by name.
+    tls: the TLS settings of an https:// endpoint the client honours: "ca_bundle" (storage.ca_bundle, a PEM
+        file of the CAs to trust), "no_verify" (storage.verify_tls: False); one it does not is refused by name.
     """
 
     local_paths: bool
@@ -79,6 +85,8 @@ class Capabilities:
     torch_datasets: bool = False
     free_space: bool = False
     core_reads: bool = False
+    tls: frozenset = frozenset()
+    worker_start_methods: tuple = ("fork", "spawn", "forkserver")
 
     core_copy: bool = False
     file_checks: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 SCHEME = "s3://"
@@ -49,17 +50,22 @@ def data_uri(wl) -> str:
 
 
 def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style,
-                     s3_client: str = "boto3") -> list[str]:
+                     s3_client: str = "boto3", *, endpoint_urls=None, verify_tls: bool = True,
+                     ca_bundle=None) -> list[str]:
     """What is wrong with the storage section's keys (config messages naming the key)."""
     from . import clients, object_key_types
 
     problems = []
     if storage_type not in object_key_types():
-        for key, value, default in (("endpoint_url", endpoint_url, None), ("region", region, None),
-                                    ("addressing_style", addressing_style, "auto"), ("s3_client", s3_client, "boto3")):
+        for key, value, default in (("endpoint_url", endpoint_url, None), ("endpoint_urls", endpoint_urls, None),
+                                    ("region", region, None), ("addressing_style", addressing_style, "auto"),
+                                    ("verify_tls", verify_tls, True), ("ca_bundle", ca_bundle, None),
+                                    ("s3_client", s3_client, "boto3")):
             if value != default:
                 problems.append(f"storage.{key} = {value!r} applies to storage.storage_type s3 only; remove it")
         return problems
+    problems += _endpoints_problems(storage_type, endpoint_url, endpoint_urls)
+    problems += _tls_problems(storage_type, s3_client, verify_tls, ca_bundle)
     if s3_client != "boto3" and s3_client not in clients(storage_type):
         problems.append(f"storage.s3_client = {s3_client!r} applies to storage.storage_type s3 only; remove it")
     if root.startswith(SCHEME):
@@ -79,16 +85,105 @@ def storage_problems(storage_type: str, root: str, endpoint_url, region, address
             problems.append(f"storage.endpoint_url = {endpoint_url!r}: with storage.storage_type faultfs it is the "
                             "absolute path of the folder that holds the buckets")
     elif endpoint_url is not None:
-        parts = urlsplit(endpoint_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            problems.append(f"storage.endpoint_url = {endpoint_url!r}: give an http:// or https:// URL, "
-                            "e.g. http://127.0.0.1:9000")
-        elif parts.username is not None or parts.password is not None:
-            # never echo the value: it holds a credential
-            problems.append("storage.endpoint_url holds a user name or password: credentials are never given in "
-                            "the config; use the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or "
-                            "~/.aws/credentials")
+        problems += _url_problems("storage.endpoint_url", endpoint_url)
     return problems
+
+
+def _url_problems(key: str, url: str) -> list[str]:
+    """An endpoint URL's problems (key: the config key that gave it, as messages name it)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return [f"{key} = {url!r}: give an http:// or https:// URL, e.g. http://127.0.0.1:9000"]
+    if parts.username is not None or parts.password is not None:
+        # never echo the value: it holds a credential
+        return [f"{key} holds a user name or password: credentials are never given in the config; use the AWS "
+                "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or ~/.aws/credentials"]
+    return []
+
+
+def _endpoints_problems(storage_type: str, endpoint_url, endpoint_urls) -> list[str]:
+    """storage.endpoint_urls: a list of distinct http(s) URLs, not with storage.endpoint_url, not on faultfs."""
+    if endpoint_urls is None:
+        return []
+    if storage_type == "faultfs":
+        return [f"storage.endpoint_urls = {endpoint_urls!r}: storage.storage_type faultfs keeps its objects in one "
+                "local folder (storage.endpoint_url); several endpoints do not apply"]
+    if endpoint_url is not None:
+        return [f"storage.endpoint_urls and storage.endpoint_url = {endpoint_url!r} are both set; give the endpoint "
+                "in one of them (several endpoints: storage.endpoint_urls only)"]
+    if not endpoint_urls:
+        return ["storage.endpoint_urls = []: give at least one endpoint URL, or remove the key"]
+    problems = []
+    for i, url in enumerate(endpoint_urls):
+        problems += _url_problems(f"storage.endpoint_urls[{i}]", url)
+    seen = set()
+    for i, url in enumerate(endpoint_urls):
+        norm = url.rstrip("/")
+        if norm in seen:
+            problems.append(f"storage.endpoint_urls[{i}] = {url!r} is given twice; list each endpoint once")
+        seen.add(norm)
+    return problems
+
+
+def _tls_problems(storage_type: str, s3_client: str, verify_tls: bool, ca_bundle) -> list[str]:
+    """storage.verify_tls and storage.ca_bundle: a CA bundle that is a readable PEM file, not with verification
+    off, and only with a client that honours the setting (its backend's capabilities.tls)."""
+    from . import backend_class, backend_name
+
+    problems = []
+    if storage_type == "faultfs" and (not verify_tls or ca_bundle is not None):
+        key = "verify_tls" if not verify_tls else "ca_bundle"
+        return [f"storage.{key} = {(verify_tls if key == 'verify_tls' else ca_bundle)!r}: storage.storage_type faultfs "
+                "reads a local folder: TLS does not apply; remove it"]
+    if ca_bundle is not None:
+        if not verify_tls:
+            problems.append(f"storage.ca_bundle = {ca_bundle!r} with storage.verify_tls = False: the CA bundle is for "
+                            "verifying certificates; keep one of them")
+        else:
+            problems += ca_bundle_problems(ca_bundle)
+    try:  # the registry's backend of this storage type and client
+        honours = backend_class(backend_name(SimpleNamespace(storage_type=storage_type,
+                                                             s3_client=s3_client))).capabilities.tls
+    except ValueError:
+        return problems
+    if not verify_tls and "no_verify" not in honours:
+        problems.append(f"storage.verify_tls = False: storage.s3_client = {s3_client!r} has no way to skip "
+                        "certificate verification; use storage.s3_client=boto3 or obstore, or give the server's CA in "
+                        "storage.ca_bundle")
+    if ca_bundle is not None and "ca_bundle" not in honours:
+        problems.append(f"storage.ca_bundle = {ca_bundle!r}: storage.s3_client = {s3_client!r} takes no CA bundle "
+                        "(it trusts the system's CAs only); use storage.s3_client=boto3, obstore or s3dlio, or add the "
+                        "CA to the system's trust store")
+    return problems
+
+
+def worker_start_methods(storage_type, s3_client) -> tuple:
+    """The worker start methods the backend of this storage type and client works in (its capabilities'),
+    () when the registry has no such backend (the config refuses it elsewhere)."""
+    from . import backend_class, backend_name
+
+    try:
+        return backend_class(backend_name(SimpleNamespace(storage_type=storage_type, s3_client=s3_client))
+                             ).capabilities.worker_start_methods
+    except (ValueError, TypeError):
+        return ()
+
+
+def ca_bundle_problems(path: str) -> list[str]:
+    """storage.ca_bundle must be a readable file of PEM certificates."""
+    import os
+
+    if not os.path.isfile(path):
+        what = "is not a file" if os.path.exists(path) else "does not exist"
+        return [f"storage.ca_bundle = {path!r} {what}: give the path of a PEM file of CA certificates"]
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError as exc:
+        return [f"storage.ca_bundle = {path!r} cannot be read ({exc.strerror or exc})"]
+    if b"-----BEGIN CERTIFICATE-----" not in head:
+        return [f"storage.ca_bundle = {path!r} holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' line)"]
+    return []
 
 
 def workload_problems(wl) -> list[str]:
@@ -109,6 +204,13 @@ def workload_problems(wl) -> list[str]:
                         f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
                         "use storage.s3_client=boto3")
     problems += _s3_client_problems(wl)
+    methods = worker_start_methods(wl.storage.storage_type, wl.storage.s3_client)
+    if (rd.data_loader == "pytorch" and rd.read_threads > 0 and (wf.train or wf.evaluation)
+            and methods and rd.multiprocessing_context not in methods):
+        problems.append(f"reader.multiprocessing_context = {rd.multiprocessing_context!r} with storage.s3_client = "
+                        f"{wl.storage.s3_client!r}: the client's runtime does not survive a fork (its threads are not "
+                        "copied: the DataLoader's forked workers would hang on their first request); use "
+                        f"{' or '.join(methods)} (the default with this client), or reader.read_threads=0")
     if not wf.stage_data:  # staged, the loaders read local files: these apply to them
         for key in ("odirect", "evict_page_cache", "reopen_files"):
             if getattr(rd, key):

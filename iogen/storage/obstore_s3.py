@@ -57,7 +57,9 @@ class ObstoreStorage(DataClientStore):
     not_measured = NOT_MEASURED
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
-                                needs=(("boto3", "storage.storage_type=s3"), ("obstore", "storage.s3_client=obstore")))
+                                needs=(("boto3", "storage.storage_type=s3"), ("obstore", "storage.s3_client=obstore")),
+                                tls=frozenset({"ca_bundle", "no_verify"}),
+                                worker_start_methods=("spawn", "forkserver"))
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -91,7 +93,7 @@ class ObstoreStorage(DataClientStore):
             virtual = self._addressing == "virtual" or (self._addressing == "auto" and aws)
             kw = dict(region=c.meta.region_name or "us-east-1", access_key_id=frozen.access_key,
                       secret_access_key=frozen.secret_key, virtual_hosted_style_request=virtual,
-                      client_options={"allow_http": endpoint.startswith("http://")},
+                      client_options=self._client_options(endpoint),
                       retry_config={"max_retries": MAX_ATTEMPTS - 1})
             if frozen.token:
                 kw["token"] = frozen.token
@@ -99,6 +101,18 @@ class ObstoreStorage(DataClientStore):
                 kw["endpoint"] = endpoint
             found = self._stores[bucket] = S3Store(bucket, **kw)
             return found
+
+    def _client_options(self, endpoint: str) -> dict:
+        """obstore's client options: plain http where the endpoint says so, and the TLS settings
+        (storage.ca_bundle: its PEM certificates added to the trusted roots; storage.verify_tls False:
+        certificates not checked), as boto3's verify= has them."""
+        options = {"allow_http": endpoint.startswith("http://")}
+        if self._verify is False:
+            options["allow_invalid_certificates"] = True
+        elif isinstance(self._verify, str):
+            with open(self._verify, "rb") as f:
+                options["root_certificate"] = f.read()
+        return options
 
     # -- reads --------------------------------------------------------------------------------
 

@@ -57,15 +57,25 @@ class ObjectStore(Storage):
     noun = "object"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
-                                needs=(("boto3", "storage.storage_type=s3"),))
+                                needs=(("boto3", "storage.storage_type=s3"),),
+                                tls=frozenset({"ca_bundle", "no_verify"}))
+
+    # TLS (boto3's verify=: True, False or a CA bundle's path), the store's endpoints (storage.endpoint_urls,
+    # () for one) and the key that named this one, as messages say it (iogen/storage/endpoints.py)
+    _verify = True
+    _endpoints: tuple = ()
+    _endpoint_key = "storage.endpoint_url"
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
-                 addressing_style: str = "auto", max_pool_connections: int = 16):
+                 addressing_style: str = "auto", max_pool_connections: int = 16, verify=True):
         import boto3
         import botocore.config
 
         self.endpoint_url = endpoint_url  # None: AWS_ENDPOINT_URL / the AWS config / AWS itself
         self.region = region
+        self._verify = verify
+        if verify is False:  # asked for: urllib3's warning on each request says nothing new
+            _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
             s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
@@ -76,9 +86,19 @@ class ObjectStore(Storage):
 
     @classmethod
     def from_workload(cls, wl, threads: int = 16) -> "ObjectStore":
-        """The store of a workload's storage section."""
+        """The store of a workload's storage section: this rank's endpoint (endpoints.endpoint_of), its TLS."""
+        from .endpoints import endpoint_list, endpoint_of, tls_verify
+
         st = wl.storage
-        return cls(st.endpoint_url, st.region, st.addressing_style, max_pool_connections=max(10, threads))
+        store = cls(endpoint_of(st), st.region, st.addressing_style, max_pool_connections=max(10, threads))
+        store._verify = tls_verify(st)
+        if store._verify is False:
+            _quiet_unverified()
+        store._endpoints = endpoint_list(st)
+        if store._endpoints:
+            store._endpoint_key = "storage.endpoint_urls"
+        store._addressing_style = st.addressing_style
+        return store
 
     # -- clients ------------------------------------------------------------------------------
 
@@ -87,7 +107,8 @@ class ObjectStore(Storage):
         c = getattr(self._local, "client", None)
         if c is None:
             session = self._boto3.session.Session()  # sessions are not thread-safe: one per thread
-            c = session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self._config)
+            c = session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self._config,
+                               verify=self._verify)
             # first in line, so it sees every response before the retry handler decides
             c.meta.events.register_first("needs-retry.s3", self._on_retry_check)
             self._local.client = c
@@ -153,7 +174,7 @@ class ObjectStore(Storage):
             connect_timeout=min(CHECK_CONNECT_S, timeout_s), read_timeout=timeout_s,
             retries={"mode": "standard", "max_attempts": CHECK_ATTEMPTS}))
         return self._boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
-                                                     config=config)
+                                                     config=config, verify=self._verify)
 
     def check_bucket(self, bucket: str) -> None:
         """HEAD the bucket: a wrong endpoint, credentials or bucket is a ConfigError (exit 2) before any work.
@@ -174,15 +195,19 @@ class ObjectStore(Storage):
         t0 = time.perf_counter_ns()
         try:
             r = self._check_client(timeout_s).head_bucket(Bucket=bucket)
+        except bex.SSLError as exc:
+            raise ConfigError(f"{self._tls_key()}: TLS with the object store at {self.where()} failed ({exc}); give "
+                              "the CA that signed its certificate in storage.ca_bundle (or, for a test store only, "
+                              "storage.verify_tls=false)") from None
         except bex.ReadTimeoutError:
-            raise ConfigError(f"storage.endpoint_url: the object store at {self.where()} accepted the connection but "
+            raise ConfigError(f"{self._endpoint_key}: the object store at {self.where()} accepted the connection but "
                               f"did not answer within {timeout_s:g} s ({CHECK_ATTEMPTS} attempts); for a slow gateway "
                               "raise IOGEN_S3_CHECK_TIMEOUT_S") from None
         except bex.NoCredentialsError:
             raise ConfigError("storage.storage_type = 's3': no credentials found in the AWS environment or config "
                               "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)") from None
         except (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError) as exc:
-            raise ConfigError(f"storage.endpoint_url: cannot reach the object store at {self.where()} ({exc})") from None
+            raise ConfigError(f"{self._endpoint_key}: cannot reach the object store at {self.where()} ({exc})") from None
         except bex.ClientError as exc:
             status, code = _status(exc)
             if status == 404:
@@ -198,6 +223,29 @@ class ObjectStore(Storage):
             waiting.cancel()
         t1 = time.perf_counter_ns()
         self._count("head", 0, t0, t1, t1, r)
+
+    def _tls_key(self) -> str:
+        """The key a TLS failure names: storage.ca_bundle when one is given, else storage.verify_tls."""
+        return "storage.ca_bundle" if isinstance(self._verify, str) else "storage.verify_tls"
+
+    def check_endpoints(self, bucket: str) -> None:
+        """HEAD the bucket at every other endpoint of storage.endpoint_urls, once per run (endpoints.check_once):
+        one down among several is a ConfigError naming it, before any work. Those HEADs are counted per endpoint
+        (endpoints.other_endpoint_checks), not in this store's figures: they are not this rank's endpoint's."""
+        from .endpoints import check_once
+
+        for url in self._endpoints:
+            if url == self.endpoint_url:
+                continue
+
+            def head(url=url):
+                other = ObjectStore(url, self.region, getattr(self, "_addressing_style", "auto"),
+                                    max_pool_connections=1, verify=self._verify)
+                other._endpoint_key = self._endpoint_key
+                other.check_bucket(bucket)
+                return sum(d["requests"] for d in other.drain().values())
+
+            check_once(url, bucket, head)
 
     def head(self, uri: str) -> tuple[int, dict] | None:
         """(size in bytes, user metadata) of the object, or None when it does not exist."""
@@ -501,7 +549,9 @@ class ObjectStore(Storage):
         """HEAD the workload's bucket (check_bucket)."""
         from .keys import root_parts
 
-        self.check_bucket(root_parts(wl.storage.storage_root)[0])
+        bucket = root_parts(wl.storage.storage_root)[0]
+        self.check_bucket(bucket)
+        self.check_endpoints(bucket)
 
     @classmethod
     def data_folder(cls, wl) -> str:
@@ -567,6 +617,15 @@ class ObjectStore(Storage):
 
 
 S3Storage = ObjectStore
+
+
+def _quiet_unverified() -> None:
+    """Silence urllib3's InsecureRequestWarning: storage.verify_tls False asked for unverified https."""
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    warnings.filterwarnings("ignore", category=InsecureRequestWarning)
 
 
 def _read_body(body, mv: memoryview) -> int:

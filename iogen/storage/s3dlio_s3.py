@@ -39,7 +39,7 @@ NOT_MEASURED = {
     "first_byte_latency": "s3dlio's get_range returns when the whole range has arrived",
 }
 
-_BOUND: tuple | None = None  # (endpoint, region) s3dlio's process-wide client was configured with
+_BOUND: tuple | None = None  # (endpoint, region, CA bundle) s3dlio's process-wide client was configured with
 _BOUND_LOCK = threading.Lock()
 
 
@@ -61,7 +61,9 @@ class S3dlioStorage(DataClientStore):
     not_measured = NOT_MEASURED
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
-                                needs=(("boto3", "storage.storage_type=s3"), ("s3dlio", "storage.s3_client=s3dlio")))
+                                needs=(("boto3", "storage.storage_type=s3"), ("s3dlio", "storage.s3_client=s3dlio")),
+                                tls=frozenset({"ca_bundle"}),
+                                worker_start_methods=("spawn", "forkserver"))
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -79,15 +81,18 @@ class S3dlioStorage(DataClientStore):
         endpoint = c.meta.endpoint_url
         if (urlsplit(endpoint).hostname or "").endswith("amazonaws.com"):
             endpoint = None  # AWS itself: the SDK's own endpoint for the region
-        want = (endpoint, c.meta.region_name or "us-east-1")
+        # storage.ca_bundle (verify_tls False is refused by the config: s3dlio cannot skip verification)
+        ca_bundle = self._verify if isinstance(self._verify, str) else None
+        want = (endpoint, c.meta.region_name or "us-east-1", ca_bundle)
         with _BOUND_LOCK:
             if _BOUND is None:
-                s3dlio.configure_s3(endpoint_url=want[0], region=want[1])
+                s3dlio.configure_s3(endpoint_url=want[0], region=want[1], ca_bundle=want[2])
                 _BOUND = want
             elif _BOUND != want:
+                def said(b):
+                    return f"{b[0] or 'AWS'} ({b[1]}{', CA bundle ' + b[2] if b[2] else ''})"
                 raise ConfigError(f"storage.s3_client=s3dlio: s3dlio's client is one per process and is bound to "
-                                  f"{_BOUND[0] or 'AWS'} ({_BOUND[1]}); this process cannot also use "
-                                  f"{want[0] or 'AWS'} ({want[1]})")
+                                  f"{said(_BOUND)}; this process cannot also use {said(want)}")
         self._ready = True
         return s3dlio
 

@@ -53,7 +53,8 @@ def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None
 
     from s3torchconnector import S3ClientConfig
 
-    endpoint = storage.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    # this rank's endpoint (storage.endpoint_url, or endpoint rank mod N of storage.endpoint_urls: store's)
+    endpoint = store.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     client = store.client()
     if endpoint is None:  # an endpoint from the AWS config file, as boto3 resolved it; AWS itself: none
         resolved = client.meta.endpoint_url

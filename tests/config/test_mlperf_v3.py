@@ -74,14 +74,27 @@ def test_the_forks_storage_keys_map_to_iogens():
     st = _storage("storage.storage_type=s3", "storage.storage_library=s3torchconnector", "reader.data_loader=pytorch",
                   "storage.storage_options.endpoint_uris=[http://10.0.0.6:9000]")
     assert (st.s3_client, st.endpoint_url) == ("s3torchconnector", "http://10.0.0.6:9000")
+    # several endpoints: storage.endpoint_urls (rank r uses endpoint r mod N); round_robin is what iogen does
+    st = _storage("storage.storage_type=s3dlio", "storage.storage_options.load_balance_strategy=round_robin",
+                  "storage.storage_options.endpoint_uris=[http://10.0.0.6:9000,http://10.0.0.7:9000]")
+    assert (st.endpoint_url, st.endpoint_urls) == (None, ["http://10.0.0.6:9000", "http://10.0.0.7:9000"])
+    st = _storage("storage.storage_type=s3dlio",  # one string, comma-separated (as S3_ENDPOINT_URIS has them)
+                  "storage.storage_options.endpoint_uris='http://10.0.0.6:9000, http://10.0.0.7:9000'")
+    assert st.endpoint_urls == ["http://10.0.0.6:9000", "http://10.0.0.7:9000"]
 
 
 @pytest.mark.parametrize("over,message", [
     (["storage.storage_type=s3", "storage.storage_library=minio"], "storage.storage_library = 'minio'"),
-    (["storage.storage_type=s3", "storage.storage_options.endpoint_uris=[http://a:9000,http://b:9000]"],
-     "storage.storage_options.endpoint_uris = "),
-    (["storage.storage_type=s3", "storage.storage_options.load_balance_strategy=round_robin"],
-     "storage.storage_options.load_balance_strategy = 'round_robin': it spreads requests over several endpoints"),
+    (["storage.storage_type=s3", "storage.storage_options.endpoint_uris=[http://a:9000,ftp://b:9000]"],
+     "storage.endpoint_urls[1] = 'ftp://b:9000': give an http:// or https:// URL"),
+    (["storage.storage_type=s3", "storage.storage_options.endpoint_uris=[http://a:9000,http://b:9000]",
+      "storage.endpoint_url=http://a:9000"], "storage.endpoint_urls and storage.endpoint_url = 'http://a:9000' are "
+                                             "both set"),
+    (["storage.storage_type=s3", "storage.storage_options.load_balance_strategy=least_connections"],
+     "storage.storage_options.load_balance_strategy = 'least_connections': iogen spreads requests over several "
+     "endpoints round-robin per rank only"),
+    (["storage.storage_type=s3", "storage.storage_options.verify_ssl=false"],
+     "storage.storage_options.verify_ssl = False: not a storage option iogen knows"),
     (["storage.storage_type=s3", "storage.storage_options.secret_access_key=hunter2"],
      "storage.storage_options.secret_access_key = ***: credentials do not go in a workload file"),
     (["storage.storage_type=s3", "storage.storage_options.flavour=x"], "storage.storage_options.flavour = 'x': not"),

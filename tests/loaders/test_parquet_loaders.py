@@ -216,7 +216,7 @@ def test_past_the_descriptor_budget_a_batch_opens_and_closes_its_files(dlrm_data
     from iogen.loaders import groups
 
     folder, layout = dlrm_data
-    monkeypatch.setattr(groups, "_fd_budget", lambda: 1)  # 2 files > 1: transient descriptors
+    monkeypatch.setattr(groups, "fd_budget", lambda: 1)  # 2 files > 1: transient descriptors
     fmt = get_format(_dlrm(folder).dataset)
     ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
     before = len(os.listdir("/proc/self/fd"))

@@ -148,3 +148,50 @@ def throttling_proxy(s3, monkeypatch):
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def _certificates(folder):
+    """A CA and a server certificate it signs for 127.0.0.1 and localhost: (cert file, key file, CA file)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, issuer, key, signer, ca, sans=None):
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+             .not_valid_after(now + datetime.timedelta(days=2))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                              content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                              key_agreement=False, encipher_only=False, decipher_only=False),
+                                critical=True)
+        if sans:
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("iogen test CA", "iogen test CA", ca_key, ca_key, True)
+    server = cert("127.0.0.1", "iogen test CA", key, ca_key, False,
+                  [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (folder / "server.pem").write_bytes(server.public_bytes(pem))
+    (folder / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                                          serialization.NoEncryption()))
+    return folder / "server.pem", folder / "server.key", folder / "ca.pem"
+
+
+@pytest.fixture(scope="session")
+def tls_s3_server(moto_servers, tmp_path_factory):
+    """(https endpoint, CA file) of a moto server whose certificate a test CA signed (no system CA trusts it)."""
+    pytest.importorskip("cryptography", reason="cryptography makes the test CA")
+    tls = _certificates(tmp_path_factory.mktemp("tls"))
+    return moto_servers({}, tls=tls), str(tls[2])

@@ -53,16 +53,24 @@ def test_datagen_verify_run_and_checkpoints_through_the_client(s3, tmp_path, iog
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, iogen_cmd, client):
-    """An LLM checkpoint-only run: the objects are the boto3 run's, byte for byte."""
+    """An LLM checkpoint-only run: the objects are the boto3 run's, byte for byte. It names two endpoints of
+    the one server (its address and its name): the one rank talks to the first, and checks the second."""
+    from iogen.storage.figures import OPS
+
     pytest.importorskip(client, reason=f"pip install {client}")
     rw = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1}
-    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw}))
+    endpoints = [s3.endpoint, s3.endpoint.replace("127.0.0.1", "localhost")]
+    r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw,
+                                                                 "storage.endpoint_urls": "[" + ",".join(endpoints) + "]"}))
     assert r.returncode == 0, r.stderr
     doc = summary_of(r)
     assert doc["iogen"]["setup"]["storage_client"] == client
     block = doc["iogen"]["object_store"]
     assert block["client"] == client and block["checkpoint_read"]["get"]["errors"] == 0
     assert block["checkpoint_read"]["get"]["retries"] is None
+    requests = sum(cell[op]["requests"] for cell in block.values() if isinstance(cell, dict) for op in OPS
+                   if isinstance(cell.get(op), dict))
+    assert requests > 0 and block["requests_by_endpoint"] == {endpoints[0]: requests, endpoints[1]: 1}
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt/")["Contents"]
     mine = {o["Key"]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed}
     r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{
@@ -73,3 +81,36 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     theirs = {o["Key"].replace("ckpt-boto3/", "ckpt/"): s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read()
               for o in listed}
     assert mine == theirs and len(mine) == 2
+
+
+def test_each_client_gets_the_worker_start_method_it_survives():
+    """obstore's and s3dlio's runtimes do not survive a fork (a forked DataLoader worker hangs on its first
+    request): unset, reader.multiprocessing_context is spawn with them, fork with the others; fork asked for
+    with them is refused by name."""
+    from iogen.config import load_workload
+    from iogen.errors import ConfigError
+
+    base = ["storage.storage_type=s3", "storage.storage_root=bkt1", "reader.data_loader=pytorch"]
+    got = {c: load_workload("default", [*base, f"storage.s3_client={c}"]).reader.multiprocessing_context
+           for c in ("boto3", "s3torchconnector", "obstore", "s3dlio")}
+    assert got == {"boto3": "fork", "s3torchconnector": "fork", "obstore": "spawn", "s3dlio": "spawn"}
+    assert load_workload("default", []).reader.multiprocessing_context == "fork"  # files: DLIO's default
+    with pytest.raises(ConfigError, match=r"reader.multiprocessing_context = 'fork' with storage.s3_client = "
+                                          r"'s3dlio': the client's runtime does not survive a fork .* use spawn or "
+                                          r"forkserver"):
+        load_workload("default", [*base, "storage.s3_client=s3dlio", "reader.multiprocessing_context=fork"])
+    for ok in ("reader.multiprocessing_context=forkserver", "reader.read_threads=0"):  # no fork, or no worker
+        load_workload("default", [*base, "storage.s3_client=obstore", ok])
+
+
+def test_the_pytorch_loader_reads_through_obstore_in_spawned_workers(s3, tmp_path, iogen_cmd):
+    pytest.importorskip("obstore", reason="pip install obstore")
+    over = s3_overrides(s3, tmp_path, "npz", **{"storage.s3_client": "obstore", "reader.data_loader": "pytorch",
+                                                "reader.read_threads": 2, "train.epochs": 1,
+                                                "train.computation_time": 0})
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0, r.stderr
+    r = iogen_cmd("run", "default", *over)
+    assert r.returncode == 0, r.stderr
+    doc = summary_of(r)
+    assert doc["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16  # every sample, by workers

@@ -27,8 +27,11 @@ def mpirun(n, *args):
 
 @pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py")
 def test_two_ranks_generate_and_read_objects(s3, tmp_path, iogen_cmd):
+    """Also two endpoints of the one server (its address and its name): rank r talks to endpoint r mod 2."""
+    endpoints = [s3.endpoint, s3.endpoint.replace("127.0.0.1", "localhost")]
     over = s3_overrides(s3, tmp_path, "tfrecord", **{"train.computation_time": 0, "workflow.generate_data": False,
-                                                     "dataset.num_files_train": 6})
+                                                     "dataset.num_files_train": 6,
+                                                     "storage.endpoint_urls": "[" + ",".join(endpoints) + "]"})
     r = mpirun(2, "datagen", "default", *over, "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert iogen_cmd("verify", "default", *over).returncode == 0  # every object, one manifest
@@ -38,3 +41,10 @@ def test_two_ranks_generate_and_read_objects(s3, tmp_path, iogen_cmd):
     # 6 files x 4 samples per epoch, read once over both ranks; indexed by the layout, no request
     assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]
     assert "get" not in block["index"]
+    # each rank's requests went to its endpoint (12 GETs an epoch each, and its bucket HEAD), and each rank
+    # checked the other endpoint once before any work: the block's requests and those 2 HEADs, per endpoint
+    by_endpoint = block["requests_by_endpoint"]
+    cells = [block["bucket_check"], *block["train_epochs"], *block["eval_epochs"], block["index"]]
+    total = sum(c[op]["requests"] for c in cells for op in c if isinstance(c[op], dict))
+    assert list(by_endpoint) == endpoints and sum(by_endpoint.values()) == total + 2
+    assert all(n >= 2 * 12 + 1 + 1 for n in by_endpoint.values()), by_endpoint

@@ -20,7 +20,7 @@ def _make_table():
 _TABLE = _make_table()
 
 
-def _byte_view(data):
+def byte_view(data):
     return memoryview(data).cast("B")
 
 
@@ -33,7 +33,7 @@ def crc32c(data, crc=0):
     """Return the CRC-32C of data, continuing from crc: crc32c(b, crc32c(a)) == crc32c(a + b)."""
     c = check_crc(crc) ^ 0xFFFFFFFF
     table = _TABLE
-    for byte in _byte_view(data):
+    for byte in byte_view(data):
         c = table[(c ^ byte) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFFFFFF
 

@@ -10,7 +10,7 @@ from iogen.errors import ReadFailure
 # Write-back failures that only mean "this file cannot do it": evict its clean pages anyway.
 _NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPNOTSUPP)
 
-_INT_MAX = 2**31 - 1  # file descriptors are C ints
+INT_MAX = 2**31 - 1  # file descriptors are C ints
 
 __all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "pread_into"]
 
@@ -51,7 +51,7 @@ def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
     view = writable_byte_view(buf)
     buf_bytes = len(view)
     for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or not 0 <= fds[i] <= _INT_MAX:
+        if lengths[i] < 0 or offsets[i] < 0 or buf_offsets[i] < 0 or not 0 <= fds[i] <= INT_MAX:
             raise ValueError(f"entry {i}: offset, length and buf_offset must be >= 0 and fd a descriptor")
         if required[i] > lengths[i]:
             raise ValueError(f"entry {i}: required {required[i]} > length {lengths[i]}")

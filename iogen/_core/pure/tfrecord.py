@@ -16,7 +16,7 @@ from iogen._core._common import FRAME_FOOTER_BYTES as FOOTER_BYTES
 from iogen._core._common import FRAME_HEADER_BYTES as HEADER_BYTES
 from iogen.errors import FramingError
 
-from .crc import _byte_view, masked_crc32c
+from .crc import byte_view, masked_crc32c
 
 
 def write_frame_header(length):
@@ -29,7 +29,7 @@ def write_frame_header(length):
 
 def frame(data):
     """Return data framed as one TFRecord record (header, data, masked data CRC)."""
-    view = _byte_view(data)
+    view = byte_view(data)
     return b"".join((write_frame_header(len(view)), view, struct.pack("<I", masked_crc32c(view))))
 
 
@@ -92,7 +92,7 @@ def set_data_crcs(buf, frame_bytes, count):
 
 def check_data_crcs(buf, data_offsets, lengths, expected_crc_offsets):
     """Check each record's masked data CRC stored at buf[expected_crc_offsets[i]]; -1 or first bad index."""
-    view = _byte_view(buf)
+    view = byte_view(buf)
     buf_bytes = len(view)
     n = len(data_offsets)
     if len(lengths) != n or len(expected_crc_offsets) != n:
@@ -138,8 +138,8 @@ def match_layout(buf, starts, length, head, tail, first=0):
     The records' structure around their payload (a tf.train.Example's bytes before and after
     the image) compared with a layout already parsed, without the GIL.
     """
-    view = _byte_view(buf)
-    head, tail = bytes(_byte_view(head)), bytes(_byte_view(tail))
+    view = byte_view(buf)
+    head, tail = bytes(byte_view(head)), bytes(byte_view(tail))
     h, t, length, first = len(head), len(tail), int(length), int(first)
     if length < 0 or h + t > length:
         raise ValueError(f"head ({h}) and tail ({t}) must fit in a record of length {length}")
@@ -175,12 +175,12 @@ def read_frames(fds, offsets, lengths, buf, buf_offsets, check_crcs, data_length
     for i, length in enumerate(lengths):
         if length < HEADER_BYTES + FOOTER_BYTES:
             raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES + FOOTER_BYTES} bytes, got {length}")
-    head, tail = bytes(_byte_view(head)), bytes(_byte_view(tail))
+    head, tail = bytes(byte_view(head)), bytes(byte_view(tail))
     data_length = int(data_length)
     check_layout_args(data_length, len(head), len(tail))
     # the reference reads entry by entry: the same bytes, failures and checks as the runs
     total = reader.pread_into(fds, offsets, lengths, lengths, buf, buf_offsets)
-    view = _byte_view(buf)
+    view = byte_view(buf)
     bad, what, unmatched = -1, FRAME_OK, -1
     for i, length in enumerate(lengths.tolist()):
         s = int(buf_offsets[i])
@@ -222,7 +222,7 @@ def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_leng
     """
     from iogen.errors import ReadFailure
 
-    from .reader import _INT_MAX, pread_full
+    from .reader import INT_MAX, pread_full
 
     fds = np.asarray(fds, np.int64)
     offsets = np.asarray(offsets, np.int64)
@@ -236,12 +236,12 @@ def stream_frames(fds, offsets, lengths, scratch, first, check_crcs, layout_leng
     if not 0 <= first <= n:
         raise ValueError(f"first must be in [0, {n}], got {first}")
     for i in range(first, n):
-        if offsets[i] < 0 or not 0 <= fds[i] <= _INT_MAX:
+        if offsets[i] < 0 or not 0 <= fds[i] <= INT_MAX:
             raise ValueError(f"entry {i}: offset must be >= 0 and fd a descriptor")
         if not HEADER_BYTES + FOOTER_BYTES <= lengths[i] <= cap:
             raise ValueError(f"entry {i}: a frame is at least {HEADER_BYTES + FOOTER_BYTES} bytes and fits "
                              f"the scratch buffer of {cap} bytes, got {lengths[i]}")
-    heads, tails = bytes(_byte_view(heads)), bytes(_byte_view(tails))
+    heads, tails = bytes(byte_view(heads)), bytes(byte_view(tails))
     check_layout_table(layout_lengths, head_at, len(heads), tail_at, len(tails))
     layouts = {int(length): (heads[int(head_at[m]):int(head_at[m + 1])], tails[int(tail_at[m]):int(tail_at[m + 1])])
                for m, length in enumerate(np.asarray(layout_lengths, np.int64).tolist())}
