@@ -44,7 +44,6 @@ A missing or short file/object is a DataError naming it.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -309,7 +308,7 @@ class CheckpointIO:
         """The content and what the backend's writes need (its threads' clients and buffers), now: call
         before the timed window."""
         if self._write_pool is None:
-            self._write_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="iogen-ckpt-put")
+            self._write_pool = ThreadPool(self.threads, "iogen-ckpt-put")
         if not self._prepared:
             self.store.prepare_writes(self.content, self._write_pool, self.threads)
             self._prepared = True
@@ -325,7 +324,7 @@ class CheckpointIO:
     def release_write_buffers(self) -> None:
         """Drop the write content and the write threads (before a read phase, so the two never add up)."""
         if self._write_pool is not None:
-            self._write_pool.shutdown(wait=True)  # its threads, and their buffers, end
+            self._write_pool.close()  # its threads, and their buffers, end
         self._write_pool = None
         self._prepared = False
         self.content.release()
@@ -333,7 +332,7 @@ class CheckpointIO:
     def read_files(self, paths_sizes) -> int:
         """Read every file whole into reused buffers; returns the bytes read. DataError when one is missing or short."""
         if self._read_pool is None:
-            self._read_pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="iogen-ckpt-get")
+            self._read_pool = ThreadPool(self.read_threads, "iogen-ckpt-get")
         return self.store.read_objects([(p, int(n)) for p, n in paths_sizes], self.part_bytes, self._read_pool,
                                        self._reads, direct=self.odirect)
 
@@ -345,7 +344,7 @@ class CheckpointIO:
         """Stop the threads and release the buffers."""
         for pool in (self._write_pool, self._read_pool):
             if pool is not None:
-                pool.shutdown(wait=True)
+                pool.close()
         self._write_pool = self._read_pool = None
         self._prepared = False
         self.content.release()

@@ -62,8 +62,9 @@ class _Run:
     """One run of fn over tasks on some of the pool's threads."""
 
     def __init__(self, fn, tasks, threads: int, done, stop, batch_items: int = 1, batch_s: float = 0.05,
-                 collect: bool = False):
+                 collect: bool = False, cancel: threading.Event | None = None):
         self.fn = fn
+        self.cancel = cancel
         self.pending = iter(tasks)
         self.take = threading.Lock()
         self.lock = threading.Lock()  # done() is called under it
@@ -104,6 +105,8 @@ class _Run:
                         self.done(task, result)
         except BaseException as exc:  # handed to the calling thread, which raises it
             self.halt.set()
+            if self.cancel is not None:
+                self.cancel.set()
             if self.collect:
                 if held:
                     self.out.put((True, held))
@@ -215,23 +218,28 @@ class ThreadPool:
             self._calls.put(run)
         return run
 
-    def run(self, fn, tasks, *, done=None, stop: threading.Event | None = None, threads: int | None = None) -> None:
+    def run(self, fn, tasks, *, done=None, stop: threading.Event | None = None, threads: int | None = None,
+            cancel: threading.Event | None = None) -> None:
         """fn(task, state) for every task, on `threads` of the threads (all by default), each
         taking the next task itself; `done(task, result)` is called under a lock after each.
 
         The first failure stops the others (no thread starts another task) and is raised once the
         running tasks are done. `stop` set (say by another thread's interrupt): no new task
         starts, and this returns once the running ones are done. An interrupt of the calling
-        thread waits for them too (through further interrupts), then is raised.
+        thread waits for them too (through further interrupts), then is raised. `cancel`, an event
+        the tasks watch (a multipart upload between its parts), is set at the first failure and at
+        an interrupt, before the wait: long tasks stop early instead of finishing.
         """
         n = self.size if threads is None else max(1, min(self.size, int(threads)))
-        r = self._start(_Run(fn, tasks, n, done, stop))
+        r = self._start(_Run(fn, tasks, n, done, stop, cancel=cancel))
         try:
             while r.waited < r.threads:
                 r.ended.acquire()
                 r.waited += 1
         except BaseException:  # an interrupt while waiting: the threads stop after their task
             r.halt.set()
+            if cancel is not None:
+                cancel.set()
             r.wait()
             raise
         if r.errors:

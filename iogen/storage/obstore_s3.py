@@ -223,7 +223,7 @@ class ObstoreStorage(DataClientStore):
                     raise InterruptedError("another object failed or the run was interrupted")
                 yield bytes(memoryview(part_of(i)).cast("B")[:min(part_bytes, size - i * part_bytes)])
 
-        self._multipart(uri, size, part_bytes, chunks(), getattr(pool, "_max_workers", 4) if pool else 4)
+        self._multipart(uri, size, part_bytes, chunks(), pool.size if pool else 4)
 
     def put_objects(self, items, part_bytes: int, part_of, pool) -> None:
         """One object a pool thread, each a PUT or obstore's multipart upload; on a failure or an interrupt

@@ -237,17 +237,17 @@ class _Stopped(Exception):
 
 
 def run_objects(pool, work, items) -> list:
-    """work(item, stop) for each item on pool; on a failure or an interrupt the others stop between parts first."""
-    from concurrent.futures import wait
-
+    """work(item, stop) for each item on pool (iogen.common.pool.ThreadPool); on a failure or an interrupt
+    `stop` is set, so the others stop between parts before the error leaves."""
+    items = list(items)
     stop = threading.Event()
-    futures = [pool.submit(work, item, stop) for item in items]
-    try:
-        return [f.result() for f in futures]
-    except BaseException:
-        stop.set()
-        wait(futures)  # every writer aborted or finished before the error leaves
-        raise
+    out = [None] * len(items)
+
+    def one(k, _state):
+        out[k] = work(items[k], stop)
+
+    pool.run(one, range(len(items)), cancel=stop)
+    return out
 
 
 def read_object(s3, uri: str, size: int, view, figures: StreamFigures, stop: threading.Event | None = None) -> int:

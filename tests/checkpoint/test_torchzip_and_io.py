@@ -176,7 +176,7 @@ def test_parts_hold_the_bytes_the_block_writer_writes(tmp_path, part_bytes):
     writes at those offsets: the stamps and torch framing included, also when parts do not start on a
     block (training checkpoints' parts of max(transfer_size, 5 MiB)). Written here by the posix backend's
     part path (a plain part_of), compared with its block writer's file."""
-    from concurrent.futures import ThreadPoolExecutor
+    from iogen.common.pool import ThreadPool
 
     from iogen.checkpoint.io import _Parts
 
@@ -185,7 +185,7 @@ def test_parts_hold_the_bytes_the_block_writer_writes(tmp_path, part_bytes):
     parts = _Parts(io.content, [layout], 99)
     other = str(tmp_path / "parts.pt")
     try:
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPool(2) as pool:
             PosixStorage().write_objects([(other, layout.size_bytes)], part_bytes, lambda j, i: parts(j, i), pool)
     finally:
         io.close()

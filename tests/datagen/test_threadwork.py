@@ -220,3 +220,22 @@ def test_a_second_interrupt_does_not_cut_the_wait_short():
         acquire_through_interrupts(sem)  # returns (the interrupts are swallowed), does not raise
         helper.join()
     assert not sem.acquire(blocking=False)
+
+
+def test_cancel_is_set_at_the_first_failure_so_long_tasks_stop_early():
+    import threading
+
+    from iogen.common.pool import ThreadPool
+
+    cancel = threading.Event()
+    saw_cancel = []
+
+    def task(k, _state):
+        if k == 0:
+            raise RuntimeError("object 0 failed")
+        saw_cancel.append(cancel.wait(60))  # a long upload that checks cancel between its parts
+
+    with ThreadPool(2) as pool:
+        with pytest.raises(RuntimeError, match="object 0 failed"):
+            pool.run(task, [0, 1], cancel=cancel)
+    assert saw_cancel in ([], [True])  # task 1 stopped early (or never started), never waited out

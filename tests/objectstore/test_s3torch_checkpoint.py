@@ -156,7 +156,7 @@ def test_an_upload_without_an_etag_header_counts_only_if_the_object_is_that_uplo
     upload that completed (docs/objectstore.md): iogen takes it as written only when a HEAD shows this
     upload's object (its size, a multipart ETag of as many parts, modified since the upload began)."""
     import time
-    from concurrent.futures import ThreadPoolExecutor
+    from iogen.common.pool import ThreadPool
 
     import numpy as np
 
@@ -165,7 +165,7 @@ def test_an_upload_without_an_etag_header_counts_only_if_the_object_is_that_uplo
     st = get_storage(load_workload("llama3-8b", _over(s3, tmp_path)), threads=2)
     part = 5 << 20
     since = time.time() - 1
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPool(2) as pool:
         st.write_stream(f"s3://{s3.bucket}/m.bin", part + 10, part, lambda i: np.zeros(part, np.uint8), pool)
     st.publish(f"s3://{s3.bucket}/single.bin", b"x" * 100)  # one PUT: no multipart ETag
     assert st.completed(f"s3://{s3.bucket}/m.bin", part + 10, 2, since)

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from iogen.common.pool import ThreadPool
 
 import numpy as np
 import pytest
@@ -141,7 +141,7 @@ def test_write_stream_writes_every_part_and_nothing_on_failure(backend):
     part = S3_PART if not st.capabilities.local_paths else 64 << 10
     size = 2 * part + 12345
     parts = [_payload(part, 10 + i) for i in range(3)]
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPool(3) as pool:
         assert st.write_stream(root + "ck/a.ckpt", size, part, lambda i: parts[i], pool) == size
         got = np.zeros(size, np.uint8)
         st.readinto(root + "ck/a.ckpt", 0, got)
@@ -165,7 +165,7 @@ def test_write_objects_and_read_them_back(backend):
     items = [(root + "ckpt/a.pt", part + 100), (root + "ckpt/b.pt", 300)]
     content = {j: [_payload(part, 20 + 4 * j + i) for i in range(2)] for j in range(2)}
     local = threading.local()
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPool(2) as pool:
         assert st.write_objects(items, part, lambda j, i: content[j][i][:min(part, items[j][1] - i * part)],
                                 pool) == part + 400
 
