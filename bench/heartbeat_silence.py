@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--gc-objects", type=int, default=0, help="objects a full collection walks (0: skip)")
     ap.add_argument("iogen_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
-    from iogen.cli.entry.entry import exit_now, run_command
+    from iogen.cli.entry import exit_now, run_command
     from iogen.world.communicator import get_world
 
     world = get_world()
