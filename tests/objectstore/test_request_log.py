@@ -66,8 +66,11 @@ def test_request_log_has_every_counted_request(s3, tmp_path, iogen_cmd, loader):
     if loader != "native":  # the report's side once is enough
         return
 
-    rep = iogen_cmd("report", run_dir, "--no-html")
+    rep = iogen_cmd("report", run_dir)
     assert rep.returncode == 0, rep.stderr
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
+        page = fh.read()
+    assert "Request log: " in page and "Object-store requests over time" in page and f"endpoint {s3.endpoint}" in page
     assert f"request log of " in rep.stdout and f"{len(rows):,} request(s), 0 failed" in rep.stdout
     assert f"endpoint {s3.endpoint}: {len(rows):,} request(s)" in rep.stdout
     assert f"operation get: {len(gets):,} request(s)" in rep.stdout and "over time (" in rep.stdout
@@ -123,3 +126,24 @@ def test_request_log_refused_without_a_per_request_view(storage, refused):
     over = [f"{k}={v}" for k, v in storage.items()] + ["output.request_log=true"]
     with pytest.raises(ConfigError, match=rf"output.request_log = True with storage.storage_type = .*{refused}"):
         load_workload("default", over)
+
+
+def test_checkpoint_only_run_logs_its_requests(s3, tmp_path):
+    """A checkpoint-only run (in this process): one row per request its object_store block counts (PUTs and
+    multipart parts, HEAD checks, ranged GETs); the log stops with the run."""
+    from iogen.run.runner import run
+    from iogen.world.communicator import SingleWorld
+
+    from .test_checkpoint_only import _over
+
+    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1,
+                                                           "checkpoint.num_checkpoints_read": 1,
+                                                           "output.request_log": True}))
+    out = run(wl, SingleWorld(), quiet=True)
+    assert not requestlog.ENABLED()  # nothing logged after the run
+    rows, keys, _ = read_run_requests(out.run_dir)
+    block = out.summary["iogen"]["object_store"]
+    assert len(rows) == summary_requests(block) > 0
+    puts = rows[rows["op"] == OPS.index("put")]
+    assert len(puts) == block["checkpoint_write"]["put"]["requests"] and set(puts["status"].tolist()) == {200}
+    assert all("/pre/ckpt/global_epoch1_step1/" in k for k in keys[rows["op"] == OPS.index("put")])
