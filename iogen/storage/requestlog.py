@@ -34,11 +34,11 @@ import time
 import numpy as np
 
 from ..errors import DataError
+from .figures import OPS  # the op codes: get, put, head, list, delete, the multipart controls
 
 MAGIC = b"IOGREQS1"
 VERSION = 1
 ENV = "IOGEN_REQUEST_LOG"  # the run folder, for DataLoader workers' logs
-OPS = ("get", "put", "head", "list", "delete", "create_multipart", "complete_multipart", "abort_multipart")
 OP_CODE = {op: i for i, op in enumerate(OPS)}
 FLAG_ERROR = 1  # the request failed after its retries (status: its HTTP status, 0 if none came)
 FLAG_NO_STATUS = 2  # the client does not report the HTTP status of a success (obstore, s3dlio)
@@ -106,15 +106,10 @@ class RequestLog:
     def add(self, op, uri, endpoint, t0, t_first, t_end, nbytes, offset, length, status, retries, flags) -> None:
         """One request (perf_counter_ns times; t_first None: not exposed)."""
         with self._lock:
-            row = self._buf[self._n]
-            row["t_start_ns"] = t0 + self._wall_minus_perf
-            row["latency_ns"] = t_end - t0 if t_end is not None else -1
-            row["first_byte_ns"] = t_first - t0 if t_first is not None else -1
-            row["offset"], row["length"], row["bytes"] = offset, length, nbytes
-            row["key"] = self._id(uri or "")
-            row["endpoint"] = self._id(endpoint or "")
-            row["rank"], row["status"], row["op"] = self.rank, status or 0, OP_CODE[op]
-            row["flags"], row["retries"] = flags, min(int(retries), 65535)
+            self._buf[self._n] = (t0 + self._wall_minus_perf, t_end - t0 if t_end is not None else -1,
+                                  t_first - t0 if t_first is not None else -1, offset, length, nbytes,
+                                  self._id(uri or ""), self._id(endpoint or ""), self.rank, status or 0, OP_CODE[op],
+                                  flags, min(int(retries), 65535), b"")
             self._n += 1
             if self._n == REQ_FLUSH_ROWS or (self._fd >= 0 and
                                              time.monotonic_ns() - self._last_flush_ns >= FLUSH_INTERVAL_NS):
