@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import core_switch as core
 from ..errors import ConfigError, DataError, os_error_text
-from ..storage import backend_class, capabilities, client_setup, storage_label
+from ..storage import backend_class, capabilities, client_setup, requestlog, storage_label
 from .io import CheckpointIO, checkpoint_storage, evict, local_storage
 from .model import ModelSpec
 from .torchzip import file_layout
@@ -251,6 +251,7 @@ def _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, *, 
     ck = wl.checkpoint
     run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label) if world.rank == 0 else None
     run_dir = world.bcast(run_dir)
+    requestlog.attach(run_dir)  # output.request_log (started by iogen.run.runner)
     facts = summary.run_facts(wl, world, seed=int(wl.train.seed), label=label, core_impl=core.core_description())
     log = None
     if world.rank == 0:

@@ -1,6 +1,7 @@
 """The subcommands behind `iogen COMMAND`; cli.py parses, these act."""
 from __future__ import annotations
 
+import os
 import sys
 
 from ..errors import EXIT_GATE, EXIT_OK, EXIT_USAGE
@@ -407,6 +408,14 @@ def cmd_report(args) -> int:
     from .deps import report_needs, require
     from ..report.aggregate import write_report
 
+    if args.requests:  # the request log as CSV on stdout (iogen/report/requests.py)
+        from ..report.requests import write_requests_csv
+
+        if len(args.runs) != 1:
+            print("iogen: error: --requests takes one run folder", file=sys.stderr)
+            return EXIT_USAGE
+        write_requests_csv(os.path.abspath(args.runs[0]), sys.stdout)
+        return EXIT_OK
     require(report_needs(html=not args.no_html), "report")
     if args.interval is not None and not MIN_INTERVAL_S <= args.interval < float("inf"):
         print(f"iogen: error: --interval must be a finite number of seconds >= {MIN_INTERVAL_S:g}, got "

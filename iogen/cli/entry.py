@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", action="store_true",
                    help="also write per-rank DFTracer .pfw traces into each run folder's traces/")
     p.add_argument("--no-html", action="store_true", help="write report.json only")
+    p.add_argument("--requests", action="store_true",
+                   help="print one run folder's request log (output.request_log) as CSV, one row per request, "
+                        "and write nothing")
 
     p = sub.add_parser("compare", help="regression gate for CI: exit 1 on a significant slowdown")
     p.add_argument("baseline", metavar="BASELINE", help="run folder, campaign folder or report.json")

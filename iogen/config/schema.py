@@ -472,6 +472,8 @@ class Output(Section):
 
     folder: FolderPath = "results"
     log_file: PathComponent = "iogen.log"  # written into each run folder (iogen/common/runlog.py)
+    # one record per object-store request in the run folder's requests/ (iogen/storage/requestlog.py)
+    request_log: bool = False
 
 
 def _au_fraction(value: float) -> float:
@@ -660,6 +662,15 @@ class Workload(Section):
                 "checkpoint.local_folder or remove checkpoint.drain"
             )
         problems += self._checkpoint_modes()
+        if self.output.request_log:
+            from ..storage import backend_class
+
+            why = backend_class(self).no_request_log
+            if why:
+                client = f" (storage.s3_client = {self.storage.s3_client!r})" \
+                    if self.storage.storage_type in object_key_types() else ""
+                problems.append(f"output.request_log = True with storage.storage_type = "
+                                f"{self.storage.storage_type!r}{client}: {why}; set output.request_log=False")
         problems += self._model_problems()
         if rd.pytorch_dataset != "map" and self.storage.s3_client != "s3torchconnector":
             problems.append(

@@ -145,6 +145,11 @@ def load_run(run_dir, *, latency: bool = True, interval_s: float | None = None) 
         entry = _summary_entry(doc, run_dir)
     if latency:
         entry.update(_step_log_entry(run_dir, interval_s))
+        from .requests import request_log_entry
+
+        found = request_log_entry(run_dir, interval_s)  # output.request_log: the requests/ logs
+        if found is not None:
+            entry["request_log"] = found
     return entry
 
 

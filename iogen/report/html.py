@@ -223,6 +223,22 @@ def plot_checkpoints(runs) -> str:
     return _png(fig)
 
 
+def plot_requests(summary: dict, label: str) -> str:
+    """A run's request log over time: requests per interval, and their p50 and p99 latency."""
+    plt = _pyplot()
+    ts = summary["over_time"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.5), sharex=True)
+    top.bar(ts["t_s"], ts["requests"], width=ts["interval_s"], align="edge", color="#1f77b4")
+    top.set_ylabel("requests")
+    top.set_title(f"{label}: object-store requests per {ts['interval_s']:g} s")
+    for key, name in (("p50_ns", "p50"), ("p99_ns", "p99")):
+        bottom.plot(ts["t_s"], [math.nan if v is None else v / 1e6 for v in ts[key]], marker=".", label=name)
+    bottom.set_ylabel("latency (ms)")
+    bottom.set_xlabel("seconds from the first request")
+    bottom.legend(loc="upper right")
+    return _png(fig)
+
+
 def _timeline_run(runs):
     """The run whose timeline is drawn: the first measured complete run, else the first run."""
     for r in runs:
@@ -262,6 +278,12 @@ def build_figures(report: dict) -> list[dict]:
             figs.append({"id": "wait", "title": "Batch wait time", "png": plot_wait_histogram(hist, title),
                          "caption": "t_ready - t_request of every step in the metrics window, all ranks, "
                                     "merged exactly from log-linear histograms (<= 1% error)."})
+    logged = [r for r in runs if (r.get("request_log") or {}).get("over_time")]
+    if logged:  # output.request_log: the first such run's requests over time
+        figs.append({"id": "requests", "title": "Object-store requests over time",
+                     "png": plot_requests(logged[0]["request_log"], logged[0]["label"]),
+                     "caption": "From the run's request log (requests/*.reqs, every rank and worker): requests "
+                                "started per interval, and the p50 and p99 of their total latency."})
     chosen = _timeline_run(runs)
     if chosen is not None:
         logs = read_run_steps(chosen["run_dir"])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from .requests import request_log_lines
+
 __all__ = ["flag_lines", "fmt_bytes", "fmt_ns", "fmt_num", "measured_storage", "reads_lines", "render_report", "setup_line",
            "table"]
 
@@ -437,6 +439,8 @@ def render_report(report: dict) -> str:
             lines.extend(au_loss_lines(r["au_loss"], r["label"]))
     lines.extend(f"note: {line}" for line in dataset_size_lines(runs))
     lines.extend(class_lines(report))
+    for r in runs:
+        lines.extend(request_log_lines(r.get("request_log"), r["label"]))
     lines.append("")
     n = len(camp["measured_runs"])
     lines.append(f"campaign: {n} measured run(s)" + (f", {len(camp['warmup_runs'])} warm-up(s) excluded"

@@ -20,6 +20,7 @@ from ..metrics.device import device_read_bytes
 from ..metrics.epoch import epoch_metrics, window_bounds
 from ..plan import eval_due, plan_for
 from ..common.steplog import PHASE_EVAL, PHASE_TRAIN
+from ..storage import requestlog
 
 # Compute at least this long hides the previous step's bookkeeping (see Engine._phase).
 HIDE_BOOKKEEPING_NS = 1_000_000
@@ -229,6 +230,7 @@ class Engine:
         this phase's step-log rows), then AU averaged and samples/s summed over ranks, as
         iogen.metrics.combine_ranks does; the window time is this rank's. Every rank takes part.
         """
+        requestlog.flush()  # output.request_log: the phase's requests reach the file
         m = epoch_metrics(self.steplog.rows_since(mark), self.wl.metric.exclude_start_steps,
                           self.wl.metric.exclude_end_steps)
         au_sum, samples_s = self.world.allreduce_array(np.array([m.au, m.throughput_samples_s]), "sum")

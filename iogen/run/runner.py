@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, DataError, Interrupted
 from ..common.signals import describe_interrupt
+from ..storage import requestlog
 
 
 @dataclass
@@ -160,7 +161,11 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
     if wl.workflow.checkpoint and not wl.workflow.train:
         from ..checkpoint.phases import run_checkpoints  # DLIO's checkpoint-only mode
 
-        return RunOutcome(*run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream))
+        _start_request_log(wl, world)
+        try:
+            return RunOutcome(*run_checkpoints(wl, world, label=label, quiet=quiet, stream=stream))
+        finally:
+            requestlog.stop()
     if not (wl.workflow.train or wl.workflow.evaluation):
         raise ConfigError("workflow: neither train nor evaluation is on; nothing to run")
     from ..data.staging import check_nodes, finish_staging
@@ -175,6 +180,10 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
         error = Interrupted(describe_interrupt(exc)) if isinstance(exc, KeyboardInterrupt) else exc
         world.fail(error)  # under MPI: tell the other ranks, so none waits for this one
     failed_close = st.close()
+    try:  # after the loaders (their DataLoader workers flush their own logs as they exit)
+        requestlog.stop()
+    except BaseException as exc:
+        failed_close = failed_close or exc
     if failed_close is not None and error is None:  # a close failure after a clean run is the run's error
         error = Interrupted(describe_interrupt(failed_close)) if isinstance(failed_close, KeyboardInterrupt) \
             else failed_close
@@ -210,6 +219,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     from ..common.steplog import StepLog
 
     fmt, st.train_layout, eval_layout = prepare_data(wl, world, stream, quiet)
+    _start_request_log(wl, world)  # from here on, what summary.json's object_store counts
     seed = shuffle_seed(wl, world)
     if wl.workflow.stage_data:
         from ..common.progress import GenerateProgress
@@ -236,6 +246,7 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     if world.rank == 0:
         run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label)
     st.run_dir = world.bcast(run_dir)
+    requestlog.attach(st.run_dir)
     st.facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description())
     if st.staging is not None:
         from ..metrics.staging import reduce_staging
@@ -280,6 +291,12 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         st.result.object_store = run_block(world, st.train_loader, st.eval_loader, engine.checkpointer,
                                            staging=st.staging, client=backend_class(wl).client_name,
                                            endpoints=endpoint_list(wl))
+
+
+def _start_request_log(wl, world) -> None:
+    """output.request_log: this rank's requests are logged (buffered until the run folder exists)."""
+    if wl.output.request_log:
+        requestlog.start(world.rank)
 
 
 def _finish(wl, world, st: _RunState, error):

@@ -99,6 +99,9 @@ class Storage:
     name: str = ""
     client_name: str | None = None  # the client library, as summaries name it (None: the core's system calls)
     not_measured: dict = {}  # {figure: why it is null} for the get and put figures a client hides (obstore's retries)
+    # why output.request_log is refused (None: the backend logs every request it counts, iogen/storage/requestlog.py)
+    no_request_log: str | None = ("local files are read and written through system calls, not requests: there is "
+                                  "no request to log")
     noun: str = "file"  # what one of its paths names, as messages say it ("file", "object")
     capabilities: Capabilities
 

@@ -141,7 +141,7 @@ class ObstoreStorage(DataClientStore):
         t_end = time.perf_counter_ns()
         got = min(len(data), length)
         mv[:got] = data[:got]
-        self._count("get", got, t0, t_first, t_end, None)
+        self._count("get", got, t0, t_first, t_end, None, uri, offset, length)
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
@@ -171,7 +171,7 @@ class ObstoreStorage(DataClientStore):
             if isinstance(exc, GeneratorExit):
                 raise
             raise self._error("get", uri, exc, "GET") from None
-        self._count("get", total, t0, t_first, time.perf_counter_ns(), None)
+        self._count("get", total, t0, t_first, time.perf_counter_ns(), None, uri)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class ObstoreStorage(DataClientStore):
         except Exception as exc:
             raise self._error("put", uri, exc, "PUT") from None
         t1 = time.perf_counter_ns()
-        self._count("put", len(memoryview(data).cast("B")), t0, t1, t1, None)
+        self._count("put", len(memoryview(data).cast("B")), t0, t1, t1, None, uri)
         return None
 
     def _multipart(self, uri: str, size: int, part_bytes: int, chunks, concurrency: int) -> None:

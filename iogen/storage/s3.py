@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from .keys import SCHEME, split_uri
 from .base import Capabilities, Storage
+from . import requestlog
 from .figures import OPS, OpStats
 
 # S3 refuses multipart parts under 5 MiB (except the last one).
@@ -54,6 +55,7 @@ class ObjectStore(Storage):
 
     name = "s3"
     client_name = "boto3"
+    no_request_log = None  # every request _count counts is logged
     noun = "object"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
@@ -135,8 +137,10 @@ class ObjectStore(Storage):
 
     # -- counting -----------------------------------------------------------------------------
 
-    def _count(self, op: str, nbytes: int, t0: int, t_first: int, t_end: int, response) -> None:
-        retries = int(((response or {}).get("ResponseMetadata") or {}).get("RetryAttempts", 0))
+    def _count(self, op: str, nbytes: int, t0: int, t_first: int, t_end: int, response, uri: str | None = None,
+               offset: int = -1, length: int = -1) -> None:
+        meta = (response or {}).get("ResponseMetadata") or {}
+        retries = int(meta.get("RetryAttempts", 0))
         s = self._stats[op]
         with self._lock:
             s.requests += 1
@@ -144,18 +148,26 @@ class ObjectStore(Storage):
             s.retries += retries
             s.first_byte.record(np.array([t_first - t0], np.int64))
             s.total.record(np.array([t_end - t0], np.int64))
+        if requestlog.ENABLED():  # output.request_log: one row per counted request
+            hidden = response is None  # obstore's and s3dlio's data requests: no status, no retries
+            first = None if hidden and "first_byte_latency" in (self.not_measured or {}) else t_first
+            requestlog.record(op, uri, self.where(), t0, first, t_end, int(nbytes), offset, length,
+                              meta.get("HTTPStatusCode", 0), retries, requestlog.FLAG_NO_STATUS if hidden else 0)
 
     def _control(self, op: str, call, **kw):
         """A multipart upload's create, complete or abort request (no data), counted under op; errors are the caller's."""
         t0 = time.perf_counter_ns()
         r = call(**kw)
         t1 = time.perf_counter_ns()
-        self._count(op, 0, t0, t1, t1, r)
+        self._count(op, 0, t0, t1, t1, r, f"{SCHEME}{kw.get('Bucket')}/{kw.get('Key')}")
         return r
 
     def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
         with self._lock:
             self._stats[op].errors += 1
+        if requestlog.ENABLED():  # a failed request's row: its status, no latency (-1)
+            requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None, status=_status(exc)[0] or 0,
+                              flags=requestlog.FLAG_ERROR)
         return _data_error(uri, exc, what, self.where())
 
     def drain(self) -> dict:
@@ -222,7 +234,7 @@ class ObjectStore(Storage):
         finally:
             waiting.cancel()
         t1 = time.perf_counter_ns()
-        self._count("head", 0, t0, t1, t1, r)
+        self._count("head", 0, t0, t1, t1, r, f"{SCHEME}{bucket}")
 
     def _tls_key(self) -> str:
         """The key a TLS failure names: storage.ca_bundle when one is given, else storage.verify_tls."""
@@ -258,13 +270,13 @@ class ObjectStore(Storage):
         except bex.ClientError as exc:
             if _status(exc)[0] == 404:
                 t1 = time.perf_counter_ns()
-                self._count("head", 0, t0, t1, t1, getattr(exc, "response", None))
+                self._count("head", 0, t0, t1, t1, getattr(exc, "response", None), uri)
                 return None
             raise self._failed("head", uri, exc, "HEAD") from None
         except bex.BotoCoreError as exc:
             raise self._failed("head", uri, exc, "HEAD") from None
         t1 = time.perf_counter_ns()
-        self._count("head", 0, t0, t1, t1, r)
+        self._count("head", 0, t0, t1, t1, r, uri)
         return int(r["ContentLength"]), dict(r.get("Metadata") or {})
 
     def list(self, uri_prefix: str) -> dict[str, int]:
@@ -284,7 +296,7 @@ class ObjectStore(Storage):
             except (bex.ClientError, bex.BotoCoreError) as exc:
                 raise self._failed("list", uri_prefix, exc, "LIST") from None
             t1 = time.perf_counter_ns()
-            self._count("list", 0, t0, t1, t1, r)
+            self._count("list", 0, t0, t1, t1, r, uri_prefix)
             for item in r.get("Contents", ()):
                 out[f"{SCHEME}{bucket}/{item['Key']}"] = int(item["Size"])
             token = r.get("NextContinuationToken")
@@ -302,7 +314,7 @@ class ObjectStore(Storage):
         except (bex.ClientError, bex.BotoCoreError) as exc:
             raise self._failed("put", uri, exc, "PUT") from None
         t1 = time.perf_counter_ns()
-        self._count("put", len(data), t0, t1, t1, r)
+        self._count("put", len(data), t0, t1, t1, r, uri)
 
     def put_file(self, uri: str, path: str, part_bytes: int = DEFAULT_PART_BYTES, metadata: dict | None = None) -> int:
         """Upload a local file: one PUT, or a multipart upload of part_bytes parts when larger; return its size."""
@@ -329,7 +341,7 @@ class ObjectStore(Storage):
                     t0 = time.perf_counter_ns()
                     r = c.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=data)
                     t1 = time.perf_counter_ns()
-                    self._count("put", len(data), t0, t1, t1, r)
+                    self._count("put", len(data), t0, t1, t1, r, uri)
                     parts.append({"ETag": r["ETag"], "PartNumber": number})
             self._control("complete_multipart", c.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=upload,
                           MultipartUpload={"Parts": parts})
@@ -374,7 +386,7 @@ class ObjectStore(Storage):
             t0 = time.perf_counter_ns()
             r = self.client().upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=i + 1, Body=data)
             t1 = time.perf_counter_ns()
-            self._count("put", len(data), t0, t1, t1, r)
+            self._count("put", len(data), t0, t1, t1, r, uri)
             return {"ETag": r["ETag"], "PartNumber": i + 1}
 
         try:
@@ -414,7 +426,7 @@ class ObjectStore(Storage):
             except (bex.ClientError, bex.BotoCoreError) as exc:
                 raise failed(uri, exc, f"PUT of part {i + 1} of {nparts[j]}") from None
             t1 = time.perf_counter_ns()
-            self._count("put", len(data), t0, t1, t1, r)
+            self._count("put", len(data), t0, t1, t1, r, uri)
             return {"ETag": r["ETag"], "PartNumber": i + 1}
 
         try:
@@ -459,7 +471,7 @@ class ObjectStore(Storage):
         except (bex.ClientError, bex.BotoCoreError) as exc:
             raise self._failed("delete", uri, exc, "DELETE") from None
         t1 = time.perf_counter_ns()
-        self._count("delete", 0, t0, t1, t1, r)
+        self._count("delete", 0, t0, t1, t1, r, uri)
 
     def readinto(self, uri: str, offset: int, buf) -> int:
         """One ranged GET of len(buf) bytes at offset, read straight into buf (a writable buffer); return the bytes."""
@@ -489,7 +501,7 @@ class ObjectStore(Storage):
                 raise DataError(uri, f"object ends before byte {offset} (HTTP 416); truncated?", offset=offset) from None
             raise self._failed("get", uri, exc, f"GET of bytes {offset}-{offset + length - 1}") from None
         t_end = time.perf_counter_ns()
-        self._count("get", got, t0, t_first, t_end, r)
+        self._count("get", got, t0, t_first, t_end, r, uri, offset, length)
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
@@ -516,7 +528,7 @@ class ObjectStore(Storage):
         except (bex.ClientError, bex.BotoCoreError) as exc:
             raise self._failed("get", uri, exc, "GET") from None
         t_end = time.perf_counter_ns()
-        self._count("get", total, t0, t_first, t_end, r)
+        self._count("get", total, t0, t_first, t_end, r, uri)
 
     def crc32c(self, uri: str) -> int:
         """The object's CRC-32C, computed as one GET streams it (get_chunks)."""
@@ -716,6 +728,9 @@ class DataClientStore(ObjectStore):
     def _error(self, op: str, uri: str, exc: BaseException, what: str) -> DataError:
         with self._lock:
             self._stats[op].errors += 1
+        if requestlog.ENABLED():  # the client reports no status: a failed request's row, its status 0
+            requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None,
+                              flags=requestlog.FLAG_ERROR | requestlog.FLAG_NO_STATUS)
         return DataError(uri, f"{what} through {self.client_name} failed: {self.detail(exc)} (endpoint {self.where()})")
 
     def get_bytes(self, uri: str) -> bytes | None:

@@ -120,7 +120,7 @@ class S3dlioStorage(DataClientStore):
         t1 = time.perf_counter_ns()
         got = min(data.nbytes, length)
         mv[:got] = data[:got]
-        self._count("get", got, t0, t1, t1, None)
+        self._count("get", got, t0, t1, t1, None, uri, offset, length)
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
@@ -139,7 +139,7 @@ class S3dlioStorage(DataClientStore):
                 raise DataError(uri, "the object does not exist (HTTP 404)") from None
             raise self._error("get", uri, exc, "GET") from None
         t1 = time.perf_counter_ns()
-        self._count("get", data.nbytes, t0, t1, t1, None)
+        self._count("get", data.nbytes, t0, t1, t1, None, uri)
         for at in range(0, data.nbytes, chunk_bytes):
             yield bytes(data[at:at + chunk_bytes])
 
@@ -156,7 +156,7 @@ class S3dlioStorage(DataClientStore):
         except Exception as exc:
             raise self._error("put", uri, exc, "PUT") from None
         t1 = time.perf_counter_ns()
-        self._count("put", len(memoryview(data).cast("B")), t0, t1, t1, None)
+        self._count("put", len(memoryview(data).cast("B")), t0, t1, t1, None, uri)
         return None
 
     def _multipart(self, uri: str, size: int, part_bytes: int, chunks, concurrency: int) -> None:

@@ -284,6 +284,8 @@ class ConnectorStorage(ObjectStore):
 
     name = "s3torchconnector"
     client_name = "s3torchconnector"
+    no_request_log = ("s3torchconnector's CRT client issues and retries the data requests itself and reports none "
+                      "of them (iogen measures per object): a request log would miss them")
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests", "objects"}),
                                 needs=(("boto3", "storage.storage_type=s3"),
@@ -349,7 +351,7 @@ class ConnectorStorage(ObjectStore):
         except (bex.ClientError, bex.BotoCoreError):
             return False
         t1 = time.perf_counter_ns()
-        self._count("head", 0, t0, t1, t1, r)
+        self._count("head", 0, t0, t1, t1, r, uri)
         modified = r.get("LastModified")
         return (int(r["ContentLength"]) == size and str(r.get("ETag", "")).strip('"').endswith(f"-{parts}")
                 and modified is not None and (modified + timedelta(seconds=2)).timestamp() >= since)

@@ -61,7 +61,8 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     rw = {"checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1}
     endpoints = [s3.endpoint, s3.endpoint.replace("127.0.0.1", "localhost")]
     r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{"storage.s3_client": client, **rw,
-                                                                 "storage.endpoint_urls": "[" + ",".join(endpoints) + "]"}))
+                                                                 "storage.endpoint_urls": "[" + ",".join(endpoints) + "]",
+                                                                 "output.request_log": "true"}))
     assert r.returncode == 0, r.stderr
     doc = summary_of(r)
     assert doc["iogen"]["setup"]["storage_client"] == client
@@ -71,6 +72,18 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     requests = sum(cell[op]["requests"] for cell in block.values() if isinstance(cell, dict) for op in OPS
                    if isinstance(cell.get(op), dict))
     assert requests > 0 and block["requests_by_endpoint"] == {endpoints[0]: requests, endpoints[1]: 1}
+    # the request log (output.request_log): the same requests per endpoint; the client's GETs and PUTs without
+    # an HTTP status, s3dlio's without a first byte; the control plane (boto3's HEADs) complete
+    from iogen.report.requests import read_run_requests
+    from iogen.storage.requestlog import FLAG_NO_STATUS
+
+    rows, _, ends = read_run_requests(r.stdout.split("results: ")[1].strip())
+    assert {e: int((ends == e).sum()) for e in set(ends.tolist())} == block["requests_by_endpoint"]
+    data = rows[(rows["op"] == OPS.index("get")) | (rows["op"] == OPS.index("put"))]
+    assert len(data) and (data["flags"] & FLAG_NO_STATUS).all() and not data["status"].any()
+    assert ((data["first_byte_ns"] == -1) == (client == "s3dlio")).all()
+    heads = rows[rows["op"] == OPS.index("head")]
+    assert len(heads) and not (heads["flags"] & FLAG_NO_STATUS).any() and set(heads["status"].tolist()) == {200}
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt/")["Contents"]
     mine = {o["Key"]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed}
     r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{

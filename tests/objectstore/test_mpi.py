@@ -35,7 +35,7 @@ def test_two_ranks_generate_and_read_objects(s3, tmp_path, iogen_cmd):
     r = mpirun(2, "datagen", "default", *over, "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert iogen_cmd("verify", "default", *over).returncode == 0  # every object, one manifest
-    r = mpirun(2, "run", "default", *over, "-q")
+    r = mpirun(2, "run", "default", *over, "-q", "output.request_log=true")
     assert r.returncode == 0, r.stdout + r.stderr
     block = summary_of(r)["iogen"]["object_store"]
     # 6 files x 4 samples per epoch, read once over both ranks; indexed by the layout, no request
@@ -48,3 +48,14 @@ def test_two_ranks_generate_and_read_objects(s3, tmp_path, iogen_cmd):
     total = sum(c[op]["requests"] for c in cells for op in c if isinstance(c[op], dict))
     assert list(by_endpoint) == endpoints and sum(by_endpoint.values()) == total + 2
     assert all(n >= 2 * 12 + 1 + 1 for n in by_endpoint.values()), by_endpoint
+    # the request log (output.request_log): a file per rank, each row its rank's and at that rank's endpoint;
+    # per endpoint the summary's requests but the other rank's check of it (sent at the data check, before the
+    # log starts: docs/objectstore.md)
+    from iogen.report.requests import read_run_requests, request_log_files
+
+    run_dir = r.stdout.split("results: ")[1].strip()
+    assert [os.path.basename(f) for f in request_log_files(run_dir)] == ["rank-00000.reqs", "rank-00001.reqs"]
+    rows, _, ends = read_run_requests(run_dir)
+    assert {e: int((ends == e).sum()) for e in endpoints} == {e: n - 1 for e, n in by_endpoint.items()}
+    for rank in (0, 1):
+        assert set(ends[rows["rank"] == rank].tolist()) == {endpoints[rank]}

@@ -154,10 +154,25 @@ def test_an_injected_error_ends_the_run_with_exit_2_naming_the_object(ffs, iogen
     overrides, env = ffs
     over = overrides()
     assert iogen_cmd("datagen", "default", *over, env=env("")).returncode == 0
-    r = iogen_cmd("run", "default", *over, env=env("error_on=3,ops=get"))
+    r = iogen_cmd("run", "default", *over, "output.request_log=true", env=env("error_on=3,ops=get"))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "s3://bkt/pre/ds/train/img_" in r.stderr and "HTTP 500 InternalError" in r.stderr
     assert "Traceback" not in r.stderr
+    # the request log is written on an error exit too: the failed GET flagged, with its status and key
+    from iogen.report.requests import read_run_requests
+    from iogen.storage.requestlog import FLAG_ERROR, OPS
+
+    results = overrides.folder.parent / "results"
+    (run_name,) = os.listdir(results)
+    run_dir = str(results / run_name)
+    rows, keys, _ = read_run_requests(run_dir)
+    failed = rows[(rows["flags"] & FLAG_ERROR) != 0]
+    assert len(failed) == 1 and int(failed["status"][0]) == 500 and OPS[int(failed["op"][0])] == "get"
+    assert keys[(rows["flags"] & FLAG_ERROR) != 0][0] in r.stderr
+    # and the requests that succeeded: the bucket's HEAD, at least the two GETs before the third (others may
+    # have been in flight on the other reading thread)
+    ok = rows[(rows["flags"] & FLAG_ERROR) == 0]
+    assert (ok["op"] == OPS.index("get")).sum() >= 2 and (ok["op"] == OPS.index("head")).sum() >= 1
 
 
 @pytest.mark.torch
