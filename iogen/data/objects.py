@@ -1,5 +1,6 @@
-"""Datasets as objects: generation (resumable, with the manifest as an object) and the run's check
-(`iogen verify` is datagen.verify over the storage, for files and objects alike).
+"""Datasets as objects: generation (resumable, with the manifest as an object). `iogen verify`
+(iogen/data/generate.py) and the run's data check (iogen/data/check.py) are one path over the
+storage, for files and objects alike.
 
 The objects hold the same seeded bytes as the files `iogen datagen` writes on a file system:
 each file is written by its format's write_file_crc to an anonymous in-memory file (memfd: no
@@ -208,31 +209,3 @@ def _write_manifest(store, layout, fmt, entries: list[dict]) -> str:
     uri = mf.manifest_path(layout)
     store.put_bytes(uri, (json.dumps(data, indent=1) + "\n").encode())
     return uri
-
-
-def check_objects(store, layout, fmt) -> None:
-    """The run's data check: the split's manifest object matches the workload and lists every object
-    (DataError naming the key otherwise). Object sizes are checked as they are read."""
-    manifest = mf.read_manifest(layout, store)
-    uri = mf.manifest_path(layout)
-    if manifest is None:
-        raise DataError(uri, "no manifest object: generate the dataset with `iogen datagen` (same workload and "
-                             "storage settings) first")
-    diffs = mf.params_differences(manifest.get("params", {}), mf.dataset_params(layout, fmt))
-    if diffs:
-        raise DataError(uri, "the objects were generated with other settings: " + "; ".join(diffs))
-
-
-def prepare_objects(wl, world, layouts, fmt, progress_stream=None, quiet=False) -> None:
-    """Before a run: the bucket checked, missing objects generated when asked, the manifests checked."""
-    from ..storage import get_storage
-
-    store = get_storage(wl)
-    if wl.workflow.generate_data:
-        from ..common.progress import GenerateProgress
-
-        generate_objects(store, layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
-    if world.rank == 0:
-        for layout in layouts:
-            check_objects(store, layout, fmt)
-    world.sync()

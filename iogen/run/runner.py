@@ -72,35 +72,37 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     layouts = [layout for layout in (train, evaluation) if layout is not None]
-    from ..storage import capabilities
+    from ..storage import capabilities, get_storage
 
-    if not capabilities(wl).local_paths:  # objects: their own check and generation (iogen/data/objects.py)
-        from ..data.objects import prepare_objects
-
-        prepare_objects(wl, world, layouts, fmt, progress_stream, quiet)
-        return fmt, train, evaluation
+    store = get_storage(wl)  # an object store's bucket checked first
     # The data check (iogen.data.check) runs on rank 0, before anything is written; every rank
     # then reads the same files (the first files of a larger dataset when the run takes a subset).
     on_disk = None
     if wl.workflow.generate_data:
         from ..common.progress import GenerateProgress
 
-        # Data already there that passes the check (a larger dataset included) is read as it is.
-        on_disk = world.bcast(_files_on_disk(layouts, fmt, or_none=True) if world.rank == 0 else None)
-        if on_disk is None:
-            generate_data(layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+        progress = GenerateProgress(progress_stream, quiet, world.rank)
+        if not capabilities(wl).local_paths:  # objects: their own generation, resumed (iogen/data/objects.py)
+            from ..data.objects import generate_objects
+
+            generate_objects(store, layouts, fmt, world, progress=progress)
+        else:
+            # Data already there that passes the check (a larger dataset included) is read as it is.
+            on_disk = world.bcast(_files_on_disk(layouts, fmt, store, or_none=True) if world.rank == 0 else None)
+            if on_disk is None:
+                generate_data(layouts, fmt, world, progress=progress)
     if on_disk is None:
-        on_disk = world.bcast(_files_on_disk(layouts, fmt) if world.rank == 0 else None)
+        on_disk = world.bcast(_files_on_disk(layouts, fmt, store) if world.rank == 0 else None)
     layouts = [layout if n == layout.num_files else layout.subset_of(n) for layout, n in zip(layouts, on_disk)]
     return fmt, layouts[0], (layouts[1] if evaluation is not None else None)
 
 
-def _files_on_disk(layouts, fmt, or_none: bool = False) -> list[int] | None:
+def _files_on_disk(layouts, fmt, store, or_none: bool = False) -> list[int] | None:
     """Files each layout's dataset holds, once the data check passes; with or_none, None when it fails."""
     from ..data.check import check_dataset
 
     try:
-        return [check_dataset(layout, fmt).files_on_disk for layout in layouts]
+        return [check_dataset(layout, fmt, storage=store).files_on_disk for layout in layouts]
     except (ConfigError, DataError):
         if or_none:
             return None
