@@ -77,12 +77,13 @@ def check_folder_readable(folder: str) -> None:
         raise DataError(folder, "data folder is not readable by this user (permission denied)")
 
 
-def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None):
+def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None, all_sizes: bool = False):
     """The layout the run reads (possibly the first files of a larger dataset); see the module doc.
 
     storage: where the data is (iogen.storage; local files when None). Where the formats open its paths
     directly (capabilities.file_checks: files of this machine) the data folder is checked first and data
-    without a manifest is probed; elsewhere (objects) the manifest is required."""
+    without a manifest is probed; elsewhere (objects) the manifest is required. all_sizes: objects' sizes
+    are checked now too (one listing of the split), as a run that generates what is missing needs."""
     if storage is None:
         from ..storage.posix import PosixStorage
 
@@ -92,7 +93,7 @@ def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None):
         check_folder_readable(layout.folder)
     manifest = mf.read_manifest(layout, storage)
     if manifest is not None:
-        return _check_with_manifest(layout, fmt, manifest, storage)
+        return _check_with_manifest(layout, fmt, manifest, storage, all_sizes)
     if not files:
         raise DataError(mf.manifest_path(layout), "no manifest object: generate the dataset with `iogen datagen` "
                                                   "(same workload and storage settings) first")
@@ -115,7 +116,7 @@ _VARIANT_KEYS = ("format", "compression", "record_element_type", "record_dims", 
                  "parquet.row_group_size", "parquet.columns")
 
 
-def _check_with_manifest(layout, fmt, manifest: dict, storage):
+def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool = False):
     where = mf.manifest_path(layout)
     found = manifest.get("params") or {}
     expected = mf.dataset_params(layout, fmt)
@@ -154,9 +155,13 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage):
             f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
             f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
             f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
-    if not storage.capabilities.file_checks:
+    if storage.capabilities.file_checks:
+        sizes = stat_layout_sizes(reading)  # this machine's files, a block at a time (iogen/data/bulk.py)
+    elif all_sizes:
+        listed_now = storage.list(reading.folder + "/")
+        sizes = np.fromiter((listed_now.get(p, -1) for p in reading.paths), np.int64, n)
+    else:
         return reading  # objects: each one's size is checked as it is read (a missing one named with its status)
-    sizes = stat_layout_sizes(reading)  # this machine's files, a block at a time (iogen/data/bulk.py)
     bad = np.flatnonzero(sizes != listed[0])
     if bad.size:
         i = int(bad[0])

@@ -161,7 +161,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.native import NativeLoader
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
