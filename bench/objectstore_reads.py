@@ -149,7 +149,7 @@ def _bench(args, endpoint) -> int:
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.objects import ObjectLoader
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 

@@ -81,7 +81,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 

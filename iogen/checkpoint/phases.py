@@ -317,9 +317,8 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
     if local and ck.drain != "off":
         from .drain import Drainer
 
-        store = None
-        if not capabilities(wl).local_paths:  # the drain's own store: its requests are the drain's figures
-            store = backend_class(wl).from_workload(wl, ck.drain_threads)
+        # the drain's own store (of the checkpoint folder): where it counts requests, they are the drain's figures
+        store = backend_class(wl).for_checkpoints(wl, ck.drain_threads)
         drainer = Drainer(folder, ck.drain_threads, ck.transfer_size, ck.drain, store)
     read_folder = folder if drainer is not None or not local else local
     writer = ios[-1]

@@ -33,7 +33,7 @@ class Checkpointer:
     """Decides when a checkpoint is due and writes it."""
 
     def __init__(self, wl, world):
-        from ..storage import backend_class, capabilities, get_storage
+        from ..storage import backend_class
 
         ck = wl.checkpoint
         self._schedule(wl, world)
@@ -51,11 +51,9 @@ class Checkpointer:
             if ck.drain != "off" and world.rank == 0:
                 from .drain import Drainer
 
-                shared, store = ck.checkpoint_folder, None
-                if not capabilities(wl).local_paths:  # the shared tier is the bucket (same keys as direct uploads)
-                    shared = backend_class(wl).checkpoint_folder(wl)
-                    store = get_storage(wl, ck.drain_threads, check=False)
-                self.drainer = Drainer(shared, ck.drain_threads, ck.transfer_size, ck.drain, store)
+                # the shared tier is the checkpoint folder's storage (a bucket: the same keys as direct uploads)
+                self.drainer = Drainer(backend_class(wl).checkpoint_folder(wl), ck.drain_threads, ck.transfer_size,
+                                       ck.drain, backend_class(wl).for_checkpoints(wl, ck.drain_threads))
         else:
             self.folder = backend_class(wl).checkpoint_folder(wl)
         self.layout = raw_layout([Tensor(("a",), "int8", self.size_bytes)])

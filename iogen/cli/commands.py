@@ -177,8 +177,8 @@ def cmd_datagen(args) -> int:
     from ..data.layout import DatasetLayout
     from ..formats import get_format
     from ..common.progress import GenerateProgress
-    from ..run.runner import generate_data
-    from ..storage import capabilities, get_storage
+    from ..data.generate import generate_dataset
+    from ..storage import get_storage
 
     wl = _load(args)
     _refuse_checkpoint_only(wl, "datagen")
@@ -190,15 +190,8 @@ def cmd_datagen(args) -> int:
     fmt = get_format(wl.dataset)
     splits = ["train"] + (["eval"] if wl.dataset.num_files_eval > 0 else [])
     layouts = [DatasetLayout.from_workload(wl, split) for split in splits]
-    if not capabilities(wl).local_paths:  # objects (docs/objectstore.md)
-        from ..data.objects import generate_objects
-
-        results = generate_objects(get_storage(wl), layouts, fmt, world, workers=args.workers,
-                                   overwrite=args.overwrite, progress=GenerateProgress(sys.stderr, args.quiet,
-                                                                                       world.rank))
-    else:
-        results = generate_data(layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
-                                progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
+    results = generate_dataset(get_storage(wl), layouts, fmt, world, workers=args.workers, overwrite=args.overwrite,
+                               progress=GenerateProgress(sys.stderr, args.quiet, world.rank))
     if world.rank == 0:
         share = f" by rank 0 of {world.size}" if world.size > 1 else ""
         for split, layout, r in zip(splits, layouts, results):

@@ -9,6 +9,9 @@ the record size the workload gives it and have the listed size on disk (one stat
 Without a manifest (data written by TensorFlow, h5py or DLIO): the folder's file names give the
 number of files, and a bounded sample of files is probed through the format's `probe_file`
 (headers or framing only) for samples per file, record size, element type and compression.
+The same check runs over every storage (iogen.storage), the manifest read through the backend;
+objects (which the formats do not open directly) need a manifest, and each object's size is
+checked as it is read (a missing one is named with the store's answer).
 
 A run may read the first num_files of a larger dataset (MLPerf Storage allows a subset; file i
 lies in subfolder i % num_subfolders, so the subset is spread evenly over the subfolders);
@@ -74,12 +77,26 @@ def check_folder_readable(folder: str) -> None:
         raise DataError(folder, "data folder is not readable by this user (permission denied)")
 
 
-def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES):
-    """The layout the run reads (possibly the first files of a larger dataset); see the module doc."""
-    check_folder_readable(layout.folder)
-    manifest = mf.read_manifest(layout)
+def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None, all_sizes: bool = False):
+    """The layout the run reads (possibly the first files of a larger dataset); see the module doc.
+
+    storage: where the data is (iogen.storage; local files when None). Where the formats open its paths
+    directly (capabilities.file_checks: files of this machine) the data folder is checked first and data
+    without a manifest is probed; elsewhere (objects) the manifest is required. all_sizes: objects' sizes
+    are checked now too (one listing of the split), as a run that generates what is missing needs."""
+    if storage is None:
+        from ..storage.posix import PosixStorage
+
+        storage = PosixStorage()
+    files = storage.capabilities.file_checks
+    if files:
+        check_folder_readable(layout.folder)
+    manifest = mf.read_manifest(layout, storage)
     if manifest is not None:
-        return _check_with_manifest(layout, fmt, manifest)
+        return _check_with_manifest(layout, fmt, manifest, storage, all_sizes)
+    if not files:
+        raise DataError(mf.manifest_path(layout), "no manifest object: generate the dataset with `iogen datagen` "
+                                                  "(same workload and storage settings) first")
     return _check_by_probing(layout, fmt, probe_files)
 
 
@@ -99,7 +116,7 @@ _VARIANT_KEYS = ("format", "compression", "record_element_type", "record_dims", 
                  "parquet.row_group_size", "parquet.columns")
 
 
-def _check_with_manifest(layout, fmt, manifest: dict):
+def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool = False):
     where = mf.manifest_path(layout)
     found = manifest.get("params") or {}
     expected = mf.dataset_params(layout, fmt)
@@ -138,7 +155,13 @@ def _check_with_manifest(layout, fmt, manifest: dict):
             f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
             f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
             f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
-    sizes = stat_layout_sizes(reading)
+    if storage.capabilities.file_checks:
+        sizes = stat_layout_sizes(reading)  # this machine's files, a block at a time (iogen/data/bulk.py)
+    elif all_sizes:
+        listed_now = storage.list(reading.folder + "/")
+        sizes = np.fromiter((listed_now.get(p, -1) for p in reading.paths), np.int64, n)
+    else:
+        return reading  # objects: each one's size is checked as it is read (a missing one named with its status)
     bad = np.flatnonzero(sizes != listed[0])
     if bad.size:
         i = int(bad[0])

@@ -36,32 +36,6 @@ def shuffle_seed(wl, world) -> int:
     return int(wl.train.seed)
 
 
-def generate_data(layouts, fmt, world, *, workers=None, progress=None, overwrite=False) -> list:
-    """Generate the layouts' files, each rank its share; rank 0 writes the manifests at the end.
-
-    Used by `iogen run --generate` and `iogen datagen`. Rank r writes files r, r+N, r+2N, ...
-    (iogen.data.generate); the manifests are written once every rank is done. A rank that fails
-    tells the others (world.fail), so nobody waits at the barrier for it.
-    """
-    from ..data.generate import check_target, finalize, generate
-
-    try:
-        if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
-            for layout in layouts:
-                check_target(layout, fmt, overwrite)
-        world.sync()
-        results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size,
-                            progress=progress, finalize_manifest=False, check=False) for layout in layouts]
-        world.sync()  # every rank's share is on disk
-        if world.rank == 0:
-            for layout, result in zip(layouts, results):
-                result.manifests.append(finalize(layout, fmt, result.entries.get(layout.folder)))
-    except BaseException as exc:
-        world.fail(exc)
-        raise
-    return results
-
-
 def prepare_data(wl, world, progress_stream=None, quiet=False):
     """Dataset layouts of train (and eval), generating missing files first if the workload asks."""
     from ..data.layout import DatasetLayout
@@ -73,13 +47,10 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
     if wl.workflow.evaluation and wl.dataset.num_files_eval > 0:
         evaluation = DatasetLayout.from_workload(wl, "eval")
     layouts = [layout for layout in (train, evaluation) if layout is not None]
-    from ..storage import capabilities
+    from ..data.generate import generate_dataset
+    from ..storage import get_storage
 
-    if not capabilities(wl).local_paths:  # objects: their own check and generation (iogen/data/objects.py)
-        from ..data.objects import prepare_objects
-
-        prepare_objects(wl, world, layouts, fmt, progress_stream, quiet)
-        return fmt, train, evaluation
+    store = get_storage(wl)  # an object store's bucket checked first
     # The data check (iogen.data.check) runs on rank 0, before anything is written; every rank
     # then reads the same files (the first files of a larger dataset when the run takes a subset).
     on_disk = None
@@ -87,21 +58,22 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
         from ..common.progress import GenerateProgress
 
         # Data already there that passes the check (a larger dataset included) is read as it is.
-        on_disk = world.bcast(_files_on_disk(layouts, fmt, or_none=True) if world.rank == 0 else None)
+        on_disk = world.bcast(_files_on_disk(layouts, fmt, store, or_none=True) if world.rank == 0 else None)
         if on_disk is None:
-            generate_data(layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+            generate_dataset(store, layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
     if on_disk is None:
-        on_disk = world.bcast(_files_on_disk(layouts, fmt) if world.rank == 0 else None)
+        on_disk = world.bcast(_files_on_disk(layouts, fmt, store) if world.rank == 0 else None)
     layouts = [layout if n == layout.num_files else layout.subset_of(n) for layout, n in zip(layouts, on_disk)]
     return fmt, layouts[0], (layouts[1] if evaluation is not None else None)
 
 
-def _files_on_disk(layouts, fmt, or_none: bool = False) -> list[int] | None:
-    """Files each layout's dataset holds, once the data check passes; with or_none, None when it fails."""
+def _files_on_disk(layouts, fmt, store, or_none: bool = False) -> list[int] | None:
+    """Files each layout's dataset holds, once the data check passes; with or_none (before generating what
+    is missing: every size checked now), None when it fails."""
     from ..data.check import check_dataset
 
     try:
-        return [check_dataset(layout, fmt).files_on_disk for layout in layouts]
+        return [check_dataset(layout, fmt, storage=store, all_sizes=or_none).files_on_disk for layout in layouts]
     except (ConfigError, DataError):
         if or_none:
             return None

@@ -129,7 +129,10 @@ def check_range(wl, max_accelerators: int) -> None:
             f"step per rank an epoch, after the {steps - 1} the metrics leave out); generate a larger dataset "
             f"(see `iogen datasize {wl.name} --accelerators {max_accelerators}`)")
     if not wl.workflow.generate_data:
-        check_dataset(layout, get_format(wl.dataset))  # the run's own data check, once, before any probe
+        from ..storage import get_storage
+
+        # the run's own data check, once, before any probe
+        check_dataset(layout, get_format(wl.dataset), storage=get_storage(wl))
 
 
 def _env() -> dict:

@@ -93,7 +93,7 @@ def _storage_workload(kind, tmp_path, request, monkeypatch):
 def test_verify_over_each_storage_names_corrupt_missing_and_unlisted(kind, tmp_path, request, monkeypatch):
     from iogen.world.communicator import get_world
     from iogen.formats import get_format
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage import get_storage
 
     wl = _storage_workload(kind, tmp_path, request, monkeypatch)

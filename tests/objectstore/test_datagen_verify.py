@@ -218,7 +218,7 @@ def test_wrong_credentials_exit_2_before_work(s3_auth, tmp_path, iogen_cmd):
 
 
 def test_deps_name_boto3_with_its_pip_command():
-    from iogen.cli.entry.deps import pip_command, workload_needs
+    from iogen.cli.deps import pip_command, workload_needs
 
     wl = load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt1", "dataset.format=npz"])
     assert workload_needs(wl)["boto3"] == "storage.storage_type=s3"

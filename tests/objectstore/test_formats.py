@@ -22,7 +22,7 @@ VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "l
 
 
 def _setup(s3, tmp_path, fmt, compression, **extra):
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
 
     chunked = {"dataset.enable_chunking": True} if compression == "chunked" else {}  # one sample per chunk

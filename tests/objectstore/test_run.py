@@ -90,6 +90,22 @@ def test_run_refuses_missing_manifest_and_names_bad_objects(s3, tmp_path, iogen_
     assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "404" in r.stderr, r.stderr
 
 
+def test_the_runs_data_check_on_objects_is_the_files_check(s3, tmp_path, iogen_cmd):
+    """One data check (iogen/data/check.py) over the storage: a subset of a larger dataset is read, a setting
+    that differs names its key, and --generate lists the objects first and writes a missing one again."""
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 1})
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    r = iogen_cmd("run", "default", *over, "dataset.num_files_train=2")
+    assert r.returncode == 0, r.stderr
+    r = iogen_cmd("run", "default", *over, "dataset.record_length_bytes=8192", "workflow.generate_data=False")
+    assert r.returncode == 2 and "dataset.record_length_bytes: the workload says 8192" in r.stderr, r.stderr
+    key = key_of(s3, "img_1_of_4.npz")
+    s3.client.delete_object(Bucket=s3.bucket, Key=key)
+    r = iogen_cmd("run", "default", *over, "--generate")
+    assert r.returncode == 0, r.stderr
+    assert s3.client.head_object(Bucket=s3.bucket, Key=key)["ContentLength"] > 0
+
+
 def test_run_generate_writes_objects_then_reads(s3, tmp_path, iogen_cmd):
     over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 1})
     r = iogen_cmd("run", "default", *over, "--generate")
@@ -161,7 +177,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.native import NativeLoader
-    from iogen.data.objects import generate_objects
+    from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 

@@ -21,10 +21,8 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Module -> how many times it still picks a file path or an object twin by `.local_paths`.
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
-    "cli/commands.py": 2,  # the data folder's checks; datagen of objects (data/objects.py)
-    "run/runner.py": 1,  # the run's data check and generation of objects (data/objects.py)
-    "checkpoint/phases.py": 1,  # the drain's store (a bucket or files)
-    "checkpoint/training.py": 1,  # the same
+    "cli/commands.py": 1,  # the data folder's checks
+    "data/generate.py": 1,  # how generation resumes: journals beside files, or each object's metadata
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
     "report/run_outputs.py": 1,  # the MLPerf rules note on the data's and results' file system
     "data/staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)
