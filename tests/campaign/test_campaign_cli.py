@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")
 
-from iogen.cli.entry.entry import main  # noqa: E402
+from iogen.cli.entry import main  # noqa: E402
 
 
 @pytest.fixture

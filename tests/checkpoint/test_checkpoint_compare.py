@@ -116,7 +116,7 @@ def test_direction_of_each_checkpoint_metric(metric, base, cand, regression):
 
 
 def test_cli_metric_choices_are_the_gate_metrics():
-    from iogen.cli.entry.entry import build_parser
+    from iogen.cli.entry import build_parser
 
     parser = build_parser()
     action = next(a for sub in parser._subparsers._group_actions for name, p in sub.choices.items()

@@ -231,7 +231,7 @@ def mutate_yaml(rng, data: bytes) -> tuple[bytes, str]:
 def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, capsys, workload):
     from importlib import resources
 
-    from iogen.cli.entry.entry import main
+    from iogen.cli.entry import main
 
     original = resources.files("iogen.workloads").joinpath(f"{workload}.yaml").read_bytes()
     path = tmp_path / f"{workload}.yaml"

@@ -38,7 +38,7 @@ def _json_mutation(rng, doc):
 
 @pytest.mark.parametrize("target", ["summary", "campaign"])
 def test_mutated_run_folders_are_reported_or_refused_with_exit_2(tmp_path, capsys, target):
-    from iogen.cli.entry.entry import main
+    from iogen.cli.entry import main
 
     camp = make_campaign(str(tmp_path), "camp", [100.0, 101.0], warmup=0)
     good = make_run(str(tmp_path), "good", "good")

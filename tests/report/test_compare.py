@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from iogen.cli.entry.entry import main
+from iogen.cli.entry import main
 from iogen.errors import DataError
 from iogen.report.compare import compare, load_side, render_comparison
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")
 
-from iogen.cli.entry.entry import main  # noqa: E402
+from iogen.cli.entry import main  # noqa: E402
 from iogen.errors import DataError  # noqa: E402
 from iogen.report.aggregate import build_report, find_run_dirs, write_report  # noqa: E402
 from iogen.report.text import render_report  # noqa: E402

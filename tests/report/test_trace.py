@@ -65,7 +65,7 @@ def test_checkpoint_and_eval_events(tmp_path):
 def test_report_trace_never_follows_a_traces_link_out_of_the_run_folder(tmp_path, capsys):
     """Issue 21.10: a `traces` symlink planted in a run folder is refused (exit 2, named); nothing
     is written where it points. A `traces` file likewise."""
-    from iogen.cli.entry.entry import main
+    from iogen.cli.entry import main
 
     run = make_run(str(tmp_path), "r", steps=3)
     outside = tmp_path / "outside"

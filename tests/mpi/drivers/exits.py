@@ -4,7 +4,7 @@
 """
 import sys
 
-from iogen.cli.entry.entry import exit_now
+from iogen.cli.entry import exit_now
 from iogen.world.communicator import get_world
 
 world = get_world()

@@ -22,8 +22,8 @@ import numpy as np
 import iogen.data.generate
 import iogen.run.engine
 import iogen.loaders
-from iogen.cli.entry.entry import exit_now
-from iogen.cli.entry.entry import main as iogen_main
+from iogen.cli.entry import exit_now
+from iogen.cli.entry import main as iogen_main
 from iogen.world.communicator import get_world
 
 
@@ -85,7 +85,7 @@ def main():
     try:
         code = iogen_main(sys.argv[1:])
     except Exception as exc:  # the injected failures are not iogen's errors: as the command reports a bug
-        from iogen.cli.entry.entry import report_internal_error
+        from iogen.cli.entry import report_internal_error
 
         report_internal_error(exc)
         code = 3
