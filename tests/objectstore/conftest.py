@@ -1,5 +1,5 @@
-"""What is left of the object-storage folder: test_datagen_verify.py (its datagen and verify tests join
-tests/datagen, parametrised over storage, with the datagen work in progress there).
+"""What is left of the object-storage folder: test_datagen_verify.py, which stays here while datagen's
+tests change (it joins tests/datagen next).
 
 The object tests of every other stage live in that stage's folder; their servers and helpers (the `s3`
 fixture, s3_auth, throttling_proxy, tls_s3_server, s3_overrides, key_of) are tests/conftest.py's. This
