@@ -666,9 +666,39 @@ class StorageUnderTest:
             return small_dataset_overrides(self.tmp_path, fmt, **extra)
         return small_dataset_overrides(self.tmp_path, fmt, data_folder=str(self.tmp_path / "ds"), **extra)
 
+    def root_overrides(self) -> dict:
+        """This kind's storage keys (none on posix); a folder iogen is given is then folder(rel)."""
+        if self.s3 is not None:
+            return {"storage.storage_type": "s3", "storage.storage_root": f"{self.s3.bucket}/pre"}
+        if self.kind == "faultfs":
+            (self.tmp_path / "store" / "bkt").mkdir(parents=True, exist_ok=True)
+            return {"storage.storage_type": "faultfs", "storage.storage_root": "bkt/pre",
+                    "storage.endpoint_url": str(self.tmp_path / "store")}
+        return {}
+
+    def folder(self, rel) -> str:
+        """What iogen is told for folder `rel` of this storage (an absolute path on posix, else under the root)."""
+        return rel if self.is_object else str(self.tmp_path / rel)
+
+    def read_at(self, rel) -> bytes:
+        """The bytes of file `rel` (a path under the root: "ckpt/step/name")."""
+        if self.s3 is not None:
+            return self.s3.client.get_object(Bucket=self.s3.bucket, Key=f"pre/{rel}")["Body"].read()
+        return self._root().joinpath(rel).read_bytes()
+
+    def listing(self, rel) -> dict:
+        """{path under `rel`: size} of every file or object below `rel`."""
+        if self.s3 is not None:
+            pages = self.s3.client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=f"pre/{rel}/")
+            return {o["Key"][len(f"pre/{rel}/"):]: o["Size"] for page in pages for o in page.get("Contents", ())}
+        top = self._root() / rel
+        return {str(p.relative_to(top)): p.stat().st_size for p in top.rglob("*") if p.is_file()}
+
+    def _root(self):
+        return self.tmp_path / "store" / "bkt" / "pre" if self.kind == "faultfs" else self.tmp_path
+
     def _local(self, name, split):
-        root = self.tmp_path / "store" / "bkt" / "pre" if self.kind == "faultfs" else self.tmp_path
-        return root / "ds" / split / name
+        return self._root() / "ds" / split / name
 
     def where(self, name, split="train") -> str:
         if self.s3 is not None:

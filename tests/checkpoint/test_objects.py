@@ -1,5 +1,6 @@
 """Checkpoints on object storage, against a real S3 server (moto's): checkpoint-only runs (workflow.train
-False) written and restored, and training checkpoints drained to the bucket from a local tier."""
+False) written and restored, and training checkpoints drained to the bucket from a local tier. An LLM
+checkpoint's drain, the same test on every storage: tests/checkpoint/test_drain.py."""
 import importlib.util
 import os
 
@@ -89,36 +90,6 @@ def test_read_only_run_restores_objects_and_names_a_missing_or_short_one(s3, tmp
                                  "checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 0})
     r = iogen_cmd("run", "llama3-8b", *bad)
     assert r.returncode == 2 and "no-such-bucket-iogen" in r.stderr, r.stderr
-
-
-@pytest.mark.parametrize("s3,mode", [("moto", "async"), ("moto", "sync"), ("rgw", "async")], indirect=["s3"])
-def test_local_tier_drains_to_the_bucket_and_restores_from_it(s3, tmp_path, mode):
-    """checkpoint.local_folder on object storage: written locally, drained to the same keys as a
-    direct upload (byte for byte the local files), read back from the bucket."""
-    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{
-        "checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 1,
-        "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
-        "checkpoint.drain_threads": 2}))
-    doc = run(wl, SingleWorld(), quiet=True).summary
-    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
-    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
-    assert listed == {_key(s, n): lay.size_bytes for s in (1, 2) for n, lay in zip(NAMES, files.layouts)}
-    for step in (1, 2):
-        for name in NAMES:
-            got = s3.client.get_object(Bucket=s3.bucket, Key=_key(step, name))["Body"].read()
-            with open(tmp_path / "local" / f"global_epoch1_step{step}" / name, "rb") as f:
-                assert got == f.read(), (step, name)
-    dr = doc["iogen"]["checkpoint_drain"]
-    assert dr["mode"] == mode and dr["error"] is None and dr["shared_folder"] == f"s3://{s3.bucket}/pre/ckpt"
-    assert len(dr["checkpoints"]) == 2 and dr["drain_bytes"] == 2 * files.file_bytes
-    assert all(c["drain_s"] > 0 and c["drain_gib_s"] > 0 for c in dr["checkpoints"])
-    block = doc["iogen"]["object_store"]
-    assert "checkpoint_write" not in block  # the write phase is local
-    put = block["checkpoint_drain"]["put"]
-    # per checkpoint: the model file in one PUT, the optimizer file in 2 parts of 5 MiB
-    assert put["requests"] == 2 * 3 and put["bytes"] == 2 * files.file_bytes and put["errors"] == 0
-    assert block["checkpoint_read"]["get"]["bytes"] == files.file_bytes
-    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
 
 
 def test_local_tier_without_a_drain_stays_local_and_restores_from_it(s3, tmp_path):
