@@ -41,7 +41,7 @@ venv: $(VENV)/.iogen-test
 demo: $(VENV)/.iogen-core
 	$(BIN)/iogen run default --generate dataset.data_folder=$(DEMO_DIR)/data output.folder=results
 
-# Ceph's RGW (a real S3 server for tests/objectstore and tests/storage) is installed from Debian's
+# Ceph's RGW (a real S3 server for the object-storage tests) is installed from Debian's
 # packages when missing and this is root with apt-get; otherwise its tests skip, saying why.
 test: $(VENV)/.iogen-test
 	$(BIN)/python tests/servers/rgw.py install

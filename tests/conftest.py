@@ -189,6 +189,42 @@ def tree_state(root, skip=()) -> dict:
     return out
 
 
+# -- MPI: mpiexec beside this Python (or on PATH), and an environment without a launcher's variables --
+
+def _mpiexec():
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(beside):
+        return beside
+    import shutil
+
+    return shutil.which("mpiexec")
+
+
+def _have_mpi4py():
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+MPIEXEC = _mpiexec()  # None: no MPI here (the tests that need it skip)
+HAVE_MPI = MPIEXEC is not None and _have_mpi4py()
+RANK_VARS = ("PMI_", "OMPI_", "PMIX_", "MV2_", "SLURM_", "HYDRA_", "MPI_LOCAL", "FLUX_", "PALS_", "JSM_")
+
+
+def clean_env(**extra):
+    """This process's environment without any MPI launcher's variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(RANK_VARS)}
+    env.pop("IOGEN_MPI", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def mpirun(n, *args, timeout=240):
+    """`mpiexec -n N python -m iogen ARGS...` in a clean environment; the CompletedProcess."""
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "iogen", *map(str, args)],
+                          capture_output=True, text=True, env=clean_env(), timeout=timeout)
+
+
 # -- a real S3 server: moto's standalone server on 127.0.0.1 --------------------------------------
 # No mocked client: boto3 (in the test and in the `iogen` child processes) talks HTTP to a separate
 # server process. One server per test session; each test gets its own bucket.
@@ -378,3 +414,326 @@ def _empty_bucket(client, bucket) -> None:
     for up in client.list_multipart_uploads(Bucket=bucket).get("Uploads", ()):
         client.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
     client.delete_bucket(Bucket=bucket)
+
+
+# -- object-storage helpers and servers beyond the plain `s3` one ---------------------------------
+# A credential-checking moto server (s3_auth), a throttling proxy in front of moto (throttling_proxy),
+# a moto server speaking TLS (tls_s3_server), and the overrides of a small object dataset.
+
+
+def small_dataset_overrides(tmp_path, fmt="npz", data_folder="ds", **extra):
+    """Overrides of a small dataset (4 `fmt` files of 4 samples of 16 KiB) in `data_folder`."""
+    base = {
+        "dataset.data_folder": data_folder,
+        "dataset.format": fmt,
+        "dataset.num_files_train": 4,
+        "dataset.num_samples_per_file": 4,
+        "dataset.record_length_bytes": 16384,
+        "dataset.record_length_bytes_stdev": 0,
+        "output.folder": str(tmp_path / "results"),
+        "reader.batch_size": 2,
+        "train.epochs": 2,
+        "train.computation_time": 0.001,
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def s3_overrides(s3, tmp_path, fmt="npz", prefix="pre", **extra):
+    """Overrides of the small dataset as objects under BUCKET/PREFIX/ds in the `s3` fixture's bucket."""
+    return small_dataset_overrides(tmp_path, fmt, **{"storage.storage_type": "s3",
+                                                     "storage.storage_root": f"{s3.bucket}/{prefix}", **extra})
+
+
+def key_of(s3, name, prefix="pre", split="train"):
+    """The object key of data file `name` of s3_overrides' dataset."""
+    return f"{prefix}/ds/{split}/{name}"
+
+
+def result_summary(result):
+    """summary.json of the run whose `results: RUN_DIR` line a finished `iogen` printed."""
+    return load_summary(result.stdout.split("results: ")[1].strip())
+
+
+AUTH_SETUP_REQUESTS = 3  # create a user, its access key and its policy; then every request is checked
+
+
+@pytest.fixture(scope="session")
+def s3_auth_server(moto_servers):
+    """(endpoint, access key) of a moto server that checks credentials (IAM) after its first
+    AUTH_SETUP_REQUESTS requests, which create the one user allowed to use S3."""
+    import json
+
+    import boto3
+
+    endpoint = moto_servers({"INITIAL_NO_AUTH_ACTION_COUNT": str(AUTH_SETUP_REQUESTS)})
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=FAKE_ACCESS_KEY,
+                       aws_secret_access_key="setup")
+    iam.create_user(UserName="iogen")
+    key = iam.create_access_key(UserName="iogen")["AccessKey"]
+    iam.put_user_policy(UserName="iogen", PolicyName="s3", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    return endpoint, key
+
+
+@pytest.fixture
+def s3_auth(s3_auth_server, monkeypatch, tmp_path):
+    """A bucket on the credential-checking server, with its IAM user's key in the environment."""
+    import uuid
+
+    import boto3
+
+    endpoint, key = s3_auth_server
+    env = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+           "AWS_CONFIG_FILE": str(tmp_path / "aws-config-none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials-none")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+    bucket = "iogen-auth-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    yield SimpleNamespace(endpoint=endpoint, bucket=bucket, secret=key["SecretAccessKey"], client=client,
+                          env=env)
+    client.close()
+
+
+class _Throttler:
+    """What the throttling proxy answers 503 SlowDown to (set by the test before iogen starts)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.every_nth_ranged_get = 0  # 503 for every n-th GET with a Range header (0: none)
+        self.always_for = None  # 503 for every request whose path holds this string
+        self.ranged_gets = 0
+        self.throttled = 0
+        self.requests = []  # (method, path) of every request, in order
+
+    def decide(self, method, path, headers) -> bool:
+        with self.lock:
+            self.requests.append((method, path))
+        return self._decide(method, path, headers)
+
+    def _decide(self, method, path, headers) -> bool:
+        with self.lock:
+            if self.always_for and self.always_for in path:
+                self.throttled += 1
+                return True
+            if method == "GET" and "range" in {k.lower() for k in headers}:
+                self.ranged_gets += 1
+                if self.every_nth_ranged_get and self.ranged_gets % self.every_nth_ranged_get == 0:
+                    self.throttled += 1
+                    return True
+            return False
+
+
+@pytest.fixture
+def throttling_proxy(s3, monkeypatch):
+    """A real HTTP proxy in front of the moto server that answers some requests 503 SlowDown.
+
+    Yields (endpoint, throttler); AWS_ENDPOINT_URL points at the proxy for this test.
+    """
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    upstream = urlsplit(s3.endpoint)
+    throttler = _Throttler()
+    body_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                b"<Message>Please reduce your request rate.</Message></Error>")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _any(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            payload = self.rfile.read(length) if length else None
+            if throttler.decide(self.command, self.path, self.headers):
+                self.send_response(503)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body_503)))
+                self.end_headers()
+                self.wfile.write(body_503)
+                return
+            conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                conn.request(self.command, self.path, body=payload, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
+                        self.send_header(k, v)
+                # a HEAD's answer has no body: its Content-Length is the object's size
+                length = resp.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+                self.send_header("Content-Length", length)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            finally:
+                conn.close()
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    try:
+        yield endpoint, throttler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _certificates(folder):
+    """A CA and a server certificate it signs for 127.0.0.1 and localhost: (cert file, key file, CA file)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, issuer, key, signer, ca, sans=None):
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+             .not_valid_after(now + datetime.timedelta(days=2))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                              content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                              key_agreement=False, encipher_only=False, decipher_only=False),
+                                critical=True)
+        if sans:
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("iogen test CA", "iogen test CA", ca_key, ca_key, True)
+    server = cert("127.0.0.1", "iogen test CA", key, ca_key, False,
+                  [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (folder / "server.pem").write_bytes(server.public_bytes(pem))
+    (folder / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                                          serialization.NoEncryption()))
+    return folder / "server.pem", folder / "server.key", folder / "ca.pem"
+
+
+@pytest.fixture(scope="session")
+def tls_s3_server(moto_servers, tmp_path_factory):
+    """(https endpoint, CA file) of a moto server whose certificate a test CA signed (no system CA trusts it)."""
+    pytest.importorskip("cryptography", reason="cryptography makes the test CA")
+    tls = _certificates(tmp_path_factory.mktemp("tls"))
+    return moto_servers({}, tls=tls), str(tls[2])
+
+
+# -- the `storage` fixture: one test, its dataset on each kind of storage --------------------------
+
+class StorageUnderTest:
+    """Where one test's small dataset lives: on the file system (posix), in a bucket of an S3 server
+    (s3: moto's; rgw: Ceph's) or in a fault-injecting folder store with no faults set (faultfs). The
+    test tells iogen `overrides(...)` and reaches the bytes with read/write/remove; `where(name)` is
+    how iogen names a data file in its messages (a path, or s3://bucket/key)."""
+
+    def __init__(self, kind, tmp_path, s3=None):
+        self.kind, self.tmp_path, self.s3 = kind, tmp_path, s3
+        self.is_object = kind != "posix"
+
+    def overrides(self, fmt="npz", **extra):
+        if self.s3 is not None:
+            return s3_overrides(self.s3, self.tmp_path, fmt, **extra)
+        if self.kind == "faultfs":
+            (self.tmp_path / "store" / "bkt").mkdir(parents=True, exist_ok=True)
+            extra = {"storage.storage_type": "faultfs", "storage.storage_root": "bkt/pre",
+                     "storage.endpoint_url": str(self.tmp_path / "store"), **extra}
+            return small_dataset_overrides(self.tmp_path, fmt, **extra)
+        return small_dataset_overrides(self.tmp_path, fmt, data_folder=str(self.tmp_path / "ds"), **extra)
+
+    def root_overrides(self) -> dict:
+        """This kind's storage keys (none on posix); a folder iogen is given is then folder(rel)."""
+        if self.s3 is not None:
+            return {"storage.storage_type": "s3", "storage.storage_root": f"{self.s3.bucket}/pre"}
+        if self.kind == "faultfs":
+            (self.tmp_path / "store" / "bkt").mkdir(parents=True, exist_ok=True)
+            return {"storage.storage_type": "faultfs", "storage.storage_root": "bkt/pre",
+                    "storage.endpoint_url": str(self.tmp_path / "store")}
+        return {}
+
+    def folder(self, rel) -> str:
+        """What iogen is told for folder `rel` of this storage (an absolute path on posix, else under the root)."""
+        return rel if self.is_object else str(self.tmp_path / rel)
+
+    def read_at(self, rel) -> bytes:
+        """The bytes of file `rel` (a path under the root: "ckpt/step/name")."""
+        if self.s3 is not None:
+            return self.s3.client.get_object(Bucket=self.s3.bucket, Key=f"pre/{rel}")["Body"].read()
+        return self._root().joinpath(rel).read_bytes()
+
+    def listing(self, rel) -> dict:
+        """{path under `rel`: size} of every file or object below `rel`."""
+        if self.s3 is not None:
+            pages = self.s3.client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=f"pre/{rel}/")
+            return {o["Key"][len(f"pre/{rel}/"):]: o["Size"] for page in pages for o in page.get("Contents", ())}
+        top = self._root() / rel
+        return {str(p.relative_to(top)): p.stat().st_size for p in top.rglob("*") if p.is_file()}
+
+    def _root(self):
+        return self.tmp_path / "store" / "bkt" / "pre" if self.kind == "faultfs" else self.tmp_path
+
+    def _local(self, name, split):
+        return self._root() / "ds" / split / name
+
+    def where(self, name, split="train") -> str:
+        if self.s3 is not None:
+            return f"s3://{self.s3.bucket}/{key_of(self.s3, name, split=split)}"
+        if self.kind == "faultfs":
+            return f"s3://bkt/pre/ds/{split}/{name}"  # faultfs names its objects as S3 does
+        return str(self._local(name, split))
+
+    def read(self, name, split="train") -> bytes:
+        if self.s3 is not None:
+            return self.s3.client.get_object(Bucket=self.s3.bucket, Key=key_of(self.s3, name, split=split))["Body"].read()
+        return self._local(name, split).read_bytes()
+
+    def write(self, name, data, split="train") -> None:
+        if self.s3 is not None:
+            self.s3.client.put_object(Bucket=self.s3.bucket, Key=key_of(self.s3, name, split=split), Body=bytes(data))
+        else:
+            self._local(name, split).write_bytes(bytes(data))
+
+    def remove(self, name, split="train") -> None:
+        if self.s3 is not None:
+            self.s3.client.delete_object(Bucket=self.s3.bucket, Key=key_of(self.s3, name, split=split))
+        else:
+            self._local(name, split).unlink()
+
+
+@pytest.fixture(params=["posix", "s3"])
+def storage(request, tmp_path, monkeypatch):
+    """A StorageUnderTest for each kind the test is parametrised over: posix and s3 (moto) unless it
+    chooses, e.g. `@pytest.mark.parametrize("storage", ["posix", "s3", "rgw", "faultfs"], indirect=True)`
+    (each object case starts real runs against a server: replace a case, do not add one)."""
+    kind = request.param
+    if kind in ("s3", "rgw"):
+        return StorageUnderTest(kind, tmp_path, request.getfixturevalue("s3_at")("moto" if kind == "s3" else "rgw"))
+    if kind == "faultfs":
+        pytest.importorskip("botocore", reason="faultfs answers through the s3 backend, which needs botocore")
+        monkeypatch.delenv("IOGEN_FAULTS", raising=False)
+    return StorageUnderTest(kind, tmp_path)

@@ -1,6 +1,5 @@
 """Checkpoint-only runs in one process: write, evict, read back; read-only runs; bad input exits 2."""
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from iogen.config import load_workload
 from iogen.errors import DataError
 from iogen.run.runner import run
 
-from ..conftest import popen_iogen
+from ..conftest import load_summary, popen_iogen
 
 TINY = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
         "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
@@ -128,8 +127,7 @@ def test_sigterm_mid_write_exits_130_and_leaves_no_partial_file(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     assert not glob.glob(str(tmp_path / "ckpt" / "*" / "*.tmp.*"))  # nothing half-written stays
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
-    with open(os.path.join(run_dir, "summary.json")) as fh:
-        doc = json.load(fh)
+    doc = load_summary(run_dir)
     assert doc["iogen"]["complete"] is False and "interrupted" in doc["iogen"]["incomplete_reason"]
 
 

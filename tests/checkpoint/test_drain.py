@@ -107,50 +107,71 @@ def test_drain_interference_uses_the_aus_window():
     assert block["steps_without_drain"]["au_percentage"] == pytest.approx(100 * 10 / 11)
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_tier(tmp_path, mode):
+# hidden 160: the optimizer file is 7.5 MB, two parts of 5 MiB on object storage
+LLM_SMALL = {"model.num_layers": 2, "model.transformer.hidden_size": 160, "model.transformer.ffn_hidden_size": 320,
+             "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
+             "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
+             "checkpoint.transfer_size": 65536, "checkpoint.write_threads": 3, "checkpoint.read_threads": 2,
+             "checkpoint.fsync": False}
+
+
+@pytest.mark.parametrize("storage,mode", [("posix", "async"), ("posix", "sync"), ("s3", "async"), ("s3", "sync"),
+                                          ("rgw", "async")], indirect=["storage"])
+def test_llm_checkpoints_drain_with_their_folders_and_restore_from_the_shared_tier(storage, tmp_path, mode):
+    """checkpoint.local_folder: each checkpoint is written locally and drained, folder and name kept, to
+    the shared tier (on object storage: the keys a direct upload uses), byte for byte; the checkpoint's
+    time is the time the job was blocked; a restore reads the shared tier, the local one gone or not."""
+    import shutil
+
     from iogen.checkpoint.model import ModelSpec
-    from iogen.checkpoint.phases import RankFiles
+    from iogen.checkpoint.phases import RankFiles, headline
     from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
     from iogen.run.runner import run
 
-    tiny = {"model.num_layers": 2, "model.transformer.hidden_size": 128, "model.transformer.ffn_hidden_size": 256,
-            "model.transformer.vocab_size": 512, "model.transformer.num_attention_heads": 4,
-            "model.transformer.num_kv_heads": 2, "checkpoint.time_between_checkpoints": 0.01,
-            "checkpoint.transfer_size": 65536, "checkpoint.num_checkpoints_write": 2,
-            "checkpoint.num_checkpoints_read": 2, "checkpoint.checkpoint_folder": str(tmp_path / "shared"),
-            "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
-            "output.folder": str(tmp_path / "results")}
-    wl = load_workload("llama3-8b", [f"{k}={v}" for k, v in tiny.items()])
-    out = run(wl, SingleWorld(), quiet=True)
+    values = {**LLM_SMALL, **storage.root_overrides(), "checkpoint.num_checkpoints_write": 2,
+              "checkpoint.num_checkpoints_read": 1, "checkpoint.checkpoint_folder": storage.folder("ckpt"),
+              "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
+              "checkpoint.drain_threads": 2, "output.folder": str(tmp_path / "results")}
+    over = [f"{k}={v}" for k, v in values.items()]
+    wl = load_workload("llama3-8b", over)
+    doc = run(wl, SingleWorld(), quiet=True).summary
     files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
-    for step in (1, 2):
-        for local, shared in zip(files.paths(str(tmp_path / "local"), step), files.paths(str(tmp_path / "shared"), step)):
-            assert filecmp.cmp(local, shared, shallow=False)  # same checkpoint folder and name on both tiers
-    dr = out.summary["iogen"]["checkpoint_drain"]
+    assert files.names == ["zero_pp_rank_0_mp_rank_0_model_states.pt", "zero_pp_rank_0_mp_rank_0_optim_states.pt"]
+    shared = storage.listing("ckpt")
+    assert shared == {f"global_epoch1_step{s}/{n}": lay.size_bytes for s in (1, 2)
+                      for n, lay in zip(files.names, files.layouts)}
+    for rel in shared:  # same checkpoint folder and name on both tiers
+        assert storage.read_at(f"ckpt/{rel}") == (tmp_path / "local" / rel).read_bytes(), rel
+    dr = doc["iogen"]["checkpoint_drain"]
     assert dr["mode"] == mode and dr["error"] is None and len(dr["checkpoints"]) == 2
     assert dr["drain_bytes"] == 2 * files.file_bytes
-    assert out.summary["iogen"]["complete"] is True
+    assert all(c["drain_s"] > 0 and c["drain_gib_s"] > 0 for c in dr["checkpoints"])
+    assert doc["iogen"]["complete"] is True
+    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
     # the headline figure is the time the job was blocked (wait + local write, + the copy with sync),
     # as in training runs, not the local write alone
-    write = out.summary["iogen"]["checkpoint"]["write"]
+    write = doc["iogen"]["checkpoint"]["write"]
     blocked = [c["blocking_s"] for c in dr["checkpoints"]]
     assert [c["duration_seconds"] for c in write["per_checkpoint"]] == pytest.approx(blocked, abs=1e-9)
-    assert out.summary["metric"]["save_checkpoint_io_mean_GB_per_second"] == pytest.approx(
+    assert doc["metric"]["save_checkpoint_io_mean_GB_per_second"] == pytest.approx(
         np.mean([files.file_bytes / 2**30 / b for b in blocked]))
     assert all(c["blocking_s"] >= c["local_write_s"] + c["waited_for_previous_drain_s"] - 1e-9
                for c in dr["checkpoints"])
-    from iogen.checkpoint.phases import headline
-
-    text = headline(out.summary)
+    text = headline(doc)
     assert f"checkpoint drain ({mode}): 2 checkpoint(s)" in text and "checkpoint write durations count the time blocked" in text
     assert "AU" not in text.split("checkpoint drain")[1].split("\n")[0]  # no training steps to speak of
+    if storage.is_object:
+        assert dr["shared_folder"] == f"s3://{storage.s3.bucket}/pre/ckpt"
+        block = doc["iogen"]["object_store"]
+        assert "checkpoint_write" not in block  # the write phase is local
+        put = block["checkpoint_drain"]["put"]
+        # per checkpoint: the model file in one PUT, the optimizer file in 2 parts of 5 MiB
+        assert put["requests"] == 2 * 3 and put["bytes"] == 2 * files.file_bytes and put["errors"] == 0
+        assert block["checkpoint_read"]["get"]["bytes"] == files.file_bytes
     # a later read-only restore comes from the shared tier: the local one may be gone by then
-    import shutil
-
     shutil.rmtree(tmp_path / "local")
-    again = load_workload("llama3-8b", [f"{k}={v}" for k, v in tiny.items()] + ["checkpoint.num_checkpoints_write=0"])
+    again = load_workload("llama3-8b", over + ["checkpoint.num_checkpoints_write=0"])
     assert run(again, SingleWorld(), quiet=True).summary["iogen"]["complete"] is True
 
 

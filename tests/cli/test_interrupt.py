@@ -15,7 +15,7 @@ import pytest
 
 from iogen.common.steplog import read_steplog
 
-from ..conftest import popen_iogen, run_iogen
+from ..conftest import load_summary, popen_iogen, run_iogen
 
 IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")
 
@@ -47,8 +47,7 @@ def test_signal_keeps_steps_and_writes_an_incomplete_summary(tiny, tmp_path, sig
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
-    with open(os.path.join(run_dir, "summary.json")) as fh:
-        doc = json.load(fh)
+    doc = load_summary(run_dir)
     assert doc["iogen"]["complete"] is False
     assert "interrupt" in doc["iogen"]["incomplete_reason"]
     if sig != signal.SIGINT:
@@ -112,8 +111,7 @@ def test_sigterm_to_the_process_group_with_dataloader_workers(tiny, tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "killed by signal" not in err, err
     (run_dir,) = glob.glob(str(tmp_path / "results" / "*"))
-    with open(os.path.join(run_dir, "summary.json")) as fh:
-        doc = json.load(fh)
+    doc = load_summary(run_dir)
     assert doc["iogen"]["complete"] is False and "SIGTERM" in doc["iogen"]["incomplete_reason"]
     assert len(workers) >= 2 and not [p for p in workers if os.path.exists(f"/proc/{p}")]
 

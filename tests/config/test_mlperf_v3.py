@@ -1,13 +1,12 @@
 """MLPerf Storage v3.0's CLOSED training and checkpointing files as shipped: they validate, and run
 scaled down with DLIO's `++workload.` overrides (the way mlpstorage passes them)."""
-import json
 import os
 
 import pytest
 
 from iogen.config import load_workload
 
-from ..conftest import run_iogen
+from ..conftest import load_summary, run_iogen
 
 V3 = ["mlperf_v3_retinanet_b200", "mlperf_v3_retinanet_mi355", "mlperf_v3_unet3d_b200", "mlperf_v3_llama3_8b"]
 
@@ -24,8 +23,7 @@ def test_the_v3_files_validate_as_shipped(dlio_yaml, stem):
 
 def _summary(out):
     (run,) = os.listdir(out)
-    with open(os.path.join(out, run, "summary.json")) as fh:
-        return json.load(fh)
+    return load_summary(os.path.join(out, run))
 
 
 def test_retinanet_b200_runs_scaled_down_with_dlio_overrides(dlio_yaml, tmp_path):

@@ -1,5 +1,4 @@
 """End to end in one process: config -> datagen -> plan -> native loader -> engine -> outputs."""
-import json
 import os
 
 import numpy as np
@@ -11,6 +10,8 @@ from iogen.report.rundir import steplog_path
 from iogen.run.runner import run
 from iogen.common.steplog import PHASE_EVAL, PHASE_TRAIN, read_steplog
 
+from ..conftest import load_summary
+
 
 def _run(overrides, **kw):
     wl = load_workload("default", overrides + ["workflow.generate_data=True"])
@@ -21,8 +22,7 @@ def test_run_writes_a_complete_run_folder(tiny):
     wl, out = _run(tiny())
     files = sorted(os.listdir(out.run_dir))
     assert files == ["config.yaml", "epochs.json", "iogen.log", "steps", "summary.json"]
-    with open(os.path.join(out.run_dir, "summary.json")) as fh:
-        doc = json.load(fh)
+    doc = load_summary(out.run_dir)
     m = doc["metric"]
     for key in ("train_au_mean_percentage", "train_throughput_mean_samples_per_second",
                 "train_io_mean_MB_per_second", "train_au_meet_expectation"):
@@ -113,10 +113,12 @@ def test_evicting_between_epochs_and_device_bytes(tiny):
         assert all(v >= 0.5 * 8 * 65536 for v in dev), dev
 
 
-def test_preprocess_time_is_spent_in_the_reader(tiny):
-    # 10 ms of preprocessing per sample with no compute: every step waits for it
-    wl, out = _run(tiny(**{"reader.preprocess_time": 0.01, "train.computation_time": 0,
-                           "reader.read_threads": 1, "reader.prefetch_size": 0}))
+def test_preprocess_time_is_spent_in_the_reader(storage):
+    """reader.preprocess_time, 10 ms a sample, with no compute: the one reading thread spends each batch's
+    2 x 10 ms after reading it (on objects: after the batch's GETs), and every step waits for it."""
+    wl, out = _run(storage.overrides("npz", **{"reader.preprocess_time": 0.01, "train.computation_time": 0,
+                                               "reader.read_threads": 1, "reader.prefetch_size": 0}))
     header, rows = read_steplog(steplog_path(out.run_dir, 0))
     train = rows[rows["phase"] == PHASE_TRAIN]
+    assert train.size == 2 * 8  # 16 samples, batch 2, 2 epochs
     assert np.all(train["t_ready"] - train["t_request"] >= 2 * 10_000_000)

@@ -14,7 +14,7 @@ from iogen.world.communicator import SingleWorld
 from iogen.metrics.cpu import CpuTimes, cpu_block, stat_cpu_ticks, tree_cpu, tree_times
 from iogen.metrics.ranks import summed_cpu
 
-from ..conftest import run_iogen, tiny_overrides
+from ..conftest import load_summary, run_iogen, tiny_overrides
 
 
 def _stat(pid, name, utime, stime, cutime, cstime):
@@ -99,8 +99,7 @@ def test_a_real_runs_summary_report_and_compare_show_cpu(tmp_path):
     done = run_iogen("run", "default", *overrides)
     assert done.returncode == 0, done.stderr
     run_dir = re.search(r"^results: (.+)$", done.stdout, re.M).group(1)
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
-        doc = json.load(fh)
+    doc = load_summary(run_dir)
     cpu = doc["iogen"]["cpu"]
     for key in ("window_cpu_s", "window_cpu_s_per_gib", "window_cpu_s_per_1000_samples", "invocation_cpu_s",
                 "invocation_cpu_s_per_1000_samples"):

@@ -6,41 +6,18 @@ leaves no file). The launcher variables of the test process itself are removed, 
 suite started under mpiexec still launches clean jobs.
 """
 import glob
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from ..conftest import HAVE_MPI, MPIEXEC, clean_env  # noqa: F401 (MPIEXEC, clean_env: this folder's tests import them here)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVERS = os.path.join(HERE, "drivers")
 LAUNCH_TIMEOUT_S = 120
-
-
-def _mpiexec():
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return beside if os.path.exists(beside) else shutil.which("mpiexec")
-
-
-def _have_mpi4py():
-    return importlib.util.find_spec("mpi4py") is not None
-
-
-MPIEXEC = _mpiexec()
-HAVE_MPI = MPIEXEC is not None and _have_mpi4py()
-
-_RANK_VARS = ("PMI_", "OMPI_", "PMIX_", "MV2_", "SLURM_", "HYDRA_", "MPI_LOCAL", "FLUX_", "PALS_", "JSM_")
-
-
-def clean_env(**extra):
-    """This process's environment without any MPI launcher's variables, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARS)}
-    env.pop("IOGEN_MPI", None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 class Launch:

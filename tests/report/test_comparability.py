@@ -5,7 +5,7 @@ import os
 from iogen.config import load_workload
 from iogen.config.resolved import comparability_class
 
-from ..conftest import run_iogen
+from ..conftest import load_summary, run_iogen
 
 
 def test_the_class_ignores_paths_names_and_counts_and_follows_the_work():
@@ -32,8 +32,7 @@ def _run(tmp_path, name, *extra):
 def test_compare_refuses_across_classes_and_report_groups_them(tmp_path):
     a = _run(tmp_path, "a")
     b = _run(tmp_path, "b", "reader.read_threads=1")
-    with open(os.path.join(a, "summary.json")) as fh:
-        assert len(json.load(fh)["iogen"]["setup"]["comparability_class"]) == 16
+    assert len(load_summary(a)["iogen"]["setup"]["comparability_class"]) == 16
     res = run_iogen("compare", a, b)
     assert res.returncode == 2 and "comparability_class" in res.stderr and "--force" in res.stderr, res.stderr
     assert run_iogen("compare", a, b, "--force").returncode in (0, 1)

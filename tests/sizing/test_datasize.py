@@ -7,6 +7,8 @@ from iogen.config import load_workload
 from iogen.errors import ConfigError
 from iogen.config.sizing import data_size, run_check, workload_data_size
 
+from ..conftest import load_summary
+
 GIB = 2**30
 
 
@@ -98,8 +100,7 @@ def test_a_run_on_a_small_dataset_is_marked(iogen_cmd, tiny):
     assert res.returncode in (0, 1), res.stderr
     assert "NOTE: dataset smaller than MLPerf Storage's size rule for 1 accelerator(s)" in res.stdout
     run_dir = res.stdout.split("results: ", 1)[1].split()[0]
-    with open(f"{run_dir}/summary.json", encoding="utf-8") as fh:
-        rule = json.load(fh)["iogen"]["dataset_size_rule"]
+    rule = load_summary(run_dir)["iogen"]["dataset_size_rule"]
     assert rule["met"] is False and rule["dataset_samples"] == 8 and rule["accelerators"] == 1
     report = iogen_cmd("report", run_dir, "--no-html")
     assert "dataset smaller than MLPerf Storage's size rule" in report.stdout

@@ -173,17 +173,31 @@ def test_keys_that_would_do_nothing_are_refused(name, overrides, key):
         load_workload(name, overrides)
 
 
-def test_corrupt_source_is_caught_by_the_manifest_crc_and_nothing_is_left(tiny, tmp_path, iogen_cmd):
-    over = _overrides(tiny, tmp_path, **{"staging.scope": "full"})
+def _nothing_staged(folder):
+    return not os.path.exists(folder) or not any(f for _, _, f in os.walk(folder))
+
+
+def test_a_corrupt_or_missing_source_is_exit_2_naming_it_with_nothing_staged(storage, tmp_path, iogen_cmd):
+    """A source file of its manifest's size but other bytes is caught by the manifest's CRC-32C, a
+    missing one by its name (from a bucket: the 404); either way nothing is left half staged."""
+    over = storage.overrides("npz", **{"workflow.stage_data": True, "staging.folder": str(tmp_path / "stage"),
+                                       "staging.threads": 3, "staging.transfer_size": 8192, "staging.scope": "full",
+                                       "train.computation_time": 0, "metric.au": 0.0})
     _generate(iogen_cmd, over)
-    victim = sorted(glob.glob(str(tmp_path / "data" / "train" / "*.npz")))[3]
-    with open(victim, "r+b") as f:  # same size, so the pre-run size check passes; bytes differ
-        f.seek(100)
-        f.write(b"\xff" * 16)
+    name = "img_2_of_4.npz"
+    data = bytearray(storage.read(name))
+    data[20000] ^= 0xFF  # same size, so the pre-run size check passes; one byte changed
+    storage.write(name, data)
     res = iogen_cmd("run", "default", *over)
-    assert res.returncode == 2, res.stderr
-    assert victim in res.stderr and "CRC-32C" in res.stderr and "Traceback" not in res.stderr
-    assert not (tmp_path / "local").exists()  # no half-staged folder behind
+    assert res.returncode == 2 and f"{storage.where(name)}: corrupt: its CRC-32C" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert _nothing_staged(tmp_path / "stage")
+    storage.remove(name)
+    res = iogen_cmd("run", "default", *over, "workflow.generate_data=False")  # else the run regenerates it
+    assert res.returncode == 2 and storage.where(name) in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if storage.s3 is not None:
+        assert "404" in res.stderr
+    assert _nothing_staged(tmp_path / "stage")
 
 
 def _node_overrides(tiny, tmp_path, staging, **extra):

@@ -195,7 +195,7 @@ def test_pytorch_workers_share_the_request_count(ffs, iogen_cmd):
 @pytest.mark.mpi
 @pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="needs mpi4py")
 def test_two_ranks_share_the_request_count(ffs, monkeypatch):
-    from ..objectstore.test_mpi import MPIEXEC, mpirun
+    from ..conftest import MPIEXEC, mpirun
 
     if MPIEXEC is None:
         pytest.skip("needs mpiexec")

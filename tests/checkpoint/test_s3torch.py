@@ -1,6 +1,6 @@
 """Checkpoints through s3torchconnector's checkpoint API (storage.s3_client s3torchconnector), and the
 multipart request counts and checkpoint.fsync of the boto3 path, against a real S3 server (moto's).
-Two ranks through the connector: tests/objectstore/test_checkpoint_only.py."""
+Two ranks through the connector: tests/checkpoint/test_objects.py."""
 import pytest
 
 from iogen.checkpoint.model import ModelSpec
@@ -9,8 +9,10 @@ from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.run.runner import run
 
-from .test_checkpoint_only import MODEL, NAMES, _key
-from .test_run import summary_of
+from ..conftest import result_summary
+from .test_objects import MODEL, NAMES, _key
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 pytest.importorskip("s3torchconnector", reason="pip install s3torchconnector for the connector's checkpoint tests")
 
@@ -75,7 +77,7 @@ def test_connector_read_only_run_and_a_missing_object(s3, tmp_path, iogen_cmd):
     assert "object store read (s3torchconnector): 2 objects" in r.stdout + r.stderr
     # its boto3 HEADs (the bucket's, each object's before the reads) are on the console too
     assert "object store HEADs (boto3, untimed): " in r.stdout and "the read phase's presence checks" in r.stdout
-    doc = summary_of(r)
+    doc = result_summary(r)
     assert doc["iogen"]["object_store"]["checkpoint_read"]["get_object_stream"]["bytes"] == \
         doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"]
     key = _key(1, NAMES[1])
@@ -128,7 +130,7 @@ def test_training_checkpoints_through_the_connector(s3, tmp_path, iogen_cmd):
     """Rank 0 streams model.model_size_bytes per checkpoint through S3Checkpoint.writer: the boto3
     path's bytes (stamped parts), the newest kept (the delete through boto3)."""
     pytest.importorskip("torch")
-    from .test_datagen_verify import s3_overrides
+    from ..conftest import s3_overrides
 
     size = 12_000_000  # three parts of 5 MiB, the last shorter
     over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 2,
@@ -138,7 +140,7 @@ def test_training_checkpoints_through_the_connector(s3, tmp_path, iogen_cmd):
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     r = iogen_cmd("run", "default", *over, "storage.s3_client=s3torchconnector")
     assert r.returncode == 0, r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     events = doc["iogen"]["checkpoints"]
     assert [e["path"] for e in events] == [f"s3://{s3.bucket}/pre/ck/default-epoch{e}-step0.ckpt" for e in (1, 2)]
     block = doc["iogen"]["object_store"]

@@ -1,4 +1,6 @@
-"""Checkpoint-only runs (workflow.train False) on object storage, against a real S3 server (moto's)."""
+"""Checkpoints on object storage, against a real S3 server (moto's): checkpoint-only runs (workflow.train
+False) written and restored, and training checkpoints drained to the bucket from a local tier. An LLM
+checkpoint's drain, the same test on every storage: tests/checkpoint/test_drain.py."""
 import importlib.util
 import os
 
@@ -10,8 +12,9 @@ from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.run.runner import run
 
-from .test_mpi import MPIEXEC, mpirun
-from .test_run import summary_of
+from ..conftest import MPIEXEC, load_summary, mpirun, result_summary, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 # hidden 160: the optimizer file is 7.5 MB, two parts of 5 MiB (80 blocks of 64 KiB each)
 MODEL = {"model.num_layers": 2, "model.transformer.hidden_size": 160, "model.transformer.ffn_hidden_size": 320,
@@ -89,36 +92,6 @@ def test_read_only_run_restores_objects_and_names_a_missing_or_short_one(s3, tmp
     assert r.returncode == 2 and "no-such-bucket-iogen" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("s3,mode", [("moto", "async"), ("moto", "sync"), ("rgw", "async")], indirect=["s3"])
-def test_local_tier_drains_to_the_bucket_and_restores_from_it(s3, tmp_path, mode):
-    """checkpoint.local_folder on object storage: written locally, drained to the same keys as a
-    direct upload (byte for byte the local files), read back from the bucket."""
-    wl = load_workload("llama3-8b", _over(s3, tmp_path, **{
-        "checkpoint.num_checkpoints_write": 2, "checkpoint.num_checkpoints_read": 1,
-        "checkpoint.local_folder": str(tmp_path / "local"), "checkpoint.drain": mode,
-        "checkpoint.drain_threads": 2}))
-    doc = run(wl, SingleWorld(), quiet=True).summary
-    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
-    listed = {o["Key"]: o["Size"] for o in s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]}
-    assert listed == {_key(s, n): lay.size_bytes for s in (1, 2) for n, lay in zip(NAMES, files.layouts)}
-    for step in (1, 2):
-        for name in NAMES:
-            got = s3.client.get_object(Bucket=s3.bucket, Key=_key(step, name))["Body"].read()
-            with open(tmp_path / "local" / f"global_epoch1_step{step}" / name, "rb") as f:
-                assert got == f.read(), (step, name)
-    dr = doc["iogen"]["checkpoint_drain"]
-    assert dr["mode"] == mode and dr["error"] is None and dr["shared_folder"] == f"s3://{s3.bucket}/pre/ckpt"
-    assert len(dr["checkpoints"]) == 2 and dr["drain_bytes"] == 2 * files.file_bytes
-    assert all(c["drain_s"] > 0 and c["drain_gib_s"] > 0 for c in dr["checkpoints"])
-    block = doc["iogen"]["object_store"]
-    assert "checkpoint_write" not in block  # the write phase is local
-    put = block["checkpoint_drain"]["put"]
-    # per checkpoint: the model file in one PUT, the optimizer file in 2 parts of 5 MiB
-    assert put["requests"] == 2 * 3 and put["bytes"] == 2 * files.file_bytes and put["errors"] == 0
-    assert block["checkpoint_read"]["get"]["bytes"] == files.file_bytes
-    assert doc["iogen"]["checkpoint"]["read"]["bytes_per_checkpoint"] == files.file_bytes
-
-
 def test_local_tier_without_a_drain_stays_local_and_restores_from_it(s3, tmp_path):
     wl = load_workload("llama3-8b", _over(s3, tmp_path, **{
         "checkpoint.num_checkpoints_write": 1, "checkpoint.num_checkpoints_read": 1,
@@ -148,10 +121,7 @@ def test_failed_drain_aborts_the_upload_exit_2_naming_the_key(s3, throttling_pro
     assert key not in listed
     assert os.path.getsize(tmp_path / "local" / "global_epoch1_step1" / NAMES[1]) > 5 << 20  # the local tier has it
     (run_dir,) = os.listdir(tmp_path / "results")
-    with open(tmp_path / "results" / run_dir / "summary.json") as f:
-        import json
-
-        assert "HTTP 503" in json.load(f)["iogen"]["checkpoint_drain"]["error"]
+    assert "HTTP 503" in load_summary(tmp_path / "results" / run_dir)["iogen"]["checkpoint_drain"]["error"]
 
 
 @pytest.mark.mpi
@@ -165,7 +135,7 @@ def test_two_ranks_write_and_restore_their_objects(s3, tmp_path, client):
                                   "storage.s3_client": client})
     r = mpirun(2, "run", "llama3-8b", *over, "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     wl = load_workload("llama3-8b", over)
     sizes = {}
     for rank in (0, 1):
@@ -195,3 +165,54 @@ def test_failed_part_aborts_the_upload_exit_2_naming_the_key(s3, throttling_prox
     assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
     listed = [o["Key"] for o in s3.client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])]
     assert key not in listed
+
+
+# -- a local tier drained to the bucket: training checkpoints ---------------------------------------
+
+@pytest.mark.parametrize("s3,mode", [("moto", "async"), ("moto", "sync"), ("rgw", "sync")], indirect=["s3"])
+def test_training_checkpoints_drain_to_the_direct_upload_keys(s3, tmp_path, iogen_cmd, mode):
+    """Rank 0 writes each checkpoint locally and drains it to the key a direct upload uses; both
+    tiers keep only the newest; the drain's requests are counted apart."""
+    size = 12_000_000  # two parts of 8 MiB (the smallest multiple of transfer_size 4 MiB of at least 5 MiB)
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 2,
+                                                "workflow.checkpoint": True, "model.model_size_bytes": size,
+                                                "checkpoint.checkpoint_folder": "ck", "checkpoint.drain": mode,
+                                                "checkpoint.local_folder": str(tmp_path / "local")})
+    r = iogen_cmd("run", "default", *over, "--generate")
+    assert r.returncode == 0, r.stderr
+    doc = result_summary(r)
+    assert os.listdir(tmp_path / "local") == ["default-epoch2-step0.ckpt"]
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/")["Contents"]
+    assert [(o["Key"], o["Size"]) for o in listed] == [("pre/ck/default-epoch2-step0.ckpt", size)]
+    body = s3.client.get_object(Bucket=s3.bucket, Key="pre/ck/default-epoch2-step0.ckpt")["Body"].read()
+    with open(tmp_path / "local" / "default-epoch2-step0.ckpt", "rb") as f:
+        assert body == f.read()
+    dr = doc["iogen"]["checkpoint_drain"]
+    assert dr["mode"] == mode and dr["error"] is None and dr["shared_folder"] == f"s3://{s3.bucket}/pre/ck"
+    assert len(dr["checkpoints"]) == 2 and dr["drain_bytes"] == 2 * size
+    for ev in dr["checkpoints"]:
+        assert ev["drain_bytes"] == size and ev["drain_s"] > 0 and ev["local_write_s"] > 0
+    block = doc["iogen"]["object_store"]
+    assert "checkpoint" not in block  # nothing uploaded inside the step loop's checkpoint window
+    drained = block["checkpoint_drain"]
+    assert drained["put"]["requests"] == 2 * 2 and drained["put"]["bytes"] == 2 * size
+    assert drained["delete"]["requests"] == 1  # the superseded checkpoint's object
+    assert f"checkpoint drain ({mode})" in r.stdout and "object store, checkpoint drain: 4 PUTs" in r.stdout
+
+
+@pytest.mark.slow  # about 20 s: botocore's backoff over 5 attempts
+def test_failed_training_drain_is_recorded_then_exit_2_naming_the_key(s3, throttling_proxy, tmp_path, iogen_cmd):
+    _, throttler = throttling_proxy
+    throttler.always_for = "partNumber=2"  # every checkpoint's second part: each drain fails
+    over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 1,
+                                                "workflow.checkpoint": True, "model.model_size_bytes": 12_000_000,
+                                                "checkpoint.checkpoint_folder": "ck", "checkpoint.drain": "async",
+                                                "checkpoint.local_folder": str(tmp_path / "local")})
+    r = iogen_cmd("run", "default", *over, "--generate")
+    key = "pre/ck/default-epoch1-step0.ckpt"
+    assert r.returncode == 2 and f"s3://{s3.bucket}/{key}" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert "checkpoint drain failed" in r.stderr and "Traceback" not in r.stderr
+    assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
+    assert not s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/").get("Contents")
+    (run_dir,) = os.listdir(tmp_path / "results")
+    assert "HTTP 503" in load_summary(tmp_path / "results" / run_dir)["iogen"]["checkpoint_drain"]["error"]

@@ -13,8 +13,9 @@ from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
 from iogen.plan import make_plan
 
-from .test_datagen_verify import key_of, s3_overrides
-from .test_run import summary_of
+from ..conftest import key_of, result_summary, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 # (format, compression): every variant that is not byte-addressable, and HDF5's plain one
 VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "lzf"), ("npz", "zip"),
@@ -109,7 +110,7 @@ def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, co
     assert r.returncode == 0 and "train: 4 files OK" in r.stdout, r.stdout + r.stderr
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     assert block["train_epochs"][0]["get"]["requests"] > 0
 
 
@@ -128,7 +129,7 @@ def test_framework_loaders_read_hdf5_and_compressed_objects(s3, tmp_path, iogen_
                                                  "reader.data_loader": loader})
     r = iogen_cmd("run", "default", *over, "--generate")
     assert r.returncode == 0, r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     assert block["loader"] == loader and [e["epoch"] for e in block["train_epochs"]] == [1, 2]
     assert all(e["get"]["requests"] > 0 and e["get"]["errors"] == 0 for e in block["train_epochs"])
     assert block["index"]["head"]["requests"] >= 4  # each object opened by h5py in the process reading it
@@ -225,7 +226,7 @@ def test_two_ranks_read_hdf5_objects_each_indexing_its_own(s3, tmp_path, iogen_c
     indexes only its own, so the merged index figures hold 2 bucket HEADs + 6 object HEADs."""
     import importlib.util
 
-    from .test_mpi import MPIEXEC, mpirun
+    from ..conftest import MPIEXEC, mpirun
 
     if MPIEXEC is None or importlib.util.find_spec("mpi4py") is None:
         pytest.skip("needs mpiexec and mpi4py")
@@ -236,7 +237,7 @@ def test_two_ranks_read_hdf5_objects_each_indexing_its_own(s3, tmp_path, iogen_c
     assert r.returncode == 0, r.stdout + r.stderr
     r = mpirun(2, "run", "default", *over, "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     # the 6 objects' HEADs are the indexing; each rank's start-up HEAD of the bucket is apart
     assert block["index"]["head"]["requests"] == 6 and block["bucket_check"]["head"]["requests"] == 2
     assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]  # one GET per sample

@@ -6,9 +6,10 @@ from importlib.metadata import version
 
 import pytest
 
-from .test_checkpoint_only import _over as ckpt_over
-from .test_datagen_verify import s3_overrides
-from .test_run import summary_of
+from ..checkpoint.test_objects import _over as ckpt_over
+from ..conftest import result_summary, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 CLIENTS = ["obstore", "s3dlio"]
 
@@ -27,7 +28,7 @@ def test_datagen_verify_run_and_checkpoints_through_the_client(s3, tmp_path, iog
     assert r.returncode == 0 and "train: 4 files OK" in r.stdout, r.stdout + r.stderr
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     setup = doc["iogen"]["setup"]
     assert setup["storage_client"] == client and setup["storage_client_version"] == version(client)
     block = doc["iogen"]["object_store"]
@@ -64,7 +65,7 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
                                                                  "storage.endpoint_urls": "[" + ",".join(endpoints) + "]",
                                                                  "output.request_log": "true"}))
     assert r.returncode == 0, r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     assert doc["iogen"]["setup"]["storage_client"] == client
     block = doc["iogen"]["object_store"]
     assert block["client"] == client and block["checkpoint_read"]["get"]["errors"] == 0
@@ -125,5 +126,5 @@ def test_the_pytorch_loader_reads_through_obstore_in_spawned_workers(s3, tmp_pat
     assert r.returncode == 0, r.stderr
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     assert doc["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16  # every sample, by workers

@@ -6,8 +6,9 @@ import pytest
 from iogen.config import load_workload
 from iogen.errors import ConfigError, DataError
 
-from .test_datagen_verify import key_of, s3_overrides
-from .test_run import summary_of
+from ..conftest import key_of, result_summary, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -111,7 +112,7 @@ def test_run_reports_what_the_connector_lets_iogen_measure(s3, tmp_path, iogen_c
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     assert block["client"] == "s3torchconnector" and block["index_client"] == "boto3"
     assert set(block["not_measured"]) == {"retries", "throttled_503", "first_byte_latency"}
     for ep in block["train_epochs"]:
@@ -141,7 +142,7 @@ def test_wrong_endpoint_or_credentials_exit_2_before_work(s3, s3_auth, tmp_path,
 @pytest.mark.mpi
 @pytest.mark.parametrize("dataset", ["map", "iterable"])
 def test_two_ranks_read_every_sample_once_through_the_connector(s3, tmp_path, iogen_cmd, dataset):
-    from .test_mpi import MPIEXEC, mpirun
+    from ..conftest import MPIEXEC, mpirun
 
     if MPIEXEC is None:
         pytest.skip("needs mpiexec")
@@ -152,7 +153,7 @@ def test_two_ranks_read_every_sample_once_through_the_connector(s3, tmp_path, io
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     r = mpirun(2, "run", "default", *over, "workflow.generate_data=False", "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     assert block["client"] == "s3torchconnector"
     # 6 files x 4 samples per epoch, read once over both ranks, each by one readinto
     assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]

@@ -1,28 +1,13 @@
 """Two ranks on object storage: datagen shares the objects, run merges both ranks' request figures."""
 import importlib.util
-import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
-from .test_datagen_verify import s3_overrides
-from .test_run import summary_of
+from ..conftest import MPIEXEC, mpirun, result_summary, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 pytestmark = pytest.mark.mpi
-
-MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-if not os.path.exists(MPIEXEC):
-    MPIEXEC = shutil.which("mpiexec")
-_RANK_VARS = ("PMI_", "OMPI_", "PMIX_", "MV2_", "SLURM_", "HYDRA_", "MPI_LOCAL", "FLUX_", "PALS_", "JSM_")
-
-
-def mpirun(n, *args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARS)}
-    env.pop("IOGEN_MPI", None)
-    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "-m", "iogen", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=240)
 
 
 @pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("mpi4py") is None, reason="needs mpiexec and mpi4py")
@@ -37,7 +22,7 @@ def test_two_ranks_generate_and_read_objects(s3, tmp_path, iogen_cmd):
     assert iogen_cmd("verify", "default", *over).returncode == 0  # every object, one manifest
     r = mpirun(2, "run", "default", *over, "-q", "output.request_log=true")
     assert r.returncode == 0, r.stdout + r.stderr
-    block = summary_of(r)["iogen"]["object_store"]
+    block = result_summary(r)["iogen"]["object_store"]
     # 6 files x 4 samples per epoch, read once over both ranks; indexed by the layout, no request
     assert [e["get"]["requests"] for e in block["train_epochs"]] == [24, 24]
     assert "get" not in block["index"]

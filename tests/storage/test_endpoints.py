@@ -11,8 +11,9 @@ from iogen.errors import ConfigError
 from iogen.storage import get_storage
 from iogen.storage.endpoints import endpoint_of
 
-from ..conftest import _free_port, run_iogen
-from .test_datagen_verify import s3_overrides
+from ..conftest import _free_port, run_iogen, s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 
 @pytest.fixture

@@ -1,17 +1,10 @@
 """`iogen run` reading objects with the native loader, against a real S3 server (moto's)."""
-import json
-import os
-
 import numpy as np
 import pytest
 
-from .test_datagen_verify import key_of, s3_overrides
+from ..conftest import key_of, result_summary, s3_overrides
 
-
-def summary_of(result):
-    run_dir = result.stdout.split("results: ")[1].strip()
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
 
 
 RUN_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz", "tfrecord")
@@ -31,7 +24,7 @@ def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
     assert "reads from: storage - the object store served every byte" in r.stdout
-    doc = summary_of(r)
+    doc = result_summary(r)
     block = doc["iogen"]["object_store"]
     assert block["client"] == "boto3" and block["loader"] == loader
     assert f"read by the {loader} loader" in r.stdout
@@ -51,25 +44,6 @@ def test_run_reads_objects(s3, tmp_path, iogen_cmd, fmt, loader):
         assert get["first_byte_latency"]["p50_ns"] <= get["total_latency"]["max_ns"]
     assert "object store, epoch 2:" in r.stdout
     assert read is not None
-
-
-def test_native_preprocess_time_is_spent_after_the_gets(s3, tmp_path, iogen_cmd):
-    """reader.preprocess_time with the native loader on objects: each batch's per-sample times are
-    spent by the reading threads after its GETs, so with no compute every step waits for them."""
-    from iogen.report.rundir import steplog_path
-    from iogen.common.steplog import PHASE_TRAIN, read_steplog
-
-    over = s3_overrides(s3, tmp_path, "npz", **{"reader.preprocess_time": 0.01, "train.computation_time": 0,
-                                                "reader.read_threads": 1, "reader.prefetch_size": 0})
-    assert iogen_cmd("datagen", "default", *over).returncode == 0
-    r = iogen_cmd("run", "default", *over)
-    assert r.returncode == 0, r.stderr
-    run_dir = r.stdout.split("results: ")[1].strip()
-    header, rows = read_steplog(steplog_path(run_dir, 0))
-    train = rows[rows["phase"] == PHASE_TRAIN]
-    assert train.size == 2 * 8  # 16 samples, batch 2, 2 epochs
-    # one thread spends the batch's 2 x 10 ms after the batch's GETs, and the step waits for it
-    assert np.all(train["t_ready"] - train["t_request"] >= 2 * 10_000_000)
 
 
 def test_run_refuses_missing_manifest_and_names_bad_objects(s3, tmp_path, iogen_cmd):
@@ -110,7 +84,7 @@ def test_run_generate_writes_objects_then_reads(s3, tmp_path, iogen_cmd):
     over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "train.epochs": 1})
     r = iogen_cmd("run", "default", *over, "--generate")
     assert r.returncode == 0, r.stderr
-    assert summary_of(r)["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16
+    assert result_summary(r)["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16
     assert iogen_cmd("verify", "default", *over).returncode == 0
 
 
@@ -125,7 +99,7 @@ def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttlin
     throttler.every_nth_ranged_get = 3  # a retried request is another ranged GET: never two in a row
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    get = summary_of(r)["iogen"]["object_store"]["train_epochs"][0]["get"]
+    get = result_summary(r)["iogen"]["object_store"]["train_epochs"][0]["get"]
     assert get["requests"] == 16 and get["errors"] == 0
     assert get["throttled_503"] >= 1 and get["retries"] == get["throttled_503"]
     assert throttler.throttled == get["throttled_503"]
@@ -149,7 +123,7 @@ def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
                                                 "checkpoint.checkpoint_folder": "ck"})
     r = iogen_cmd("run", "default", *over, "--generate")
     assert r.returncode == 0, r.stderr
-    doc = summary_of(r)
+    doc = result_summary(r)
     events = doc["iogen"]["checkpoints"]
     assert [e["path"] for e in events] == [f"s3://{s3.bucket}/pre/ck/default-epoch{e}-step0.ckpt" for e in (1, 2)]
     assert all(e["bytes"] == size and e["elapsed_ns"] > 0 for e in events)
@@ -160,7 +134,7 @@ def test_training_checkpoints_are_objects(s3, tmp_path, iogen_cmd):
     body = s3.client.get_object(Bucket=s3.bucket, Key="pre/ck/default-epoch2-step0.ckpt")["Body"].read()
     parts = [body[i:i + (5 << 20)] for i in range(0, size, 5 << 20)]
     assert len(set(parts[:2])) == 2  # stamped: no two parts alike
-    # checkpoint-only (tests/objectstore/test_checkpoint_only.py): the model's file under global_epoch1_step1
+    # checkpoint-only (tests/checkpoint/test_objects.py): the model's file under global_epoch1_step1
     r = iogen_cmd("run", "default", *over, "workflow.train=False", "checkpoint.num_checkpoints_write=1",
                   "checkpoint.num_checkpoints_read=1")
     assert r.returncode == 0, r.stderr
