@@ -13,7 +13,10 @@ from iogen.storage import requestlog
 from iogen.storage.requestlog import FLAG_ERROR, OPS, REQ_DTYPE, read_request_log
 
 from ..conftest import load_summary
-from .test_datagen_verify import s3_overrides
+from ..conftest import s3_overrides
+
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
+pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
 
 
 def summary_requests(block) -> int:
@@ -134,7 +137,7 @@ def test_checkpoint_only_run_logs_its_requests(s3, tmp_path):
     from iogen.run.runner import run
     from iogen.world.communicator import SingleWorld
 
-    from .test_checkpoint_only import _over
+    from ..checkpoint.test_objects import _over
 
     wl = load_workload("llama3-8b", _over(s3, tmp_path, **{"checkpoint.num_checkpoints_write": 1,
                                                            "checkpoint.num_checkpoints_read": 1,

@@ -8,28 +8,10 @@ import pytest
 from iogen.config import load_workload
 from iogen.errors import ConfigError
 
+from ..conftest import key_of, s3_overrides
 
-def s3_overrides(s3, tmp_path, fmt="npz", prefix="pre", **extra):
-    base = {
-        "storage.storage_type": "s3",
-        "storage.storage_root": f"{s3.bucket}/{prefix}",
-        "dataset.data_folder": "ds",
-        "dataset.format": fmt,
-        "dataset.num_files_train": 4,
-        "dataset.num_samples_per_file": 4,
-        "dataset.record_length_bytes": 16384,
-        "dataset.record_length_bytes_stdev": 0,
-        "output.folder": str(tmp_path / "results"),
-        "reader.batch_size": 2,
-        "train.epochs": 2,
-        "train.computation_time": 0.001,
-    }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
-
-
-def key_of(s3, name, prefix="pre", split="train"):
-    return f"{prefix}/ds/{split}/{name}"
+pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
+pytest.importorskip("moto.server", reason="pip install 'moto[server]' for the object-storage tests")
 
 
 def manifest(s3, prefix="pre", split="train"):
