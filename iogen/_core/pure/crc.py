@@ -21,6 +21,7 @@ _TABLE = _make_table()
 
 
 def byte_view(data):
+    """Any C-contiguous buffer as a flat byte view (what the compiled core reads)."""
     return memoryview(data).cast("B")
 
 
