@@ -12,7 +12,7 @@ BEFORE=$(cd "${1:?usage: bench/before_after.sh BEFORE_TREE AFTER_TREE OUT_DIR [W
 AFTER=$(cd "${2:?}" && pwd)
 OUT=$(mkdir -p "${3:?}" && cd "$3" && pwd)
 WORK=${4:-$(mktemp -d -t iogen-ab-XXXXXX)}
-mkdir -p "$WORK"
+mkdir -p "$WORK" "$WORK/staging"
 for t in BEFORE AFTER; do
   tree=${!t}
   echo "$t $tree commit $(git -C "$tree" rev-parse --short HEAD)$(git -C "$tree" diff --quiet HEAD || echo ' (+ uncommitted changes)')" >> "$OUT/log"
@@ -30,11 +30,11 @@ pair() {  # pair NAME ARGS...: both trees, alternating which goes first
   else one "$name" before "$BEFORE" "$@"; one "$name" after "$AFTER" "$@"; fi
   n=$((n + 1))
 }
-pair native_read bench/native_vs_pread.py --reps 3 --threads 2 --prefetch 2 --files 32 --dir "$WORK/nvp"
-pair datagen_npz bench/datagen_vs_dd.py --folder "$WORK/dg" --format npz --files 8 --file-mib 16 --rounds 3 --fsync --workers 2
-pair staging bench/staging_vs_copy.py --files 16 --file-mib 8 --threads 2 --reps 3 --dir "$WORK/staging"
+pair native_read bench/native_vs_pread.py --reps 5 --threads 2 --prefetch 2 --files 32 --dir "$WORK/nvp"
+pair datagen_npz bench/datagen_vs_dd.py --folder "$WORK/dg" --format npz --files 8 --file-mib 16 --rounds 5 --fsync --workers 2
+pair staging bench/staging_vs_copy.py --files 16 --file-mib 8 --threads 2 --reps 5 --dir "$WORK/staging"
 pair checkpoint bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --shard-gib 0.5 --repeat 3
-pair os_reads bench/objectstore_reads.py --reps 3
+pair os_reads bench/objectstore_reads.py --reps 5
 pair os_checkpoint_only bench/objectstore_checkpoint_only.py --reps 3 --no-connector
-pair os_staging bench/objectstore_staging.py --reps 3
+pair os_staging bench/objectstore_staging.py --reps 5
 echo "done $(date -u +%FT%TZ)" >> "$OUT/log"

@@ -148,7 +148,7 @@ def _bench(args, endpoint) -> int:
     from iogen.config import load_workload
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
-    from iogen.loaders.objects import ObjectLoader
+    from iogen.loaders import get_loader
     from iogen.data.generate import generate_objects
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
@@ -171,14 +171,13 @@ def _bench(args, endpoint) -> int:
     fmt = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
     generate_objects(open_store(wl), [layout], fmt, world)
-    loader = ObjectLoader(wl, layout, fmt, world)
+    loader = get_loader(wl, layout, fmt, world)  # the native loader, over the workload's storage
     plan = make_plan(num_files=layout.num_files, samples_per_file=layout.samples_per_file,
                      batch_size=args.batch)
     gids = plan.batches.reshape(-1)
     spf = layout.samples_per_file
     part = args.transfer_kib * 1024
-    loader.table.learn(gids // spf)  # the objects' index, outside both timings
-    offsets, lengths = loader.table.ranges(gids // spf, gids % spf)
+    _, offsets, lengths, _ = loader.table.ranges(gids // spf, gids % spf)  # the objects' index, outside both timings
     ranges = []
     for g, off, ln in zip(gids.tolist(), offsets.tolist(), lengths.tolist()):
         f = g // spf
