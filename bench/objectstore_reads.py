@@ -177,13 +177,15 @@ def _bench(args, endpoint) -> int:
     gids = plan.batches.reshape(-1)
     spf = layout.samples_per_file
     part = args.transfer_kib * 1024
-    _, offsets, lengths, _ = loader.table.ranges(gids // spf, gids % spf)  # the objects' index, outside both timings
+    first = sum(b.bytes for b in loader.epoch(plan))  # the objects' index is learnt as they are read: outside both timings
+    _, offsets, lengths, _ = loader.table.ranges(gids // spf, gids % spf)
     ranges = []
     for g, off, ln in zip(gids.tolist(), offsets.tolist(), lengths.tolist()):
         f = g // spf
         key = layout.paths[f].split("/", 3)[3]
         ranges += [(key, off + p, min(part, ln - p)) for p in range(0, ln, part)]
     total_bytes = sum(r[2] for r in ranges)
+    assert first == total_bytes, (first, total_bytes)
 
     def get(r):
         key, off, ln = r
@@ -201,7 +203,7 @@ def _bench(args, endpoint) -> int:
     def iogen() -> float:
         t0 = time.perf_counter()
         got = sum(b.bytes for b in loader.epoch(plan))
-        assert got == total_bytes
+        assert got == total_bytes, (got, total_bytes)
         return time.perf_counter() - t0
 
     iogen(), baseline()  # connections opened, server warm
