@@ -1,5 +1,6 @@
 """Two ranks on object storage: datagen shares the objects, run merges both ranks' request figures."""
 import importlib.util
+import os
 
 import pytest
 

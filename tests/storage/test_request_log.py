@@ -74,7 +74,7 @@ def test_request_log_has_every_counted_request(s3, tmp_path, iogen_cmd, loader):
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
         page = fh.read()
     assert "Request log: " in page and "Object-store requests over time" in page and f"endpoint {s3.endpoint}" in page
-    assert f"request log of " in rep.stdout and f"{len(rows):,} request(s), 0 failed" in rep.stdout
+    assert "request log of " in rep.stdout and f"{len(rows):,} request(s), 0 failed" in rep.stdout
     assert f"endpoint {s3.endpoint}: {len(rows):,} request(s)" in rep.stdout
     assert f"operation get: {len(gets):,} request(s)" in rep.stdout and "over time (" in rep.stdout
     out = iogen_cmd("report", "--requests", run_dir)
