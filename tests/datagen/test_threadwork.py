@@ -219,7 +219,7 @@ def test_a_second_interrupt_does_not_cut_the_wait_short():
         # The second interrupt comes once the first has left the semaphore's Condition and the wait
         # resumed: a handler's exception raised while another is still unwinding through
         # Condition.wait can break the Condition itself (CPython), a different matter from the one
-        # tested here (the docs' note on a burst of signals).
+        # tested here.
         waiting_on_a_new_waiter(first)
         interrupts.send()
         sem.release()
