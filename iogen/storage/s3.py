@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from .keys import SCHEME, split_uri
+from .keys import MAX_ATTEMPTS, SCHEME, split_uri
 from .base import Capabilities, Storage
 from . import requestlog
 from .figures import OPS, OpStats
@@ -40,7 +40,6 @@ def part_size_bytes(block_bytes: int) -> int:
     return -(-MIN_PART_BYTES // t) * t
 
 
-MAX_ATTEMPTS = 5
 
 
 def _status(exc) -> tuple[int | None, str]:
@@ -69,18 +68,20 @@ class ObjectStore(Storage):
     _endpoint_key = "storage.endpoint_url"
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
-                 addressing_style: str = "auto", max_pool_connections: int = 16, verify=True):
+                 addressing_style: str = "auto", max_pool_connections: int = 16, verify=True,
+                 max_attempts: int = MAX_ATTEMPTS):
         import boto3
         import botocore.config
 
         self.endpoint_url = endpoint_url  # None: AWS_ENDPOINT_URL / the AWS config / AWS itself
         self.region = region
         self._verify = verify
+        self.max_attempts = int(max_attempts)  # storage.max_attempts: every client's tries per request
         if verify is False:  # asked for: urllib3's warning on each request says nothing new
             _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
-            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": self.max_attempts},
             max_pool_connections=max_pool_connections, user_agent_extra="iogen")
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -92,7 +93,8 @@ class ObjectStore(Storage):
         from .endpoints import endpoint_list, endpoint_of, tls_verify
 
         st = wl.storage
-        store = cls(endpoint_of(st), st.region, st.addressing_style, max_pool_connections=max(10, threads))
+        store = cls(endpoint_of(st), st.region, st.addressing_style, max_pool_connections=max(10, threads),
+                    max_attempts=getattr(st, "max_attempts", MAX_ATTEMPTS))
         store._verify = tls_verify(st)
         if store._verify is False:
             _quiet_unverified()
@@ -168,7 +170,7 @@ class ObjectStore(Storage):
         if requestlog.ENABLED():  # a failed request's row: its status, no latency (-1)
             requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None, status=_status(exc)[0] or 0,
                               flags=requestlog.FLAG_ERROR)
-        return _data_error(uri, exc, what, self.where())
+        return _data_error(uri, exc, what, self.where(), self.max_attempts)
 
     def drain(self) -> dict:
         """Figures since the last drain, by operation (only operations that ran), then reset."""
@@ -252,7 +254,7 @@ class ObjectStore(Storage):
 
             def head(url=url):
                 other = ObjectStore(url, self.region, getattr(self, "_addressing_style", "auto"),
-                                    max_pool_connections=1, verify=self._verify)
+                                    max_pool_connections=1, verify=self._verify, max_attempts=self.max_attempts)
                 other._endpoint_key = self._endpoint_key
                 other.check_bucket(bucket)
                 return sum(d["requests"] for d in other.drain().values())
@@ -674,7 +676,7 @@ def _op_of(name: str) -> str:
     return "head"
 
 
-def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
+def _data_error(uri: str, exc, what: str, endpoint: str, attempts: int = MAX_ATTEMPTS) -> DataError:
     """A DataError naming bucket, key and HTTP status (or the connection problem)."""
     status, code = _status(exc)
     if code == str(status):  # a HEAD's error has no body: botocore puts the status as its code
@@ -682,7 +684,7 @@ def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
     if status == 404:
         return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})".replace(" )", ")"))
     if status is not None:
-        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}".rstrip())
+        return DataError(uri, f"{what} failed after {attempts} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 
 
