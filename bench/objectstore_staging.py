@@ -4,9 +4,11 @@ Both download the same --files objects of --object-mib each to local files in --
 --threads threads, alternating in one process, medians of --reps: iogen's Copier.copy_in (every
 --transfer-kib part a ranged GET into a thread's reused buffer, pwrite at its offset of a
 temporary name (one core call), each part's CRC-32C computed and the joined CRC checked against the object's, the
-file renamed when complete, every request counted) and a plain loop (a ThreadPoolExecutor of
---threads workers, each taking whole objects: get_object, then the body read in --transfer-kib
-pieces and written to the file; no checksum). The local files are removed between rounds.
+file renamed when complete, every request counted) and a plain loop doing the same requests (a
+ThreadPoolExecutor of --threads workers, each task one --transfer-kib ranged get_object of one
+object, written with os.pwrite at its offset of the local file; no checksum, no temporary name).
+--transfer-kib defaults to 8 MiB, iogen's own `staging.transfer_size` from a bucket. The local
+files are removed between rounds.
 Without --endpoint a local moto server is started (a test server in Python whose own cost
 dominates every request: absolute figures mean nothing; the ratio is the figure).
 
