@@ -195,9 +195,17 @@ def _connector_contenders(wl, files, bucket, threads, content, pool):
     def plain_write() -> float:
         def one(item):
             uri, size = item
-            with s3.writer(uri) as w:
-                for off in range(0, size, part):
-                    w.write(content[off:min(size, off + part)])
+            try:
+                with s3.writer(uri) as w:
+                    for off in range(0, size, part):
+                        w.write(content[off:min(size, off + part)])
+            except Exception as exc:  # noqa: BLE001 - only RGW's missing completion header is taken
+                if 'Header "ETag" not found' not in str(exc):
+                    raise
+                # Ceph RGW 16.2 leaves the header out of CompleteMultipartUpload's answer (docs/objectstore.md):
+                # the loop checks the object by a HEAD, as iogen's backend does
+                bucket_, _, key = uri[5:].partition("/")
+                assert cio.store.client().head_object(Bucket=bucket_, Key=key)["ContentLength"] == size
             return size
 
         t0 = time.perf_counter()
