@@ -40,7 +40,7 @@ def part_size_bytes(block_bytes: int) -> int:
     return -(-MIN_PART_BYTES // t) * t
 
 
-MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = 5  # every request: the first and 4 retries (botocore's total_max_attempts; its max_attempts counts retries)
 
 
 def _status(exc) -> tuple[int | None, str]:
@@ -80,7 +80,7 @@ class ObjectStore(Storage):
             _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
-            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
             max_pool_connections=max_pool_connections, user_agent_extra="iogen")
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -184,7 +184,7 @@ class ObjectStore(Storage):
 
         config = self._config.merge(botocore.config.Config(
             connect_timeout=min(CHECK_CONNECT_S, timeout_s), read_timeout=timeout_s,
-            retries={"mode": "standard", "max_attempts": CHECK_ATTEMPTS}))
+            retries={"mode": "standard", "total_max_attempts": CHECK_ATTEMPTS}))
         return self._boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
                                                      config=config, verify=self._verify)
 
@@ -222,12 +222,22 @@ class ObjectStore(Storage):
             raise ConfigError(f"{self._endpoint_key}: cannot reach the object store at {self.where()} ({exc})") from None
         except bex.ClientError as exc:
             status, code = _status(exc)
+            code = "" if code == str(status) else code  # a HEAD's error has no body: botocore's code is the status
+            if status == 503 or status in (500, 502, 504) or code in ("SlowDown", "Throttling"):
+                raise ConfigError(f"{self._endpoint_key}: the object store at {self.where()} answered HTTP {status} "
+                                  f"{code} to every attempt of the bucket check ({CHECK_ATTEMPTS} attempts): it is "
+                                  "overloaded or unavailable; retry when it recovers, or leave it out of the "
+                                  "endpoints".replace("  ", " ")) from None
+            if not _speaks_s3(exc):  # a web server, a proxy's error page: the URL is wrong, not the bucket
+                raise ConfigError(f"{self._endpoint_key}: {self.where()} answered HTTP {status} {code} with no S3 "
+                                  "header (x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, "
+                                  "path)".replace("  ", " ")) from None
             if status == 404:
                 why = "does not exist (create it first)"
             elif status in (401, 403):
                 why = "refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
             else:
-                why = f"answered HTTP {status} {code}"
+                why = f"answered HTTP {status} {code}".rstrip()
             raise ConfigError(f"storage.storage_root: bucket {bucket!r} at {self.where()} {why}") from None
         except (bex.BotoCoreError, ValueError) as exc:
             raise ConfigError(f"storage: the object store at {self.where()} cannot be used: {exc}") from None
@@ -658,6 +668,16 @@ def _read_body(body, mv: memoryview) -> int:
         mv[pos:pos + len(data)] = data
         pos += len(data)
     return pos
+
+
+def _speaks_s3(exc) -> bool:
+    """Whether an error response came from an S3 server: one sends x-amz-* headers (x-amz-request-id; moto's
+    x-amzn-requestid) on every answer, a web server or a proxy's error page does not. True when there were no HTTP
+    headers to look at (faultfs answers from files)."""
+    headers = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("HTTPHeaders")
+    if not headers:
+        return True
+    return any(str(k).lower().startswith("x-amz") for k in headers)
 
 
 def _op_of(name: str) -> str:
