@@ -701,8 +701,10 @@ def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
         code = ""
     if status == 404:
         return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})".replace(" )", ")"))
-    if status is not None:
-        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}".rstrip())
+    if status is not None:  # the attempts the client made: its retries and the first
+        retries = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts")
+        attempts = MAX_ATTEMPTS if retries is None else int(retries) + 1
+        return DataError(uri, f"{what} failed after {attempts} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 
 

@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from iogen.storage.s3 import MAX_ATTEMPTS
+
 from ..conftest import key_of, result_summary, s3_overrides
 
 pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
@@ -111,6 +113,7 @@ def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttlin
     assert r.returncode == 2, r.stderr
     # the first request for it is the index's HEAD, whose 503 has no body to name the code
     assert f"s3://{s3.bucket}/pre/ds/train/img_1_of_4.npz" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert f"failed after {MAX_ATTEMPTS} attempt(s)" in r.stderr  # the policy: botocore's count of its attempts
     assert "Traceback" not in r.stderr
 
 
