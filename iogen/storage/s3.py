@@ -231,7 +231,7 @@ class ObjectStore(Storage):
             if not _speaks_s3(exc):  # a web server, a proxy's error page: the URL is wrong, not the bucket
                 raise ConfigError(f"{self._endpoint_key}: {self.where()} answered HTTP {status} {code} with no S3 "
                                   "header (x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, "
-                                  "path)".replace("  ", " ")) from None
+                                  f"path), and that bucket {bucket!r} exists there".replace("  ", " ")) from None
             if status == 404:
                 why = "does not exist (create it first)"
             elif status in (401, 403):

@@ -214,7 +214,8 @@ def test_a_storm_or_a_wrong_endpoint_among_several_is_exit_2_before_any_work_nam
     line = r.stderr.strip().splitlines()[-1]
     if bad == "not_s3":
         assert line == (f"iogen: error: storage.endpoint_urls: {server.url} answered HTTP 404 with no S3 header "
-                        "(x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, path)"), line
+                        "(x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, path), and that bucket "
+                        f"{s3.bucket!r} exists there"), line
         assert server.requests == [("HEAD", f"/{s3.bucket}")]  # a 404 is not retried
     else:
         assert line.startswith(f"iogen: error: storage.endpoint_urls: the object store at {server.url} answered HTTP "
