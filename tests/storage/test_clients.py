@@ -73,6 +73,9 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     requests = sum(cell[op]["requests"] for cell in block.values() if isinstance(cell, dict) for op in OPS
                    if isinstance(cell.get(op), dict))
     assert requests > 0 and block["requests_by_endpoint"] == {endpoints[0]: requests, endpoints[1]: 1}
+    # per endpoint, the retries and 503s are null: the client hides those of its data requests
+    assert block["by_endpoint"] == {e: {"requests": n, "retries": None, "throttled_503": None, "errors": 0}
+                                    for e, n in block["requests_by_endpoint"].items()}
     # the request log (output.request_log): the same requests per endpoint; the client's GETs and PUTs without
     # an HTTP status, s3dlio's without a first byte; the control plane (boto3's HEADs) complete
     from iogen.report.requests import read_run_requests
