@@ -163,11 +163,14 @@ class ObjectStore(Storage):
         return r
 
     def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
+        # a request that failed after its retries: an error, and its retries counted as a response's are
+        retries = int(((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts") or 0)
         with self._lock:
             self._stats[op].errors += 1
-        if requestlog.ENABLED():  # a failed request's row: its status, no latency (-1)
+            self._stats[op].retries += retries
+        if requestlog.ENABLED():  # a failed request's row: its status and retries, no latency (-1)
             requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None, status=_status(exc)[0] or 0,
-                              flags=requestlog.FLAG_ERROR)
+                              retries=retries, flags=requestlog.FLAG_ERROR)
         return _data_error(uri, exc, what, self.where())
 
     def drain(self) -> dict:

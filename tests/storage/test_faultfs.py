@@ -87,7 +87,8 @@ def test_the_nth_request_fails_after_the_retries_naming_the_object(ffs, monkeypa
     with pytest.raises(DataError, match=r"^s3://bkt/a.bin: GET of bytes 10-19 failed after 5 attempt\(s\): HTTP 500"):
         st.readinto("s3://bkt/a.bin", 10, buf)
     st.readinto("s3://bkt/a.bin", 20, buf)  # only the second request fails
-    assert st.drain()["get"]["errors"] == 1
+    get = st.drain()["get"]
+    assert get["errors"] == 1 and get["retries"] == 4 and get["requests"] == 2  # the failed request's 4 retries
 
 
 def test_a_short_read_is_a_truncated_object(ffs, monkeypatch):
