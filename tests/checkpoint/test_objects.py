@@ -228,4 +228,8 @@ def test_failed_training_drain_is_recorded_then_exit_2_naming_the_key(s3, thrott
     assert not s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads")
     assert not s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ck/").get("Contents")
     (run_dir,) = os.listdir(tmp_path / "results")
-    assert "HTTP 503" in load_summary(tmp_path / "results" / run_dir)["iogen"]["checkpoint_drain"]["error"]
+    doc = load_summary(tmp_path / "results" / run_dir)
+    assert "HTTP 503" in doc["iogen"]["checkpoint_drain"]["error"]
+    # the failed part, counted as the proxy served it: its 5 attempts (the retry policy), each a 503
+    put = doc["iogen"]["object_store"]["checkpoint_drain"]["put"]
+    assert put["errors"] == 1 and put["throttled_503"] == throttler.throttled == 5 and put["retries"] == 4
