@@ -206,10 +206,11 @@ def workload_problems(wl) -> list[str]:
         if _climbs(ck.checkpoint_folder):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
-    if wf.stage_data and wl.storage.s3_client != "boto3":
-        problems.append("workflow.stage_data = True: staging downloads through boto3 and the run then reads the "
-                        f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
-                        "use storage.s3_client=boto3")
+    if wf.stage_data and wl.storage.s3_client == "s3torchconnector":  # obstore and s3dlio stage through their GETs
+        problems.append("workflow.stage_data = True: with storage.s3_client = 's3torchconnector' staging would "
+                        "download through boto3 (the connector serves its PyTorch datasets and checkpoints) and the "
+                        "run then reads the staged files, so the connector would do nothing; use "
+                        "storage.s3_client=boto3, obstore or s3dlio")
     problems += _s3_client_problems(wl)
     methods = worker_start_methods(wl.storage.storage_type, wl.storage.s3_client)
     if (rd.data_loader == "pytorch" and rd.read_threads > 0 and (wf.train or wf.evaluation)

@@ -81,7 +81,9 @@ class ObjectStore(Storage):
             _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
-            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": self.max_attempts},
+            # total_max_attempts: every try, the first included (botocore's max_attempts counts retries only)
+            s3={"addressing_style": addressing_style},
+            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
             max_pool_connections=max_pool_connections, user_agent_extra="iogen")
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -165,11 +167,14 @@ class ObjectStore(Storage):
         return r
 
     def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
+        # a request that failed after its retries: an error, and its retries counted as a response's are
+        retries = int(((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts") or 0)
         with self._lock:
             self._stats[op].errors += 1
-        if requestlog.ENABLED():  # a failed request's row: its status, no latency (-1)
+            self._stats[op].retries += retries
+        if requestlog.ENABLED():  # a failed request's row: its status and retries, no latency (-1)
             requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None, status=_status(exc)[0] or 0,
-                              flags=requestlog.FLAG_ERROR)
+                              retries=retries, flags=requestlog.FLAG_ERROR)
         return _data_error(uri, exc, what, self.where(), self.max_attempts)
 
     def drain(self) -> dict:
@@ -186,7 +191,7 @@ class ObjectStore(Storage):
 
         config = self._config.merge(botocore.config.Config(
             connect_timeout=min(CHECK_CONNECT_S, timeout_s), read_timeout=timeout_s,
-            retries={"mode": "standard", "max_attempts": CHECK_ATTEMPTS}))
+            retries={"mode": "standard", "total_max_attempts": CHECK_ATTEMPTS}))
         return self._boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
                                                      config=config, verify=self._verify)
 
@@ -224,12 +229,22 @@ class ObjectStore(Storage):
             raise ConfigError(f"{self._endpoint_key}: cannot reach the object store at {self.where()} ({exc})") from None
         except bex.ClientError as exc:
             status, code = _status(exc)
+            code = "" if code == str(status) else code  # a HEAD's error has no body: botocore's code is the status
+            if status == 503 or status in (500, 502, 504) or code in ("SlowDown", "Throttling"):
+                raise ConfigError(f"{self._endpoint_key}: the object store at {self.where()} answered HTTP {status} "
+                                  f"{code} to every attempt of the bucket check ({CHECK_ATTEMPTS} attempts): it is "
+                                  "overloaded or unavailable; retry when it recovers, or leave it out of the "
+                                  "endpoints".replace("  ", " ")) from None
+            if not _speaks_s3(exc):  # a web server, a proxy's error page: the URL is wrong, not the bucket
+                raise ConfigError(f"{self._endpoint_key}: {self.where()} answered HTTP {status} {code} with no S3 "
+                                  "header (x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, "
+                                  f"path), and that bucket {bucket!r} exists there".replace("  ", " ")) from None
             if status == 404:
                 why = "does not exist (create it first)"
             elif status in (401, 403):
                 why = "refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
             else:
-                why = f"answered HTTP {status} {code}"
+                why = f"answered HTTP {status} {code}".rstrip()
             raise ConfigError(f"storage.storage_root: bucket {bucket!r} at {self.where()} {why}") from None
         except (bex.BotoCoreError, ValueError) as exc:
             raise ConfigError(f"storage: the object store at {self.where()} cannot be used: {exc}") from None
@@ -662,6 +677,16 @@ def _read_body(body, mv: memoryview) -> int:
     return pos
 
 
+def _speaks_s3(exc) -> bool:
+    """Whether an error response came from an S3 server: one sends x-amz-* headers (x-amz-request-id; moto's
+    x-amzn-requestid) on every answer, a web server or a proxy's error page does not. True when there were no HTTP
+    headers to look at (faultfs answers from files)."""
+    headers = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("HTTPHeaders")
+    if not headers:
+        return True
+    return any(str(k).lower().startswith("x-amz") for k in headers)
+
+
 def _op_of(name: str) -> str:
     if name in ("GetObject",):
         return "get"
@@ -683,7 +708,9 @@ def _data_error(uri: str, exc, what: str, endpoint: str, attempts: int = MAX_ATT
         code = ""
     if status == 404:
         return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})".replace(" )", ")"))
-    if status is not None:
+    if status is not None:  # the attempts the client made: its retries and the first
+        retries = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts")
+        attempts = attempts if retries is None else int(retries) + 1
         return DataError(uri, f"{what} failed after {attempts} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 

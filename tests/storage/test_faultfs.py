@@ -92,7 +92,8 @@ def test_the_nth_request_fails_after_the_retries_naming_the_object(ffs, monkeypa
                                         r"attempt\(s\): HTTP 500"):
         st.readinto("s3://bkt/a.bin", 10, buf)
     st.readinto("s3://bkt/a.bin", 20, buf)  # only the second request fails
-    assert st.drain()["get"]["errors"] == 1
+    get = st.drain()["get"]
+    assert get["errors"] == 1 and get["retries"] == (attempts or 5) - 1 and get["requests"] == 2  # the failed request's retries
 
 
 def test_max_attempts_is_checked_and_refused_where_it_cannot_apply(ffs):
