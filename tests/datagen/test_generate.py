@@ -279,3 +279,42 @@ def test_a_datagen_killed_mid_way_is_resumed_from_its_journal(tmp_path):
     res = generate(wl, workers=2)
     assert res.files_skipped >= len(entries) and res.files_written + res.files_skipped == 4000
     assert verify(wl) == []
+
+
+@pytest.mark.parametrize("storage", ["posix", "faultfs"], indirect=True)
+def test_a_stopped_generation_of_other_settings_is_refused_by_its_journal_or_rewritten_by_its_marks(storage):
+    """One path, each backend's rules: the journal beside files of a stopped generation with other settings
+    is refused (exit 2) unless --overwrite; an object carries its settings digest, so one of other settings is
+    rewritten, and one without iogen's metadata is refused."""
+    from iogen.config import load_workload
+    from iogen.data.generate import generate_dataset
+    from iogen.formats import get_format
+    from iogen.storage import get_storage
+    from iogen.world.communicator import get_world
+
+    wl = load_workload("default", storage.overrides("npz"))
+
+    def run(seed, **kw):
+        wl = load_workload("default", storage.overrides("npz", **{"train.seed": seed}))
+        layout = DatasetLayout.from_workload(wl, "train")
+        return generate_dataset(get_storage(wl), [layout], get_format(wl.dataset), get_world(), workers=1, **kw)[0]
+
+    def stop(done, *_):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(1, progress=stop)
+    if storage.is_object:
+        assert run(2).files_written == 4  # two objects of seed 1: rewritten, not refused
+        storage.remove(MANIFEST_NAME)
+        get_storage(wl).publish(storage.where("img_1_of_4.npz"), b"not ours")  # through the store: no metadata
+        with pytest.raises(DataError, match=r"holds 1 data object\(s\) that no iogen manifest lists \(img_1_of_4"):
+            run(2)
+        assert run(2, overwrite=True).files_written == 4  # with --overwrite, only a manifest's entries are kept
+    else:
+        with pytest.raises(DataError, match="an unfinished generation with other settings") as err:
+            run(2)
+        assert ".iogen-journal.r0-of-1.jsonl" in err.value.path
+        assert run(2, overwrite=True).files_written == 4
+    assert storage.read("img_1_of_4.npz") != b"not ours"
