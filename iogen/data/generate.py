@@ -165,7 +165,7 @@ def _recorded(manifest, params: dict, gen) -> dict[str, dict]:
     return entries
 
 
-def check_target(layout, fmt, overwrite: bool = False, storage=None) -> None:
+def check_target(layout, fmt, overwrite: bool = False, storage=None) -> dict[str, str | None]:
     """Refuse to generate over data iogen did not write with these settings, unless overwrite.
 
     A manifest of other settings, records of an unfinished generation of other settings (journals:
@@ -174,6 +174,8 @@ def check_target(layout, fmt, overwrite: bool = False, storage=None) -> None:
     last files, an object's metadata) are a DataError naming them (exit 2): a typo in one setting must not
     wipe a dataset. With overwrite, the old manifest and records are removed and files are rewritten
     where this workload's files go; no other file is touched. storage: local files when None.
+    Returns the marks it asked the data for ({relative path: CRC-32C or None}, Generation.marks), which
+    the plan then need not ask again.
     """
     store = storage or _local_files()
     params = mf.dataset_params(layout, fmt)
@@ -195,17 +197,18 @@ def check_target(layout, fmt, overwrite: bool = False, storage=None) -> None:
     gen = store.generation(layout.folder, params, 0, 1)
     gen.check(overwrite)
     if overwrite:
-        return
+        return {}
     listed = _recorded(old, params, gen)
     unlisted = [rel for rel in _existing(store, layout) if _data_named(rel) and rel not in listed]
     if not unlisted:
-        return
+        return {}
     marked = gen.marks([rel for rel in unlisted if _own_name(layout, rel)])
     foreign = sorted(rel for rel in unlisted if rel not in marked)
     if foreign:
         raise DataError(layout.folder, f"holds {len(foreign)} data {store.noun}(s) that no iogen manifest lists "
                                        f"({shown(foreign)}); refusing to overwrite them: choose another "
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+    return marked
 
 
 _FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9]+$")
@@ -244,14 +247,15 @@ def file_writer(layout, fmt, i: int):
 
 def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
              world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None,
-             overwrite: bool = False, check: bool | None = None, storage=None) -> GenerateResult:
+             overwrite: bool = False, check: bool | None = None, storage=None,
+             known_marks: dict | None = None) -> GenerateResult:
     """Generate this rank's share of a workload's splits (or of one layout) on storage (local files when
     None); see the module doc.
 
     progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
     calling thread after each file; totals count only the files this call writes. check_target
     runs first (default: in a world of one; with several ranks the caller runs it once, on one
-    rank, before any rank writes).
+    rank, before any rank writes). known_marks: {split folder: marks} check_target returned (not asked again).
     """
     t0 = time.perf_counter()
     store = storage or _local_files()
@@ -260,14 +264,16 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     if check is None:
         check = world_size == 1
     splits = _splits(source, fmt)
+    known_marks = dict(known_marks or {})
     if check:
         for layout, f in splits:
-            check_target(layout, f, overwrite, store)
+            known_marks[layout.folder] = check_target(layout, f, overwrite, store)
     result = GenerateResult()
     tasks, gens = [], []
     try:
         for layout, f in splits:
-            tasks += _files_to_write(store, layout, f, rank, world_size, overwrite, gens, result)
+            tasks += _files_to_write(store, layout, f, rank, world_size, overwrite, gens, result,
+                                     known_marks.get(layout.folder, {}))
         _write_files(tasks, workers or default_workers(), fsync, progress, result, t0)
     finally:
         for gen in gens:
@@ -279,13 +285,14 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     return result
 
 
-def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: bool, gens: list, result) -> list[tuple]:
+def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: bool, gens: list, result,
+                    known_marks: dict) -> list[tuple]:
     """This rank's files of one split that must be written, as (layout, fmt, i, generation, entries) tasks.
 
     Files the manifest or the backend's records list at their sizes, and files the data marks complete
     with these settings (not with overwrite), are kept (recorded again as they are) and skipped; this
     rank's leftover temporary files are removed; a manifest of other settings is dropped. The split's
-    Generation is appended to `gens` (the caller closes them).
+    Generation is appended to `gens` (the caller closes them); known_marks: the marks check_target learned.
     """
     params = mf.dataset_params(layout, f)
     ensure_split_folders(layout, store)
@@ -315,7 +322,10 @@ def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: boo
                 kept[i] = entry
             else:
                 unsure.append((i, rel, size))
-        marks = gen.marks([rel for _, rel, _ in unsure]) if unsure and not overwrite else {}
+        marks = {}
+        if unsure and not overwrite:
+            marks = {rel: known_marks[rel] for _, rel, _ in unsure if rel in known_marks}
+            marks.update(gen.marks([rel for _, rel, _ in unsure if rel not in known_marks]))
         for i, rel, size in unsure:
             crc = marks.get(rel)
             if crc is None:
@@ -440,13 +450,14 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
     (world.fail), so nobody waits at the barrier for it.
     """
     try:
+        marks = {}
         if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
             for layout in layouts:
-                check_target(layout, fmt, overwrite, store)
+                marks[layout.folder] = check_target(layout, fmt, overwrite, store)
         world.sync()
         results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size, progress=progress,
-                            finalize_manifest=False, overwrite=overwrite, check=False, storage=store)
-                   for layout in layouts]
+                            finalize_manifest=False, overwrite=overwrite, check=False, storage=store,
+                            known_marks=marks) for layout in layouts]
         for layout, result in zip(layouts, results):
             gathered = world.gather_obj(result.entries.get(layout.folder, {}))  # every rank's share, to rank 0
             if world.rank == 0:

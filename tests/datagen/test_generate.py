@@ -294,10 +294,16 @@ def test_a_stopped_generation_of_other_settings_is_refused_by_its_journal_or_rew
 
     wl = load_workload("default", storage.overrides("npz"))
 
+    heads = []
+
     def run(seed, **kw):
         wl = load_workload("default", storage.overrides("npz", **{"train.seed": seed}))
-        layout = DatasetLayout.from_workload(wl, "train")
-        return generate_dataset(get_storage(wl), [layout], get_format(wl.dataset), get_world(), workers=1, **kw)[0]
+        layout, st = DatasetLayout.from_workload(wl, "train"), get_storage(wl)
+        st.drain()
+        try:
+            return generate_dataset(st, [layout], get_format(wl.dataset), get_world(), workers=1, **kw)[0]
+        finally:
+            heads.append(st.drain().get("head", {}).get("requests", 0))
 
     def stop(done, *_):
         if done == 2:
@@ -307,6 +313,10 @@ def test_a_stopped_generation_of_other_settings_is_refused_by_its_journal_or_rew
         run(1, progress=stop)
     if storage.is_object:
         assert run(2).files_written == 4  # two objects of seed 1: rewritten, not refused
+        storage.remove(MANIFEST_NAME)
+        storage.remove("img_3_of_4.npz")
+        res = run(2)  # resumed by each object's marks: one HEAD an object
+        assert (res.files_written, res.files_skipped, heads[-1]) == (1, 3, 3)
         storage.remove(MANIFEST_NAME)
         get_storage(wl).publish(storage.where("img_1_of_4.npz"), b"not ours")  # through the store: no metadata
         with pytest.raises(DataError, match=r"holds 1 data object\(s\) that no iogen manifest lists \(img_1_of_4"):
