@@ -364,7 +364,7 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
         rel = path[len(layout.folder) + 1:]
         needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
         image = file_image(layout, f, i)
-        if image is not None:  # POSIX: one core call (write, rename, journal line)
+        if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
             size = len(image)
             line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
             crc = gen.publish_image(path, image, fsync, line, crc_at, needed, f"data file {i}")

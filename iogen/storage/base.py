@@ -16,6 +16,7 @@ operations iogen's stages use:
     st.write_objects(items, part_bytes, part_of, pool);  st.read_objects(items, part_bytes, pool, buffer)
     st.copy_in(path, local_path);  st.copy_out(local_path, path)   # staging in, draining out
     st.remove(path)
+    gen = st.generation(folder, params, rank, world_size)   # datagen: publish files, record them complete
     st.drain() -> {op: figures}                    # figures since the last drain, then reset
 
 Paths are what the workload's layout produces for this backend: file names on POSIX, `s3://`
