@@ -28,9 +28,10 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .keys import SCHEME, split_uri
-from .base import Capabilities, Generation, Storage
+from .base import Capabilities, Storage
 from . import requestlog
 from .figures import OPS, OpStats
+from .base import Generation  # datagen's completion record (MetadataGeneration, below)
 
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
