@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -351,31 +350,34 @@ def _remove_leftovers(store, layout, existing: dict, mine) -> None:
                 store.remove(f"{layout.folder}/{rel}")
 
 
+def _publish_file(gen, layout, f, i: int, fsync: bool) -> dict:
+    """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
+    complete; return its manifest entry."""
+    path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+    rel = path[len(layout.folder) + 1:]
+    needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
+    image = file_image(layout, f, i)
+    if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
+        size = len(image)
+        line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
+        crc = gen.publish_image(path, image, fsync, line, crc_at, needed, f"data file {i}")
+        return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+    size, crc = gen.publish_written(path, file_writer(layout, f, i), needed, f"data file {i}", fsync)
+    entry = mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+    gen.record(entry)  # one unbuffered O_APPEND write: writer threads need no lock
+    return entry
+
+
 def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
-    """Write and record every task's file on `workers` threads, counting into result."""
+    """Publish and record every task's file on `workers` threads, counting into result."""
     bytes_total = sum(_payload_bytes(tasks))
     files_done = bytes_done = 0
-    lock = threading.Lock()
 
     def run(task):
-        """Publish one file and record it; return (file bytes, payload bytes)."""
+        """Publish one file; return (file bytes, payload bytes)."""
         layout, f, i, gen, entries = task
-        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
-        rel = path[len(layout.folder) + 1:]
-        needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
-        image = file_image(layout, f, i)
-        if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
-            size = len(image)
-            line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
-            crc = gen.publish_image(path, image, fsync, line, crc_at, needed, f"data file {i}")
-            entries[i] = mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
-            return size, needed  # (one dict store: atomic under the GIL)
-        size, crc = gen.publish_written(path, file_writer(layout, f, i), needed, f"data file {i}", fsync)
-        entry = mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
-        with lock:
-            gen.record(entry)
-            entries[i] = entry
-        return size, needed
+        entry = entries[i] = _publish_file(gen, layout, f, i, fsync)  # one dict store: atomic under the GIL
+        return entry["size_bytes"], layout.samples_per_file * int(layout.record_bytes[i])
 
     if workers == 1 or len(tasks) <= 1:
         done_iter, stop = (run(t) for t in tasks), None
