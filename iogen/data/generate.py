@@ -136,11 +136,17 @@ def _leftovers(layout) -> list[str]:
 
 
 def _existing(store, layout) -> dict[str, int]:
-    """{path relative to the split folder: size} of what is in the split's folders (one listing)."""
+    """{path relative to the split folder: size} of what is in the split's folders (one listing; a subfolder
+    the listing does not enter, a symbolic link to a folder, is listed on its own)."""
     prefix = layout.folder + "/"
     folders = {""} | {sub[len(prefix):] for sub in layout.subfolders}
+    listed = store.list(prefix)
+    seen = {path[len(prefix):].rpartition("/")[0] for path in listed}
+    for sub in layout.subfolders:
+        if sub[len(prefix):] not in seen and store.what_is(sub) == "a folder":
+            listed.update(store.list(sub + "/"))
     out = {}
-    for path, size in store.list(prefix).items():
+    for path, size in listed.items():
         rel = path[len(prefix):]
         if rel.rpartition("/")[0] in folders:
             out[rel] = size
