@@ -469,9 +469,15 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
         for layout, result in zip(layouts, results):
             gathered = world.gather_obj(result.entries.get(layout.folder, {}))  # every rank's share, to rank 0
             if world.rank == 0:
-                everything = {}
-                for part in gathered:
-                    everything.update(part)
+                everything = dict(gathered[0])
+                if len(gathered) > 1:  # the other ranks' files, as this rank sees them (a folder not shared: named)
+                    sizes = _existing(store, layout)
+                    for part in gathered[1:]:
+                        for i, entry in part.items():
+                            if sizes.get(entry["file"]) != entry["size_bytes"]:
+                                raise DataError(layout.paths[i], "was not generated completely; rerun `iogen "
+                                                                 "datagen` to finish")
+                        everything.update(part)
                 result.manifests.append(finalize(layout, fmt, everything, store))
     except BaseException as exc:
         world.fail(exc)
