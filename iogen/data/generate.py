@@ -29,8 +29,8 @@ temporary name, fsynced when asked, renamed and journaled. On an object store a 
 PUT; a streamed one is written to an anonymous in-memory file (memfd), then uploaded (multipart when
 larger than a part); each carries the settings digest and its CRC-32C as metadata.
 
-Manifest: each split's manifest is written last, by rank 0, from every rank's entries (gathered), and
-the journals are removed. `generate(...)` on several ranks without a world: call it with
+Manifest: each split's manifest is written last, by rank 0, from every rank's entries (gathered; the
+other ranks' files checked at their sizes in one listing), and the journals are removed. `generate(...)` on several ranks without a world: call it with
 finalize_manifest=False on every rank, then, after a barrier, `finalize(...)` on one rank, which takes
 the other ranks' files from their records, each checked at its size.
 """
