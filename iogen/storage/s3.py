@@ -15,8 +15,12 @@ and the HTTP status (exit 2).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -27,6 +31,7 @@ from .keys import MAX_ATTEMPTS, SCHEME, split_uri
 from .base import Capabilities, Storage
 from . import requestlog
 from .figures import OPS, OpStats
+from .base import Generation  # datagen's completion record (MetadataGeneration, below)
 
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
@@ -56,6 +61,7 @@ class ObjectStore(Storage):
     client_name = "boto3"
     no_request_log = None  # every request _count counts is logged
     noun = "object"
+    folder_noun = "prefix"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
                                 needs=(("boto3", "storage.storage_type=s3"),),
@@ -611,7 +617,7 @@ class ObjectStore(Storage):
                 raise DataError(path, "the object does not exist (HTTP 404)")
         return ObjectFile(self, path, size)
 
-    def publish(self, path: str, data, fsync: bool = False) -> None:
+    def publish(self, path: str, data, fsync: bool = False, what: str = "") -> None:
         """One PUT: the object appears whole when the request completes (fsync has no meaning here)."""
         self.put_bytes(path, bytes(memoryview(data).cast("B")))
 
@@ -644,8 +650,96 @@ class ObjectStore(Storage):
     def remove(self, path: str) -> None:
         self.delete(path)
 
+    def generation(self, folder: str, params: dict, rank: int, world_size: int) -> "MetadataGeneration":
+        """Completion carried by each object's user metadata (MetadataGeneration)."""
+        return MetadataGeneration(self, folder, params)
+
 
 S3Storage = ObjectStore
+
+
+# -- generation: each object's metadata says it is complete (iogen/data/generate.py) ---------------------
+
+META_PARAMS = "iogen-params"
+META_CRC = "iogen-crc32c"
+# Objects up to this size are staged in memory (memfd); larger ones in the system's temporary folder.
+MEMFD_MAX_BYTES = 256 << 20
+
+
+@contextlib.contextmanager
+def scratch_path(size_bytes: int, suffix: str):
+    """A path for one object's bytes while they are written or indexed, removed on exit.
+
+    An anonymous memory file (/proc/self/fd/N of a memfd) when the object is small enough and
+    the system has memfd, so nothing is written outside the data and output folders; else a
+    temporary file in the system's temporary folder.
+    """
+    if size_bytes <= MEMFD_MAX_BYTES and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("iogen-object", os.MFD_CLOEXEC)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + suffix)
+    os.close(fd)
+    try:
+        yield tmp
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def params_digest(params: dict) -> str:
+    """A short digest of the generation settings, stored with each object."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class MetadataGeneration(Generation):
+    """An object store's `Generation`: no journal beside the data (an object cannot be appended to); every
+    data object carries, as user metadata, a digest of the generation settings and its CRC-32C. A rerun
+    keeps an object whose metadata carries the same digest and a CRC, rewrites one of other settings,
+    and refuses one without iogen's metadata (foreign data) unless --overwrite. A file held in memory is
+    one PUT; a streamed one is written to scratch (scratch_path: a memfd, so nothing is written outside
+    the data and output folders), then uploaded (multipart when larger than a part)."""
+
+    def __init__(self, store: ObjectStore, folder: str, params: dict, part_bytes: int = DEFAULT_PART_BYTES):
+        self.store, self.folder = store, folder
+        self.digest = params_digest(params)
+        self.part_bytes = part_bytes
+
+    def marks(self, rels) -> dict[str, str | None]:
+        """One HEAD per object."""
+        out = {}
+        for rel in rels:
+            head = self.store.head(f"{self.folder}/{rel}")
+            meta = head[1] if head else {}
+            if meta.get(META_PARAMS) == self.digest and META_CRC in meta:
+                out[rel] = meta[META_CRC]
+            elif meta.get(META_PARAMS) is not None:
+                out[rel] = None  # iogen's, of other settings: rewritten
+        return out
+
+    def _metadata(self, crc: int) -> dict:
+        from ..common.checksum import format_crc
+
+        return {META_PARAMS: self.digest, META_CRC: format_crc(crc)}
+
+    def publish_image(self, path, image, fsync, line, crc_at, needed_bytes, what) -> int:
+        from ..common.checksum import crc32c
+
+        data = bytes(memoryview(image).cast("B"))
+        crc = crc32c(data)
+        self.store.put_bytes(path, data, metadata=self._metadata(crc))
+        return crc
+
+    def publish_written(self, path, write, needed_bytes, what, fsync) -> tuple[int, int]:
+        with scratch_path(needed_bytes + (64 << 10), path.rsplit(".", 1)[-1]) as tmp:
+            size, crc = write(tmp)
+            self.store.put_file(path, tmp, self.part_bytes, metadata=self._metadata(crc))
+        return size, crc
 
 
 def _quiet_unverified() -> None:

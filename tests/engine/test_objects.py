@@ -163,7 +163,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.native import NativeLoader
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
@@ -171,7 +171,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
                                                                     "dataset.record_length_bytes": 1 << 20}))
     fmt_ = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
-    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    generate_dataset(open_store(wl), [layout], fmt_, get_world())
     loader = NativeLoader(wl, layout, fmt_, get_world())
     try:
         for _ in loader.epoch(make_plan(num_files=2, samples_per_file=4, batch_size=2)):
