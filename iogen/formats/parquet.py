@@ -28,6 +28,7 @@ Reading:
 from __future__ import annotations
 
 import collections
+import io
 import os
 import threading
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import (FileShape, Format, GroupIndex, check_sample_ids, error_text, fill_random, is_fileobj,
-                   source_name, source_size)
+                   read_at, source_name, source_size)
 from ..common.checksum import crc32c
 
 # pyarrow's writer default when no row group size is given (rows)
@@ -52,6 +53,8 @@ CODECS = {"none": "NONE", "snappy": "SNAPPY", "gzip": "GZIP", "lz4": "LZ4", "zst
 _FOOTER_CODECS = {"UNCOMPRESSED": "none", "SNAPPY": "snappy", "GZIP": "gzip", "LZ4": "lz4", "LZ4_RAW": "lz4",
                   "ZSTD": "zstd", "BROTLI": "brotli", "LZO": "lzo"}
 MAGIC = b"PAR1"
+# What is read of an object's end for its footer, in one read (pyarrow's own first footer read)
+FOOTER_READ = 64 << 10
 
 
 # pyarrow's pre-buffering (ParquetFile's default, pre_buffer=True) coalesces the column chunks
@@ -158,6 +161,52 @@ class _CrcFile:
         if not self.closed:
             self.closed = True
             self.fh.close()
+
+
+class _ObjectReads(io.RawIOBase):
+    """What pyarrow reads an object through: its file object (an ObjectFile) read by exactly the ranges
+    pyarrow asks for (`readinto_exact` where the file object has it: no block cache), and its last bytes,
+    when given, served from memory (the footer, read once)."""
+
+    def __init__(self, fobj, size: int, tail: bytes = b""):
+        super().__init__()
+        self.fobj, self.size, self.tail = fobj, int(size), tail
+        self.start = self.size - len(tail)
+        self._read = getattr(fobj, "readinto_exact", None) or fobj.readinto
+        self._pos = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence] + int(offset)
+        return self._pos
+
+    def readinto(self, b):
+        mv = memoryview(b).cast("B")
+        n = max(0, min(mv.nbytes, self.size - self._pos))
+        if n and self._pos >= self.start:
+            at = self._pos - self.start
+            mv[:n] = self.tail[at:at + n]
+        elif n:
+            self.fobj.seek(self._pos)
+            n = self._read(mv[:n])
+        self._pos += n
+        return n
+
+
+def _pyarrow_file(pq, source, meta):
+    """pyarrow's ParquetFile of a path, or of an object's file object: then its column chunks pre-buffered
+    (coalesced as group_index's ranges, each range one read: what the native loader reads)."""
+    if not is_fileobj(source):
+        return pq.ParquetFile(source, metadata=meta)
+    return pq.ParquetFile(_ObjectReads(source, source_size(source)), metadata=meta, pre_buffer=True)
 
 
 class ParquetFormat(Format):
@@ -280,12 +329,16 @@ class ParquetFormat(Format):
         key = None
         if not cache:
             return self._read_footer(path, name)
-        if not is_fileobj(path):
+        if is_fileobj(path):
+            # an object (an ObjectFile: its s3:// name and size), which does not change during a run
+            key = ("object", name, source_size(path))
+        else:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise DataError(name, "data file is missing (generate it with `iogen datagen`)") from None
             key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        if key is not None:
             with self._footer_lock:
                 if key in self._footers:
                     self._footers.move_to_end(key)
@@ -304,11 +357,14 @@ class ParquetFormat(Format):
         if size < 12:
             raise DataError(name, f"{size} bytes: too short for a Parquet file (truncated?)")
         if is_fileobj(path):
-            path.seek(0)
-            head = path.read(4)
-            path.seek(size - 4)
-            tail = path.read(4)
+            # an object: its last FOOTER_READ bytes by one read (pyarrow's footer, served from them),
+            # its first 4 from them too where they cover the object
+            end = read_at(path, name, max(0, size - FOOTER_READ), min(size, FOOTER_READ))
+            head = end[:4] if size <= FOOTER_READ else read_at(path, name, 0, 4)
+            tail = end[-4:]
+            source = _ObjectReads(path, size, end)
         else:
+            source = path
             with open(path, "rb") as fh:
                 head = fh.read(4)
                 fh.seek(size - 4)
@@ -319,7 +375,7 @@ class ParquetFormat(Format):
             raise DataError(name, f"not a whole Parquet file: ends with {tail.hex()}, not {MAGIC.hex()} (PAR1): "
                                   "truncated?", size - 4)
         try:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(source)
         except Exception as exc:  # noqa: BLE001 - any failure to parse an untrusted footer
             text = " ".join(str(exc).split())[:200]
             raise DataError(name, f"corrupt Parquet footer ({type(exc).__name__}: {text})") from None
@@ -423,7 +479,7 @@ class ParquetFormat(Format):
             cache.move_to_end(key)
             return hit[0]
         try:
-            pf = pq.ParquetFile(path, metadata=meta)
+            pf = _pyarrow_file(pq, path, meta)
             table = pf.read_row_group(g, columns=self.selected_columns)
         except Exception as exc:  # noqa: BLE001 - corrupt pages
             text = " ".join(str(exc).split())[:200]
@@ -514,7 +570,7 @@ class ParquetFormat(Format):
         if int(record_bytes) != self.row_bytes:
             problems.append(f"a row holds {self.row_bytes} bytes, the workload's record is {record_bytes}")
         try:
-            pf = pq.ParquetFile(path, metadata=meta)
+            pf = _pyarrow_file(pq, path, meta)
             for g in range(meta.num_row_groups):
                 pf.read_row_group(g)
         except Exception as exc:  # noqa: BLE001
