@@ -163,15 +163,26 @@ class _CrcFile:
             self.fh.close()
 
 
-class _ObjectReads(io.RawIOBase):
-    """What pyarrow reads an object through: its file object (an ObjectFile) read by exactly the ranges
-    pyarrow asks for (`readinto_exact` where the file object has it: no block cache), and its last bytes,
-    when given, served from memory (the footer, read once)."""
+def _chunk_ranges(rg, columns) -> list[tuple[int, int]]:
+    """The coalesced byte ranges of row group rg's chunks of these columns (what pyarrow pre-buffers)."""
+    chunks = []
+    for j in columns:
+        col = rg.column(j)
+        chunks.append((col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset,
+                       col.total_compressed_size))
+    return coalesce(chunks)
 
-    def __init__(self, fobj, size: int, tail: bytes = b""):
+
+class _ObjectReads(io.RawIOBase):
+    """What pyarrow reads an object through: pieces of it already in memory (the footer's end, a row
+    group's coalesced chunk ranges: each fetched by one read, on the calling thread), any other read
+    passed to its file object (an ObjectFile) as exactly that range (`readinto_exact` where the file
+    object has it: no block cache)."""
+
+    def __init__(self, fobj, size: int, pieces=()):
         super().__init__()
-        self.fobj, self.size, self.tail = fobj, int(size), tail
-        self.start = self.size - len(tail)
+        self.fobj, self.size = fobj, int(size)
+        self.pieces = [(int(o), memoryview(b).cast("B")) for o, b in pieces]
         self._read = getattr(fobj, "readinto_exact", None) or fobj.readinto
         self._pos = 0
 
@@ -191,22 +202,30 @@ class _ObjectReads(io.RawIOBase):
     def readinto(self, b):
         mv = memoryview(b).cast("B")
         n = max(0, min(mv.nbytes, self.size - self._pos))
-        if n and self._pos >= self.start:
-            at = self._pos - self.start
-            mv[:n] = self.tail[at:at + n]
-        elif n:
-            self.fobj.seek(self._pos)
-            n = self._read(mv[:n])
+        for start, data in self.pieces:
+            if start <= self._pos and self._pos + n <= start + data.nbytes:
+                mv[:n] = data[self._pos - start:self._pos - start + n]
+                break
+        else:
+            if n:
+                self.fobj.seek(self._pos)
+                n = self._read(mv[:n])
         self._pos += n
         return n
 
 
-def _pyarrow_file(pq, source, meta):
-    """pyarrow's ParquetFile of a path, or of an object's file object: then its column chunks pre-buffered
-    (coalesced as group_index's ranges, each range one read: what the native loader reads)."""
+def _pyarrow_file(pq, source, meta, group=None, columns=()):
+    """pyarrow's ParquetFile of a path, or of an object's file object: then, given a row group, its
+    chunks of these columns fetched first, as their coalesced ranges (group_index's: what the native
+    loader reads), one read each; pyarrow's reads of them are served from memory."""
     if not is_fileobj(source):
         return pq.ParquetFile(source, metadata=meta)
-    return pq.ParquetFile(_ObjectReads(source, source_size(source)), metadata=meta, pre_buffer=True)
+    pieces = []
+    if group is not None:
+        name = source_name(source)
+        fetch = _ObjectReads(source, source_size(source))
+        pieces = [(o, read_at(fetch, name, o, n)) for o, n in _chunk_ranges(meta.row_group(group), columns)]
+    return pq.ParquetFile(_ObjectReads(source, source_size(source), pieces), metadata=meta)
 
 
 class ParquetFormat(Format):
@@ -362,7 +381,7 @@ class ParquetFormat(Format):
             end = read_at(path, name, max(0, size - FOOTER_READ), min(size, FOOTER_READ))
             head = end[:4] if size <= FOOTER_READ else read_at(path, name, 0, 4)
             tail = end[-4:]
-            source = _ObjectReads(path, size, end)
+            source = _ObjectReads(path, size, [(size - len(end), end)])
         else:
             source = path
             with open(path, "rb") as fh:
@@ -441,12 +460,7 @@ class ParquetFormat(Format):
         for g in range(n):
             rg = meta.row_group(g)
             first[g + 1] = first[g] + rg.num_rows
-            chunks = []
-            for j in self.selected:
-                col = rg.column(j)
-                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
-                chunks.append((start, col.total_compressed_size))
-            for o, n in coalesce(chunks):
+            for o, n in _chunk_ranges(rg, self.selected):
                 offs.append(o)
                 lens.append(n)
             ptr.append(len(offs))
@@ -479,7 +493,7 @@ class ParquetFormat(Format):
             cache.move_to_end(key)
             return hit[0]
         try:
-            pf = _pyarrow_file(pq, path, meta)
+            pf = _pyarrow_file(pq, path, meta, g, self.selected)
             table = pf.read_row_group(g, columns=self.selected_columns)
         except Exception as exc:  # noqa: BLE001 - corrupt pages
             text = " ".join(str(exc).split())[:200]
@@ -500,13 +514,7 @@ class ParquetFormat(Format):
             parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
         rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
         if fetched is not None:
-            rg = meta.row_group(g)
-            chunks = []
-            for j in self.selected:
-                col = rg.column(j)
-                chunks.append((col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset,
-                               col.total_compressed_size))
-            fetched.append(sum(n for _, n in coalesce(chunks)))
+            fetched.append(sum(n for _, n in _chunk_ranges(meta.row_group(g), self.selected)))
         cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
         self._local.bytes += rows.nbytes
         while self._local.bytes > CACHE_BYTES and len(cache) > 1:
