@@ -74,7 +74,8 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
         loader.close()
 
 
-@pytest.mark.parametrize("fmt,compression", [("hdf5", "gzip"), ("tfrecord", "gzip"), ("hdf5", "none")])
+@pytest.mark.parametrize("fmt,compression", [("hdf5", "gzip"), ("tfrecord", "gzip"), ("hdf5", "none"),
+                                             ("parquet", "none")])
 def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, compression):
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
                                               "train.epochs": 1, "workflow.generate_data": False})
@@ -83,6 +84,8 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
     data = bytearray(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read())
     if fmt == "hdf5" and compression == "none":
         data[:8] = b"notHDF5!"  # the superblock's signature
+    elif fmt == "parquet":
+        data[-8:-4] = b"\xff\xff\xff\x7f"  # the footer's length: past the object's start
     else:
         data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside the compressed stream
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=bytes(data))
@@ -94,7 +97,8 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
 
 
 @pytest.mark.slow  # iogen in child processes: tens of seconds
-@pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip")])
+@pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip"),
+                                             ("parquet", "none")])
 def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, compression):
     """datagen writes the bytes the file datagen writes; verify passes; run reads them (native)."""
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
