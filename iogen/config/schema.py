@@ -691,11 +691,6 @@ class Workload(Section):
             problems.append(
                 "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
                 "reads its row groups (the footer read once); set reader.reopen_files=False")
-        if self.storage.storage_type in object_key_types() and ds.format in ("parquet", "npy", "csv"):
-            problems.append(
-                f"dataset.format = {ds.format!r} with storage.storage_type = {self.storage.storage_type!r} is not "
-                f"implemented yet: {ds.format} "
-                "datasets are read from a file system (storage.storage_type=local_fs)")
         if self.storage.storage_type in object_key_types():
             from ..storage.keys import workload_problems
 

@@ -28,6 +28,7 @@ Reading:
 from __future__ import annotations
 
 import collections
+import io
 import os
 import threading
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import (FileShape, Format, GroupIndex, check_sample_ids, error_text, fill_random, is_fileobj,
-                   source_name, source_size)
+                   read_at, source_name, source_size)
 from ..common.checksum import crc32c
 
 # pyarrow's writer default when no row group size is given (rows)
@@ -52,6 +53,8 @@ CODECS = {"none": "NONE", "snappy": "SNAPPY", "gzip": "GZIP", "lz4": "LZ4", "zst
 _FOOTER_CODECS = {"UNCOMPRESSED": "none", "SNAPPY": "snappy", "GZIP": "gzip", "LZ4": "lz4", "LZ4_RAW": "lz4",
                   "ZSTD": "zstd", "BROTLI": "brotli", "LZO": "lzo"}
 MAGIC = b"PAR1"
+# What is read of an object's end for its footer, in one read (pyarrow's own first footer read)
+FOOTER_READ = 64 << 10
 
 
 # pyarrow's pre-buffering (ParquetFile's default, pre_buffer=True) coalesces the column chunks
@@ -158,6 +161,71 @@ class _CrcFile:
         if not self.closed:
             self.closed = True
             self.fh.close()
+
+
+def _chunk_ranges(rg, columns) -> list[tuple[int, int]]:
+    """The coalesced byte ranges of row group rg's chunks of these columns (what pyarrow pre-buffers)."""
+    chunks = []
+    for j in columns:
+        col = rg.column(j)
+        chunks.append((col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset,
+                       col.total_compressed_size))
+    return coalesce(chunks)
+
+
+class _ObjectReads(io.RawIOBase):
+    """What pyarrow reads an object through: pieces of it already in memory (the footer's end, a row
+    group's coalesced chunk ranges: each fetched by one read, on the calling thread), any other read
+    passed to its file object (an ObjectFile) as exactly that range (`readinto_exact` where the file
+    object has it: no block cache)."""
+
+    def __init__(self, fobj, size: int, pieces=()):
+        super().__init__()
+        self.fobj, self.size = fobj, int(size)
+        self.pieces = [(int(o), memoryview(b).cast("B")) for o, b in pieces]
+        self._read = getattr(fobj, "readinto_exact", None) or fobj.readinto
+        self._pos = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence] + int(offset)
+        return self._pos
+
+    def readinto(self, b):
+        mv = memoryview(b).cast("B")
+        n = max(0, min(mv.nbytes, self.size - self._pos))
+        for start, data in self.pieces:
+            if start <= self._pos and self._pos + n <= start + data.nbytes:
+                mv[:n] = data[self._pos - start:self._pos - start + n]
+                break
+        else:
+            if n:
+                self.fobj.seek(self._pos)
+                n = self._read(mv[:n])
+        self._pos += n
+        return n
+
+
+def _pyarrow_file(pq, source, meta, group=None, columns=()):
+    """pyarrow's ParquetFile of a path, or of an object's file object: then, given a row group, its
+    chunks of these columns fetched first, as their coalesced ranges (group_index's: what the native
+    loader reads), one read each; pyarrow's reads of them are served from memory."""
+    if not is_fileobj(source):
+        return pq.ParquetFile(source, metadata=meta)
+    pieces = []
+    if group is not None:
+        name = source_name(source)
+        fetch = _ObjectReads(source, source_size(source))
+        pieces = [(o, read_at(fetch, name, o, n)) for o, n in _chunk_ranges(meta.row_group(group), columns)]
+    return pq.ParquetFile(_ObjectReads(source, source_size(source), pieces), metadata=meta)
 
 
 class ParquetFormat(Format):
@@ -280,12 +348,16 @@ class ParquetFormat(Format):
         key = None
         if not cache:
             return self._read_footer(path, name)
-        if not is_fileobj(path):
+        if is_fileobj(path):
+            # an object (an ObjectFile: its s3:// name and size), which does not change during a run
+            key = ("object", name, source_size(path))
+        else:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise DataError(name, "data file is missing (generate it with `iogen datagen`)") from None
             key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        if key is not None:
             with self._footer_lock:
                 if key in self._footers:
                     self._footers.move_to_end(key)
@@ -304,11 +376,14 @@ class ParquetFormat(Format):
         if size < 12:
             raise DataError(name, f"{size} bytes: too short for a Parquet file (truncated?)")
         if is_fileobj(path):
-            path.seek(0)
-            head = path.read(4)
-            path.seek(size - 4)
-            tail = path.read(4)
+            # an object: its last FOOTER_READ bytes by one read (pyarrow's footer, served from them),
+            # its first 4 from them too where they cover the object
+            end = read_at(path, name, max(0, size - FOOTER_READ), min(size, FOOTER_READ))
+            head = end[:4] if size <= FOOTER_READ else read_at(path, name, 0, 4)
+            tail = end[-4:]
+            source = _ObjectReads(path, size, [(size - len(end), end)])
         else:
+            source = path
             with open(path, "rb") as fh:
                 head = fh.read(4)
                 fh.seek(size - 4)
@@ -319,7 +394,7 @@ class ParquetFormat(Format):
             raise DataError(name, f"not a whole Parquet file: ends with {tail.hex()}, not {MAGIC.hex()} (PAR1): "
                                   "truncated?", size - 4)
         try:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(source)
         except Exception as exc:  # noqa: BLE001 - any failure to parse an untrusted footer
             text = " ".join(str(exc).split())[:200]
             raise DataError(name, f"corrupt Parquet footer ({type(exc).__name__}: {text})") from None
@@ -385,12 +460,7 @@ class ParquetFormat(Format):
         for g in range(n):
             rg = meta.row_group(g)
             first[g + 1] = first[g] + rg.num_rows
-            chunks = []
-            for j in self.selected:
-                col = rg.column(j)
-                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
-                chunks.append((start, col.total_compressed_size))
-            for o, n in coalesce(chunks):
+            for o, n in _chunk_ranges(rg, self.selected):
                 offs.append(o)
                 lens.append(n)
             ptr.append(len(offs))
@@ -423,7 +493,7 @@ class ParquetFormat(Format):
             cache.move_to_end(key)
             return hit[0]
         try:
-            pf = pq.ParquetFile(path, metadata=meta)
+            pf = _pyarrow_file(pq, path, meta, g, self.selected)
             table = pf.read_row_group(g, columns=self.selected_columns)
         except Exception as exc:  # noqa: BLE001 - corrupt pages
             text = " ".join(str(exc).split())[:200]
@@ -444,13 +514,7 @@ class ParquetFormat(Format):
             parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
         rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
         if fetched is not None:
-            rg = meta.row_group(g)
-            chunks = []
-            for j in self.selected:
-                col = rg.column(j)
-                chunks.append((col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset,
-                               col.total_compressed_size))
-            fetched.append(sum(n for _, n in coalesce(chunks)))
+            fetched.append(sum(n for _, n in _chunk_ranges(meta.row_group(g), self.selected)))
         cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
         self._local.bytes += rows.nbytes
         while self._local.bytes > CACHE_BYTES and len(cache) > 1:
@@ -514,7 +578,7 @@ class ParquetFormat(Format):
         if int(record_bytes) != self.row_bytes:
             problems.append(f"a row holds {self.row_bytes} bytes, the workload's record is {record_bytes}")
         try:
-            pf = pq.ParquetFile(path, metadata=meta)
+            pf = _pyarrow_file(pq, path, meta)
             for g in range(meta.num_row_groups):
                 pf.read_row_group(g)
         except Exception as exc:  # noqa: BLE001

@@ -39,8 +39,12 @@ BUFFER_BYTES = 64 << 20
 class GroupReads:
     """Which byte ranges a batch of samples needs, given the groups already cached (one loader's)."""
 
-    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES, store=None):
+    def __init__(self, layout, fmt, direct: bool = False, cache_bytes: int = GROUP_CACHE_BYTES, store=None,
+                 source=None):
         self.layout = layout
+        # source(f): what the format reads file f's footer from (FileTable.source: the path on this
+        # machine's files, an ObjectFile of ranged GETs on an object store); default the path
+        self.source = source
         self.fmt = fmt
         self.direct = direct
         self.store = store if store is not None else files_storage()  # whose handles the reads use
@@ -56,13 +60,13 @@ class GroupReads:
         self.transient = layout.num_files > fd_budget()
 
     @classmethod
-    def for_format(cls, layout, fmt, direct: bool = False, store=None):
+    def for_format(cls, layout, fmt, direct: bool = False, store=None, source=None):
         """A GroupReads when the format reads groups (a probe of the format's class), else None."""
         from ..formats.base import Format
 
         if type(fmt).group_index is Format.group_index:
             return None
-        return cls(layout, fmt, direct, store=store)
+        return cls(layout, fmt, direct, store=store, source=source)
 
     def learn_all(self) -> None:
         """Read and check every file's footer now, before the first step (a bad one is exit 2 here);
@@ -80,7 +84,13 @@ class GroupReads:
             self.indexes.move_to_end(f)
             return gi
         path = self.layout.paths[f]
-        gi = self.fmt.group_index(path)
+        src = path if self.source is None else self.source(f)
+        try:
+            gi = self.fmt.group_index(src)
+        except DataError as exc:
+            if hasattr(src, "reraise"):
+                src.reraise(exc)  # the request error behind pyarrow's
+            raise
         if int(gi.first_row[-1]) < self.layout.samples_per_file:
             raise DataError(path, f"holds {int(gi.first_row[-1])} samples, the workload expects "
                                   f"{self.layout.samples_per_file}")

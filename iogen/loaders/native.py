@@ -19,6 +19,7 @@ indexing (`index_figures`) and each epoch's reads (`epoch_figures`) apart.
 """
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 
@@ -105,7 +106,9 @@ class NativeLoader(Loader):
         self.table = FileTable(layout, fmt, direct=self.direct, reopen=bool(reader.reopen_files), store=self.store,
                                index_store=index_store, part_bytes=self.piece_bytes)
         # formats whose samples are rows of groups read whole (Parquet row groups)
-        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct, store=self.store)
+        # (footers read through the indexing store: an object's by ranged GETs, counted as indexing)
+        self.groups = GroupReads.for_format(layout, fmt, direct=self.direct, store=self.store,
+                                            source=functools.partial(self.table.source, store=index_store))
         if self.groups is not None:
             self.groups.learn_all()  # footers read and checked before the first step (groups.py)
         elif layout.num_files <= PREINDEX_MAX_FILES:

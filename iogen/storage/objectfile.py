@@ -91,12 +91,20 @@ class ObjectFile(io.RawIOBase):
 
     def readinto(self, b) -> int:
         """Read up to len(b) bytes at the position: a small read from the block cache, else ranged GETs."""
+        return self._read(b, self.pread_into)
+
+    def readinto_exact(self, b) -> int:
+        """readinto by ranged GETs of exactly the bytes asked, small ones too (no block cache): for a
+        library whose reads are already the ranges it needs (pyarrow's coalesced column chunks)."""
+        return self._read(b, self.pread_exact_into)
+
+    def _read(self, b, pread) -> int:
         mv = memoryview(b).cast("B")
         n = max(0, min(mv.nbytes, self.size - self._pos))
         if n == 0:
             return 0
         try:
-            self.pread_into(mv[:n], self._pos)
+            pread(mv[:n], self._pos)
         except Exception as exc:
             self.error = self.error or exc
             raise
@@ -120,5 +128,10 @@ class ObjectFile(io.RawIOBase):
                 mv[pos:pos + take] = block[within:within + take]
                 pos += take
             return
-        for p in range(0, n, self.part_bytes):  # large reads: exactly their bytes, in parts
+        self.pread_exact_into(mv, offset)  # large reads: exactly their bytes
+
+    def pread_exact_into(self, mv: memoryview, offset: int) -> None:
+        """Fill mv with the object's bytes at offset by ranged GETs of at most part_bytes, exactly those bytes."""
+        n = mv.nbytes
+        for p in range(0, n, self.part_bytes):
             self.store.readinto(self.name, offset + p, mv[p:min(n, p + self.part_bytes)])

@@ -11,6 +11,8 @@ pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the obj
 RUN_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz", "tfrecord")
              for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch), ("tensorflow", pytest.mark.tensorflow))]
 RUN_CASES += [pytest.param("rgw", fmt, "native") for fmt in ("npz", "tfrecord")]  # a real server: one loader
+# npy and csv objects (stored arrays, text rows): one loader each
+RUN_CASES += [pytest.param("moto", "npy", "native"), pytest.param("moto", "csv", "pytorch", marks=pytest.mark.torch)]
 
 
 @pytest.mark.parametrize("s3,fmt,loader", RUN_CASES, indirect=["s3"])

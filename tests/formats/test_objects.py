@@ -74,7 +74,8 @@ def test_object_readers_return_the_written_samples(s3, tmp_path, fmt, compressio
         loader.close()
 
 
-@pytest.mark.parametrize("fmt,compression", [("hdf5", "gzip"), ("tfrecord", "gzip"), ("hdf5", "none")])
+@pytest.mark.parametrize("fmt,compression", [("hdf5", "gzip"), ("tfrecord", "gzip"), ("hdf5", "none"),
+                                             ("parquet", "none")])
 def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, compression):
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
                                               "train.epochs": 1, "workflow.generate_data": False})
@@ -83,6 +84,8 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
     data = bytearray(s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read())
     if fmt == "hdf5" and compression == "none":
         data[:8] = b"notHDF5!"  # the superblock's signature
+    elif fmt == "parquet":
+        data[-8:-4] = b"\xff\xff\xff\x7f"  # the footer's length: past the object's start
     else:
         data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside the compressed stream
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=bytes(data))
@@ -94,7 +97,8 @@ def test_corrupt_objects_exit_2_naming_the_key(s3, tmp_path, iogen_cmd, fmt, com
 
 
 @pytest.mark.slow  # iogen in child processes: tens of seconds
-@pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip")])
+@pytest.mark.parametrize("fmt,compression", [("hdf5", "none"), ("hdf5", "gzip"), ("npz", "zip"), ("tfrecord", "gzip"),
+                                             ("parquet", "none")])
 def test_datagen_verify_run_compressed_and_hdf5(s3, tmp_path, iogen_cmd, fmt, compression):
     """datagen writes the bytes the file datagen writes; verify passes; run reads them (native)."""
     over = s3_overrides(s3, tmp_path, fmt, **{"dataset.compression": compression, "train.computation_time": 0,
@@ -166,6 +170,66 @@ def test_a_rank_indexes_and_reads_only_its_objects(s3, throttling_proxy, tmp_pat
         assert len(mine) <= index["get"]["requests"] <= 2 * len(mine)
     else:
         assert not index
+
+
+def test_parquet_objects_read_the_footer_once_then_only_the_selected_columns(s3, tmp_path):
+    """dlrm's Parquet (40 of 200 columns read) on objects: the native loader reads each object's footer
+    once through the store (its last 64 KiB, and the 64 KiB block holding its magic), then each row
+    group's selected column chunks by ranged GETs (about 40/200 of the bytes, as on files); the
+    framework loaders' reader gets pyarrow's rows through the same store, reading the same ranges."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from iogen.data.generate import generate_objects
+    from iogen.formats.parquet import coalesce
+    from iogen.loaders.native import NativeLoader
+    from iogen.loaders.sampling import SampleReader
+    from iogen.storage.s3 import open_store
+
+    over = {"storage.storage_type": "s3", "storage.storage_root": f"{s3.bucket}/pre", "dataset.data_folder": "ds",
+            "dataset.num_files_train": 2, "dataset.num_samples_per_file": 2048, "dataset.parquet.row_group_size": 1024,
+            "reader.batch_size": 512, "reader.read_threads": 2, "output.folder": tmp_path / "results"}
+    wl = load_workload("dlrm", [f"{k}={v}" for k, v in over.items()])
+    layout, fmt_ = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
+    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    ranges = sel = total = 0
+    tables = []
+    for i in range(2):
+        body = s3.client.get_object(Bucket=s3.bucket, Key=key_of(s3, f"img_{i}_of_2.parquet"))["Body"].read()
+        assert len(body) > 2 * (64 << 10)  # the footer read and the first block are apart
+        pf = pq.ParquetFile(io.BytesIO(body))
+        tables.append(pf.read(columns=fmt_.selected_columns))
+        for g in range(pf.metadata.num_row_groups):
+            rg = pf.metadata.row_group(g)
+            chunks = [(rg.column(j).data_page_offset, rg.column(j).total_compressed_size) for j in range(rg.num_columns)]
+            total += sum(n for _, n in chunks)
+            mine = [chunks[j] for j in fmt_.selected]
+            sel += sum(n for _, n in mine)
+            ranges += sum(n for _, n in coalesce(mine))
+    assert sel <= ranges < total and 0.15 < ranges / total < 0.3, ranges / total
+
+    loader = NativeLoader(wl, layout, fmt_, get_world())
+    try:
+        plan = make_plan(num_files=2, samples_per_file=2048, batch_size=512)
+        assert sum(b.samples for b in loader.epoch(plan)) == 4096
+        assert loader.setup_figures["head"]["requests"] == 1
+        index, get = loader.index_figures, loader.epoch_figures[0]["get"]
+        assert index["head"]["requests"] == 2 and index["get"]["bytes"] == 2 * 2 * (64 << 10)
+        assert get["bytes"] == ranges and get["errors"] == 0  # each row group read once
+    finally:
+        loader.close()
+
+    reader = SampleReader.for_workload(wl, layout, fmt_)
+    gids = np.array([3000, 3, 1500, 4095])
+    read = reader.read(gids)
+    for k, gid in enumerate(gids.tolist()):
+        row = tables[gid // 2048].slice(gid % 2048, 1)
+        want = b"".join(np.asarray(row.column(n).to_numpy()).tobytes() for n in fmt_.selected_columns)
+        assert read.buf[read.starts[k]:read.starts[k] + read.lengths[k]].tobytes() == want
+    figures = reader.drain()
+    # footers, then the selected chunks of the 4 row groups those rows lie in: each range one GET
+    assert figures["get"]["bytes"] == ranges + 2 * 2 * (64 << 10) and figures["get"]["errors"] == 0
 
 
 def test_object_table_indexes_by_arithmetic_and_is_bounded(tmp_path):

@@ -215,12 +215,6 @@ def test_record_length_must_match_the_columns(tmp_path):
         _load(tmp_path, record_length=14)
 
 
-@pytest.mark.parametrize("name", ["parquet", "npy"])
-def test_new_formats_on_s3_are_refused_naming_the_keys(name):
-    with pytest.raises(ConfigError, match=f"dataset.format = '{name}' with storage.storage_type = 's3' is not implemented"):
-        load_workload("default", [f"dataset.format={name}", "storage.storage_type=s3", "storage.storage_root=bucket"])
-
-
 ALL_TYPES = [("f4", "float32", 1, True), ("f2", "float16", 3, False), ("i1", "int8", 1, True),
              ("f8", "float64", 5, True), ("u2", "uint16", 2, False), ("u1", "uint8", 1, True),
              ("u4", "uint32", 1, True), ("u8", "uint64", 1, True), ("i2", "int16", 1, True), ("i4", "int32", 4, True),
