@@ -181,7 +181,7 @@ def test_parquet_objects_read_the_footer_once_then_only_the_selected_columns(s3,
 
     import pyarrow.parquet as pq
 
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.formats.parquet import coalesce
     from iogen.loaders.native import NativeLoader
     from iogen.loaders.sampling import SampleReader
@@ -192,7 +192,7 @@ def test_parquet_objects_read_the_footer_once_then_only_the_selected_columns(s3,
             "reader.batch_size": 512, "reader.read_threads": 2, "output.folder": tmp_path / "results"}
     wl = load_workload("dlrm", [f"{k}={v}" for k, v in over.items()])
     layout, fmt_ = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
-    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    generate_dataset(open_store(wl), [layout], fmt_, get_world())
     ranges = sel = total = 0
     tables = []
     for i in range(2):
