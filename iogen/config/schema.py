@@ -19,17 +19,17 @@ from .problems import did_you_mean, rule, show
 
 
 # Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
-DLIO_FORMATS = ("hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic")
+DLIO_FORMATS = ("hdf5_opt", "synthetic")
 DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
 DLIO_COMPRESSIONS = ("bz2", "xz")
 DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
-FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv")
+FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv", "indexed_binary", "mmap_indexed_binary")
 LOADERS = ("native", "tensorflow", "pytorch")
 COMPRESSIONS = ("none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
 FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
                        "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"),
-                       "npy": ("none",), "csv": ("none",)}
+                       "npy": ("none",), "csv": ("none",), "indexed_binary": ("none",), "mmap_indexed_binary": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
@@ -40,10 +40,6 @@ FORMAT_REASONS = {
                  "for iogen to emulate",
     "hdf5_opt": "DLIO's hdf5_opt reader is its own variant of reading HDF5 files, not modelled by iogen; "
                 "format hdf5 reads the same files",
-    "indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not generated, "
-                      "checked or staged by iogen yet",
-    "mmap_indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not "
-                           "generated, checked or staged by iogen yet",
 }
 
 
@@ -88,7 +84,8 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"],
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv", "indexed_binary",
+                           "mmap_indexed_binary"],
                    _choice("format", FORMATS, DLIO_FORMATS, reasons=FORMAT_REASONS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
@@ -687,7 +684,8 @@ class Workload(Section):
             problems.append(
                 "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
                 "reads its row groups (the footer read once); set reader.reopen_files=False")
-        if self.storage.storage_type in object_key_types() and ds.format in ("parquet", "npy", "csv"):
+        if self.storage.storage_type in object_key_types() and ds.format in ("parquet", "npy", "csv",
+                                                                              "mmap_indexed_binary"):
             problems.append(
                 f"dataset.format = {ds.format!r} with storage.storage_type = {self.storage.storage_type!r} is not "
                 f"implemented yet: {ds.format} "

@@ -195,7 +195,7 @@ def stat_layout_sizes(layout) -> np.ndarray:
 
 # numpy's string ufuncs (rpartition since numpy 2.2)
 _NP_STRINGS = all(hasattr(getattr(np, "strings", None), f) for f in ("rpartition", "add", "isdigit", "str_len"))
-DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9]+)$")
+DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9_]+)$")
 
 
 def dlio_name_counts(names: list[str]) -> dict[tuple[str, str, int], int]:

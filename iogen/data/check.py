@@ -28,6 +28,7 @@ import stat
 import numpy as np
 
 from . import manifest as mf
+from . import sidecars
 from .bulk import dlio_name_counts, listed_files, stat_layout_sizes
 from ..errors import ConfigError, DataError
 
@@ -169,6 +170,11 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool =
         more = f" ({bad.size} of the {n} files read differ)" if bad.size > 1 else ""
         raise DataError(reading.paths[i], f"{what}{more}: the data changed since it was generated; "
                                           "check it with `iogen verify`, regenerate with `iogen datagen`")
+    if storage.capabilities.file_checks:  # the format's sidecars (index files) beside each file, at their sizes
+        wrong = sidecars.missing_or_resized(fmt, reading.paths, reading.samples_per_file, reading.record_bytes)
+        if wrong is not None:
+            raise DataError(wrong[0], f"{wrong[1]}: the data changed since it was generated; check it with "
+                                      "`iogen verify`, regenerate with `iogen datagen`")
     return reading
 
 

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import manifest as mf
+from . import sidecars
 from .._version import __version__
 from ..common.atomic import TMP_MARK, full_disk_error, is_full_disk, replacing, stale_temps, temp_path, unlink_quietly
 from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
@@ -105,7 +106,8 @@ def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
 
 
 # iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
-_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
+# A format's sidecars (data file name + suffix: indexed_binary's .off.idx) have them too.
+_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+(?:\.[A-Za-z0-9_]+)+)\.tmp\.\d+$")
 # A dataset file's name as DLIO and iogen write it: <prefix>_<i>_of_<N>.<suffix>
 
 
@@ -181,7 +183,7 @@ def check_target(layout, fmt, overwrite: bool = False) -> None:
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
 
 
-_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9]+$")
+_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9_]+$")
 
 
 def _own_name(layout, rel: str) -> bool:
@@ -202,6 +204,8 @@ def _write_one(layout, fmt, i: int, path: str, record_bytes: int, fsync: bool) -
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed
     with replacing(path, needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
         size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
+        # the format's sidecars (index files) in place before the data file takes its name
+        sidecars.write_sidecars(fmt, path, layout.samples_per_file, record_bytes, fsync)
         if fsync:
             fd = os.open(tmp, os.O_RDONLY)
             try:
@@ -283,7 +287,7 @@ def _files_to_write(layout, f, rank: int, world_size: int, journals: list, resul
     mine = range(rank, layout.num_files, world_size)
     leftovers = _leftovers(layout)
     if leftovers:
-        mine_set = set(layout.paths[i] for i in mine)
+        mine_set = set(layout.paths[i] + s for i in mine for s in ("",) + sidecars.suffixes(f))
         for tmp in leftovers:
             if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
                 _unlink(tmp)
@@ -294,7 +298,7 @@ def _files_to_write(layout, f, rank: int, world_size: int, journals: list, resul
     for i in mine:
         result.files_total += 1
         entry = known.get(layout.rel_path(i)) if known else None  # a fresh folder: no path formatted
-        if entry is not None and _still_valid(layout, i, entry):
+        if entry is not None and _still_valid(layout, i, entry, f):
             journal.append(entry)
             journaled[i] = entry
             result.files_skipped += 1
@@ -358,14 +362,17 @@ def _payload_bytes(tasks):
         yield int(layout.record_bytes[files].sum()) * layout.samples_per_file
 
 
-def _still_valid(layout, i: int, entry: dict) -> bool:
-    """A listed file is kept when its sizes match the layout and the file has the listed size."""
+def _still_valid(layout, i: int, entry: dict, fmt=None) -> bool:
+    """A listed file is kept when its sizes match the layout and the file has the listed size (and the
+    format's sidecars theirs)."""
     if entry.get("record_bytes") != int(layout.record_bytes[i]) or entry.get("samples") != layout.samples_per_file:
         return False
     try:
-        return os.stat(layout.paths[i]).st_size == entry["size_bytes"]
+        if os.stat(layout.paths[i]).st_size != entry["size_bytes"]:
+            return False
     except FileNotFoundError:
         return False
+    return fmt is None or sidecars.in_place(fmt, layout.paths[i], layout.samples_per_file, entry["record_bytes"])
 
 
 def _unlink(path) -> None:
@@ -391,10 +398,10 @@ def finalize(layout, fmt, journaled: dict | None = None) -> str:
             if known is None:
                 known = mf.known_entries(layout, mf.dataset_params(layout, fmt))
             entry = known.get(layout.rel_path(i))
-            if entry is None or not _still_valid(layout, i, entry):
+            if entry is None or not _still_valid(layout, i, entry, fmt):
                 raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
         entries.append(entry)
-    path = mf.write_manifest(layout, fmt, entries)
+    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries))
     mf.remove_journals(layout)
     return path
 
@@ -498,13 +505,15 @@ def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int
         size = existing.get(rel)
         entry = listed.get(rel)
         if size is not None and entry is not None and entry.get("size_bytes") == size \
-                and entry.get("record_bytes") == int(layout.record_bytes[i]):
+                and entry.get("record_bytes") == int(layout.record_bytes[i]) \
+                and sidecars.in_place(fmt, rel, layout.samples_per_file, int(layout.record_bytes[i]), existing):
             kept[i] = entry
             continue
         if size is not None and not overwrite:
             head = store.head(f"{layout.folder}/{rel}")
             meta = head[1] if head else {}
-            if meta.get(META_PARAMS) == digest and META_CRC in meta:
+            if meta.get(META_PARAMS) == digest and META_CRC in meta \
+                    and sidecars.in_place(fmt, rel, layout.samples_per_file, int(layout.record_bytes[i]), existing):
                 kept[i] = mf.file_entry(rel, size, meta[META_CRC], int(layout.record_bytes[i]),
                                         layout.samples_per_file)
                 continue
@@ -528,6 +537,8 @@ def _put_one(store, layout, fmt, i: int, digest: str, part_bytes: int) -> dict:
         size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
                                        layout.seed, layout.stream_of(i))
         crc_text = format_crc(crc)
+        # the format's sidecars before the data object: an object in place has its index files
+        sidecars.put_sidecars(store, fmt, layout.paths[i], layout.samples_per_file, int(layout.record_bytes[i]))
         store.put_file(layout.paths[i], tmp, part_bytes, metadata={META_PARAMS: digest, META_CRC: crc_text})
     return mf.file_entry(layout.rel_path(i), size, crc_text, int(layout.record_bytes[i]), layout.samples_per_file)
 
@@ -600,7 +611,7 @@ def _put_manifest(store, layout, fmt, entries: list[dict]) -> str:
         "params": mf.dataset_params(layout, fmt),
         "num_files": len(entries),
         "total_size_bytes": sum(e["size_bytes"] for e in entries),
-        "files": entries,
+        "files": sidecars.with_sidecars(fmt, entries),
     }
     uri = mf.manifest_path(layout)
     store.put_bytes(uri, (json.dumps(data, indent=1) + "\n").encode())
@@ -699,6 +710,9 @@ def _check_file(storage, files, layout, fmt, i, entry, no_manifest, sizes, check
         crc = format_crc(storage.crc32c(path))
         if crc != entry["crc32c"]:
             out.append(Problem(path, "checksum", f"crc32c {crc}, the manifest says {entry['crc32c']}"))
+    if entry is not None:  # the format's sidecars (index files): there, at their sizes, with their bytes
+        out += [Problem(*p) for p in sidecars.problems(storage, fmt, path, layout.samples_per_file,
+                                                       int(layout.record_bytes[i]), sizes, checksums)]
     if structure and no_manifest:
         return out + _check_foreign_file(layout, fmt, i)
     if structure:
