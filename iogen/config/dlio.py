@@ -199,7 +199,8 @@ DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("dataset", "record_element_bytes"): DlioKey("a value DLIO derives from record_element_type", warn=True),
     ("dataset", "hdf5"): DlioKey("HDF5 layout options (chunk_dims, num_dset_per_record, max_shape)", "hdf5",
                                  _defaults({"chunk_dims": [], "num_dset_per_record": 1, "max_shape": []})),
-    ("reader", "dont_use_mmap"): DlioKey("DLIO's mmap reads (iogen reads with pread, never mmap)",
+    ("reader", "dont_use_mmap"): DlioKey("DLIO's mmap reads of npz and npy files (iogen reads them with pread; "
+                                         "its memory-mapped reads are format mmap_indexed_binary's)",
                                          accept=_equals(True), warn=True),
     ("reader", "file_access"): DlioKey("shared-file and MPI-IO access", accept=_equals("multi")),
     ("reader", "read_type"): DlioKey("in-memory datasets", accept=_equals("on_demand")),

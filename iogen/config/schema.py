@@ -680,6 +680,11 @@ class Workload(Section):
                 f"reader.odirect = True with dataset.format = 'parquet' and reader.data_loader = {rd.data_loader!r}: "
                 "the framework loaders read Parquet through pyarrow, which reads through the page cache; use "
                 "reader.data_loader=native for O_DIRECT reads of the column chunks, or reader.odirect=False")
+        if ds.format == "mmap_indexed_binary" and rd.odirect:
+            problems.append(
+                "reader.odirect = True with dataset.format = 'mmap_indexed_binary': its samples are read through a "
+                "memory map of the file, which the page cache serves (DLIO refuses O_DIRECT for it too); use "
+                "dataset.format=indexed_binary (the same samples read with pread) for O_DIRECT, or reader.odirect=False")
         if ds.format == "parquet" and rd.reopen_files:
             problems.append(
                 "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "

@@ -210,3 +210,14 @@ def test_defaults_follow_dlio():
     assert wl.checkpoint.checkpoint_after_epoch == 1 and wl.checkpoint.epochs_between_checkpoints == 1
     assert wl.metric.au == 0.9 and wl.metric.exclude_start_steps == 1 and wl.metric.exclude_end_steps == 0
     assert wl.model.model_size_bytes == 10240 and wl.workflow.train and not wl.workflow.checkpoint
+
+
+def test_mmap_indexed_binary_refuses_what_a_memory_map_cannot_do():
+    assert load_workload("default", ["dataset.format=indexed_binary", "reader.odirect=True"]).reader.odirect
+    with pytest.raises(ConfigError, match="reader.odirect = True with dataset.format = 'mmap_indexed_binary'"):
+        load_workload("default", ["dataset.format=mmap_indexed_binary", "reader.odirect=True"])
+    with pytest.raises(ConfigError, match="dataset.format = 'mmap_indexed_binary' with storage.storage_type = 's3'"):
+        load_workload("default", ["dataset.format=mmap_indexed_binary", "storage.storage_type=s3",
+                                  "storage.storage_root=bkt"])
+    assert load_workload("default", ["dataset.format=indexed_binary", "storage.storage_type=s3",
+                                     "storage.storage_root=bkt"]).dataset.format == "indexed_binary"
