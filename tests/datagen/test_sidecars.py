@@ -119,3 +119,5 @@ def test_objects_carry_their_index_files_and_the_native_loader_reads_them(s3, tm
     s3.client.delete_object(Bucket=s3.bucket, Key=key_of(s3, "img_1_of_4.indexed_binary.sz.idx"))
     r = iogen_cmd("verify", "default", *over)
     assert r.returncode != 0 and "img_1_of_4.indexed_binary.sz.idx" in r.stdout + r.stderr
+    r = iogen_cmd("datagen", "default", *over)  # the object without its index file is written again
+    assert r.returncode == 0 and "1 written, 3 already there" in r.stdout, r.stdout + r.stderr

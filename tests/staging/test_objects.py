@@ -19,6 +19,7 @@ STAGING_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz"
                  for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch),
                                       ("tensorflow", pytest.mark.tensorflow))]
 STAGING_CASES.append(pytest.param("rgw", "tfrecord", "native"))  # a real server: one case
+STAGING_CASES.append(pytest.param("moto", "indexed_binary", "native"))  # its index files are staged beside the data
 
 
 @pytest.mark.parametrize("s3,fmt,loader", STAGING_CASES, indirect=["s3"])
