@@ -1,13 +1,14 @@
 """Files beside each data file (a format's `sidecar_suffixes`: indexed_binary's .off.idx and .sz.idx).
 
 A format with sidecars says their names (data file + suffix) and their bytes for a file it writes
-(`Format.sidecar_images(samples, record_bytes)`: a pure function of the layout). This module takes
-them through the dataset's life:
+(`Format.sidecar_images(samples, record_bytes, start, stop)`: entries [start, stop), a pure function
+of the layout, so they are produced in pieces of PIECE_ENTRIES entries: a file of 4 x 10^9 samples
+has 32 GiB of index each). This module takes them through the dataset's life:
 
-- generation: written beside the data file, each atomically, before the data file takes its final
-  name (files: `write_sidecars`), or uploaded before the data object (`put_sidecars`), so a data
-  file or object in place has its sidecars; a rerun keeps a data file only when they are there at
-  their sizes (`in_place`);
+- generation: written beside the data file, each under a temporary name and renamed, before the
+  data file takes its final name (files: `write_sidecars`), or uploaded before the data object
+  (`put_sidecars`), so a data file or object in place has its sidecars; a rerun keeps a data file
+  only when they are there at their sizes (`in_place`);
 - the manifest: each data file's entry lists its sidecars' sizes and CRC-32Cs (`with_sidecars`);
 - verify (`problems`) and the run's data check (`missing_or_resized`): each sidecar there, at its
   size, with its bytes (verify);
@@ -16,11 +17,15 @@ Formats without sidecars cost nothing here: every function returns at once.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
 from ..common.atomic import replacing
 from ..common.checksum import crc32c, format_crc
+
+# Entries produced and written at a time (8 MiB of each uint64 index file).
+PIECE_ENTRIES = 1 << 20
 
 
 def suffixes(fmt) -> tuple[str, ...]:
@@ -28,60 +33,81 @@ def suffixes(fmt) -> tuple[str, ...]:
     return tuple(getattr(fmt, "sidecar_suffixes", ()) or ())
 
 
-@functools.lru_cache(maxsize=64)
-def _images(fmt, samples: int, record_bytes: int) -> tuple[tuple[str, bytes, str], ...]:
-    return tuple((suffix, data, format_crc(crc32c(data))) for suffix, data in fmt.sidecar_images(samples, record_bytes))
+def _pieces(fmt, samples: int, record_bytes: int):
+    """Each piece of the sidecars, as [(suffix, bytes)] (one piece, empty, for a file without samples)."""
+    for start in range(0, max(samples, 1), PIECE_ENTRIES):
+        yield fmt.sidecar_images(samples, record_bytes, start, min(samples, start + PIECE_ENTRIES))
 
 
-def images(fmt, samples: int, record_bytes: int) -> tuple[tuple[str, bytes, str], ...]:
-    """(suffix, bytes, CRC-32C text) of each sidecar of a data file of these settings."""
+@functools.lru_cache(maxsize=256)
+def _summary(fmt, samples: int, record_bytes: int) -> tuple[tuple[str, int, str], ...]:
+    sizes = dict.fromkeys(suffixes(fmt), 0)
+    crcs = dict.fromkeys(suffixes(fmt), 0)
+    for piece in _pieces(fmt, samples, record_bytes):
+        for suffix, data in piece:
+            sizes[suffix] += len(data)
+            crcs[suffix] = crc32c(data, crcs[suffix])
+    return tuple((suffix, sizes[suffix], format_crc(crcs[suffix])) for suffix in sizes)
+
+
+def summary(fmt, samples: int, record_bytes: int) -> tuple[tuple[str, int, str], ...]:
+    """(suffix, size in bytes, CRC-32C text) of each sidecar of a data file of these settings."""
     if not suffixes(fmt):
         return ()
-    return _images(fmt, int(samples), int(record_bytes))
+    return _summary(fmt, int(samples), int(record_bytes))
 
 
 def write_sidecars(fmt, path: str, samples: int, record_bytes: int, fsync: bool = False) -> int:
-    """Write each sidecar of the data file `path` atomically (temporary name, rename); return their bytes."""
+    """Write the sidecars of the data file `path`, each under a temporary name renamed when complete,
+    in pieces; return their bytes."""
+    names = suffixes(fmt)
+    if not names:
+        return 0
     total = 0
-    for suffix, data, _crc in images(fmt, samples, record_bytes):
-        with replacing(path + suffix, needed_bytes=len(data), what="index file") as tmp:
+    with contextlib.ExitStack() as stack:
+        fds = {}
+        for suffix, size, _crc in summary(fmt, samples, record_bytes):
+            tmp = stack.enter_context(replacing(path + suffix, needed_bytes=size, what="index file"))
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
+            stack.callback(os.close, fd)  # closed before its rename (callbacks run first: last in, first out)
+            fds[suffix] = fd
+        for piece in _pieces(fmt, int(samples), int(record_bytes)):
+            for suffix, data in piece:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
-                if fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        total += len(data)
+                    view = view[os.write(fds[suffix], view):]
+                total += len(data)
+        if fsync:
+            for fd in fds.values():
+                os.fsync(fd)
     return total
 
 
 def put_sidecars(store, fmt, uri: str, samples: int, record_bytes: int, metadata: dict | None = None) -> int:
-    """Upload each sidecar of the data object `uri` (one PUT each); return their bytes."""
-    total = 0
-    for suffix, data, _crc in images(fmt, samples, record_bytes):
-        store.put_bytes(uri + suffix, data, metadata)
-        total += len(data)
-    return total
+    """Upload each sidecar of the data object `uri` (one PUT each, built in memory); return their bytes."""
+    if not suffixes(fmt):
+        return 0
+    whole: dict[str, list] = {}
+    for piece in _pieces(fmt, int(samples), int(record_bytes)):
+        for suffix, data in piece:
+            whole.setdefault(suffix, []).append(data)
+    for suffix, parts in whole.items():
+        store.put_bytes(uri + suffix, b"".join(parts), metadata)
+    return sum(len(p) for parts in whole.values() for p in parts)
 
 
 def with_sidecars(fmt, entries: list[dict]) -> list[dict]:
     """Manifest entries with each data file's sidecars (size and CRC-32C, by suffix) added."""
     if not suffixes(fmt):
         return entries
-    out = []
-    for e in entries:
-        side = {suffix: {"size_bytes": len(data), "crc32c": crc}
-                for suffix, data, crc in images(fmt, e["samples"], e["record_bytes"])}
-        out.append({**e, "sidecars": side})
-    return out
+    return [{**e, "sidecars": {suffix: {"size_bytes": size, "crc32c": crc}
+                               for suffix, size, crc in summary(fmt, e["samples"], e["record_bytes"])}}
+            for e in entries]
 
 
 def in_place(fmt, path: str, samples: int, record_bytes: int, sizes: dict | None = None) -> bool:
     """Whether every sidecar of `path` is there at its size (sizes: a listing {path: size}; else stat)."""
-    for suffix, data, _crc in images(fmt, samples, record_bytes):
+    for suffix, want, _crc in summary(fmt, samples, record_bytes):
         if sizes is not None:
             size = sizes.get(path + suffix)
         else:
@@ -89,7 +115,7 @@ def in_place(fmt, path: str, samples: int, record_bytes: int, sizes: dict | None
                 size = os.stat(path + suffix).st_size
             except OSError:
                 size = None
-        if size != len(data):
+        if size != want:
             return False
     return True
 
@@ -100,15 +126,15 @@ def missing_or_resized(fmt, paths, samples: int, record_bytes) -> tuple[str, str
     if not suffixes(fmt):
         return None
     for i, path in enumerate(paths):
-        for suffix, data, _crc in images(fmt, samples, int(record_bytes[i])):
+        for suffix, want, _crc in summary(fmt, samples, int(record_bytes[i])):
             try:
                 size = os.stat(path + suffix).st_size
             except FileNotFoundError:
                 return path + suffix, "index file is missing"
             except OSError as exc:
                 return path + suffix, f"cannot stat the index file: {exc.strerror}"
-            if size != len(data):
-                return path + suffix, f"index file has {size} bytes, {len(data)} expected"
+            if size != want:
+                return path + suffix, f"index file has {size} bytes, {want} expected"
     return None
 
 
@@ -117,15 +143,15 @@ def problems(storage, fmt, path: str, samples: int, record_bytes: int, sizes: di
     """(sidecar path, kind, message) of each sidecar of `path` that is missing, of another size, or (checksums)
     other bytes than iogen wrote: what `iogen verify` reports."""
     out = []
-    for suffix, data, crc in images(fmt, samples, record_bytes):
+    for suffix, want, crc in summary(fmt, samples, record_bytes):
         side = path + suffix
         size = sizes.get(side)
         if size is None:
             size = storage.stat(side)
         if size is None:
             out.append((side, "missing", "index file does not exist"))
-        elif size != len(data):
-            out.append((side, "size", f"{size} bytes, {len(data)} expected"))
+        elif size != want:
+            out.append((side, "size", f"{size} bytes, {want} expected"))
         elif checksums:
             got = format_crc(storage.crc32c(side))
             if got != crc:

@@ -81,11 +81,15 @@ class IndexedBinaryFormat(Format):
             os.close(fd)
         return data_bytes, crc
 
-    def sidecar_images(self, num_samples: int, record_bytes: int) -> list[tuple[str, bytes]]:
-        """(suffix, bytes) of each index file of a data file iogen writes with these settings."""
+    def sidecar_images(self, num_samples: int, record_bytes: int, start: int = 0,
+                       stop: int | None = None) -> list[tuple[str, bytes]]:
+        """(suffix, bytes) of each index file of a data file iogen writes with these settings: its entries
+        [start, stop) (default: all), so a writer streams the index of a file of billions of samples."""
         n, rb = int(num_samples), int(record_bytes)
-        offsets = np.arange(n, dtype=ENTRY) * ENTRY.type(rb)
-        sizes = np.full(n, rb, ENTRY)
+        stop = n if stop is None else min(int(stop), n)
+        start = min(int(start), stop)
+        offsets = np.arange(start, stop, dtype=ENTRY) * ENTRY.type(rb)
+        sizes = np.full(stop - start, rb, ENTRY)
         return [(OFF_SUFFIX, offsets.tobytes()), (SZ_SUFFIX, sizes.tobytes())]
 
     # -- the index ----------------------------------------------------------------------------

@@ -42,6 +42,8 @@ def test_index_files_are_dlio_s_and_samples_are_their_ranges(tmp_path, name):
     shape = fmt.probe_file(path)
     assert (shape.samples, shape.record_bytes, shape.layout) == (6, 1000, "rows")
     assert fmt.fixed_index(6, 1000) is None  # the index files are read, as DLIO reads them
+    part = fmt.sidecar_images(6, 1000, 2, 4)  # entries [2, 4): what a writer streams
+    assert [np.frombuffer(d, "<u8").tolist() for _, d in part] == [[2000, 3000], [1000, 1000]]
 
 
 def test_files_differ_by_stream(tmp_path):
