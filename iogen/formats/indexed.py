@@ -22,14 +22,13 @@ indexed: before the first step (the native loader indexes every file up front).
 mmap_indexed_binary (DLIO's IndexedBinaryMMapReader: np.memmap of the data file) reads a sample by
 copying its range out of a read-only memory map of the file: the page faults are the I/O
 (`read_mapped`, what the native loader and the framework loaders' reader call instead of pread on
-this machine's files). On an object store there is no map: its samples are ranged GETs, as
-indexed_binary's.
+this machine's files; each file is mapped once per call and released, so no page stays mapped
+between batches). There is no map of an object: the config refuses it on object stores.
 """
 from __future__ import annotations
 
 import mmap
 import os
-import threading
 
 import numpy as np
 
@@ -200,20 +199,13 @@ class MmapIndexedBinaryFormat(IndexedBinaryFormat):
     name = "mmap_indexed_binary"
     suffix = "mmap_indexed_binary"
 
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_map_cache"}
-
-    def _maps(self) -> "_Maps":
-        maps = self.__dict__.get("_map_cache")
-        if maps is None or maps.pid != os.getpid():  # a forked worker maps its own
-            maps = self.__dict__["_map_cache"] = _Maps()
-        return maps
-
     def read_mapped(self, handles, offsets, lengths, required, buf, buf_offsets) -> int:
-        """Storage.read_handles' contract over descriptors, each range copied out of a read-only map
-        of its file: the page faults read the file (numpy copies without the GIL). A range past the
-        end of the file is the core's ReadFailure (index, errno 0, offset, bytes there)."""
-        return self._maps().copy(handles, offsets, lengths, required, buf, buf_offsets)
+        """Storage.read_handles' contract over descriptors: each file of the call is mapped read-only once,
+        its ranges copied out of the map (the page faults read the file; numpy copies without the GIL)
+        and the map released, so between batches no page stays mapped (an eviction between epochs
+        drops them, and each epoch's reads fault again, as DLIO's reader maps its files per epoch). A
+        range past the end of the file is the core's ReadFailure (index, errno 0, offset, bytes there)."""
+        return copy_mapped(handles, offsets, lengths, required, buf, buf_offsets)
 
     def read_samples(self, path, sample_ids) -> list:
         """Each sample's bytes copied out of a memory map of the file (DLIO's np.memmap); objects by ranges."""
@@ -230,57 +222,40 @@ class MmapIndexedBinaryFormat(IndexedBinaryFormat):
         return out
 
 
-class _Maps:
-    """This process's read-only maps of the files a loader holds open, by descriptor.
-
-    A descriptor number is reused once closed, so each use checks the file behind it (device and
-    inode, one fstat a descriptor a batch) and maps again when it changed."""
-
-    def __init__(self):
-        self.pid = os.getpid()
-        self._lock = threading.Lock()
-        self._by_fd: dict[int, tuple] = {}
-
-    def _view(self, fd: int) -> np.ndarray:
-        st = os.fstat(fd)
-        key = (st.st_dev, st.st_ino, st.st_size)
-        with self._lock:
-            held = self._by_fd.get(fd)
-            if held is not None and held[0] == key:
-                return held[1]
-        if st.st_size == 0:
-            view = np.empty(0, np.uint8)
-        else:
-            view = np.frombuffer(mmap.mmap(fd, 0, prot=mmap.PROT_READ), np.uint8)
-        with self._lock:
-            self._by_fd[fd] = (key, view)  # an old map of this number goes with its last view
-        return view
-
-    def copy(self, handles, offsets, lengths, required, buf, buf_offsets) -> int:
-        handles = np.asarray(handles, np.int64)
-        offsets = np.asarray(offsets, np.int64)
-        lengths = np.asarray(lengths, np.int64)
-        required = np.asarray(required, np.int64)
-        if buf_offsets is None:
-            buf_offsets = np.zeros(lengths.size, np.int64)
-            np.cumsum(lengths[:-1], out=buf_offsets[1:])
-        else:
-            buf_offsets = np.asarray(buf_offsets, np.int64)
-        out = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
-        views = {}
-        total = 0
-        for k, (fd, off, n, need, at) in enumerate(zip(handles.tolist(), offsets.tolist(), lengths.tolist(),
-                                                         required.tolist(), buf_offsets.tolist())):
-            view = views.get(fd)
-            if view is None:
-                try:
-                    view = views[fd] = self._view(fd)
-                except OSError as exc:
-                    raise ReadFailure(k, exc.errno or 5, off, 0) from None
-            got = max(0, min(n, view.size - off))
-            if got < need:
-                raise ReadFailure(k, 0, off, got)
-            if got:
-                out[at:at + got] = view[off:off + got]
-            total += got
-        return total
+def copy_mapped(handles, offsets, lengths, required, buf, buf_offsets) -> int:
+    """Ranges of files (descriptors) copied out of read-only maps into buf at buf_offsets (None: back
+    to back); returns the bytes copied. See MmapIndexedBinaryFormat.read_mapped."""
+    handles = np.asarray(handles, np.int64).reshape(-1)
+    offsets = np.asarray(offsets, np.int64).reshape(-1)
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    required = np.asarray(required, np.int64).reshape(-1)
+    if buf_offsets is None:
+        buf_offsets = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=buf_offsets[1:])
+    buf_offsets = np.asarray(buf_offsets, np.int64).reshape(-1)
+    out = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+    total = 0
+    for fd in np.unique(handles).tolist():
+        entries = np.flatnonzero(handles == fd)
+        try:
+            size = os.fstat(fd).st_size
+            mapped = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if size else None
+        except OSError as exc:
+            raise ReadFailure(int(entries[0]), exc.errno or 5, int(offsets[entries[0]]), 0) from None
+        view = np.empty(0, np.uint8)
+        try:
+            if mapped is not None:
+                view = np.frombuffer(mapped, np.uint8)
+            for k in entries.tolist():
+                off, n, at = int(offsets[k]), int(lengths[k]), int(buf_offsets[k])
+                got = max(0, min(n, view.size - off))
+                if got < int(required[k]):
+                    raise ReadFailure(k, 0, off, got)
+                if got:
+                    out[at:at + got] = view[off:off + got]
+                total += got
+        finally:
+            del view
+            if mapped is not None:
+                mapped.close()
+    return total

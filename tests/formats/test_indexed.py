@@ -116,7 +116,7 @@ def test_mapped_reads_copy_the_ranges_and_stop_at_the_end(tmp_path):
         assert (err.value.index, err.value.offset, err.value.nread) == (1, 5500, 500)
     finally:
         os.close(fd)
-    # a descriptor number reused for another file is mapped again, not read through the old map
+    # no map outlives the call: a descriptor number reused for another file reads that file
     other = str(tmp_path / "other")
     fmt.write_file(other, 6, 1000, 42, 9)
     fd2 = os.open(other, os.O_RDONLY)
