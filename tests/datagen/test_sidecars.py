@@ -137,3 +137,15 @@ def test_index_files_are_written_in_pieces_with_the_whole_file_s_crc(tmp_path, m
             data = fh.read()
         assert data == whole[suffix] and size == len(data) and crc == format_crc(file_crc32c(path + suffix))
     assert sorted(os.listdir(tmp_path)) == ["img_0_of_1.indexed_binary.off.idx", "img_0_of_1.indexed_binary.sz.idx"]
+
+
+def test_data_without_a_manifest_is_found_by_name_and_probed_through_its_index(dataset):
+    wl, layout = dataset  # as DLIO leaves it: data and index files, no manifest
+    os.unlink(f"{layout.folder}/{MANIFEST_NAME}")
+    fmt = get_format(wl.dataset)
+    assert check_dataset(layout, fmt).num_files == 3  # names counted with the format's suffix, index files not
+    with open(layout.paths[2] + ".sz.idx", "ab") as fh:
+        fh.write(b"\0" * 3)
+    with pytest.raises(DataError) as err:
+        check_dataset(layout, fmt)
+    assert err.value.path == layout.paths[2] + ".sz.idx" and err.value.offset == 40
