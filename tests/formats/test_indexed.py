@@ -126,3 +126,26 @@ def test_mapped_reads_copy_the_ranges_and_stop_at_the_end(tmp_path):
         assert buf.tobytes() == sample_bytes(42, 9, 0, 1000).tobytes()
     finally:
         os.close(fd2)
+
+
+def test_mapped_reads_are_page_faults(tmp_path):
+    import resource
+
+    def faults():
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_minflt + ru.ru_majflt
+
+    fmt = make_format("mmap_indexed_binary")
+    path = str(tmp_path / "big")
+    fmt.write_file(path, 8, 4 << 20, 42, 1)  # 8 samples 4 MiB apart: no fault can map two of them
+    offsets = np.arange(8, dtype=np.int64) * (4 << 20)
+    ones = np.ones(8, np.int64)
+    buf = np.ones(8, np.uint8)  # touched: its own pages fault before the count starts
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        before = faults()
+        fmt.read_mapped(np.full(8, fd), offsets, ones, ones, buf, None)
+        assert faults() - before >= 8  # one fault a sample at least: the faults are the reads
+        assert buf.tolist() == [sample_bytes(42, 1, j, 4 << 20)[0] for j in range(8)]
+    finally:
+        os.close(fd)
