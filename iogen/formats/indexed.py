@@ -130,9 +130,9 @@ class IndexedBinaryFormat(Format):
             raise DataError(sz_name, f"holds {sizes.size} sizes, {off_name} holds {offsets.size} offsets: the "
                                      "index files disagree", ENTRY.itemsize * min(offsets.size, sizes.size))
         big = (offsets >= _MAX_ENTRY) | (sizes >= _MAX_ENTRY)
-        offsets = offsets.astype(np.int64)
-        sizes = sizes.astype(np.int64)
-        past = big | (offsets + sizes > data_bytes)
+        offsets = offsets.view("<i8")  # no copy: 16 bytes a sample in memory, as DLIO's reader holds
+        sizes = sizes.view("<i8")
+        past = big | (offsets > data_bytes - sizes)
         if past.any():
             j = int(np.flatnonzero(past)[0])
             raise DataError(off_name, f"entry {j} (offset {int(offsets[j]) if not big[j] else 'huge'}, size "
