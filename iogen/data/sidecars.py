@@ -120,19 +120,25 @@ def in_place(fmt, path: str, samples: int, record_bytes: int, sizes: dict | None
     return True
 
 
-def missing_or_resized(fmt, paths, samples: int, record_bytes) -> tuple[str, str] | None:
+def missing_or_resized(fmt, paths, samples: int, record_bytes, listing: dict | None = None) -> tuple[str, str] | None:
     """(sidecar path, what is wrong) of the first sidecar of `paths` missing or not at its size (the run's
-    data check on this machine's files: one stat a sidecar); None when all are in place."""
+    data check: in `listing`, {path: size} of the objects, else one stat a sidecar); None when all are
+    in place."""
     if not suffixes(fmt):
         return None
     for i, path in enumerate(paths):
         for suffix, want, _crc in summary(fmt, samples, int(record_bytes[i])):
-            try:
-                size = os.stat(path + suffix).st_size
-            except FileNotFoundError:
-                return path + suffix, "index file is missing"
-            except OSError as exc:
-                return path + suffix, f"cannot stat the index file: {exc.strerror}"
+            if listing is not None:
+                size = listing.get(path + suffix)
+                if size is None:
+                    return path + suffix, "index object is missing"
+            else:
+                try:
+                    size = os.stat(path + suffix).st_size
+                except FileNotFoundError:
+                    return path + suffix, "index file is missing"
+                except OSError as exc:
+                    return path + suffix, f"cannot stat the index file: {exc.strerror}"
             if size != want:
                 return path + suffix, f"index file has {size} bytes, {want} expected"
     return None
