@@ -149,7 +149,7 @@ def _bench(args, endpoint) -> int:
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
@@ -170,7 +170,7 @@ def _bench(args, endpoint) -> int:
     world = get_world()
     fmt = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
-    generate_objects(open_store(wl), [layout], fmt, world)
+    generate_dataset(open_store(wl), [layout], fmt, world)
     loader = get_loader(wl, layout, fmt, world)  # the native loader, over the workload's storage
     plan = make_plan(num_files=layout.num_files, samples_per_file=layout.samples_per_file,
                      batch_size=args.batch)

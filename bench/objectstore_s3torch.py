@@ -81,7 +81,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
@@ -97,7 +97,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     wl = load_workload("default", base)
     fmt = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
-    generate_objects(open_store(wl), [layout], fmt, world)
+    generate_dataset(open_store(wl), [layout], fmt, world)
     plan = make_plan(num_files=layout.num_files, samples_per_file=layout.samples_per_file, batch_size=args.batch)
     gids = plan.batches.reshape(-1)
     spf = layout.samples_per_file

@@ -47,7 +47,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders import get_loader
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
     from iogen.storage.s3torch import connector_args
     from iogen.plan import make_plan
@@ -62,7 +62,7 @@ def _bench(args, endpoint, moto: bool) -> int:
     fmt = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
     store = open_store(wl)
-    generate_objects(store, [layout], fmt, get_world())
+    generate_dataset(store, [layout], fmt, get_world())
     loader = get_loader(wl, layout, fmt, get_world())
     reader = loader.dataloader.dataset.reader
     plan = make_plan(num_files=layout.num_files, samples_per_file=1, batch_size=args.batch)

@@ -419,19 +419,18 @@ def _phases(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note, 
 
         cells = [object_figures.get(phase) for phase in object_phases]
         all_objects = reduce_figures(world, cells)
-        by_endpoint = endpoint_figures(world, endpoint_list(wl), cells)  # several endpoints: requests per endpoint
+        by_endpoint = endpoint_figures(world, endpoint_list(wl), cells)  # several endpoints: counts per endpoint
     doc = None
     if world.rank == 0:
         doc = _summary(wl, world, spec, facts, all_written, all_read, all_facts)
         doc["iogen"]["cpu"] = cpu_block(None, None, None, None, cpu_user, cpu_system, None)
         if all_objects is not None:
-            from ..metrics.requests import mark_not_measured
+            from ..metrics.requests import mark_not_measured, put_endpoint_figures
 
             doc["iogen"]["object_store"] = {"client": backend_class(wl).client_name, **{
                 phase: merged for phase, merged in zip(object_phases, all_objects) if merged}}
             mark_not_measured(doc["iogen"]["object_store"], backend_class(wl).client_name)
-            if by_endpoint is not None:
-                doc["iogen"]["object_store"]["requests_by_endpoint"] = by_endpoint
+            put_endpoint_figures(doc["iogen"]["object_store"], by_endpoint)
         if drain_block is not None:
             doc["iogen"]["checkpoint_drain"] = drain_block
         rundir.write_json(os.path.join(run_dir, "summary.json"), doc)

@@ -15,9 +15,10 @@ the first failure stops the rest, and a stop that an interrupt cannot cut short.
 Each thread takes the next task itself (from one shared iterator, under a lock), so memory is
 O(threads), not a future per task (a million files, a million futures). The calls the threads
 make go through C-level queues (queue.SimpleQueue): queue.Queue and Future run their Condition
-logic in Python bytecode. Waiting for threads counts the ones that ended on a semaphore rather
-than join() them: a join() interrupted by a signal handler's exception may report a running
-thread as stopped (CPython's bpo-45274 clean-up), after which join() returns without waiting.
+logic in Python bytecode. Waiting for threads counts the ones that ended (Countdown, a plain lock
+and a list) rather than join() them: a join() interrupted by a signal handler's exception may
+report a running thread as stopped (CPython's bpo-45274 clean-up), after which join() returns
+without waiting; and a Semaphore's Condition can break when two such exceptions unwind through it.
 """
 from __future__ import annotations
 
@@ -35,17 +36,49 @@ class Failed:
         self.exc = exc
 
 
-def acquire_through_interrupts(sem: threading.Semaphore, count: int = 1) -> None:
-    """sem.acquire() `count` times, which a Ctrl-C (or another signal's exception) does not cut
-    short: a clean-up after an interrupt waits for the threads' work in flight (one task each,
-    bounded), so nothing half-written is left behind by a thread still running."""
-    got = 0
-    while got < count:
+class Countdown:
+    """How many times other threads called release(); wait_for(n) returns once n calls came.
+
+    A list (append is atomic) and one plain lock, with no threading.Condition: a signal handler's
+    exception (Ctrl-C) raised in the waiting thread leaves a plain lock either taken or not, while
+    two of them unwinding through a Condition's wait (threading.Semaphore's, threading.Event's) can
+    leave the Condition's own lock released twice, and every later wait hangs or fails (CPython)."""
+
+    __slots__ = ("_came", "_wake", "waits")
+
+    def __init__(self):
+        self._came: list = []
+        self._wake = threading.Lock()
+        self._wake.acquire()  # taken while nothing new came: release() frees it, the waiter takes it
+        self.waits = 0  # how often wait_for was entered (tests send their signals once a waiter is in)
+
+    def release(self) -> None:
+        self._came.append(None)
         try:
-            sem.acquire()
+            self._wake.release()
+        except RuntimeError:  # already free: the waiter has not taken an earlier wake-up yet
+            pass
+
+    def count(self) -> int:
+        return len(self._came)
+
+    def wait_for(self, n: int) -> None:
+        """Return once release() was called n times in all (since the Countdown was made)."""
+        self.waits += 1
+        while len(self._came) < n:
+            self._wake.acquire(timeout=0.5)  # the timeout only bounds a lost wake-up
+
+
+def acquire_through_interrupts(ended: Countdown, count: int = 1) -> None:
+    """ended.wait_for(count), which a Ctrl-C (or another signal's exception) does not cut short:
+    a clean-up after an interrupt waits for the threads' work in flight (one task each, bounded),
+    so nothing half-written is left behind by a thread still running."""
+    while True:
+        try:
+            ended.wait_for(count)
+            return
         except KeyboardInterrupt:
             continue
-        got += 1
 
 
 def wait_through_interrupts(event: threading.Event) -> None:
@@ -72,13 +105,12 @@ class _Run:
         self.stop = stop
         self.done = done
         self.threads = threads
-        self.ended = threading.Semaphore(0)
+        self.ended = Countdown()
         self.errors: list[BaseException] = []
         self.collect = collect
         self.batch_items = batch_items
         self.batch_s = batch_s
         self.out = queue.SimpleQueue() if collect else None
-        self.waited = 0
 
     def stopped(self) -> bool:
         return self.halt.is_set() or (self.stop is not None and self.stop.is_set())
@@ -124,8 +156,7 @@ class _Run:
 
     def wait(self) -> None:
         """Wait (through interrupts) for every thread of this run to be done with it."""
-        acquire_through_interrupts(self.ended, self.threads - self.waited)
-        self.waited = self.threads
+        acquire_through_interrupts(self.ended, self.threads)
 
 
 _END = object()
@@ -140,11 +171,11 @@ class ThreadPool:
         self.size = max(1, int(threads))
         self.name = name
         self._calls = queue.SimpleQueue()
-        self._ended = threading.Semaphore(0)
+        self._ended = Countdown()
         self._closed = False
         self.states: list = [None] * self.size
         self._local = threading.local()
-        ready = threading.Semaphore(0)
+        ready = Countdown()
         failed: list[BaseException] = []
 
         def thread(k: int) -> None:
@@ -233,9 +264,7 @@ class ThreadPool:
         n = self.size if threads is None else max(1, min(self.size, int(threads)))
         r = self._start(_Run(fn, tasks, n, done, stop, cancel=cancel))
         try:
-            while r.waited < r.threads:
-                r.ended.acquire()
-                r.waited += 1
+            r.ended.wait_for(r.threads)
         except BaseException:  # an interrupt while waiting: the threads stop after their task
             r.halt.set()
             if cancel is not None:

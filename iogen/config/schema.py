@@ -506,6 +506,9 @@ class Storage(Section):
     # the CAs to trust instead of the default ones. A client that cannot honour one refuses it by name.
     verify_tls: bool = True
     ca_bundle: Optional[NonEmptyStr] = None
+    # s3 only: how many times a request is tried, the first try included, before it fails (each client's
+    # own retry policy: botocore's standard mode, obstore's, the CRT's; docs/objectstore.md#retries)
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
     # s3 only: the client of the framework paths (the pytorch loader's datasets, checkpoints);
     # what a client does not implement yet is refused (storage.keys.workload_problems).
     s3_client: S3Client = "boto3"
@@ -516,7 +519,8 @@ class Storage(Section):
 
         problems = storage_problems(self.storage_type, self.storage_root, self.endpoint_url, self.region,
                                     self.addressing_style, self.s3_client, endpoint_urls=self.endpoint_urls,
-                                    verify_tls=self.verify_tls, ca_bundle=self.ca_bundle)
+                                    verify_tls=self.verify_tls, ca_bundle=self.ca_bundle,
+                                    max_attempts=self.max_attempts)
         if problems:
             raise rule(*problems)
         return self

@@ -1,48 +1,52 @@
 """Dataset generation (parallel, resumable, with a manifest) and verification, over any storage.
 
     results = generate_dataset(store, layouts, fmt, world)      # what `iogen datagen` and `run --generate` do
-    result = generate(wl, workers=4, progress=callback)          # every split of a workload (files)
-    result = generate(layout, fmt, workers=4)                    # one split (files)
+    result = generate(wl, workers=4, progress=callback)          # every split of a workload (local files)
+    result = generate(layout, fmt, workers=4, storage=store)     # one split (local files when no storage)
     problems = verify(wl)                                        # [] when all is well
 
-Generation: rank r of world_size generates files i with i % world_size == r, with `workers`
-threads (the fill, the CRCs and the writes run without the GIL, so threads write in parallel).
-Each file is written to `<path>.tmp.<pid>` and renamed into place once complete (after an
-fsync when asked); its size and CRC go to the rank's journal; the manifest is written last.
-A file the format builds in memory (`Format.file_image`: stored NPZ up to 4 MiB) is written,
-renamed and journaled by one core call with the GIL released (iogen.core_switch.publish).
-A rerun keeps files that a manifest or journal with the same settings lists at the right size,
-removes leftover temporary files and regenerates the rest. With several ranks, call
-`generate(..., finalize_manifest=False)` on every rank, then, after a barrier, `finalize(...)`
-on one rank (generate_dataset does).
+One path over every backend (iogen.storage): plan, write, manifest. What differs between backends
+is how a finished file is published and recorded as complete, and the backend answers it (its
+`Generation`, iogen/storage/base.py): on POSIX, journals beside the files (iogen/storage/journal.py);
+on an object store, each object's user metadata (iogen/storage/s3.py).
 
-Objects (generate_objects, what generate_dataset does on an object store) hold the same seeded
-bytes: each file is written by its format's write_file_crc to an anonymous in-memory file (memfd:
-no name on any file system, gone when closed; objects over MEMFD_MAX_BYTES go to a temporary file
-in the system's temporary folder instead, removed at once), then uploaded (multipart when it is
-larger than a part). Keys follow the file layout, and each split's manifest is the object
-`<split folder>/.iogen-manifest.json`, written last. Every data object carries, as user metadata,
-a digest of the generation settings and its CRC-32C: a rerun keeps an object when the manifest
-with the same settings lists it at its size, or when its metadata carries the same settings
-digest and the layout's size; objects of other settings or not written by iogen are refused
-(exit 2) unless --overwrite.
+Plan: before any rank writes, rank 0 checks each split (check_target): a manifest of other settings,
+records of an unfinished generation of other settings (journals), or data files that no manifest or
+record lists and that carry no mark of iogen's, are refused (exit 2, naming them) unless --overwrite,
+so a typo in one setting never wipes a dataset. Rank r of world_size then takes files i with
+i % world_size == r: a file is kept when the manifest or the records with the same settings list it
+at its size, or when the data itself says it is complete with these settings (an object whose
+metadata carries the settings digest and a CRC; one of other settings is rewritten); the rest is
+written, and iogen's own temporary files of those files (`<name>.tmp.<pid>`, where temporary names
+are visible) are removed first.
+
+Write: `workers` threads (the fill, the CRCs and the writes run without the GIL, so threads write in
+parallel). What bytes a file gets is the format's alone (file_image: the whole file in memory, e.g.
+stored NPZ up to 4 MiB; else file_writer streams it to a path), kept apart from how it is published:
+on POSIX a file in memory is written under `<path>.tmp.<pid>`, renamed into place and journaled by
+one core call with the GIL released (iogen.core_switch.publish); a streamed one is written under its
+temporary name, fsynced when asked, renamed and journaled. On an object store a file in memory is one
+PUT; a streamed one is written to an anonymous in-memory file (memfd), then uploaded (multipart when
+larger than a part); each carries the settings digest and its CRC-32C as metadata. A format's sidecars
+(indexed_binary's index files, iogen/data/sidecars.py) are published through the storage before their data
+file takes its name or their data object is uploaded; a file is kept on a rerun only with its sidecars in
+place at their sizes, and the manifest lists their sizes and CRCs.
+
+Manifest: each split's manifest is written last, by rank 0, from every rank's entries (gathered; the
+other ranks' files checked at their sizes in one listing), and the journals are removed. `generate(...)` on several ranks without a world: call it with
+finalize_manifest=False on every rank, then, after a barrier, `finalize(...)` on one rank, which takes
+the other ranks' files from their records, each checked at its size.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import os
 import re
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 
 from . import manifest as mf
 from . import sidecars
-from .._version import __version__
-from ..common.atomic import TMP_MARK, full_disk_error, is_full_disk, replacing, stale_temps, temp_path, unlink_quietly
+from ..common.atomic import TMP_MARK, stale_temps
 from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from ..errors import DataError
 from ..formats import get_format
@@ -63,8 +67,8 @@ class GenerateResult:
     payload_bytes_written: int = 0
     elapsed_s: float = 0.0
     manifests: list = field(default_factory=list)
-    # {split folder: {file index: manifest entry}} of every file this call journaled (written or
-    # kept): finalize takes them from here instead of reading the journal back and stat'ing again.
+    # {split folder: {file index: manifest entry}} of every file this call wrote or kept: the manifest is
+    # made from these (every rank's, gathered) instead of reading the records back and checking each file again.
     entries: dict = field(default_factory=dict)
 
     @property
@@ -105,6 +109,13 @@ def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
     return out
 
 
+def _local_files():
+    """The storage of local files (the posix backend), where no storage is given."""
+    from ..storage.posix import PosixStorage
+
+    return PosixStorage()
+
+
 # iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
 # A format's sidecars (data file name + suffix: indexed_binary's .off.idx) have them too.
 _TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+(?:\.[A-Za-z0-9_]+)+)\.tmp\.\d+$")
@@ -129,9 +140,26 @@ def _leftovers(layout) -> list[str]:
     return [f"{layout.folder}/{rel}" for rel in _split_names(layout, _TMP_NAME)]
 
 
-def _dataset_files(layout) -> list[str]:
-    """Paths, relative to the split folder, of every dataset-named file in the split's folders."""
-    return _split_names(layout, DATA_NAME)
+def _existing(store, layout) -> dict[str, int]:
+    """{path relative to the split folder: size} of what is in the split's folders (one listing; a subfolder
+    the listing does not enter, a symbolic link to a folder, is listed on its own)."""
+    prefix = layout.folder + "/"
+    folders = {""} | {sub[len(prefix):] for sub in layout.subfolders}
+    listed = store.list(prefix)
+    seen = {path[len(prefix):].rpartition("/")[0] for path in listed}
+    for sub in layout.subfolders:
+        if sub[len(prefix):] not in seen and store.what_is(sub) == "a folder":
+            listed.update(store.list(sub + "/"))
+    out = {}
+    for path, size in listed.items():
+        rel = path[len(prefix):]
+        if rel.rpartition("/")[0] in folders:
+            out[rel] = size
+    return out
+
+
+def _data_named(rel: str) -> bool:
+    return bool(DATA_NAME.match(rel.rsplit("/", 1)[-1]))
 
 
 def shown(items, limit: int = 3) -> str:
@@ -139,48 +167,58 @@ def shown(items, limit: int = 3) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def check_target(layout, fmt, overwrite: bool = False) -> None:
+def _recorded(manifest, params: dict, gen) -> dict[str, dict]:
+    """{relative path: entry} of the files the manifest (when of these settings) and the backend's records list."""
+    entries = {e["file"]: e for e in manifest["files"]} if manifest is not None and manifest.get("params") == params \
+        else {}
+    entries.update(gen.listed())
+    return entries
+
+
+def check_target(layout, fmt, overwrite: bool = False, storage=None) -> dict[str, str | None]:
     """Refuse to generate over data iogen did not write with these settings, unless overwrite.
 
-    A manifest or journal with other settings, or dataset-named files no manifest or journal
-    lists, is a DataError naming them (exit 2): a typo in one setting must not wipe a dataset.
-    With overwrite, the old manifest and journals are removed and files are rewritten where
-    this workload's files go; no other file is touched.
+    A manifest of other settings, records of an unfinished generation of other settings (journals:
+    the backend's Generation.check), or dataset-named files/objects in the split's folders that no
+    manifest or record lists and that carry no mark of iogen's (Generation.marks: a killed generation's
+    last files, an object's metadata) are a DataError naming them (exit 2): a typo in one setting must not
+    wipe a dataset. With overwrite, the old manifest and records are removed and files are rewritten
+    where this workload's files go; no other file is touched. storage: local files when None.
+    Returns the marks it asked the data for ({relative path: CRC-32C or None}, Generation.marks), which
+    the plan then need not ask again.
     """
+    store = storage or _local_files()
     params = mf.dataset_params(layout, fmt)
     try:
-        old = mf.read_manifest(layout)
+        old = mf.read_manifest(layout, store)
     except DataError:
         if not overwrite:
             raise
-        _unlink(mf.manifest_path(layout))  # a corrupt manifest, replaced as asked
+        store.remove(mf.manifest_path(layout))  # a corrupt manifest, replaced as asked
         old = None
     if old is not None and old.get("params") != params:
         if not overwrite:
             diffs = mf.params_differences(old.get("params", {}), params)
-            raise DataError(mf.manifest_path(layout), "the folder holds a dataset generated with other settings ("
-                            + "; ".join(diffs) + "); refusing to overwrite it: choose another "
+            raise DataError(mf.manifest_path(layout), f"the {store.folder_noun} holds a dataset generated with other "
+                            "settings (" + "; ".join(diffs) + "); refusing to overwrite it: choose another "
                             "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
-        _unlink(mf.manifest_path(layout))
-    for path in mf.journal_paths(layout):
-        if not mf.journal_matches(path, params):
-            if not overwrite:
-                raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
-                                      "files: finish it with its own settings, choose another "
-                                      "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
-            _unlink(path)
+        store.remove(mf.manifest_path(layout))
+        old = None
+    gen = store.generation(layout.folder, params, 0, 1)
+    gen.check(overwrite)
     if overwrite:
-        return
-    known = mf.known_entries(layout, params)
-    foreign = [rel for rel in _dataset_files(layout) if rel not in known]
-    if foreign and mf.unfinished_generation(layout, params):
-        # A generation with these settings was killed: each writer's last file may be in place
-        # before its journal line. Files under this layout's own names are its own; rewritten.
-        foreign = [rel for rel in foreign if not _own_name(layout, rel)]
+        return {}
+    listed = _recorded(old, params, gen)
+    unlisted = [rel for rel in _existing(store, layout) if _data_named(rel) and rel not in listed]
+    if not unlisted:
+        return {}
+    marked = gen.marks([rel for rel in unlisted if _own_name(layout, rel)])
+    foreign = sorted(rel for rel in unlisted if rel not in marked)
     if foreign:
-        raise DataError(layout.folder, f"holds {len(foreign)} data file(s) that no iogen manifest lists "
+        raise DataError(layout.folder, f"holds {len(foreign)} data {store.noun}(s) that no iogen manifest lists "
                                        f"({shown(foreign)}); refusing to overwrite them: choose another "
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+    return marked
 
 
 _FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9_]+$")
@@ -192,146 +230,172 @@ def _own_name(layout, rel: str) -> bool:
     return m is not None and int(m[1]) < layout.num_files and layout.rel_path(int(m[1])) == rel
 
 
-def ensure_split_folders(layout) -> None:
-    """Create the split's folders, and `valid/` beside `train/` (DLIO 2.0 fails without it)."""
+def ensure_split_folders(layout, storage=None) -> None:
+    """Create the split's folders, and `valid/` beside `train/` (DLIO 2.0 fails without it), where
+    folders exist (an object store's are key prefixes: nothing to create)."""
+    store = storage or _local_files()
     for folder in [layout.folder] + layout.subfolders:
-        os.makedirs(folder, exist_ok=True)
-    os.makedirs(f"{layout.data_folder.rstrip('/')}/{SPLIT_FOLDERS['eval']}", exist_ok=True)
+        store.make_folder(folder, "the dataset folder")
+    store.make_folder(f"{layout.data_folder.rstrip('/')}/{SPLIT_FOLDERS['eval']}", "the dataset folder")
 
 
-def _write_one(layout, fmt, i: int, path: str, record_bytes: int, fsync: bool) -> tuple[int, str]:
-    """Write file i (at path) under a temporary name, then rename it into place; return (size, crc)."""
-    needed = layout.samples_per_file * record_bytes  # a full disk names what it needed
-    with replacing(path, needed_bytes=needed, what=f"data file {i}", approx=True) as tmp:
-        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
-        # the format's sidecars (index files) in place before the data file takes its name
-        sidecars.write_sidecars(fmt, path, layout.samples_per_file, record_bytes, fsync)
-        if fsync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    return size, format_crc(crc)
+# -- what bytes a file gets (the format's alone), apart from how it is published and recorded ------------
+
+def file_image(layout, fmt, i: int):
+    """File i's whole bytes in a buffer this thread owns (valid until its next call) when the format
+    builds the file in memory (Format.file_image), else None (file_writer writes it)."""
+    return fmt.file_image(layout.samples_per_file, int(layout.record_bytes[i]), layout.seed, layout.stream_of(i))
 
 
-def _publish_one(write_file, layout, i: int, path: str, image, record_bytes: int, fsync: bool, journal,
-                 tmp_mark: str) -> dict:
-    """Write file i's image (the format's bytes), rename it into place and journal it in one core
-    call with the GIL released (write_file: iogen.core_switch.publish.write_file); return its manifest entry."""
-    rel = path[len(layout.folder) + 1:]
-    size = len(image)
-    line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
-    tmp = path + tmp_mark
-    try:
-        crc = write_file(tmp, image, path, fsync, journal.fd, line, crc_at)
-    except OSError as exc:
-        if exc.filename is None:  # the journal's append failed: the file itself is in place
-            raise journal.error(exc, len(line)) from None
-        unlink_quietly(tmp)
-        if is_full_disk(exc):
-            needed = layout.samples_per_file * record_bytes  # as _write_one names it: the payload, about
-            raise full_disk_error(exc, path, needed, f"data file {i}", approx=True) from None
-        raise
-    return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+def file_writer(layout, fmt, i: int):
+    """A function that writes file i's bytes to a local path and returns (size, CRC-32C) (Format.write_file_crc)."""
+    record_bytes, stream = int(layout.record_bytes[i]), layout.stream_of(i)
+    return lambda path: fmt.write_file_crc(path, layout.samples_per_file, record_bytes, layout.seed, stream)
 
+
+# -- generation: plan, write, manifest ---------------------------------------------------------------------
 
 def generate(source, fmt=None, *, workers: int | None = None, progress=None, rank: int = 0,
              world_size: int = 1, fsync: bool = False, finalize_manifest: bool | None = None,
-             overwrite: bool = False, check: bool | None = None) -> GenerateResult:
-    """Generate this rank's share of a workload's splits (or of one layout); see the module doc.
+             overwrite: bool = False, check: bool | None = None, storage=None,
+             known_marks: dict | None = None) -> GenerateResult:
+    """Generate this rank's share of a workload's splits (or of one layout) on storage (local files when
+    None); see the module doc.
 
     progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
     calling thread after each file; totals count only the files this call writes. check_target
     runs first (default: in a world of one; with several ranks the caller runs it once, on one
-    rank, before any rank writes).
+    rank, before any rank writes). known_marks: {split folder: marks} check_target returned (not asked again).
     """
     t0 = time.perf_counter()
+    store = storage or _local_files()
     if finalize_manifest is None:
         finalize_manifest = world_size == 1
     if check is None:
         check = world_size == 1
     splits = _splits(source, fmt)
+    known_marks = dict(known_marks or {})
     if check:
         for layout, f in splits:
-            check_target(layout, f, overwrite)
+            known_marks[layout.folder] = check_target(layout, f, overwrite, store)
     result = GenerateResult()
-    tasks, journals = [], []
+    tasks, gens = [], []
     try:
         for layout, f in splits:
-            tasks += _files_to_write(layout, f, rank, world_size, journals, result)
+            tasks += _files_to_write(store, layout, f, rank, world_size, overwrite, gens, result,
+                                     known_marks.get(layout.folder, {}))
         _write_files(tasks, workers or default_workers(), fsync, progress, result, t0)
     finally:
-        for journal in journals:
-            journal.close()
+        for gen in gens:
+            gen.close()
     if finalize_manifest:
         for layout, f in splits:
-            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder)))
+            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder), store))
     result.elapsed_s = time.perf_counter() - t0
     return result
 
 
-def _files_to_write(layout, f, rank: int, world_size: int, journals: list, result) -> list[tuple]:
-    """This rank's files of one split that must be written, as (layout, fmt, i, journal) tasks.
+def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: bool, gens: list, result,
+                    known_marks: dict) -> list[tuple]:
+    """This rank's files of one split that must be written, as (layout, fmt, i, generation, entries) tasks.
 
-    Files the manifest lists with their sizes intact are journaled as they are and skipped;
-    this rank's leftover temporary files are removed; a manifest of other parameters is dropped.
-    The split's journal is appended to `journals` (the caller closes them).
+    Files the manifest or the backend's records list at their sizes, and files the data marks complete
+    with these settings (not with overwrite), are kept (recorded again as they are) and skipped; this
+    rank's leftover temporary files are removed; a manifest of other settings is dropped. The split's
+    Generation is appended to `gens` (the caller closes them); known_marks: the marks check_target learned.
     """
     params = mf.dataset_params(layout, f)
-    ensure_split_folders(layout)
-    old = mf.read_manifest(layout)
+    ensure_split_folders(layout, store)
+    old = mf.read_manifest(layout, store)
     if old is not None and old.get("params") != params:
-        _unlink(mf.manifest_path(layout))  # it describes other data now
-    known = mf.known_entries(layout, params)
+        store.remove(mf.manifest_path(layout))  # it describes other data now
+        old = None
+    gen = store.generation(layout.folder, params, rank, world_size)
+    gens.append(gen)
+    listed = _recorded(old, params, gen)
+    existing = _existing(store, layout)
     mine = range(rank, layout.num_files, world_size)
-    leftovers = _leftovers(layout)
-    if leftovers:
-        mine_set = set(layout.paths[i] + s for i in mine for s in ("",) + sidecars.suffixes(f))
-        for tmp in leftovers:
-            if tmp[:tmp.rindex(TMP_MARK)] in mine_set:
-                _unlink(tmp)
-    journal = mf.Journal(mf.journal_path(layout, rank, world_size), params)
-    journals.append(journal)
-    journaled = result.entries.setdefault(layout.folder, {})
-    tasks = []
-    for i in mine:
-        result.files_total += 1
-        entry = known.get(layout.rel_path(i)) if known else None  # a fresh folder: no path formatted
-        if entry is not None and _still_valid(layout, i, entry, f):
-            journal.append(entry)
-            journaled[i] = entry
-            result.files_skipped += 1
-        else:
-            tasks.append((layout, f, i, journal, journaled))
-    return tasks
+    kept, todo = {}, []
+    if not existing:  # a fresh folder: no path formatted
+        todo = list(mine)
+    else:
+        if store.capabilities.temp_names_visible:
+            _remove_leftovers(store, layout, f, existing, mine)
+        unsure = []
+        has_sidecars = bool(sidecars.suffixes(f))
+        for i in mine:
+            rel = layout.rel_path(i)
+            size = existing.get(rel)
+            entry = listed.get(rel)
+            # a file is kept only with the format's sidecars (index files) there at their sizes
+            if size is None or has_sidecars and not sidecars.in_place(f, rel, layout.samples_per_file,
+                                                                      int(layout.record_bytes[i]), existing):
+                todo.append(i)
+            elif entry is not None and _still_valid(layout, i, entry, size):
+                kept[i] = entry
+            else:
+                unsure.append((i, rel, size))
+        marks = {}
+        if unsure and not overwrite:
+            marks = {rel: known_marks[rel] for _, rel, _ in unsure if rel in known_marks}
+            marks.update(gen.marks([rel for _, rel, _ in unsure if rel not in known_marks]))
+        for i, rel, size in unsure:
+            crc = marks.get(rel)
+            if crc is None:
+                todo.append(i)
+            else:  # complete with these settings, as the data itself says
+                kept[i] = mf.file_entry(rel, size, crc, int(layout.record_bytes[i]), layout.samples_per_file)
+        todo.sort()
+    result.files_total += len(mine)
+    result.files_skipped += len(kept)
+    entries = result.entries.setdefault(layout.folder, {})
+    gen.start([kept[i] for i in sorted(kept)])
+    entries.update(kept)
+    return [(layout, f, i, gen, entries, store) for i in todo]
+
+
+def _remove_leftovers(store, layout, f, existing: dict, mine) -> None:
+    """Remove the temporary files (iogen's temporary names only) an interrupted generation left of this rank's files
+    (and of their sidecars)."""
+    temps = [rel for rel in existing if _TMP_NAME.match(rel.rsplit("/", 1)[-1])]
+    if temps:
+        mine_set = set(layout.rel_path(i) + s for i in mine for s in ("",) + sidecars.suffixes(f))
+        for rel in temps:
+            if rel[:rel.rindex(TMP_MARK)] in mine_set:
+                store.remove(f"{layout.folder}/{rel}")
+
+
+def _publish_file(store, gen, layout, f, i: int, fsync: bool) -> dict:
+    """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
+    complete; return its manifest entry. The format's sidecars (index files) are published first, through the
+    storage (a file's before it takes its final name, an object's before it is uploaded): a data file in place
+    has its sidecars."""
+    path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+    rel = path[len(layout.folder) + 1:]
+    sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
+    needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
+    image = file_image(layout, f, i)
+    if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
+        size = len(image)
+        line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
+        crc = gen.publish_image(path, image, fsync, line, crc_at, needed, f"data file {i}")
+        return mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+    size, crc = gen.publish_written(path, file_writer(layout, f, i), needed, f"data file {i}", fsync)
+    entry = mf.file_entry(rel, size, format_crc(crc), record_bytes, layout.samples_per_file)
+    gen.record(entry)  # one unbuffered O_APPEND write: writer threads need no lock
+    return entry
 
 
 def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
-    """Write and journal every task's file on `workers` threads, counting into result."""
+    """Publish and record every task's file on `workers` threads, counting into result."""
     bytes_total = sum(_payload_bytes(tasks))
     files_done = bytes_done = 0
-    lock = threading.Lock()
-    tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
-    from .. import core_switch as core  # here, not at import: a missing compiled core fails the command that needs it
-
-    write_file = core.publish.write_file
 
     def run(task):
-        """Write one file and journal it; return (file bytes, payload bytes)."""
-        layout, f, i, journal, journaled = task
-        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
-        image = f.file_image(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
-        if image is not None:  # one core call: write, rename, journal line
-            entry = _publish_one(write_file, layout, i, path, image, record_bytes, fsync, journal, tmp_mark)
-            journaled[i] = entry  # one dict store: atomic under the GIL
-            return entry["size_bytes"], record_bytes * layout.samples_per_file
-        size, crc = _write_one(layout, f, i, path, record_bytes, fsync)
-        entry = mf.file_entry(path[len(layout.folder) + 1:], size, crc, record_bytes, layout.samples_per_file)
-        with lock:
-            journal.append(entry)
-            journaled[i] = entry
-        return size, record_bytes * layout.samples_per_file
+        """Publish one file; return (file bytes, payload bytes)."""
+        layout, f, i, gen, entries, store = task
+        entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync)  # one dict store: atomic under the GIL
+        return entry["size_bytes"], layout.samples_per_file * int(layout.record_bytes[i])
 
     if workers == 1 or len(tasks) <= 1:
         done_iter, stop = (run(t) for t in tasks), None
@@ -362,47 +426,40 @@ def _payload_bytes(tasks):
         yield int(layout.record_bytes[files].sum()) * layout.samples_per_file
 
 
-def _still_valid(layout, i: int, entry: dict, fmt=None) -> bool:
-    """A listed file is kept when its sizes match the layout and the file has the listed size (and the
-    format's sidecars theirs)."""
+def _still_valid(layout, i: int, entry: dict, size: int | None) -> bool:
+    """A listed file is kept when its sizes match the layout and the file has the listed size."""
     if entry.get("record_bytes") != int(layout.record_bytes[i]) or entry.get("samples") != layout.samples_per_file:
         return False
-    try:
-        if os.stat(layout.paths[i]).st_size != entry["size_bytes"]:
-            return False
-    except FileNotFoundError:
-        return False
-    return fmt is None or sidecars.in_place(fmt, layout.paths[i], layout.samples_per_file, entry["record_bytes"])
+    return size is not None and size == entry.get("size_bytes")
 
 
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+def finalize(layout, fmt, journaled: dict | None = None, storage=None) -> str:
+    """Write a split's manifest (last, whole or not at all) and remove the backend's records; return its path.
 
-
-def finalize(layout, fmt, journaled: dict | None = None) -> str:
-    """Merge the journals of a split into its manifest (written last, atomically); return its path.
-
-    journaled: {file index: entry} this process journaled in this generation (GenerateResult.entries);
-    those files are taken as they are, the others come from the journals and are checked on disk.
-    Raises DataError naming the first file that no rank finished.
+    journaled: {file index: entry} of the files this generation wrote or kept (GenerateResult.entries,
+    every rank's when gathered); those files are taken as they are, the others come from the manifest
+    and the records and are checked on the storage (local files when None). Raises DataError naming the
+    first file that no rank finished.
     """
+    store = storage or _local_files()
     journaled = journaled or {}
+    params = mf.dataset_params(layout, fmt)
+    gen = store.generation(layout.folder, params, 0, 1)
     known = None
     entries = []
     for i in range(layout.num_files):
         entry = journaled.get(i)
         if entry is None:
             if known is None:
-                known = mf.known_entries(layout, mf.dataset_params(layout, fmt))
+                known = _recorded(mf.read_manifest(layout, store), params, gen)
             entry = known.get(layout.rel_path(i))
-            if entry is None or not _still_valid(layout, i, entry, fmt):
+            if entry is None or not _still_valid(layout, i, entry, store.stat(layout.paths[i])) \
+                    or not sidecars.in_place(fmt, layout.paths[i], layout.samples_per_file, entry["record_bytes"],
+                                             storage=store):
                 raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
         entries.append(entry)
-    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries))
-    mf.remove_journals(layout)
+    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries), store)
+    gen.finish()
     return path
 
 
@@ -410,212 +467,37 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
     """Generate the layouts' data on `store` (iogen.storage), each rank its share; rank 0 writes the manifests at
     the end. Used by `iogen run --generate` and `iogen datagen`; returns each layout's GenerateResult.
 
-    Rank r writes files r, r+N, r+2N, ...; the manifests are written once every rank is done. A rank that
-    fails tells the others (world.fail), so nobody waits at the barrier for it. Files are journaled beside
-    the data (generate, finalize); objects carry their settings digest and CRC as metadata (generate_objects).
+    Rank 0 checks the target before any rank writes; rank r writes files r, r+N, r+2N, ...; every rank's
+    entries are gathered to rank 0, which writes the manifests. A rank that fails tells the others
+    (world.fail), so nobody waits at the barrier for it.
     """
-    if not store.capabilities.local_paths:  # objects: resumed by their metadata, the manifest gathered to rank 0
-        return generate_objects(store, layouts, fmt, world, workers=workers, progress=progress, overwrite=overwrite)
     try:
+        marks = {}
         if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
             for layout in layouts:
-                check_target(layout, fmt, overwrite)
+                marks[layout.folder] = check_target(layout, fmt, overwrite, store)
         world.sync()
-        results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size,
-                            progress=progress, finalize_manifest=False, check=False) for layout in layouts]
-        world.sync()  # every rank's share is on disk
-        if world.rank == 0:
-            for layout, result in zip(layouts, results):
-                result.manifests.append(finalize(layout, fmt, result.entries.get(layout.folder)))
-    except BaseException as exc:
-        world.fail(exc)
-        raise
-    return results
-
-
-# -- objects (an object store: no journal beside the data; each object's metadata says it is complete) ------
-
-META_PARAMS = "iogen-params"
-META_CRC = "iogen-crc32c"
-# Objects up to this size are staged in memory (memfd); larger ones in the system's temporary folder.
-MEMFD_MAX_BYTES = 256 << 20
-
-
-@contextlib.contextmanager
-def scratch_path(size_bytes: int, suffix: str):
-    """A path for one object's bytes while they are written or indexed, removed on exit.
-
-    An anonymous memory file (/proc/self/fd/N of a memfd) when the object is small enough and
-    the system has memfd, so nothing is written outside the data and output folders; else a
-    temporary file in the system's temporary folder.
-    """
-    if size_bytes <= MEMFD_MAX_BYTES and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fd = os.memfd_create("iogen-object", os.MFD_CLOEXEC)
-        try:
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + suffix)
-    os.close(fd)
-    try:
-        yield tmp
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-
-
-def params_digest(params: dict) -> str:
-    """A short digest of the generation settings, stored with each object."""
-    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _existing(store, layout) -> dict[str, int]:
-    """{relative name: size} of the objects under the split folder."""
-    prefix = layout.folder + "/"
-    return {uri[len(prefix):]: size for uri, size in store.list(prefix).items()}
-
-
-def _data_named(rel: str) -> bool:
-    return bool(DATA_NAME.match(rel.rsplit("/", 1)[-1]))
-
-
-def plan_split(store, layout, fmt, overwrite: bool) -> tuple[list[int], dict[int, dict]]:
-    """(indices to write, {index: entry kept}) of a split; refuses foreign data unless overwrite."""
-    params = mf.dataset_params(layout, fmt)
-    digest = params_digest(params)
-    try:
-        old = mf.read_manifest(layout, store)
-    except DataError:
-        if not overwrite:
-            raise
-        old = None  # a corrupt manifest object: rewritten at the end, as asked
-    if old is not None and old.get("params") != params and not overwrite:
-        diffs = mf.params_differences(old.get("params", {}), params)
-        raise DataError(mf.manifest_path(layout), "the prefix holds a dataset generated with other settings ("
-                        + "; ".join(diffs) + "); refusing to overwrite it: choose another dataset.data_folder, "
-                        "or replace it with `iogen datagen --overwrite`")
-    listed = {e["file"]: e for e in old["files"]} if old is not None and old.get("params") == params else {}
-    existing = _existing(store, layout)
-    expected = {layout.rel_path(i): i for i in range(layout.num_files)}
-    kept, todo, foreign = {}, [], []
-    for rel, i in expected.items():
-        size = existing.get(rel)
-        entry = listed.get(rel)
-        if size is not None and entry is not None and entry.get("size_bytes") == size \
-                and entry.get("record_bytes") == int(layout.record_bytes[i]) \
-                and sidecars.in_place(fmt, rel, layout.samples_per_file, int(layout.record_bytes[i]), existing):
-            kept[i] = entry
-            continue
-        if size is not None and not overwrite:
-            head = store.head(f"{layout.folder}/{rel}")
-            meta = head[1] if head else {}
-            if meta.get(META_PARAMS) == digest and META_CRC in meta \
-                    and sidecars.in_place(fmt, rel, layout.samples_per_file, int(layout.record_bytes[i]), existing):
-                kept[i] = mf.file_entry(rel, size, meta[META_CRC], int(layout.record_bytes[i]),
-                                        layout.samples_per_file)
-                continue
-            if meta.get(META_PARAMS) is None:
-                foreign.append(rel)
-                continue
-        todo.append(i)
-    if not overwrite:
-        foreign += [rel for rel in existing if rel not in expected and _data_named(rel) and rel not in listed]
-        if foreign:
-            raise DataError(layout.folder, f"holds {len(foreign)} data object(s) that no iogen manifest lists "
-                                           f"({shown(sorted(foreign))}); refusing to overwrite them: choose another "
-                                           "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
-    return todo, kept
-
-
-def _put_one(store, layout, fmt, i: int, digest: str, part_bytes: int) -> dict:
-    """Write file i to scratch (memory or a temporary file), upload it; return its manifest entry."""
-    approx = layout.samples_per_file * int(layout.record_bytes[i]) + (64 << 10)
-    with scratch_path(approx, layout.suffix) as tmp:
-        size, crc = fmt.write_file_crc(tmp, layout.samples_per_file, int(layout.record_bytes[i]),
-                                       layout.seed, layout.stream_of(i))
-        crc_text = format_crc(crc)
-        # the format's sidecars before the data object: an object in place has its index files
-        sidecars.put_sidecars(store, fmt, layout.paths[i], layout.samples_per_file, int(layout.record_bytes[i]))
-        store.put_file(layout.paths[i], tmp, part_bytes, metadata={META_PARAMS: digest, META_CRC: crc_text})
-    return mf.file_entry(layout.rel_path(i), size, crc_text, int(layout.record_bytes[i]), layout.samples_per_file)
-
-
-def generate_objects(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False,
-                     part_bytes=None) -> list[GenerateResult]:
-    """Generate the layouts' objects, rank r its files r, r+N, ...; rank 0 writes the manifests last."""
-    from ..storage.s3 import DEFAULT_PART_BYTES
-
-    part_bytes = part_bytes or DEFAULT_PART_BYTES
-    t0 = time.perf_counter()
-    try:
-        plans = [plan_split(store, layout, fmt, overwrite) for layout in layouts]
-        results = []
-        for layout, (todo, kept) in zip(layouts, plans):
-            result = GenerateResult()
-            mine = [i for i in todo if i % world.size == world.rank]
-            result.files_total = len(mine) + sum(1 for i in kept if i % world.size == world.rank)
-            result.files_skipped = result.files_total - len(mine)
-            entries = _put_split(store, layout, fmt, mine, workers or default_workers(), part_bytes,
-                                   progress, result, t0)
-            gathered = world.gather_obj(entries)  # every rank's entries, to rank 0 (it writes the manifest)
+        results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size, progress=progress,
+                            finalize_manifest=False, overwrite=overwrite, check=False, storage=store,
+                            known_marks=marks) for layout in layouts]
+        for layout, result in zip(layouts, results):
+            gathered = world.gather_obj(result.entries.get(layout.folder, {}))  # every rank's share, to rank 0
             if world.rank == 0:
-                everything = dict(kept)
-                for part in gathered:
-                    everything.update(part)
-                missing = [i for i in range(layout.num_files) if i not in everything]
-                if missing:
-                    raise DataError(layout.paths[missing[0]], "was not generated; rerun `iogen datagen` to finish")
-                result.manifests.append(_put_manifest(store, layout, fmt, [everything[i] for i in
-                                                                             range(layout.num_files)]))
-            result.elapsed_s = time.perf_counter() - t0
-            results.append(result)
+                everything = dict(gathered[0])
+                if len(gathered) > 1:  # the other ranks' files, as this rank sees them (a folder not shared: named)
+                    sizes = _existing(store, layout)
+                    for part in gathered[1:]:
+                        for i, entry in part.items():
+                            if sizes.get(entry["file"]) != entry["size_bytes"] or not sidecars.in_place(
+                                    fmt, entry["file"], entry["samples"], entry["record_bytes"], sizes):
+                                raise DataError(layout.paths[i], "was not generated completely; rerun `iogen "
+                                                                 "datagen` to finish")
+                        everything.update(part)
+                result.manifests.append(finalize(layout, fmt, everything, store))
     except BaseException as exc:
         world.fail(exc)
         raise
     return results
-
-
-def _put_split(store, layout, fmt, indices, workers, part_bytes, progress, result, t0) -> dict[int, dict]:
-    digest = params_digest(mf.dataset_params(layout, fmt))
-    bytes_total = sum(int(layout.record_bytes[i]) * layout.samples_per_file for i in indices)
-    done = {}
-    lock = threading.Lock()
-    bytes_done = 0
-    with ThreadPool(max(1, workers), name="iogen-put") as pool:
-        results, stop = pool.results(lambda i, _state: (i, _put_one(store, layout, fmt, i, digest, part_bytes)),
-                                     indices)
-        try:
-            for i, entry in results:  # in completion order; each thread takes the next file itself
-                with lock:
-                    done[i] = entry
-                result.files_written += 1
-                result.bytes_written += entry["size_bytes"]
-                payload = int(layout.record_bytes[i]) * layout.samples_per_file
-                result.payload_bytes_written += payload
-                bytes_done += payload
-                if progress is not None:
-                    progress(len(done), len(indices), bytes_done, bytes_total, time.perf_counter() - t0)
-        finally:
-            stop()  # an error or Ctrl-C: the files in flight finish or fail, no new one starts
-    return done
-
-
-def _put_manifest(store, layout, fmt, entries: list[dict]) -> str:
-    data = {
-        "iogen_manifest_version": mf.MANIFEST_VERSION,
-        "generated_by": f"iogen {__version__}",
-        "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "params": mf.dataset_params(layout, fmt),
-        "num_files": len(entries),
-        "total_size_bytes": sum(e["size_bytes"] for e in entries),
-        "files": sidecars.with_sidecars(fmt, entries),
-    }
-    uri = mf.manifest_path(layout)
-    store.put_bytes(uri, (json.dumps(data, indent=1) + "\n").encode())
-    return uri
 
 
 def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,

@@ -5,10 +5,11 @@ A format with sidecars says their names (data file + suffix) and their bytes for
 of the layout, so they are produced in pieces of PIECE_ENTRIES entries: a file of 4 x 10^9 samples
 has 32 GiB of index each). This module takes them through the dataset's life:
 
-- generation: written beside the data file, each under a temporary name and renamed, before the
-  data file takes its final name (files: `write_sidecars`), or uploaded before the data object
-  (`put_sidecars`), so a data file or object in place has its sidecars; a rerun keeps a data file
-  only when they are there at their sizes (`in_place`);
+- generation: published beside the data file through the storage backend (`publish_sidecars`:
+  `Storage.publish`, whole or not at all, or `Storage.write_stream` in pieces when over one piece),
+  before the data file takes its final name or the data object is uploaded, so a data file or
+  object in place has its sidecars; a rerun keeps a data file only when they are there at their
+  sizes (`in_place`);
 - the manifest: each data file's entry lists its sidecars' sizes and CRC-32Cs (`with_sidecars`);
 - verify (`problems`) and the run's data check (`missing_or_resized`): each sidecar there, at its
   size, with its bytes (verify);
@@ -17,11 +18,9 @@ Formats without sidecars cost nothing here: every function returns at once.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 
-from ..common.atomic import replacing
 from ..common.checksum import crc32c, format_crc
 
 # Entries produced and written at a time (8 MiB of each uint64 index file).
@@ -57,43 +56,42 @@ def summary(fmt, samples: int, record_bytes: int) -> tuple[tuple[str, int, str],
     return _summary(fmt, int(samples), int(record_bytes))
 
 
-def write_sidecars(fmt, path: str, samples: int, record_bytes: int, fsync: bool = False) -> int:
-    """Write the sidecars of the data file `path`, each under a temporary name renamed when complete,
-    in pieces; return their bytes."""
-    names = suffixes(fmt)
-    if not names:
-        return 0
-    total = 0
-    with contextlib.ExitStack() as stack:
-        fds = {}
-        for suffix, size, _crc in summary(fmt, samples, record_bytes):
-            tmp = stack.enter_context(replacing(path + suffix, needed_bytes=size, what="index file"))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            stack.callback(os.close, fd)  # closed before its rename (callbacks run first: last in, first out)
-            fds[suffix] = fd
-        for piece in _pieces(fmt, int(samples), int(record_bytes)):
-            for suffix, data in piece:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fds[suffix], view):]
-                total += len(data)
-        if fsync:
-            for fd in fds.values():
-                os.fsync(fd)
-    return total
+class _InOrder:
+    """A pool for Storage.write_stream that makes and writes the parts one after another on the calling thread
+    (a generation writer's: the writers are the parallelism)."""
+
+    size = 1
+
+    @staticmethod
+    def map(fn, items) -> list:
+        return [fn(item) for item in items]
 
 
-def put_sidecars(store, fmt, uri: str, samples: int, record_bytes: int, metadata: dict | None = None) -> int:
-    """Upload each sidecar of the data object `uri` (one PUT each, built in memory); return their bytes."""
+def publish_sidecars(store, fmt, path: str, samples: int, record_bytes: int, fsync: bool = False) -> int:
+    """Publish the sidecars of the data file or object `path` on `store` (iogen.storage), each whole or not at
+    all: one `publish` (a file: written under a temporary name and renamed; an object: one PUT) when it fits in
+    one piece of PIECE_ENTRIES entries, else `write_stream` of one piece a part (a multipart upload on an object
+    store: a piece of uint64 entries is 8 MiB, over S3's 5 MiB minimum part); return their bytes."""
     if not suffixes(fmt):
         return 0
-    whole: dict[str, list] = {}
-    for piece in _pieces(fmt, int(samples), int(record_bytes)):
-        for suffix, data in piece:
-            whole.setdefault(suffix, []).append(data)
-    for suffix, parts in whole.items():
-        store.put_bytes(uri + suffix, b"".join(parts), metadata)
-    return sum(len(p) for parts in whole.values() for p in parts)
+    samples, record_bytes = int(samples), int(record_bytes)
+    fsync_kw = {"fsync": True} if fsync else {}
+    total = 0
+    for suffix, size, _crc in summary(fmt, samples, record_bytes):
+        if samples <= PIECE_ENTRIES:
+            store.publish(path + suffix, dict(fmt.sidecar_images(samples, record_bytes, 0, samples))[suffix],
+                          fsync, "index file")
+        else:
+            entries = PIECE_ENTRIES  # read once: each part is this many entries, the last fewer
+            part_bytes = size // samples * entries  # fixed bytes an entry
+
+            def part_of(k, suffix=suffix, entries=entries):
+                start = k * entries
+                return dict(fmt.sidecar_images(samples, record_bytes, start, min(samples, start + entries)))[suffix]
+
+            store.write_stream(path + suffix, size, part_bytes, part_of, _InOrder, **fsync_kw)
+        total += size
+    return total
 
 
 def with_sidecars(fmt, entries: list[dict]) -> list[dict]:
@@ -105,11 +103,14 @@ def with_sidecars(fmt, entries: list[dict]) -> list[dict]:
             for e in entries]
 
 
-def in_place(fmt, path: str, samples: int, record_bytes: int, sizes: dict | None = None) -> bool:
-    """Whether every sidecar of `path` is there at its size (sizes: a listing {path: size}; else stat)."""
+def in_place(fmt, path: str, samples: int, record_bytes: int, sizes: dict | None = None, storage=None) -> bool:
+    """Whether every sidecar of `path` is there at its size (sizes: a listing {path: size}; else
+    storage.stat, or os.stat when no storage)."""
     for suffix, want, _crc in summary(fmt, samples, record_bytes):
         if sizes is not None:
             size = sizes.get(path + suffix)
+        elif storage is not None:
+            size = storage.stat(path + suffix)
         else:
             try:
                 size = os.stat(path + suffix).st_size

@@ -316,7 +316,7 @@ class HDF5Format(Format):
 def _driver(path) -> dict:
     """h5py.File's driver for a file to create: HDF5's default (sec2) resolves the file's real path,
     which an anonymous memory file (/proc/self/fd/N of a memfd: objects are written there before
-    they are uploaded, iogen/data/generate.py) has none of; the stdio driver writes the same bytes
+    they are uploaded, iogen/storage/s3.py) has none of; the stdio driver writes the same bytes
     (tested) without it."""
     return {"driver": "stdio"} if str(path).startswith("/proc/self/fd/") else {}
 

@@ -58,7 +58,8 @@ class ConnectorSampleReader(SampleReader):
 
     def __init__(self, wl, layout, fmt):
         super().__init__(layout, fmt, **SampleReader.settings(wl))
-        self._args = connector_args(wl.storage, self.store(), part_bytes=wl.reader.transfer_size)
+        self._args = connector_args(wl.storage, self.store(), part_bytes=wl.reader.transfer_size,
+                                    max_attempts=wl.storage.max_attempts)
         self._map = None
         self._stream = None  # iterable mode: this epoch's S3IterableDataset iterator
         self._iterable, self._iterable_uris = None, []  # iterable mode: this process's dataset and its objects

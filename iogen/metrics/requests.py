@@ -95,20 +95,32 @@ def run_block(world, train_loader, eval_loader, checkpointer=None, staging=None,
         block["checkpoint_drain"] = merged[-2]
     if merged[-1]:  # the loaders' start-up check of the bucket (HEAD), apart from the indexing's requests
         block["bucket_check"] = merged[-1]
-    if by_endpoint is not None:
-        block["requests_by_endpoint"] = by_endpoint
+    put_endpoint_figures(block, by_endpoint)
     return block
 
 
 def endpoint_figures(world, endpoints, cells) -> dict | None:
-    """{endpoint: requests} of storage.endpoint_urls on rank 0, every rank's requests of these figures cells onto
-    its endpoint (rank mod N) plus the start-up HEADs of the others (iogen/storage/endpoints.py); None with one
-    endpoint, and on other ranks. A collective when there are endpoints."""
+    """{endpoint: {requests, retries, throttled_503, errors}} of storage.endpoint_urls on rank 0, every rank's
+    counts of these figures cells onto its endpoint (rank mod N) plus the start-up HEADs of the others
+    (iogen/storage/endpoints.py); None with one endpoint, and on other ranks. A collective when there are
+    endpoints."""
     if not endpoints:
         return None
-    from ..storage.endpoints import requests_by_endpoint, requests_in
+    from ..storage.endpoints import counts_in, figures_by_endpoint
 
-    return requests_by_endpoint(world, endpoints, requests_in(cells))
+    return figures_by_endpoint(world, endpoints, counts_in(cells))
+
+
+def put_endpoint_figures(block: dict, by_endpoint: dict | None) -> None:
+    """An object_store block's per-endpoint figures (after mark_not_measured): `requests_by_endpoint`
+    {endpoint: requests}, and `by_endpoint` {endpoint: {requests, retries, throttled_503, errors}}, whose
+    retries and 503s are null when the client hides those of its data requests (the block's `not_measured`)."""
+    if by_endpoint is None:
+        return
+    hidden = {k for k in ("retries", "throttled_503") if k in (block.get("not_measured") or {})}
+    block["requests_by_endpoint"] = {url: d["requests"] for url, d in by_endpoint.items()}
+    block["by_endpoint"] = {url: {k: (None if k in hidden else v) for k, v in d.items()}
+                            for url, d in by_endpoint.items()}
 
 
 CONNECTOR_READS_NOT_MEASURED = {

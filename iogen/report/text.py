@@ -130,8 +130,16 @@ def reads_lines(it: dict) -> list[str]:
         if fig.get("requests"):
             lines.append(_requests_line(f"object store, {what}", op.upper(), fig))
     if store.get("requests_by_endpoint"):  # storage.endpoint_urls: rank r's requests went to endpoint r mod N
+        per = store.get("by_endpoint") or {}
+
+        def troubles(url):  # the endpoint's retries, 503s and failed requests, where any
+            d = per.get(url) or {}
+            said = [f"{d[k]} {w}" for k, w in (("retries", "retries"), ("throttled_503", "throttled (503)"),
+                                               ("errors", "failed")) if d.get(k)]
+            return f" ({', '.join(said)})" if said else ""
+
         lines.append("object store, requests by endpoint: " + ", ".join(
-            f"{url} {n}" for url, n in store["requests_by_endpoint"].items()))
+            f"{url} {n}{troubles(url)}" for url, n in store["requests_by_endpoint"].items()))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
     lines += ["NOTE: " + note for note in it.get("rules_notes") or []]

@@ -16,6 +16,7 @@ operations iogen's stages use:
     st.write_objects(items, part_bytes, part_of, pool);  st.read_objects(items, part_bytes, pool, buffer)
     st.copy_in(path, local_path);  st.copy_out(local_path, path)   # staging in, draining out
     st.remove(path)
+    gen = st.generation(folder, params, rank, world_size)   # datagen: publish files, record them complete
     st.drain() -> {op: figures}                    # figures since the last drain, then reset
 
 Paths are what the workload's layout produces for this backend: file names on POSIX, `s3://`
@@ -103,6 +104,7 @@ class Storage:
     no_request_log: str | None = ("local files are read and written through system calls, not requests: there is "
                                   "no request to log")
     noun: str = "file"  # what one of its paths names, as messages say it ("file", "object")
+    folder_noun: str = "folder"  # what a path's folder is, as messages say it ("folder", "prefix")
     capabilities: Capabilities
 
     @classmethod
@@ -198,8 +200,9 @@ class Storage:
 
     # -- writes -------------------------------------------------------------------------------
 
-    def publish(self, path: str, data, fsync: bool = False) -> None:
-        """Write data as the whole of path: it appears complete or not at all (never half written)."""
+    def publish(self, path: str, data, fsync: bool = False, what: str = "") -> None:
+        """Write data as the whole of path: it appears complete or not at all (never half written).
+        what: the file in words, as a full disk's message names it (its name when empty)."""
         raise NotImplementedError
 
     def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool) -> int:
@@ -280,6 +283,11 @@ class Storage:
         """Remove path (absent is fine)."""
         raise NotImplementedError
 
+    def generation(self, folder: str, params: dict, rank: int, world_size: int) -> "Generation":
+        """How this backend marks the files a generation finished in folder (a split's), so a rerun resumes:
+        a `Generation` for this rank of world_size, generating with the settings params (iogen/data/generate.py)."""
+        raise NotImplementedError
+
     # -- figures and lifecycle ----------------------------------------------------------------
 
     def drain(self) -> dict:
@@ -294,3 +302,56 @@ class Storage:
     def close(self) -> None:
         """Release clients and handles (the storage stays usable: they are made again on demand)."""
 
+
+
+class Generation:
+    """How a backend records which generated files/objects of one folder are complete, for one rank.
+
+    Dataset generation (iogen/data/generate.py) runs one path over every backend: it plans from the
+    manifest, from `listed()` and from `marks()`, publishes each file through `publish_image` or
+    `publish_written`, and writes the manifest last. What differs is how completion is recorded,
+    and it stays in the backend: on POSIX, per-rank journals beside the files (iogen/storage/journal.py;
+    the core's publish call writes, renames and journals a file at once); on an object store, each
+    object's user metadata (a digest of the settings and its CRC-32C: iogen/storage/s3.py). Every
+    argument is plain (paths, bytes, dicts); a method that does not apply to a backend does nothing.
+    """
+
+    def check(self, overwrite: bool) -> None:
+        """Before any rank writes: refuse (a DataError) records of an unfinished generation with other settings
+        (journals), or remove them when overwrite; nothing where completion is recorded per object."""
+
+    def listed(self) -> dict[str, dict]:
+        """{path relative to the folder: manifest entry} of the files recorded complete with these settings
+        beside the data, before a manifest was written (journals); {} where there are no such records."""
+        return {}
+
+    def marks(self, rels) -> dict[str, str | None]:
+        """What the data itself says of the existing files rels (relative paths) that no manifest or record lists:
+        {rel: its CRC-32C (8 hex digits)} for one marked complete with these settings, {rel: None} for one iogen
+        wrote that is not (other settings, or a killed generation's last file): rewritten; rels left out carry
+        no mark of iogen's (foreign data, refused unless --overwrite)."""
+        return {}
+
+    def start(self, kept) -> None:
+        """Open this rank's record, with the entries of the files it keeps (kept: manifest entries)."""
+
+    def publish_image(self, path: str, image, fsync: bool, line: bytearray, crc_at: int, needed_bytes: int,
+                      what: str) -> int:
+        """Publish a file held whole in memory (image: a buffer) at path, complete or not at all, and record it;
+        line: its record's JSON line with the CRC's eight hex digits at crc_at left to fill; return its CRC-32C.
+        needed_bytes and what: as a full disk's message names them."""
+        raise NotImplementedError
+
+    def publish_written(self, path: str, write, needed_bytes: int, what: str, fsync: bool) -> tuple[int, int]:
+        """Publish a file that write(local path) -> (size, CRC-32C) writes, complete or not at all; return
+        (size, CRC-32C). Then `record` its entry."""
+        raise NotImplementedError
+
+    def record(self, entry: dict) -> None:
+        """Record a file publish_written published (its manifest entry); nothing where the data carries it."""
+
+    def close(self) -> None:
+        """Close this rank's record (it stays until `finish`)."""
+
+    def finish(self) -> None:
+        """The manifest is written: remove the folder's records."""

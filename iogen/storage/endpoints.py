@@ -80,24 +80,40 @@ def other_endpoint_checks(reset: bool = False) -> dict:
         return found
 
 
-def requests_in(cells) -> int:
-    """The requests of figures cells ({op: {requests: ...}}, None for none): per-object stream figures
-    (put_object_stream, get_object_stream) are objects, not requests, and are left out."""
+COUNTS = ("requests", "retries", "throttled_503", "errors")  # what figures_by_endpoint counts per endpoint
+
+
+def counts_in(cells) -> dict:
+    """{requests, retries, throttled_503, errors} summed over figures cells ({op: {requests: ...}}, None for none):
+    per-object stream figures (put_object_stream, get_object_stream) are objects, not requests, and are left out;
+    a count a client does not report (null) adds nothing."""
     from .figures import OPS
 
-    return sum(int((c.get(op) or {}).get("requests") or 0) for c in cells if c for op in OPS)
+    return {k: sum(int((c.get(op) or {}).get(k) or 0) for c in cells if c for op in OPS) for k in COUNTS}
+
+
+def requests_in(cells) -> int:
+    """The requests of figures cells (counts_in's `requests`)."""
+    return counts_in(cells)["requests"]
+
+
+def figures_by_endpoint(world, urls, counts: dict) -> dict | None:
+    """{endpoint: {requests, retries, throttled_503, errors}} on rank 0 (None elsewhere): each rank's counts onto
+    its endpoint (rank mod N), plus the start-up HEADs every rank sent to the others (requests). A collective:
+    every rank calls it with the same urls."""
+    urls = tuple(urls)
+    table = np.zeros((len(urls), len(COUNTS)), np.int64)
+    table[world.rank % len(urls)] += np.array([int(counts.get(k) or 0) for k in COUNTS], np.int64)
+    for url, n in other_endpoint_checks(reset=True).items():
+        if url in urls:
+            table[urls.index(url), 0] += int(n)
+    total = world.reduce_array(table, "sum")
+    if world.rank != 0:
+        return None
+    return {url: dict(zip(COUNTS, (int(v) for v in row))) for url, row in zip(urls, np.asarray(total).tolist())}
 
 
 def requests_by_endpoint(world, urls, requests: int) -> dict | None:
-    """{endpoint: requests} on rank 0 (None elsewhere): each rank's `requests` onto its endpoint (rank mod N),
-    plus the start-up HEADs every rank sent to the others. A collective: every rank calls it with the same urls."""
-    urls = tuple(urls)
-    counts = np.zeros(len(urls), np.int64)
-    counts[world.rank % len(urls)] += int(requests)
-    for url, n in other_endpoint_checks(reset=True).items():
-        if url in urls:
-            counts[urls.index(url)] += int(n)
-    total = world.reduce_array(counts, "sum")
-    if world.rank != 0:
-        return None
-    return {url: int(n) for url, n in zip(urls, np.asarray(total).tolist())}
+    """{endpoint: requests} on rank 0 (None elsewhere): figures_by_endpoint's requests alone. A collective."""
+    found = figures_by_endpoint(world, urls, {"requests": requests})
+    return None if found is None else {url: d["requests"] for url, d in found.items()}

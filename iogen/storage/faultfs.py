@@ -42,7 +42,8 @@ from types import SimpleNamespace
 from ..errors import ConfigError
 from .base import Capabilities
 from .figures import OPS, OpStats
-from .s3 import MAX_ATTEMPTS, ObjectStore
+from .keys import MAX_ATTEMPTS
+from .s3 import ObjectStore
 
 ENV = "IOGEN_FAULTS"
 STATE = ".faultfs"
@@ -158,7 +159,7 @@ class FolderClient:
         applies = f["ops"] is None or _OP_OF.get(operation) in f["ops"]
         n = self._next() if applies and any(f[k] for k in FAULTS if not k.endswith("_ms")) else 0
         slow_s = f["first_byte_ms"] / 1000 if applies else 0
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in range(self.store.max_attempts):
             if applies and f["latency_ms"]:
                 time.sleep(f["latency_ms"] / 1000)
             status = code = None
@@ -174,7 +175,7 @@ class FolderClient:
             # what the `s3` backend's first-in-line retry hook sees of a response
             self.store._on_retry_check(response=(SimpleNamespace(status_code=status), {"Error": {"Code": code}}),
                                        operation=SimpleNamespace(name=operation))
-        raise _client_error(status, code, operation, MAX_ATTEMPTS - 1)
+        raise _client_error(status, code, operation, self.store.max_attempts - 1)
 
     def _path(self, bucket: str, key: str = "") -> str:
         if not bucket or "/" in bucket or bucket in (".", "..", STATE) or ".." in key.split("/"):
@@ -337,9 +338,10 @@ class FaultStorage(ObjectStore):
                                 needs=(("botocore", "storage.storage_type=faultfs"),))
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
-                 addressing_style: str = "auto", max_pool_connections: int = 16):
+                 addressing_style: str = "auto", max_pool_connections: int = 16, max_attempts: int = MAX_ATTEMPTS):
         self.endpoint_url = endpoint_url
         self.region = region
+        self.max_attempts = int(max_attempts)
         self.folder = _folder_of(endpoint_url)
         self.faults = parse_faults(os.environ.get(ENV))
         self._local = threading.local()

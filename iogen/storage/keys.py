@@ -18,6 +18,9 @@ SCHEME = "s3://"
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
+# How many times a request is tried, the first try included (storage.max_attempts's default).
+MAX_ATTEMPTS = 5
+
 def split_uri(uri: str) -> tuple[str, str]:
     """(bucket, key) of s3://bucket/key."""
     rest = uri[len(SCHEME):]
@@ -51,21 +54,25 @@ def data_uri(wl) -> str:
 
 def storage_problems(storage_type: str, root: str, endpoint_url, region, addressing_style,
                      s3_client: str = "boto3", *, endpoint_urls=None, verify_tls: bool = True,
-                     ca_bundle=None) -> list[str]:
+                     ca_bundle=None, max_attempts: int = None) -> list[str]:
     """What is wrong with the storage section's keys (config messages naming the key)."""
     from . import clients, object_key_types
 
     problems = []
+    max_attempts = MAX_ATTEMPTS if max_attempts is None else max_attempts
     if storage_type not in object_key_types():
         for key, value, default in (("endpoint_url", endpoint_url, None), ("endpoint_urls", endpoint_urls, None),
                                     ("region", region, None), ("addressing_style", addressing_style, "auto"),
                                     ("verify_tls", verify_tls, True), ("ca_bundle", ca_bundle, None),
-                                    ("s3_client", s3_client, "boto3")):
+                                    ("s3_client", s3_client, "boto3"), ("max_attempts", max_attempts, MAX_ATTEMPTS)):
             if value != default:
                 problems.append(f"storage.{key} = {value!r} applies to storage.storage_type s3 only; remove it")
         return problems
     problems += _endpoints_problems(storage_type, endpoint_url, endpoint_urls)
     problems += _tls_problems(storage_type, s3_client, verify_tls, ca_bundle)
+    if max_attempts != MAX_ATTEMPTS and s3_client == "s3dlio":
+        problems.append(f"storage.max_attempts = {max_attempts}: s3dlio retries inside the AWS SDK for Rust and has no "
+                        f"setting for it; remove the key or choose another storage.s3_client")
     if s3_client != "boto3" and s3_client not in clients(storage_type):
         problems.append(f"storage.s3_client = {s3_client!r} applies to storage.storage_type s3 only; remove it")
     if root.startswith(SCHEME):
@@ -199,10 +206,11 @@ def workload_problems(wl) -> list[str]:
         if _climbs(ck.checkpoint_folder):
             problems.append(f"checkpoint.checkpoint_folder = {ck.checkpoint_folder!r}: '..' has no meaning in an "
                             "object key")
-    if wf.stage_data and wl.storage.s3_client != "boto3":
-        problems.append("workflow.stage_data = True: staging downloads through boto3 and the run then reads the "
-                        f"staged files, so storage.s3_client = {wl.storage.s3_client!r} would do nothing; "
-                        "use storage.s3_client=boto3")
+    if wf.stage_data and wl.storage.s3_client == "s3torchconnector":  # obstore and s3dlio stage through their GETs
+        problems.append("workflow.stage_data = True: with storage.s3_client = 's3torchconnector' staging would "
+                        "download through boto3 (the connector serves its PyTorch datasets and checkpoints) and the "
+                        "run then reads the staged files, so the connector would do nothing; use "
+                        "storage.s3_client=boto3, obstore or s3dlio")
     problems += _s3_client_problems(wl)
     methods = worker_start_methods(wl.storage.storage_type, wl.storage.s3_client)
     if (rd.data_loader == "pytorch" and rd.read_threads > 0 and (wf.train or wf.evaluation)

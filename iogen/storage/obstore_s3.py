@@ -8,7 +8,7 @@ reads of staging, checkpoint restores, verify) and every PUT (datagen's objects 
 checkpoint writes, the drain). Everything else (the bucket check, HEAD, LIST, DELETE) is the `s3`
 backend's boto3 client, counted as requests as there. obstore's store is made from what boto3
 resolved (endpoint, region, credentials from the same AWS chain, path or virtual addressing), with
-5 attempts as boto3's.
+storage.max_attempts tries per request (default 5), as boto3's.
 
 Figures (docs/objectstore.md): obstore returns each response but not its retries or the HTTP status
 of the answers it retried, so a GET or single PUT through it counts as one request with its bytes,
@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, DataError
 from .base import Capabilities
 from .keys import split_uri
-from .s3 import MAX_ATTEMPTS, MIN_PART_BYTES, DataClientStore
+from .s3 import MIN_PART_BYTES, DataClientStore
 from .s3torch import StreamFigures, run_objects
 
 NOT_MEASURED = {
@@ -94,7 +94,7 @@ class ObstoreStorage(DataClientStore):
             kw = dict(region=c.meta.region_name or "us-east-1", access_key_id=frozen.access_key,
                       secret_access_key=frozen.secret_key, virtual_hosted_style_request=virtual,
                       client_options=self._client_options(endpoint),
-                      retry_config={"max_retries": MAX_ATTEMPTS - 1})
+                      retry_config={"max_retries": self.max_attempts - 1})
             if frozen.token:
                 kw["token"] = frozen.token
             if not aws:

@@ -175,10 +175,10 @@ class PosixStorage(Storage):
 
     # -- writes -------------------------------------------------------------------------------
 
-    def publish(self, path: str, data, fsync: bool = False) -> None:
+    def publish(self, path: str, data, fsync: bool = False, what: str = "") -> None:
         """The core's write_file: written under this process's temporary name, renamed into place (one call)."""
         _parent(path)
-        pending = PendingFile(path, needed_bytes=memoryview(data).nbytes)
+        pending = PendingFile(path, needed_bytes=memoryview(data).nbytes, what=what)
         try:
             core.publish.write_file(pending.tmp, data, final_path=path, fsync=bool(fsync))
         except BaseException as exc:
@@ -247,6 +247,12 @@ class PosixStorage(Storage):
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+    def generation(self, folder: str, params: dict, rank: int, world_size: int):
+        """Completion journalled beside the files (iogen/storage/journal.py)."""
+        from .journal import JournalGeneration
+
+        return JournalGeneration(folder, params, rank, world_size)
 
     # -- folders and the block writer/reader (checkpoints: iogen/checkpoint/io.py) ---------------
 

@@ -15,18 +15,23 @@ and the HTTP status (exit 2).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import sys
+import tempfile
 import threading
 import time
 
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from .keys import SCHEME, split_uri
+from .keys import MAX_ATTEMPTS, SCHEME, split_uri
 from .base import Capabilities, Storage
 from . import requestlog
 from .figures import OPS, OpStats
+from .base import Generation  # datagen's completion record (MetadataGeneration, below)
 
 # S3 refuses multipart parts under 5 MiB (except the last one).
 MIN_PART_BYTES = 5 << 20
@@ -40,7 +45,6 @@ def part_size_bytes(block_bytes: int) -> int:
     return -(-MIN_PART_BYTES // t) * t
 
 
-MAX_ATTEMPTS = 5
 
 
 def _status(exc) -> tuple[int | None, str]:
@@ -57,6 +61,7 @@ class ObjectStore(Storage):
     client_name = "boto3"
     no_request_log = None  # every request _count counts is logged
     noun = "object"
+    folder_noun = "prefix"
     capabilities = Capabilities(local_paths=False, page_cache=False, evict=False, direct_io=False, fsync=False,
                                 temp_names_visible=False, figures=frozenset({"requests"}),
                                 needs=(("boto3", "storage.storage_type=s3"),),
@@ -69,18 +74,22 @@ class ObjectStore(Storage):
     _endpoint_key = "storage.endpoint_url"
 
     def __init__(self, endpoint_url: str | None = None, region: str | None = None,
-                 addressing_style: str = "auto", max_pool_connections: int = 16, verify=True):
+                 addressing_style: str = "auto", max_pool_connections: int = 16, verify=True,
+                 max_attempts: int = MAX_ATTEMPTS):
         import boto3
         import botocore.config
 
         self.endpoint_url = endpoint_url  # None: AWS_ENDPOINT_URL / the AWS config / AWS itself
         self.region = region
         self._verify = verify
+        self.max_attempts = int(max_attempts)  # storage.max_attempts: every client's tries per request
         if verify is False:  # asked for: urllib3's warning on each request says nothing new
             _quiet_unverified()
         self._boto3 = boto3
         self._config = botocore.config.Config(
-            s3={"addressing_style": addressing_style}, retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+            # total_max_attempts: every try, the first included (botocore's max_attempts counts retries only)
+            s3={"addressing_style": addressing_style},
+            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
             max_pool_connections=max_pool_connections, user_agent_extra="iogen")
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -92,7 +101,8 @@ class ObjectStore(Storage):
         from .endpoints import endpoint_list, endpoint_of, tls_verify
 
         st = wl.storage
-        store = cls(endpoint_of(st), st.region, st.addressing_style, max_pool_connections=max(10, threads))
+        store = cls(endpoint_of(st), st.region, st.addressing_style, max_pool_connections=max(10, threads),
+                    max_attempts=getattr(st, "max_attempts", MAX_ATTEMPTS))
         store._verify = tls_verify(st)
         if store._verify is False:
             _quiet_unverified()
@@ -163,12 +173,15 @@ class ObjectStore(Storage):
         return r
 
     def _failed(self, op: str, uri: str, exc, what: str) -> DataError:
+        # a request that failed after its retries: an error, and its retries counted as a response's are
+        retries = int(((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts") or 0)
         with self._lock:
             self._stats[op].errors += 1
-        if requestlog.ENABLED():  # a failed request's row: its status, no latency (-1)
+            self._stats[op].retries += retries
+        if requestlog.ENABLED():  # a failed request's row: its status and retries, no latency (-1)
             requestlog.record(op, uri, self.where(), time.perf_counter_ns(), None, None, status=_status(exc)[0] or 0,
-                              flags=requestlog.FLAG_ERROR)
-        return _data_error(uri, exc, what, self.where())
+                              retries=retries, flags=requestlog.FLAG_ERROR)
+        return _data_error(uri, exc, what, self.where(), self.max_attempts)
 
     def drain(self) -> dict:
         """Figures since the last drain, by operation (only operations that ran), then reset."""
@@ -184,7 +197,7 @@ class ObjectStore(Storage):
 
         config = self._config.merge(botocore.config.Config(
             connect_timeout=min(CHECK_CONNECT_S, timeout_s), read_timeout=timeout_s,
-            retries={"mode": "standard", "max_attempts": CHECK_ATTEMPTS}))
+            retries={"mode": "standard", "total_max_attempts": CHECK_ATTEMPTS}))
         return self._boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
                                                      config=config, verify=self._verify)
 
@@ -222,12 +235,22 @@ class ObjectStore(Storage):
             raise ConfigError(f"{self._endpoint_key}: cannot reach the object store at {self.where()} ({exc})") from None
         except bex.ClientError as exc:
             status, code = _status(exc)
+            code = "" if code == str(status) else code  # a HEAD's error has no body: botocore's code is the status
+            if status == 503 or status in (500, 502, 504) or code in ("SlowDown", "Throttling"):
+                raise ConfigError(f"{self._endpoint_key}: the object store at {self.where()} answered HTTP {status} "
+                                  f"{code} to every attempt of the bucket check ({CHECK_ATTEMPTS} attempts): it is "
+                                  "overloaded or unavailable; retry when it recovers, or leave it out of the "
+                                  "endpoints".replace("  ", " ")) from None
+            if not _speaks_s3(exc):  # a web server, a proxy's error page: the URL is wrong, not the bucket
+                raise ConfigError(f"{self._endpoint_key}: {self.where()} answered HTTP {status} {code} with no S3 "
+                                  "header (x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, "
+                                  f"path), and that bucket {bucket!r} exists there".replace("  ", " ")) from None
             if status == 404:
                 why = "does not exist (create it first)"
             elif status in (401, 403):
                 why = "refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
             else:
-                why = f"answered HTTP {status} {code}"
+                why = f"answered HTTP {status} {code}".rstrip()
             raise ConfigError(f"storage.storage_root: bucket {bucket!r} at {self.where()} {why}") from None
         except (bex.BotoCoreError, ValueError) as exc:
             raise ConfigError(f"storage: the object store at {self.where()} cannot be used: {exc}") from None
@@ -252,7 +275,7 @@ class ObjectStore(Storage):
 
             def head(url=url):
                 other = ObjectStore(url, self.region, getattr(self, "_addressing_style", "auto"),
-                                    max_pool_connections=1, verify=self._verify)
+                                    max_pool_connections=1, verify=self._verify, max_attempts=self.max_attempts)
                 other._endpoint_key = self._endpoint_key
                 other.check_bucket(bucket)
                 return sum(d["requests"] for d in other.drain().values())
@@ -594,7 +617,7 @@ class ObjectStore(Storage):
                 raise DataError(path, "the object does not exist (HTTP 404)")
         return ObjectFile(self, path, size)
 
-    def publish(self, path: str, data, fsync: bool = False) -> None:
+    def publish(self, path: str, data, fsync: bool = False, what: str = "") -> None:
         """One PUT: the object appears whole when the request completes (fsync has no meaning here)."""
         self.put_bytes(path, bytes(memoryview(data).cast("B")))
 
@@ -627,8 +650,96 @@ class ObjectStore(Storage):
     def remove(self, path: str) -> None:
         self.delete(path)
 
+    def generation(self, folder: str, params: dict, rank: int, world_size: int) -> "MetadataGeneration":
+        """Completion carried by each object's user metadata (MetadataGeneration)."""
+        return MetadataGeneration(self, folder, params)
+
 
 S3Storage = ObjectStore
+
+
+# -- generation: each object's metadata says it is complete (iogen/data/generate.py) ---------------------
+
+META_PARAMS = "iogen-params"
+META_CRC = "iogen-crc32c"
+# Objects up to this size are staged in memory (memfd); larger ones in the system's temporary folder.
+MEMFD_MAX_BYTES = 256 << 20
+
+
+@contextlib.contextmanager
+def scratch_path(size_bytes: int, suffix: str):
+    """A path for one object's bytes while they are written or indexed, removed on exit.
+
+    An anonymous memory file (/proc/self/fd/N of a memfd) when the object is small enough and
+    the system has memfd, so nothing is written outside the data and output folders; else a
+    temporary file in the system's temporary folder.
+    """
+    if size_bytes <= MEMFD_MAX_BYTES and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("iogen-object", os.MFD_CLOEXEC)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, tmp = tempfile.mkstemp(prefix="iogen-object-", suffix="." + suffix)
+    os.close(fd)
+    try:
+        yield tmp
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def params_digest(params: dict) -> str:
+    """A short digest of the generation settings, stored with each object."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class MetadataGeneration(Generation):
+    """An object store's `Generation`: no journal beside the data (an object cannot be appended to); every
+    data object carries, as user metadata, a digest of the generation settings and its CRC-32C. A rerun
+    keeps an object whose metadata carries the same digest and a CRC, rewrites one of other settings,
+    and refuses one without iogen's metadata (foreign data) unless --overwrite. A file held in memory is
+    one PUT; a streamed one is written to scratch (scratch_path: a memfd, so nothing is written outside
+    the data and output folders), then uploaded (multipart when larger than a part)."""
+
+    def __init__(self, store: ObjectStore, folder: str, params: dict, part_bytes: int = DEFAULT_PART_BYTES):
+        self.store, self.folder = store, folder
+        self.digest = params_digest(params)
+        self.part_bytes = part_bytes
+
+    def marks(self, rels) -> dict[str, str | None]:
+        """One HEAD per object."""
+        out = {}
+        for rel in rels:
+            head = self.store.head(f"{self.folder}/{rel}")
+            meta = head[1] if head else {}
+            if meta.get(META_PARAMS) == self.digest and META_CRC in meta:
+                out[rel] = meta[META_CRC]
+            elif meta.get(META_PARAMS) is not None:
+                out[rel] = None  # iogen's, of other settings: rewritten
+        return out
+
+    def _metadata(self, crc: int) -> dict:
+        from ..common.checksum import format_crc
+
+        return {META_PARAMS: self.digest, META_CRC: format_crc(crc)}
+
+    def publish_image(self, path, image, fsync, line, crc_at, needed_bytes, what) -> int:
+        from ..common.checksum import crc32c
+
+        data = bytes(memoryview(image).cast("B"))
+        crc = crc32c(data)
+        self.store.put_bytes(path, data, metadata=self._metadata(crc))
+        return crc
+
+    def publish_written(self, path, write, needed_bytes, what, fsync) -> tuple[int, int]:
+        with scratch_path(needed_bytes + (64 << 10), path.rsplit(".", 1)[-1]) as tmp:
+            size, crc = write(tmp)
+            self.store.put_file(path, tmp, self.part_bytes, metadata=self._metadata(crc))
+        return size, crc
 
 
 def _quiet_unverified() -> None:
@@ -660,6 +771,16 @@ def _read_body(body, mv: memoryview) -> int:
     return pos
 
 
+def _speaks_s3(exc) -> bool:
+    """Whether an error response came from an S3 server: one sends x-amz-* headers (x-amz-request-id; moto's
+    x-amzn-requestid) on every answer, a web server or a proxy's error page does not. True when there were no HTTP
+    headers to look at (faultfs answers from files)."""
+    headers = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("HTTPHeaders")
+    if not headers:
+        return True
+    return any(str(k).lower().startswith("x-amz") for k in headers)
+
+
 def _op_of(name: str) -> str:
     if name in ("GetObject",):
         return "get"
@@ -674,15 +795,17 @@ def _op_of(name: str) -> str:
     return "head"
 
 
-def _data_error(uri: str, exc, what: str, endpoint: str) -> DataError:
+def _data_error(uri: str, exc, what: str, endpoint: str, attempts: int = MAX_ATTEMPTS) -> DataError:
     """A DataError naming bucket, key and HTTP status (or the connection problem)."""
     status, code = _status(exc)
     if code == str(status):  # a HEAD's error has no body: botocore puts the status as its code
         code = ""
     if status == 404:
         return DataError(uri, f"{what}: the object does not exist (HTTP 404 {code})".replace(" )", ")"))
-    if status is not None:
-        return DataError(uri, f"{what} failed after {MAX_ATTEMPTS} attempt(s): HTTP {status} {code}".rstrip())
+    if status is not None:  # the attempts the client made: its retries and the first
+        retries = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("RetryAttempts")
+        attempts = attempts if retries is None else int(retries) + 1
+        return DataError(uri, f"{what} failed after {attempts} attempt(s): HTTP {status} {code}".rstrip())
     return DataError(uri, f"{what} failed at {endpoint}: {exc}")
 
 

@@ -41,7 +41,7 @@ from ..errors import ConfigError, DataError
 from .keys import root_parts, split_uri
 from .base import Capabilities
 from .figures import StreamStats
-from .s3 import MAX_ATTEMPTS, ObjectStore
+from .s3 import ObjectStore
 
 
 def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None,
@@ -77,7 +77,7 @@ def connector_args(storage, store: ObjectStore, *, part_bytes: int | None = None
 
 def open_connector(wl, store, part_bytes: int):
     """An S3Checkpoint on the workload's endpoint, region and addressing (as store's boto3 client resolves
-    them), parts of part_bytes, 5 attempts as boto3's."""
+    them), parts of part_bytes, storage.max_attempts tries as boto3's."""
     return open_connector_storage(wl.storage, store, part_bytes)
 
 
@@ -85,7 +85,7 @@ def open_connector_storage(storage, store, part_bytes: int):
     """open_connector from the storage section itself."""
     from s3torchconnector import S3Checkpoint
 
-    return S3Checkpoint(**connector_args(storage, store, part_bytes=part_bytes, max_attempts=MAX_ATTEMPTS))
+    return S3Checkpoint(**connector_args(storage, store, part_bytes=part_bytes, max_attempts=store.max_attempts))
 
 
 def connector_error(uri: str, exc: BaseException, what: str) -> DataError:

@@ -78,6 +78,19 @@ def test_framework_loaders_without_their_framework(tmp_path, without, tiny):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("client,extra", [("obstore", "obstore"), ("s3dlio", "s3dlio"),
+                                          ("s3torchconnector", "s3torch")])
+def test_an_s3_client_that_is_not_installed_is_named_with_its_pip_command(tmp_path, without, client, extra):
+    """Refused before the bucket check (no server needed: nothing is sent), naming the key that chose it."""
+    over = ["storage.storage_type=s3", "storage.storage_root=bkt1", f"storage.s3_client={client}",
+            "storage.endpoint_url=http://127.0.0.1:9", "reader.data_loader=pytorch",
+            f"output.folder={tmp_path / 'results'}"]
+    res = without((client,), "datagen", "default", *over, "-q")
+    one_error_line(res, f"iogen[{extra}]")
+    assert f"{client} (storage.s3_client={client})" in res.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_mpi_without_mpi4py(without, tiny):
     res = without(("mpi4py",), "run", "default", *tiny(), env={"IOGEN_MPI": "on"})
     one_error_line(res, "iogen[mpi]")

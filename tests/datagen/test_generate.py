@@ -11,7 +11,8 @@ from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import make_format
 from iogen.formats.base import sample_bytes
-from iogen.data.manifest import MANIFEST_NAME, journal_paths
+from iogen.data.manifest import MANIFEST_NAME
+from iogen.storage.journal import journal_paths
 
 
 def tree_bytes(root):
@@ -48,7 +49,7 @@ def test_generates_every_split_with_dlio_names_and_manifest(tmp_path, workload):
     # progress: one call per file, monotone, totals fixed, ends complete
     assert len(calls) == 6 and calls[-1][0] == calls[-1][1] == 6
     assert calls[-1][2] == calls[-1][3] == res.payload_bytes_written
-    assert not journal_paths(layout) and not [n for n in os.listdir(layout.folder) if ".tmp." in n]
+    assert not journal_paths(layout.folder) and not [n for n in os.listdir(layout.folder) if ".tmp." in n]
 
 
 def test_regeneration_is_byte_identical_and_seed_dependent(tmp_path, workload):
@@ -80,7 +81,7 @@ def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
     with pytest.raises(KeyboardInterrupt):
         generate(wl, workers=1, progress=interrupt)
     assert not os.path.exists(os.path.join(layout.folder, MANIFEST_NAME))
-    assert journal_paths(layout)
+    assert journal_paths(layout.folder)
     # damage the interrupted dataset further: truncate a finished file, leave a temporary file
     with open(layout.paths[1], "r+b") as f:
         f.truncate(5000)
@@ -90,7 +91,7 @@ def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
     assert res.files_skipped == 2 and res.files_written == 4
     generate(workload(data_folder=str(tmp_path / "fresh"), num_files_train=6, record_length_bytes=20000))
     assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "fresh")
-    assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME)) and not journal_paths(layout)
+    assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME)) and not journal_paths(layout.folder)
 
 
 def test_changed_settings_regenerate_everything_only_with_overwrite(tmp_path, workload):
@@ -118,7 +119,7 @@ def test_ranks_split_the_files_and_finalize_writes_the_manifest(tmp_path, worklo
     generate(layout, fmt, rank=0, world_size=2, finalize_manifest=False)
     finalize(layout, fmt)
     manifest = json.loads((tmp_path / "d" / "train" / MANIFEST_NAME).read_text())
-    assert len(manifest["files"]) == 5 and not journal_paths(layout)
+    assert len(manifest["files"]) == 5 and not journal_paths(layout.folder)
     generate(workload(data_folder=str(tmp_path / "one"), num_files_train=5))
     assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "one")
 
@@ -156,7 +157,7 @@ def test_a_file_whose_rename_fails_leaves_no_temporary_and_is_not_journaled(tmp_
         generate(layout, make_format("npz"), workers=1, check=False)
     assert info.value.filename.endswith(".tmp.%d" % os.getpid()) and info.value.filename2 == layout.paths[3]
     assert not [n for n in os.listdir(layout.folder) if ".tmp." in n]
-    (journal,) = journal_paths(layout)
+    (journal,) = journal_paths(layout.folder)
     with open(journal) as f:
         listed = [json.loads(line)["file"] for line in f.read().splitlines()[1:]]
     assert listed == [layout.rel_path(i) for i in range(3)]  # journaled once in place, in order
@@ -174,7 +175,7 @@ def test_image_and_streamed_writes_journal_the_same_entries(tmp_path):
     for name, fmt in (("image", npz()), ("streamed", Streamed())):
         layout = DatasetLayout(tmp_path / name, "train", 5, 2, 3000, 0, 1, "npz")
         generate(layout, fmt, workers=2, finalize_manifest=False)
-        (journal,) = journal_paths(layout)
+        (journal,) = journal_paths(layout.folder)
         with open(journal, "rb") as f:
             lines[name] = sorted(f.read().splitlines()[1:])
     assert lines["image"] == lines["streamed"] and len(lines["image"]) == 5
@@ -224,7 +225,7 @@ def test_a_killed_generations_unjournaled_last_file_is_rewritten_and_a_stranger_
     layout = DatasetLayout(tmp_path / "d", "train", 6, 1, 1000, 0, 1, "npz")
     fmt = make_format("npz")
     generate(layout, fmt, workers=1, finalize_manifest=False)
-    (journal,) = journal_paths(layout)
+    (journal,) = journal_paths(layout.folder)
     with open(journal) as f:
         lines = f.read().splitlines()
     with open(journal, "w") as f:
@@ -278,3 +279,52 @@ def test_a_datagen_killed_mid_way_is_resumed_from_its_journal(tmp_path):
     res = generate(wl, workers=2)
     assert res.files_skipped >= len(entries) and res.files_written + res.files_skipped == 4000
     assert verify(wl) == []
+
+
+@pytest.mark.parametrize("storage", ["posix", "faultfs"], indirect=True)
+def test_a_stopped_generation_of_other_settings_is_refused_by_its_journal_or_rewritten_by_its_marks(storage):
+    """One path, each backend's rules: the journal beside files of a stopped generation with other settings
+    is refused (exit 2) unless --overwrite; an object carries its settings digest, so one of other settings is
+    rewritten, and one without iogen's metadata is refused."""
+    from iogen.config import load_workload
+    from iogen.data.generate import generate_dataset
+    from iogen.formats import get_format
+    from iogen.storage import get_storage
+    from iogen.world.communicator import get_world
+
+    wl = load_workload("default", storage.overrides("npz"))
+
+    heads = []
+
+    def run(seed, **kw):
+        wl = load_workload("default", storage.overrides("npz", **{"train.seed": seed}))
+        layout, st = DatasetLayout.from_workload(wl, "train"), get_storage(wl)
+        st.drain()
+        try:
+            return generate_dataset(st, [layout], get_format(wl.dataset), get_world(), workers=1, **kw)[0]
+        finally:
+            heads.append(st.drain().get("head", {}).get("requests", 0))
+
+    def stop(done, *_):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(1, progress=stop)
+    if storage.is_object:
+        assert run(2).files_written == 4  # two objects of seed 1: rewritten, not refused
+        storage.remove(MANIFEST_NAME)
+        storage.remove("img_3_of_4.npz")
+        res = run(2)  # resumed by each object's marks: one HEAD an object
+        assert (res.files_written, res.files_skipped, heads[-1]) == (1, 3, 3)
+        storage.remove(MANIFEST_NAME)
+        get_storage(wl).publish(storage.where("img_1_of_4.npz"), b"not ours")  # through the store: no metadata
+        with pytest.raises(DataError, match=r"holds 1 data object\(s\) that no iogen manifest lists \(img_1_of_4"):
+            run(2)
+        assert run(2, overwrite=True).files_written == 4  # with --overwrite, only a manifest's entries are kept
+    else:
+        with pytest.raises(DataError, match="an unfinished generation with other settings") as err:
+            run(2)
+        assert ".iogen-journal.r0-of-1.jsonl" in err.value.path
+        assert run(2, overwrite=True).files_written == 4
+    assert storage.read("img_1_of_4.npz") != b"not ours"

@@ -112,3 +112,14 @@ def test_foreign_files_of_every_format_are_never_overwritten(tmp_path, iogen_cmd
     assert {p.name: p.read_bytes() for p in train.iterdir()} == foreign
     res = iogen_cmd("run", "default", *args, "workflow.generate_data=True", f"output.folder={tmp_path / 'out'}")
     assert res.returncode == 2 and {p.name: p.read_bytes() for p in train.iterdir()} == foreign, res.stderr
+
+
+def test_a_foreign_file_in_a_subfolder_that_is_a_symbolic_link_is_refused(tmp_path, workload):
+    elsewhere = tmp_path / "elsewhere"
+    write(elsewhere / "img_1_of_4.npz", "someone else's data")
+    (tmp_path / "d" / "train").mkdir(parents=True)
+    os.symlink(elsewhere, tmp_path / "d" / "train" / "1")
+    wl = workload(data_folder=str(tmp_path / "d"), num_files_train=4, num_subfolders_train=2)
+    with pytest.raises(DataError, match=r"1/img_1_of_4.npz"):
+        generate(wl)
+    assert read(elsewhere / "img_1_of_4.npz") == "someone else's data"

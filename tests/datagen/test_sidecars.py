@@ -127,11 +127,12 @@ def test_objects_carry_their_index_files_and_the_native_loader_reads_them(s3, tm
 def test_index_files_are_written_in_pieces_with_the_whole_file_s_crc(tmp_path, monkeypatch):
     from iogen.data import sidecars
     from iogen.formats import make_format
+    from iogen.storage.posix import PosixStorage
 
     fmt = make_format("indexed_binary")
     monkeypatch.setattr(sidecars, "PIECE_ENTRIES", 3)  # 7 entries: pieces of 3, 3 and 1
     path = str(tmp_path / "img_0_of_1.indexed_binary")
-    assert sidecars.write_sidecars(fmt, path, 7, 100) == 2 * 7 * 8
+    assert sidecars.publish_sidecars(PosixStorage(), fmt, path, 7, 100) == 2 * 7 * 8
     whole = dict(fmt.sidecar_images(7, 100))
     for suffix, size, crc in sidecars.summary(fmt, 7, 100):
         with open(path + suffix, "rb") as fh:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from iogen.common.pool import Failed, ThreadPool, acquire_through_interrupts, run_on_threads
+from iogen.common.pool import Countdown, Failed, ThreadPool, acquire_through_interrupts, run_on_threads
 
 
 def test_every_item_runs_once_on_the_named_threads():
@@ -205,31 +205,38 @@ def test_an_interrupted_run_waits_for_the_running_task_then_raises():
 
 
 def test_a_second_interrupt_does_not_cut_the_wait_short():
-    sem = threading.Semaphore(0)
+    ended = Countdown()
 
-    def waiting_on_a_new_waiter(old=None):
-        """The main thread inside acquire_through_interrupts' wait (a new one after an interrupt)."""
-        while not sem._cond._waiters or sem._cond._waiters[0] is old:
+    def waiting(n):
+        """The main thread inside acquire_through_interrupts' wait, the n-th time (a new wait after an interrupt)."""
+        while ended.waits < n:
             time.sleep(0.001)
-        return sem._cond._waiters[0]
 
     def interrupt_then_release():
-        first = waiting_on_a_new_waiter()
+        waiting(1)
         interrupts.send()
-        # The second interrupt comes once the first has left the semaphore's Condition and the wait
-        # resumed: a handler's exception raised while another is still unwinding through
-        # Condition.wait can break the Condition itself (CPython), a different matter from the one
-        # tested here.
-        waiting_on_a_new_waiter(first)
+        waiting(2)  # the first interrupt was swallowed and the wait resumed
         interrupts.send()
-        sem.release()
+        waiting(3)
+        ended.release()
 
     with _Interrupts() as interrupts:
         helper = threading.Thread(target=interrupt_then_release)
         helper.start()
-        acquire_through_interrupts(sem)  # returns (the interrupts are swallowed), does not raise
+        acquire_through_interrupts(ended)  # returns (the interrupts are swallowed), does not raise
         helper.join()
-    assert not sem.acquire(blocking=False)
+    assert ended.count() == 1 and ended.waits == 3
+
+
+def test_a_countdown_counts_every_release_of_many_threads():
+    ended = Countdown()
+    threads = [threading.Thread(target=lambda: [ended.release() for _ in range(200)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    ended.wait_for(800)
+    for t in threads:
+        t.join()
+    assert ended.count() == 800
 
 
 def test_cancel_is_set_at_the_first_failure_so_long_tasks_stop_early():

@@ -93,17 +93,14 @@ def _storage_workload(kind, tmp_path, request, monkeypatch):
 def test_verify_over_each_storage_names_corrupt_missing_and_unlisted(kind, tmp_path, request, monkeypatch):
     from iogen.world.communicator import get_world
     from iogen.formats import get_format
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage import get_storage
 
     wl = _storage_workload(kind, tmp_path, request, monkeypatch)
     st = get_storage(wl)
     layout = DatasetLayout.from_workload(wl, "train")
     fmt = get_format(wl.dataset)
-    if st.capabilities.temp_names_visible:
-        generate(layout, fmt)
-    else:
-        generate_objects(st, [layout], fmt, get_world())
+    generate_dataset(st, [layout], fmt, get_world())
     assert verify(layout, fmt, storage=st) == []
     data = bytearray(st.get_bytes(layout.paths[1]))
     data[-100] ^= 1  # same size, one byte flipped (in the last sample's payload)

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+
 from ..conftest import key_of, result_summary, s3_overrides
 
 pytest.importorskip("boto3", reason="pip install 'iogen[s3]' (boto3) for the object-storage tests")
@@ -88,29 +89,40 @@ def test_run_generate_writes_objects_then_reads(s3, tmp_path, iogen_cmd):
     assert iogen_cmd("verify", "default", *over).returncode == 0
 
 
-@pytest.mark.slow  # botocore's backoff before the 5th attempt: tens of seconds
 def test_throttling_is_retried_counted_and_fatal_after_the_retries(s3, throttling_proxy, tmp_path, iogen_cmd):
-    """503 SlowDown from a real HTTP proxy in front of the server: retried and counted per epoch;
-    a key that is always throttled ends the run with exit 2 naming the key and the status."""
-    endpoint, throttler = throttling_proxy
+    """503 SlowDown from a real HTTP proxy in front of the server, the first of two endpoints
+    (storage.endpoint_urls [the proxy, the server]: the one rank reads through the proxy): retried
+    (the retry policy: 5 attempts, 2 with storage.max_attempts=2) and counted per epoch and at that endpoint; a key that is always
+    throttled ends the run with exit 2 naming the key, the status and the attempts."""
+    proxy, throttler = throttling_proxy
     over = s3_overrides(s3, tmp_path, "npz", **{"train.computation_time": 0, "workflow.generate_data": False,
-                                                "train.epochs": 1, "reader.read_threads": 2})
+                                                "train.epochs": 1, "reader.read_threads": 2,
+                                                "storage.endpoint_urls": f"[{proxy},{s3.endpoint}]"})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     throttler.every_nth_ranged_get = 3  # a retried request is another ranged GET: never two in a row
     r = iogen_cmd("run", "default", *over)
     assert r.returncode == 0, r.stderr
-    get = result_summary(r)["iogen"]["object_store"]["train_epochs"][0]["get"]
+    block = result_summary(r)["iogen"]["object_store"]
+    get = block["train_epochs"][0]["get"]
     assert get["requests"] == 16 and get["errors"] == 0
     assert get["throttled_503"] >= 1 and get["retries"] == get["throttled_503"]
     assert throttler.throttled == get["throttled_503"]
     assert f"{get['throttled_503']} throttled (503)" in r.stdout
+    mine = block["by_endpoint"][proxy]  # the 503s the proxy served, at its endpoint; the other: its check alone
+    assert mine["throttled_503"] == mine["retries"] == throttler.throttled and mine["errors"] == 0
+    assert mine["requests"] == block["requests_by_endpoint"][proxy] > 16
+    assert block["by_endpoint"][s3.endpoint] == {"requests": 1, "retries": 0, "throttled_503": 0, "errors": 0}
+    n = throttler.throttled
+    assert f"{proxy} {mine['requests']} ({n} retries, {n} throttled (503)), {s3.endpoint} 1" in r.stdout, r.stdout
     throttler.every_nth_ranged_get = 0
     throttler.always_for = "img_1_of_4.npz"
     throttler.throttled = 0
-    r = iogen_cmd("run", "default", *over)
+    r = iogen_cmd("run", "default", *over, "storage.max_attempts=2")  # 2 tries: botocore's backoff is short
     assert r.returncode == 2, r.stderr
-    # the first request for it is the index's HEAD, whose 503 has no body to name the code
+    # HTTP 503 named whichever request for it ran out of tries (a HEAD's 503 has no body to name the code)
     assert f"s3://{s3.bucket}/pre/ds/train/img_1_of_4.npz" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    # the policy, storage.max_attempts: botocore's own count of the attempts it made
+    assert "failed after 2 attempt(s)" in r.stderr and throttler.throttled >= 2
     assert "Traceback" not in r.stderr
 
 
@@ -151,7 +163,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
     from iogen.data.layout import DatasetLayout
     from iogen.formats import get_format
     from iogen.loaders.native import NativeLoader
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
     from iogen.plan import make_plan
 
@@ -159,7 +171,7 @@ def test_indexing_by_the_layout_needs_no_request(s3, tmp_path, fmt):
                                                                     "dataset.record_length_bytes": 1 << 20}))
     fmt_ = get_format(wl.dataset)
     layout = DatasetLayout.from_workload(wl, "train")
-    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    generate_dataset(open_store(wl), [layout], fmt_, get_world())
     loader = NativeLoader(wl, layout, fmt_, get_world())
     try:
         for _ in loader.epoch(make_plan(num_files=2, samples_per_file=4, batch_size=2)):

@@ -23,7 +23,7 @@ VARIANTS = [("hdf5", "none"), ("hdf5", "chunked"), ("hdf5", "gzip"), ("hdf5", "l
 
 
 def _setup(s3, tmp_path, fmt, compression, **extra):
-    from iogen.data.generate import generate_objects
+    from iogen.data.generate import generate_dataset
     from iogen.storage.s3 import open_store
 
     chunked = {"dataset.enable_chunking": True} if compression == "chunked" else {}  # one sample per chunk
@@ -32,7 +32,7 @@ def _setup(s3, tmp_path, fmt, compression, **extra):
     wl = load_workload("default", over)
     layout = DatasetLayout.from_workload(wl, "train")
     fmt_ = get_format(wl.dataset)
-    generate_objects(open_store(wl), [layout], fmt_, get_world())
+    generate_dataset(open_store(wl), [layout], fmt_, get_world())
     return wl, layout, fmt_
 
 

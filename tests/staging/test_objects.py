@@ -15,21 +15,26 @@ def _staging(s3, tmp_path, fmt, **extra):
                                               "train.computation_time": 0, "metric.au": 0.0, **extra})
 
 
-STAGING_CASES = [pytest.param("moto", fmt, loader, marks=mark) for fmt in ("npz", "tfrecord")
+STAGING_CASES = [pytest.param("moto", fmt, loader, "boto3", marks=mark) for fmt in ("npz", "tfrecord")
                  for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch),
                                       ("tensorflow", pytest.mark.tensorflow))]
-STAGING_CASES.append(pytest.param("rgw", "tfrecord", "native"))  # a real server: one case
-STAGING_CASES.append(pytest.param("moto", "indexed_binary", "native"))  # its index files are staged beside the data
+STAGING_CASES.append(pytest.param("rgw", "tfrecord", "native", "boto3"))  # a real server: one case
+STAGING_CASES.append(pytest.param("moto", "indexed_binary", "native", "boto3"))  # its index files are staged beside the data
+# the other clients download through their own ranged GETs (s3torchconnector: refused, tests/storage/test_clients.py)
+STAGING_CASES += [pytest.param("moto", "npz", "native", "obstore"), pytest.param("moto", "tfrecord", "native", "s3dlio")]
 
 
-@pytest.mark.parametrize("s3,fmt,loader", STAGING_CASES, indirect=["s3"])
-def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path, iogen_cmd, file_opens, fmt, loader):
-    """The stager downloads its objects by ranged GETs of staging.transfer_size, byte for byte;
-    the loaders then open the staged files and send no request to the bucket."""
+@pytest.mark.parametrize("s3,fmt,loader,client", STAGING_CASES, indirect=["s3"])
+def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path, iogen_cmd, file_opens, fmt, loader,
+                                                                    client):
+    """The stager downloads its objects by ranged GETs of staging.transfer_size, byte for byte, through the
+    client; the loaders then open the staged files and send no request to the bucket."""
     if loader != "native":
         pytest.importorskip({"pytorch": "torch"}.get(loader, loader))
+    if client != "boto3":
+        pytest.importorskip(client, reason=f"pip install {client}")
     over = _staging(s3, tmp_path, fmt, **{"reader.data_loader": loader, "reader.read_threads": 2,
-                                          "staging.keep": True})
+                                          "staging.keep": True, "storage.s3_client": client})
     assert iogen_cmd("datagen", "default", *over).returncode == 0
     os.makedirs(tmp_path / "stage" / "train")
     watch = file_opens([tmp_path / "stage" / "train"])
@@ -46,6 +51,7 @@ def test_staging_from_the_bucket_then_reading_only_the_staged_files(s3, tmp_path
     opened = {os.path.basename(p) for p, n in watch.counts().items() if n and ".tmp." not in p}
     assert set(data) <= opened  # the loaders opened the staged copies
     block = doc["iogen"]["object_store"]
+    assert block["client"] == client and doc["iogen"]["setup"]["storage_client"] == client
     gets = block["staging"]["get"]
     # one GET of the manifest object, then ranged GETs of 8192 bytes
     assert gets["requests"] == 1 + sum(-(-size // 8192) for size in data.values()) and gets["errors"] == 0

@@ -73,6 +73,9 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     requests = sum(cell[op]["requests"] for cell in block.values() if isinstance(cell, dict) for op in OPS
                    if isinstance(cell.get(op), dict))
     assert requests > 0 and block["requests_by_endpoint"] == {endpoints[0]: requests, endpoints[1]: 1}
+    # per endpoint, the retries and 503s are null: the client hides those of its data requests
+    assert block["by_endpoint"] == {e: {"requests": n, "retries": None, "throttled_503": None, "errors": 0}
+                                    for e, n in block["requests_by_endpoint"].items()}
     # the request log (output.request_log): the same requests per endpoint; the client's GETs and PUTs without
     # an HTTP status, s3dlio's without a first byte; the control plane (boto3's HEADs) complete
     from iogen.report.requests import read_run_requests
@@ -128,3 +131,26 @@ def test_the_pytorch_loader_reads_through_obstore_in_spawned_workers(s3, tmp_pat
     assert r.returncode == 0, r.stderr
     doc = result_summary(r)
     assert doc["iogen"]["object_store"]["train_epochs"][0]["get"]["requests"] == 16  # every sample, by workers
+
+
+def test_staging_and_the_drain_go_through_every_client_but_s3torchconnector():
+    """workflow.stage_data and a local checkpoint tier's drain work through boto3, obstore and s3dlio (their own
+    GETs and PUTs: tests/staging/test_objects.py, tests/checkpoint/test_objects.py); s3torchconnector is refused by
+    name for both (its client serves its datasets and checkpoints; staging and the drain would be boto3's)."""
+    from iogen.config import load_workload
+    from iogen.errors import ConfigError
+
+    base = ["storage.storage_type=s3", "storage.storage_root=bkt1"]
+    stage = ["workflow.stage_data=True", "staging.folder=/tmp/iogen-stage-unused"]
+    drain = ["workflow.checkpoint=True", "checkpoint.local_folder=/tmp/iogen-local-unused", "checkpoint.drain=sync"]
+    for client in ("boto3", "obstore", "s3dlio"):
+        for extra in (stage, drain):
+            assert load_workload("default", [*base, f"storage.s3_client={client}", *extra]).storage.s3_client == client
+    connector = [*base, "storage.s3_client=s3torchconnector", "reader.data_loader=pytorch"]
+    with pytest.raises(ConfigError, match=r"workflow.stage_data = True: with storage.s3_client = 's3torchconnector' "
+                                          r"staging would download through boto3 .* use storage.s3_client=boto3, "
+                                          r"obstore or s3dlio"):
+        load_workload("default", [*connector, *stage])
+    with pytest.raises(ConfigError, match=r"checkpoint.local_folder = .*: the drain to the bucket goes through boto3, "
+                                          r"not s3torchconnector"):
+        load_workload("default", [*connector, *drain])

@@ -204,6 +204,44 @@ def test_copy_out_and_in_round_trip(backend, tmp_path):
     assert back.read_bytes() == data.tobytes()
 
 
+def test_a_generation_publishes_whole_files_and_tells_a_rerun_which_are_complete(backend):
+    from iogen.common.checksum import crc32c, format_crc
+    from iogen.data.manifest import file_entry, journal_line
+
+    st, root = backend
+    folder, params = root + "gen", {"seed": 1}
+    image, streamed = _payload(3000), _payload(70_000, seed=2)
+
+    def write(path):
+        with open(path, "wb") as f:
+            f.write(streamed.tobytes())
+        return streamed.size, crc32c(streamed)
+
+    st.make_folder(folder)  # where folders exist (the stage makes the split's)
+    gen = st.generation(folder, params, 0, 1)
+    gen.check(False)
+    gen.start([])
+    try:
+        line, crc_at = journal_line("f_0_of_2.npz", image.size, image.size, 1)
+        crc = gen.publish_image(f"{folder}/f_0_of_2.npz", image, False, line, crc_at, image.size, "data file 0")
+        size, crc2 = gen.publish_written(f"{folder}/f_1_of_2.npz", write, streamed.size, "data file 1", False)
+        gen.record(file_entry("f_1_of_2.npz", size, format_crc(crc2), streamed.size, 1))
+    finally:
+        gen.close()
+    assert (crc, size, crc2) == (crc32c(image), streamed.size, crc32c(streamed))
+    assert st.get_bytes(f"{folder}/f_0_of_2.npz") == image.tobytes()
+    assert st.get_bytes(f"{folder}/f_1_of_2.npz") == streamed.tobytes()
+    rels = ["f_0_of_2.npz", "f_1_of_2.npz"]
+    again = st.generation(folder, params, 0, 1)  # what a rerun learns: from records beside the data, or the data
+    complete = {rel: e["crc32c"] for rel, e in again.listed().items()}
+    complete.update(again.marks([r for r in rels if r not in complete]))
+    assert complete == {"f_0_of_2.npz": format_crc(crc), "f_1_of_2.npz": format_crc(crc2)}
+    other = st.generation(folder, {"seed": 2}, 0, 1)  # nothing is complete for other settings
+    assert other.listed() == {} and not any(other.marks(rels).values())
+    again.finish()
+    assert sorted(st.list(folder + "/")) == [f"{folder}/{r}" for r in rels]  # no record left, no temporary
+
+
 def test_whole_bytes_crc_and_a_read_that_tells_the_size(backend):
     """get_bytes and crc32c (manifests and `iogen verify`), read_range (staging's parts)."""
     from iogen.common.checksum import crc32c

@@ -149,6 +149,81 @@ def test_a_bucket_missing_at_one_endpoint_is_exit_2_naming_it(s3, moto_servers, 
     assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written before the check
 
 
+class _Answering:
+    """A real HTTP server on 127.0.0.1 that answers every request with one status and body (no S3 behind it)."""
+
+    def __init__(self, status, body, headers=()):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                outer.requests.append((self.command, self.path))
+                self.send_response(status)
+                for k, v in (("Content-Type", "application/xml"), *headers):
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+SLOWDOWN = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>"
+
+
+@pytest.mark.parametrize("bad", ["503_storm_at_my_endpoint", "503_storm_at_another", "not_s3"])
+def test_a_storm_or_a_wrong_endpoint_among_several_is_exit_2_before_any_work_naming_it(s3, tmp_path, bad):
+    """An endpoint that answers 503 SlowDown to everything (the rank's own, or another it checks), or a web server
+    that is not S3 (a 404 page with no x-amz-* header): exit 2 naming it and storage.endpoint_urls, after the check's
+    bounded attempts, nothing written."""
+    from iogen.storage.s3 import CHECK_ATTEMPTS
+
+    if bad == "not_s3":
+        server = _Answering(404, b"<html><body>Not Found</body></html>", (("Server", "nginx"),))
+    else:  # SlowDown with S3's headers: a store that throttles everything
+        server = _Answering(503, SLOWDOWN, (("x-amz-request-id", "tx1"),))
+    with server:
+        urls = [server.url, s3.endpoint] if bad == "503_storm_at_my_endpoint" else [s3.endpoint, server.url]
+        over = s3_overrides(s3, tmp_path, "npz", **{"storage.endpoint_urls": "[" + ",".join(urls) + "]"})
+        r = run_iogen("datagen", "default", *over, "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    if bad == "not_s3":
+        assert line == (f"iogen: error: storage.endpoint_urls: {server.url} answered HTTP 404 with no S3 header "
+                        "(x-amz-*): it does not look like an S3 endpoint; check the URL (host, port, path), and that bucket "
+                        f"{s3.bucket!r} exists there"), line
+        assert server.requests == [("HEAD", f"/{s3.bucket}")]  # a 404 is not retried
+    else:
+        assert line.startswith(f"iogen: error: storage.endpoint_urls: the object store at {server.url} answered HTTP "
+                               f"503 to every attempt of the bucket check ({CHECK_ATTEMPTS} attempts)"), line
+        assert server.requests == [("HEAD", f"/{s3.bucket}")] * CHECK_ATTEMPTS  # the check's bounded retries
+    assert "Contents" not in s3.client.list_objects_v2(Bucket=s3.bucket)  # nothing written anywhere
+
+
 def test_other_endpoints_are_checked_once_a_run_and_counted_there():
     from iogen.world.communicator import SingleWorld
     from iogen.storage.endpoints import check_once, other_endpoint_checks, requests_by_endpoint

@@ -79,15 +79,33 @@ def test_throttled_requests_are_retried_and_counted(ffs, monkeypatch):
     assert get["requests"] == 6 and get["throttled_503"] == 3 and get["retries"] == 3 and get["errors"] == 0
 
 
-def test_the_nth_request_fails_after_the_retries_naming_the_object(ffs, monkeypatch):
-    st = _store(ffs, monkeypatch, "error_on=2,ops=get")
+@pytest.mark.parametrize("attempts", [None, 2])
+def test_the_nth_request_fails_after_the_retries_naming_the_object(ffs, monkeypatch, attempts):
+    """storage.max_attempts: tries per request, the first included (default 5)."""
+    overrides, env = ffs
+    monkeypatch.setenv("IOGEN_FAULTS", env("error_on=2,ops=get")["IOGEN_FAULTS"])
+    st = get_storage(load_workload("default", overrides(**({"storage.max_attempts": attempts} if attempts else {}))))
     st.publish("s3://bkt/a.bin", b"x" * 100)
     buf = np.zeros(10, np.uint8)
     st.readinto("s3://bkt/a.bin", 0, buf)
-    with pytest.raises(DataError, match=r"^s3://bkt/a.bin: GET of bytes 10-19 failed after 5 attempt\(s\): HTTP 500"):
+    with pytest.raises(DataError, match=rf"^s3://bkt/a.bin: GET of bytes 10-19 failed after {attempts or 5} "
+                                        r"attempt\(s\): HTTP 500"):
         st.readinto("s3://bkt/a.bin", 10, buf)
     st.readinto("s3://bkt/a.bin", 20, buf)  # only the second request fails
-    assert st.drain()["get"]["errors"] == 1
+    get = st.drain()["get"]
+    assert get["errors"] == 1 and get["retries"] == (attempts or 5) - 1 and get["requests"] == 2  # the failed request's retries
+
+
+def test_max_attempts_is_checked_and_refused_where_it_cannot_apply(ffs):
+    overrides, _ = ffs
+    for bad in (0, 21):
+        with pytest.raises(ConfigError, match="storage.max_attempts"):
+            load_workload("default", overrides(**{"storage.max_attempts": bad}))
+    with pytest.raises(ConfigError, match="storage.max_attempts = 3 applies to storage.storage_type s3 only"):
+        load_workload("default", ["storage.max_attempts=3"])
+    with pytest.raises(ConfigError, match="storage.max_attempts = 3: s3dlio retries inside the AWS SDK"):
+        load_workload("default", ["storage.storage_type=s3", "storage.storage_root=bkt", "storage.s3_client=s3dlio",
+                                  "storage.max_attempts=3"])
 
 
 def test_a_short_read_is_a_truncated_object(ffs, monkeypatch):

@@ -29,7 +29,7 @@ def summary_requests(block) -> int:
     for key, value in block.items():
         if key in OPS and isinstance(value, dict) and "requests" in value:
             total += int(value["requests"] or 0)
-        elif isinstance(value, (dict, list)) and key != "requests_by_endpoint":
+        elif isinstance(value, (dict, list)) and key not in ("requests_by_endpoint", "by_endpoint"):
             total += summary_requests(value)
     return total
 

@@ -22,7 +22,6 @@ CLIENT_IMPORTERS_ALLOWED = {"loaders/s3torch.py"}
 # Lower these (never raise them) as stages fold into one path over Storage.
 LOCAL_PATHS_BRANCHES = {
     "cli/commands.py": 1,  # the data folder's checks
-    "data/generate.py": 1,  # how generation resumes: journals beside files, or each object's metadata
     "checkpoint/drain.py": 1,  # the local folders a drain's tiers must keep apart
     "report/run_outputs.py": 1,  # the MLPerf rules note on the data's and results' file system
     "data/staging.py": 2,  # the folders a staging folder keeps out of (data and checkpoint folders on this machine)

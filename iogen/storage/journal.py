@@ -1,0 +1,200 @@
+"""Generation journals: how the `posix` backend records which generated files are complete (a `Generation`).
+
+While generation runs, each rank appends one JSON line per finished file to its journal
+`.iogen-journal.r<rank>-of-<world>.jsonl` beside the files, in the split's folder; the first line
+holds the generation settings. A file built in memory is written under a temporary name, renamed
+into place and journaled by one core call with the GIL released (`iogen.core_switch.publish.write_file`);
+a streamed file is written under its temporary name, renamed, then journaled. A rerun trusts a file
+only when a manifest or journal with the same settings lists it at its size; journals of other
+settings are refused (a typo in one setting must not wipe a dataset) unless --overwrite; the journals
+are removed once the manifest is written (iogen/data/generate.py).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from .. import core_switch as core
+from ..common.atomic import full_disk_error, is_full_disk, replacing, temp_path, unlink_quietly
+from ..errors import DataError
+from .base import Generation
+
+JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
+
+
+def journal_path(folder: str, rank: int, world_size: int) -> str:
+    """Path of one rank's journal in a split's folder."""
+    return f"{folder}/.iogen-journal.r{rank}-of-{world_size}.jsonl"
+
+
+def journal_paths(folder: str) -> list[str]:
+    """All journals of a split's folder (any rank, any world size)."""
+    return sorted(glob.glob(f"{glob.escape(folder)}/{JOURNAL_GLOB}"))
+
+
+class Journal:
+    """One rank's append-only record of the files it finished (one JSON object per line).
+
+    Each line is one write() to a descriptor opened with O_APPEND, unbuffered: a line is on the file
+    as soon as its file is complete, and writer threads (or iogen.core_switch.publish, through `fd`) append
+    without a lock.
+    """
+
+    def __init__(self, path: str, params: dict):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            self._write({"params": params})
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def _write(self, obj) -> None:
+        line = (json.dumps(obj) + "\n").encode("utf-8")
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            raise self.error(exc, len(line)) from None
+
+    def error(self, exc: OSError, line_bytes: int | None = None) -> OSError:
+        """The error to raise for a failed append: a full disk names the journal and the bytes needed."""
+        if is_full_disk(exc):
+            return full_disk_error(exc, self.path, line_bytes, "the generation journal")
+        return OSError(exc.errno, exc.strerror, self.path)
+
+    def append(self, entry: dict) -> None:
+        """Record one finished file."""
+        self._write(entry)
+
+    def close(self) -> None:
+        """Close the journal (it stays on disk until the manifest replaces it)."""
+        os.close(self.fd)
+
+
+def journal_entries(path: str, params: dict) -> dict[str, dict]:
+    """{file: entry} a journal lists, when it was written with these settings ({} otherwise)."""
+    entries = {}
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return entries
+    if not lines:
+        return entries
+    try:
+        if json.loads(lines[0]).get("params") != params:
+            return entries
+    except ValueError:
+        return entries
+    for line in lines[1:]:
+        try:
+            e = json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+        if isinstance(e, dict) and "file" in e:
+            entries[e["file"]] = e
+    return entries
+
+
+def journal_matches(path: str, params: dict) -> bool:
+    """Whether a journal was written with these settings (an empty or unreadable one does not count)."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+        return not first.strip() or json.loads(first).get("params") == params
+    except (OSError, ValueError, AttributeError):
+        return True  # nothing trustworthy in it: journal_entries ignores it, so it protects nothing
+
+
+def unfinished_generation(folder: str, params: dict) -> bool:
+    """Whether the folder holds a journal of a generation with these settings (a killed one)."""
+    for path in journal_paths(folder):
+        try:
+            with open(path) as f:
+                if json.loads(f.readline()).get("params") == params:
+                    return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
+def remove_journals(folder: str) -> None:
+    """Delete the folder's journals (after the manifest is written)."""
+    for path in journal_paths(folder):
+        unlink_quietly(path)
+
+
+class JournalGeneration(Generation):
+    """Completion journalled beside the files (see the module doc): the posix backend's `Generation`."""
+
+    def __init__(self, folder: str, params: dict, rank: int, world_size: int):
+        self.folder, self.params = folder, params
+        self.path = journal_path(folder, rank, world_size)
+        self.journal: Journal | None = None
+        self.tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
+        self._write_file = core.publish.write_file
+
+    def check(self, overwrite: bool) -> None:
+        for path in journal_paths(self.folder):
+            if not journal_matches(path, self.params):
+                if not overwrite:
+                    raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
+                                          "files: finish it with its own settings, choose another "
+                                          "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
+                unlink_quietly(path)
+
+    def listed(self) -> dict[str, dict]:
+        entries = {}
+        for path in journal_paths(self.folder):
+            entries.update(journal_entries(path, self.params))
+        return entries
+
+    def marks(self, rels) -> dict[str, str | None]:
+        """Files carry no mark; while a generation with these settings is unfinished (killed), each writer's
+        last file may be in place before its journal line: the files under the layout's own names are its own."""
+        rels = list(rels)
+        return dict.fromkeys(rels) if rels and unfinished_generation(self.folder, self.params) else {}
+
+    def start(self, kept) -> None:
+        self.journal = Journal(self.path, self.params)
+        for entry in kept:
+            self.journal.append(entry)
+
+    def publish_image(self, path, image, fsync, line, crc_at, needed_bytes, what) -> int:
+        """One core call with the GIL released: written under this process's temporary name, renamed into
+        place, journaled (the CRC patched into line as it is appended)."""
+        tmp = path + self.tmp_mark
+        try:
+            return self._write_file(tmp, image, path, fsync, self.journal.fd, line, crc_at)
+        except OSError as exc:
+            if exc.filename is None:  # the journal's append failed: the file itself is in place
+                raise self.journal.error(exc, len(line)) from None
+            unlink_quietly(tmp)
+            if is_full_disk(exc):
+                raise full_disk_error(exc, path, needed_bytes, what, approx=True) from None
+            raise
+
+    def publish_written(self, path, write, needed_bytes, what, fsync) -> tuple[int, int]:
+        with replacing(path, needed_bytes=needed_bytes, what=what, approx=True) as tmp:
+            size, crc = write(tmp)
+            if fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        return size, crc
+
+    def record(self, entry: dict) -> None:
+        self.journal.append(entry)
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+
+    def finish(self) -> None:
+        remove_journals(self.folder)
