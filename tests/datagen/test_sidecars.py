@@ -141,6 +141,34 @@ def test_index_files_are_written_in_pieces_with_the_whole_file_s_crc(tmp_path, m
     assert sorted(os.listdir(tmp_path)) == ["img_0_of_1.indexed_binary.off.idx", "img_0_of_1.indexed_binary.sz.idx"]
 
 
+def test_large_index_objects_are_multipart_uploads_of_whole_pieces(s3, tmp_path, monkeypatch):
+    """Over one piece, an index object is a multipart upload of one piece a part (5 MiB of entries: S3's least
+    part), byte for byte what the format gives, published through the storage as on files."""
+    from iogen.config import load_workload
+    from iogen.data import sidecars
+    from iogen.formats import make_format
+    from iogen.storage import get_storage
+
+    fmt = make_format("indexed_binary")
+    monkeypatch.setattr(sidecars, "PIECE_ENTRIES", (5 << 20) // 8)
+    samples = sidecars.PIECE_ENTRIES + 3  # two parts: 5 MiB, then 24 bytes
+    wl = load_workload("default", ["storage.storage_type=s3", f"storage.storage_root={s3.bucket}/pre",
+                                   f"output.folder={tmp_path / 'out'}"])
+    store = get_storage(wl)
+    try:
+        uri = f"s3://{s3.bucket}/pre/ds/train/img_0_of_1.indexed_binary"
+        assert sidecars.publish_sidecars(store, fmt, uri, samples, 100) == 2 * samples * 8
+        figures = store.drain()
+        assert figures["create_multipart"]["requests"] == 2 and figures["put"]["requests"] == 4  # 2 parts each
+    finally:
+        store.close()
+    whole = dict(fmt.sidecar_images(samples, 100))
+    for suffix, size, crc in sidecars.summary(fmt, samples, 100):
+        key = f"pre/ds/train/img_0_of_1.indexed_binary{suffix}"
+        data = s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        assert data == whole[suffix] and size == len(data)
+
+
 def test_data_without_a_manifest_is_found_by_name_and_probed_through_its_index(dataset):
     wl, layout = dataset  # as DLIO leaves it: data and index files, no manifest
     os.unlink(f"{layout.folder}/{MANIFEST_NAME}")
