@@ -121,10 +121,12 @@ def _checkpoint_only(tree: dict, warnings: list[str]) -> None:
     """Sort out DLIO's LLM checkpoint configs: what a checkpoint-only run does not read.
 
     With workflow.train False (DLIO's checkpoint-only mode) the dataset and reader sections are
-    never used; DLIO's configs carry them anyway with a format iogen does not read
-    (mmap_indexed_binary), so they are set aside with a warning. DLIO's older llama configs train on mmap_indexed_binary data iogen
-    cannot read; they become checkpoint-only runs, said in a warning, with the checkpoints
-    `computation_time x steps_between_checkpoints` apart.
+    never used; DLIO's configs may carry them anyway with a format iogen does not read, so they are
+    set aside with a warning. DLIO's older llama configs train a transformer (model.type) on
+    mmap_indexed_binary data and write its sharded checkpoints between steps; iogen writes a
+    transformer's sharded checkpoints in checkpoint-only runs only, so they become checkpoint-only
+    runs, said in a warning, with the checkpoints `computation_time x steps_between_checkpoints`
+    apart. Configs that train a model given by its size (DLIO's megatron_deepspeed.yaml) train.
     """
     workflow, model = tree.get("workflow"), tree.get("model")
     if not isinstance(workflow, dict) or workflow.get("checkpoint") is not True:
@@ -150,8 +152,9 @@ def _checkpoint_only(tree: dict, warnings: list[str]) -> None:
         workflow["train"] = False
         tree.pop("train", None)  # folded into the checkpoint keys above
         warnings.append(
-            f"dataset.format = {show(fmt)} is not implemented in iogen, so this LLM workload's training reads "
-            f"are not emulated: iogen runs its checkpoints only (workflow.train = False), "
+            f"model.type = 'transformer' with workflow.train = True: iogen writes a transformer's sharded "
+            f"checkpoints in checkpoint-only runs only, so this LLM workload's training reads "
+            f"({show(fmt)} data) are not emulated: iogen runs its checkpoints only (workflow.train = False), "
             f"checkpoint.num_checkpoints_write = {ck.get('num_checkpoints_write')}, "
             f"checkpoint.time_between_checkpoints = {ck.get('time_between_checkpoints')} s of emulated compute apart")
     if fmt is None or fmt in FORMATS:
@@ -182,6 +185,7 @@ def _defaults(defaults: dict):
     return lambda value: isinstance(value, dict) and all(defaults.get(k, MISSING) == v for k, v in value.items())
 
 
+_NOT_READ = "nothing: DLIO does not read this key either"
 DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("checkpoint", "type"): DlioKey(
         "which ranks write (DLIO main decides it from model.parallelism.zero_stage and ignores this key)",
@@ -195,7 +199,8 @@ DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("dataset", "record_element_bytes"): DlioKey("a value DLIO derives from record_element_type", warn=True),
     ("dataset", "hdf5"): DlioKey("HDF5 layout options (chunk_dims, num_dset_per_record, max_shape)", "hdf5",
                                  _defaults({"chunk_dims": [], "num_dset_per_record": 1, "max_shape": []})),
-    ("reader", "dont_use_mmap"): DlioKey("DLIO's mmap reads (iogen reads with pread, never mmap)",
+    ("reader", "dont_use_mmap"): DlioKey("DLIO's mmap reads of npz and npy files (iogen reads them with pread; "
+                                         "its memory-mapped reads are format mmap_indexed_binary's)",
                                          accept=_equals(True), warn=True),
     ("reader", "file_access"): DlioKey("shared-file and MPI-IO access", accept=_equals("multi")),
     ("reader", "read_type"): DlioKey("in-memory datasets", accept=_equals("on_demand")),
@@ -207,6 +212,12 @@ DLIO_KEYS: dict[tuple[str, str], DlioKey] = {
     ("reader", "transformed_record_dims"): DlioKey("transformed (resized) sample shapes"),
     ("reader", "transformed_record_element_type"): DlioKey("transformed (resized) sample types",
                                                            accept=_equals("uint8")),
+    # Keys DLIO 2.0's bundled dlrm.yaml carries that DLIO itself never reads (its evaluation is
+    # workflow.evaluation with evaluation.epochs_between_evals; samples per file are one number).
+    ("workflow", "do_eval"): DlioKey(_NOT_READ, warn=True),
+    ("dataset", "eval_num_samples_per_file"): DlioKey(_NOT_READ, warn=True),
+    ("train", "total_eval_steps"): DlioKey(_NOT_READ, warn=True),
+    ("evaluation", "steps_between_evals"): DlioKey(_NOT_READ, warn=True),
     ("profiling", "profiler"): DlioKey("profilers", "profiling"),
     ("profiling", "iostat_devices"): DlioKey("iostat tracing", "profiling"),
 }

@@ -19,17 +19,17 @@ from .problems import did_you_mean, rule, show
 
 
 # Values DLIO accepts that iogen does not implement yet, with what they are, for the messages.
-DLIO_FORMATS = ("hdf5_opt", "indexed_binary", "mmap_indexed_binary", "synthetic")
+DLIO_FORMATS = ("hdf5_opt", "synthetic")
 DLIO_LOADERS = ("dali", "native_dali", "custom", "none", "synthetic", "daos_pytorch")
 DLIO_COMPRESSIONS = ("bz2", "xz")
 DLIO_STORAGE = ("parallel_fs", "s3", "daos_pytorch", "aistore", "msc")
-FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv")
+FORMATS = ("npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv", "indexed_binary", "mmap_indexed_binary")
 LOADERS = ("native", "tensorflow", "pytorch")
 COMPRESSIONS = ("none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd")
 # Which compression each format implements (zip = deflated NPZ, as np.savez_compressed writes).
 FORMAT_COMPRESSIONS = {"npz": ("none", "zip"), "hdf5": ("none", "gzip", "lzf"), "tfrecord": ("none", "gzip"),
                        "jpeg": ("none",), "png": ("none",), "parquet": ("none", "snappy", "gzip", "lz4", "zstd"),
-                       "npy": ("none",), "csv": ("none",)}
+                       "npy": ("none",), "csv": ("none",), "indexed_binary": ("none",), "mmap_indexed_binary": ("none",)}
 ELEMENT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
                  "float16", "float32", "float64")
 
@@ -40,10 +40,6 @@ FORMAT_REASONS = {
                  "for iogen to emulate",
     "hdf5_opt": "DLIO's hdf5_opt reader is its own variant of reading HDF5 files, not modelled by iogen; "
                 "format hdf5 reads the same files",
-    "indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not generated, "
-                      "checked or staged by iogen yet",
-    "mmap_indexed_binary": "its offset and size index files (.off.idx, .sz.idx) beside each data file are not "
-                           "generated, checked or staged by iogen yet",
 }
 
 
@@ -88,7 +84,8 @@ def _off_if_sentinel(*sentinels):
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Shuffle = Annotated[Literal["off", "seed", "random"], BeforeValidator(_shuffle)]
-Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv"],
+Format = Annotated[Literal["npz", "hdf5", "tfrecord", "jpeg", "png", "parquet", "npy", "csv", "indexed_binary",
+                           "mmap_indexed_binary"],
                    _choice("format", FORMATS, DLIO_FORMATS, reasons=FORMAT_REASONS)]
 Loader = Annotated[Literal["native", "tensorflow", "pytorch"], _choice("data loader", LOADERS, DLIO_LOADERS)]
 Compression = Annotated[Literal["none", "gzip", "lzf", "zip", "snappy", "lz4", "zstd"],
@@ -687,10 +684,20 @@ class Workload(Section):
                 f"reader.odirect = True with dataset.format = 'parquet' and reader.data_loader = {rd.data_loader!r}: "
                 "the framework loaders read Parquet through pyarrow, which reads through the page cache; use "
                 "reader.data_loader=native for O_DIRECT reads of the column chunks, or reader.odirect=False")
+        if ds.format == "mmap_indexed_binary" and rd.odirect:
+            problems.append(
+                "reader.odirect = True with dataset.format = 'mmap_indexed_binary': its samples are read through a "
+                "memory map of the file, which the page cache serves (DLIO refuses O_DIRECT for it too); use "
+                "dataset.format=indexed_binary (the same samples read with pread) for O_DIRECT, or reader.odirect=False")
         if ds.format == "parquet" and rd.reopen_files:
             problems.append(
                 "reader.reopen_files = True with dataset.format = 'parquet': a Parquet reader opens a file once and "
                 "reads its row groups (the footer read once); set reader.reopen_files=False")
+        if self.storage.storage_type in object_key_types() and ds.format == "mmap_indexed_binary":
+            problems.append(
+                f"dataset.format = 'mmap_indexed_binary' with storage.storage_type = {self.storage.storage_type!r}: "
+                "it reads by mapping files into memory (the page faults are the I/O), which objects cannot be; "
+                "use dataset.format=indexed_binary, the same data and index files read by ranged GETs")
         if self.storage.storage_type in object_key_types():
             from ..storage.keys import workload_problems
 

@@ -195,7 +195,7 @@ def stat_layout_sizes(layout) -> np.ndarray:
 
 # numpy's string ufuncs (rpartition since numpy 2.2)
 _NP_STRINGS = all(hasattr(getattr(np, "strings", None), f) for f in ("rpartition", "add", "isdigit", "str_len"))
-DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9]+)$")
+DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9_]+)$")
 
 
 def dlio_name_counts(names: list[str]) -> dict[tuple[str, str, int], int]:
@@ -203,7 +203,7 @@ def dlio_name_counts(names: list[str]) -> dict[tuple[str, str, int], int]:
 
     In numpy by blocks: each name is split at its last `_of_` and the `_` before it, and the
     (prefix, `_of_<N>.<suffix>`) pairs are counted; DLIO_NAME then checks one name per distinct
-    pair instead of every name (the `_of_` of a match is the last: nothing after it holds a `_`).
+    pair instead of every name (the `_of_` of a match is the last: no suffix holds an `_of_`).
     """
     out: dict = {}
     if not _NP_STRINGS:  # numpy < 2.2 (pyproject allows 1.24): the regex on every name

@@ -28,6 +28,7 @@ import stat
 import numpy as np
 
 from . import manifest as mf
+from . import sidecars
 from .bulk import dlio_name_counts, listed_files, stat_layout_sizes
 from ..errors import ConfigError, DataError
 
@@ -155,9 +156,10 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool =
             f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
             f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
             f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
+    listed_now = None
     if storage.capabilities.file_checks:
         sizes = stat_layout_sizes(reading)  # this machine's files, a block at a time (iogen/data/bulk.py)
-    elif all_sizes:
+    elif all_sizes or sidecars.suffixes(fmt):  # objects with index objects beside them: one listing checks both
         listed_now = storage.list(reading.folder + "/")
         sizes = np.fromiter((listed_now.get(p, -1) for p in reading.paths), np.int64, n)
     else:
@@ -169,6 +171,12 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool =
         more = f" ({bad.size} of the {n} files read differ)" if bad.size > 1 else ""
         raise DataError(reading.paths[i], f"{what}{more}: the data changed since it was generated; "
                                           "check it with `iogen verify`, regenerate with `iogen datagen`")
+    # the format's sidecars (index files) beside each file, at their sizes (stat'ed, or in the objects' listing)
+    wrong = sidecars.missing_or_resized(fmt, reading.paths, reading.samples_per_file, reading.record_bytes,
+                                        listed_now)
+    if wrong is not None:
+        raise DataError(wrong[0], f"{wrong[1]}: the data changed since it was generated; check it with "
+                                  "`iogen verify`, regenerate with `iogen datagen`")
     return reading
 
 

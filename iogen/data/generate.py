@@ -27,7 +27,10 @@ on POSIX a file in memory is written under `<path>.tmp.<pid>`, renamed into plac
 one core call with the GIL released (iogen.core_switch.publish); a streamed one is written under its
 temporary name, fsynced when asked, renamed and journaled. On an object store a file in memory is one
 PUT; a streamed one is written to an anonymous in-memory file (memfd), then uploaded (multipart when
-larger than a part); each carries the settings digest and its CRC-32C as metadata.
+larger than a part); each carries the settings digest and its CRC-32C as metadata. A format's sidecars
+(indexed_binary's index files, iogen/data/sidecars.py) are published through the storage before their data
+file takes its name or their data object is uploaded; a file is kept on a rerun only with its sidecars in
+place at their sizes, and the manifest lists their sizes and CRCs.
 
 Manifest: each split's manifest is written last, by rank 0, from every rank's entries (gathered; the
 other ranks' files checked at their sizes in one listing), and the journals are removed. `generate(...)` on several ranks without a world: call it with
@@ -42,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import manifest as mf
+from . import sidecars
 from ..common.atomic import TMP_MARK, stale_temps
 from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from ..errors import DataError
@@ -113,7 +117,8 @@ def _local_files():
 
 
 # iogen's own temporary names: <dataset file name>.tmp.<pid>; nothing else is ever removed.
-_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+\.[A-Za-z0-9]+)\.tmp\.\d+$")
+# A format's sidecars (data file name + suffix: indexed_binary's .off.idx) have them too.
+_TMP_NAME = re.compile(r"^(?P<base>.+_\d+_of_\d+(?:\.[A-Za-z0-9_]+)+)\.tmp\.\d+$")
 # A dataset file's name as DLIO and iogen write it: <prefix>_<i>_of_<N>.<suffix>
 
 
@@ -216,7 +221,7 @@ def check_target(layout, fmt, overwrite: bool = False, storage=None) -> dict[str
     return marked
 
 
-_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9]+$")
+_FILE_INDEX = re.compile(r"_(\d+)_of_\d+\.[A-Za-z0-9_]+$")
 
 
 def _own_name(layout, rel: str) -> bool:
@@ -315,13 +320,16 @@ def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: boo
         todo = list(mine)
     else:
         if store.capabilities.temp_names_visible:
-            _remove_leftovers(store, layout, existing, mine)
+            _remove_leftovers(store, layout, f, existing, mine)
         unsure = []
+        has_sidecars = bool(sidecars.suffixes(f))
         for i in mine:
             rel = layout.rel_path(i)
             size = existing.get(rel)
             entry = listed.get(rel)
-            if size is None:
+            # a file is kept only with the format's sidecars (index files) there at their sizes
+            if size is None or has_sidecars and not sidecars.in_place(f, rel, layout.samples_per_file,
+                                                                      int(layout.record_bytes[i]), existing):
                 todo.append(i)
             elif entry is not None and _still_valid(layout, i, entry, size):
                 kept[i] = entry
@@ -343,24 +351,28 @@ def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: boo
     entries = result.entries.setdefault(layout.folder, {})
     gen.start([kept[i] for i in sorted(kept)])
     entries.update(kept)
-    return [(layout, f, i, gen, entries) for i in todo]
+    return [(layout, f, i, gen, entries, store) for i in todo]
 
 
-def _remove_leftovers(store, layout, existing: dict, mine) -> None:
-    """Remove the temporary files (iogen's temporary names only) an interrupted generation left of this rank's files."""
+def _remove_leftovers(store, layout, f, existing: dict, mine) -> None:
+    """Remove the temporary files (iogen's temporary names only) an interrupted generation left of this rank's files
+    (and of their sidecars)."""
     temps = [rel for rel in existing if _TMP_NAME.match(rel.rsplit("/", 1)[-1])]
     if temps:
-        mine_set = set(layout.rel_path(i) for i in mine)
+        mine_set = set(layout.rel_path(i) + s for i in mine for s in ("",) + sidecars.suffixes(f))
         for rel in temps:
             if rel[:rel.rindex(TMP_MARK)] in mine_set:
                 store.remove(f"{layout.folder}/{rel}")
 
 
-def _publish_file(gen, layout, f, i: int, fsync: bool) -> dict:
+def _publish_file(store, gen, layout, f, i: int, fsync: bool) -> dict:
     """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
-    complete; return its manifest entry."""
+    complete; return its manifest entry. The format's sidecars (index files) are published first, through the
+    storage (a file's before it takes its final name, an object's before it is uploaded): a data file in place
+    has its sidecars."""
     path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
     rel = path[len(layout.folder) + 1:]
+    sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
     image = file_image(layout, f, i)
     if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
@@ -381,8 +393,8 @@ def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) 
 
     def run(task):
         """Publish one file; return (file bytes, payload bytes)."""
-        layout, f, i, gen, entries = task
-        entry = entries[i] = _publish_file(gen, layout, f, i, fsync)  # one dict store: atomic under the GIL
+        layout, f, i, gen, entries, store = task
+        entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync)  # one dict store: atomic under the GIL
         return entry["size_bytes"], layout.samples_per_file * int(layout.record_bytes[i])
 
     if workers == 1 or len(tasks) <= 1:
@@ -441,10 +453,12 @@ def finalize(layout, fmt, journaled: dict | None = None, storage=None) -> str:
             if known is None:
                 known = _recorded(mf.read_manifest(layout, store), params, gen)
             entry = known.get(layout.rel_path(i))
-            if entry is None or not _still_valid(layout, i, entry, store.stat(layout.paths[i])):
+            if entry is None or not _still_valid(layout, i, entry, store.stat(layout.paths[i])) \
+                    or not sidecars.in_place(fmt, layout.paths[i], layout.samples_per_file, entry["record_bytes"],
+                                             storage=store):
                 raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
         entries.append(entry)
-    path = mf.write_manifest(layout, fmt, entries, store)
+    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries), store)
     gen.finish()
     return path
 
@@ -474,7 +488,8 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
                     sizes = _existing(store, layout)
                     for part in gathered[1:]:
                         for i, entry in part.items():
-                            if sizes.get(entry["file"]) != entry["size_bytes"]:
+                            if sizes.get(entry["file"]) != entry["size_bytes"] or not sidecars.in_place(
+                                    fmt, entry["file"], entry["samples"], entry["record_bytes"], sizes):
                                 raise DataError(layout.paths[i], "was not generated completely; rerun `iogen "
                                                                  "datagen` to finish")
                         everything.update(part)
@@ -577,6 +592,9 @@ def _check_file(storage, files, layout, fmt, i, entry, no_manifest, sizes, check
         crc = format_crc(storage.crc32c(path))
         if crc != entry["crc32c"]:
             out.append(Problem(path, "checksum", f"crc32c {crc}, the manifest says {entry['crc32c']}"))
+    if entry is not None:  # the format's sidecars (index files): there, at their sizes, with their bytes
+        out += [Problem(*p) for p in sidecars.problems(storage, fmt, path, layout.samples_per_file,
+                                                       int(layout.record_bytes[i]), sizes, checksums)]
     if structure and no_manifest:
         return out + _check_foreign_file(layout, fmt, i)
     if structure:

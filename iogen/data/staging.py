@@ -38,6 +38,8 @@ import numpy as np
 from ..common.atomic import paths_overlap, remove_stale_temps, temp_path, write_atomic
 from ..config.limits import transfer_bytes
 from ..errors import ConfigError, DataError
+from ..formats import get_format
+from . import sidecars
 from .copy import ALIGN, Copier, CopyJob
 from ..storage import backend_class, capabilities, files_section
 
@@ -172,13 +174,14 @@ def check_nodes(wl, world) -> None:
                           "inside the data, output or checkpoint folders (its message names them); nothing was staged")
 
 
-def plan_jobs(layouts_files, folder: str, objects: dict | None = None) -> list[CopyJob]:
+def plan_jobs(layouts_files, folder: str, objects: dict | None = None, fmt=None) -> list[CopyJob]:
     """Copy jobs for (source layout, file indices) pairs into `folder`, same relative paths.
 
     Where the split has a manifest, each job carries the file's CRC-32C from it, so a copy of a
     file whose bytes changed since generation is caught (exit 2 naming the source). From a
     bucket, `objects` holds each split's manifest object's bytes (by layout folder); it also
-    gives each object's size (checked against every GET's Content-Range as it is staged).
+    gives each object's size (checked against every GET's Content-Range as it is staged). fmt: the
+    dataset's format; its sidecars (indexed_binary's index files) are staged beside each file.
     """
     import json
 
@@ -205,6 +208,8 @@ def plan_jobs(layouts_files, folder: str, objects: dict | None = None) -> list[C
                 raise DataError(src, "the manifest object does not list this object (regenerate the dataset with "
                                      "`iogen datagen`)")
             jobs.append(CopyJob(src, f"{dst_split}/{rel}", int(entry.get("size_bytes", 0)), entry.get("crc32c")))
+            if fmt is not None:
+                jobs += sidecars.jobs(fmt, jobs[-1], entry, CopyJob)
     return jobs
 
 
@@ -281,7 +286,7 @@ def stage_node(wl, layouts_files, report: StageReport, progress=None, copier: Co
     sources = {lay.folder: _read_bytes(s, copier.storage) for lay, (s, _) in zip(layouts, _manifest_pairs(layouts, "."))}
     # sources that are not local files (objects): their manifest's sizes and CRCs are the plan (no HEAD
     # each); local files are stat'ed (data without a manifest, DLIO's, is staged too)
-    jobs = plan_jobs(layouts_files, report.folder, None if copier.whole_files else sources)
+    jobs = plan_jobs(layouts_files, report.folder, None if copier.whole_files else sources, get_format(wl.dataset))
     if copier.whole_files:
         _stat_sources(jobs)
     manifests = [(sources[lay.folder], d) for lay, (_, d) in zip(layouts, _manifest_pairs(layouts, report.folder))

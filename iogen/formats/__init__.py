@@ -1,7 +1,7 @@
 """File formats: the registry that turns a workload's dataset section into a Format.
 
     fmt = get_format(wl.dataset)      # NpzFormat, TFRecordFormat, HDF5Format, JpegFormat, PngFormat, ParquetFormat,
-                                      # NpyFormat, CsvFormat
+                                      # NpyFormat, CsvFormat, IndexedBinaryFormat, MmapIndexedBinaryFormat
     fmt.write_file(path, num_samples, record_bytes, seed, stream)
     fmt.index_file(path) -> FileIndex | None
     fmt.read_samples(path, sample_ids) -> list
@@ -26,6 +26,8 @@ _REGISTRY = {
     "parquet": ("parquet", "ParquetFormat", ("none", "snappy", "gzip", "lz4", "zstd")),
     "npy": ("npy", "NpyFormat", ("none",)),
     "csv": ("csvfile", "CsvFormat", ("none",)),
+    "indexed_binary": ("indexed", "IndexedBinaryFormat", ("none",)),
+    "mmap_indexed_binary": ("indexed", "MmapIndexedBinaryFormat", ("none",)),
 }
 
 __all__ = ["DATA_NAME", "DATA_SUFFIXES", "FORMATS", "FileIndex", "Format", "fill_random", "get_format", "make_format"]
@@ -33,7 +35,8 @@ __all__ = ["DATA_NAME", "DATA_SUFFIXES", "FORMATS", "FileIndex", "Format", "fill
 # Every suffix a data file of any format may have, iogen's and DLIO's (.h5, .jpg): what counts as a
 # dataset file that iogen did not write, and so never overwrites without --overwrite (a test
 # checks that every registered format's suffix is here).
-DATA_SUFFIXES = ("npz", "tfrecord", "hdf5", "h5", "jpeg", "jpg", "png", "parquet", "npy", "csv")
+DATA_SUFFIXES = ("npz", "tfrecord", "hdf5", "h5", "jpeg", "jpg", "png", "parquet", "npy", "csv", "indexed_binary",
+                 "mmap_indexed_binary")
 DATA_NAME = re.compile(r"^.+_\d+_of_\d+\.(" + "|".join(DATA_SUFFIXES) + r")$")
 
 FORMATS = tuple(_REGISTRY)

@@ -127,6 +127,10 @@ class NativeLoader(Loader):
         # ...best, frames read as runs and every check (framing, CRC, payload) done in the same
         # core call as the read (TFRecord: one pread per 256 KiB of adjacent records, not one each)
         self._read_records = getattr(fmt, "pread_records", None) if fused else None
+        # ...and formats read through a memory map (mmap_indexed_binary: the page faults are the I/O)
+        # copy their ranges out of it instead of pread (Storage.read_handles' contract, files only)
+        self._read_ranges = getattr(fmt, "read_mapped", None) if fused else None
+        self._read_ranges = self._read_ranges or self.store.read_handles
         self._verify = bool(reader.verify_checksums)
         # decode mode (reader.decode_images): each image decoded by the thread that read it (decode.py)
         self.decoder = ImageDecoder(fmt) if getattr(reader, "decode_images", False) else None
@@ -332,7 +336,7 @@ class NativeLoader(Loader):
                     raise DataError(path, "record checksum (CRC-32C) mismatch", offset=int(job.offsets[first + bad]))
                 self._check_payloads(job, buf, first, first + read_len.size)
             else:
-                nbytes = self.store.read_handles(fds, start, read_len, required, buf, buf_off)
+                nbytes = self._read_ranges(fds, start, read_len, required, buf, buf_off)
                 if owner is None:
                     # whole records of this slice: check them now, while they are still in
                     # this core's cache, in parallel with the other slices

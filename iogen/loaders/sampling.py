@@ -126,6 +126,8 @@ class SampleReader:
         self._check = getattr(fmt, "check_read", None) if verify else None
         # each record's CRC checked as it lands, in the core's read (this machine's files)
         self._read_checked = getattr(fmt, "pread_checked", None) if verify and core_reads else None
+        # formats read through a memory map (mmap_indexed_binary) copy their ranges out of it (files)
+        self._read_mapped = getattr(fmt, "read_mapped", None) if core_reads and not self.direct else None
         self._table = None
         self._pid = None
         self._lock = threading.Lock()
@@ -262,6 +264,8 @@ class SampleReader:
         if read_len.size and read_len.max() > self.part_bytes and not table.core_reads:
             fds, start, read_len, required, buf_off, _ = split_pieces(self.part_bytes, fds, start, read_len,
                                                                       required, buf_off)
+        if self._read_mapped is not None:
+            return self._read_mapped(fds, start, read_len, required, buf, buf_off)
         return table.store.read_handles(fds, start, read_len, required, buf, buf_off)
 
     def _decode(self, table, files, samples, alloc) -> BatchRead:

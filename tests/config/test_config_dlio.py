@@ -80,7 +80,8 @@ def test_llm_checkpoint_workload_loads_as_checkpoint_only(dlio_yaml):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         wl = load_workload(dlio_yaml("llama_70b"))
-    assert any("not used by a checkpoint-only run" in str(w.message) for w in caught)
+    assert any("no effect in a checkpoint-only run" in str(w.message) for w in caught)
+    assert wl.dataset.format == "mmap_indexed_binary"  # a format iogen reads: kept, as for any other
     m = wl.model
     assert (m.type, m.num_layers, m.transformer.hidden_size, m.transformer.num_kv_heads) == ("transformer", 80, 8192, 8)
     assert (m.parallelism.tensor, m.parallelism.pipeline, m.parallelism.zero_stage) == (8, 4, 1)
@@ -105,15 +106,14 @@ def test_default_valued_llm_keys_load_even_with_checkpointing():
     assert _load(tree).workflow.checkpoint
 
 
-@pytest.mark.parametrize("fmt", ["indexed_binary", "synthetic", "mmap_indexed_binary", "hdf5_opt"])
+@pytest.mark.parametrize("fmt", ["synthetic", "hdf5_opt"])
 def test_dlio_formats_iogen_lacks_are_named(fmt):
     with pytest.raises(ConfigError) as err:
         _load({"dataset": {"format": fmt}})
     (line,) = err.value.problems
     assert f"dataset.format = '{fmt}'" in line and "not implemented in iogen yet (" in line
-    assert "supported: npz, hdf5, tfrecord, jpeg, png, parquet, npy, csv" in line
-    assert {"synthetic": "reads no storage", "hdf5_opt": "format hdf5 reads the same files"}.get(
-        fmt, ".off.idx, .sz.idx") in line
+    assert "supported: npz, hdf5, tfrecord, jpeg, png, parquet, npy, csv, indexed_binary, mmap_indexed_binary" in line
+    assert {"synthetic": "reads no storage", "hdf5_opt": "format hdf5 reads the same files"}[fmt] in line
 
 
 def test_dali_loader_profiling_and_aistore_are_rejected_together():
@@ -210,3 +210,14 @@ def test_defaults_follow_dlio():
     assert wl.checkpoint.checkpoint_after_epoch == 1 and wl.checkpoint.epochs_between_checkpoints == 1
     assert wl.metric.au == 0.9 and wl.metric.exclude_start_steps == 1 and wl.metric.exclude_end_steps == 0
     assert wl.model.model_size_bytes == 10240 and wl.workflow.train and not wl.workflow.checkpoint
+
+
+def test_mmap_indexed_binary_refuses_what_a_memory_map_cannot_do():
+    assert load_workload("default", ["dataset.format=indexed_binary", "reader.odirect=True"]).reader.odirect
+    with pytest.raises(ConfigError, match="reader.odirect = True with dataset.format = 'mmap_indexed_binary'"):
+        load_workload("default", ["dataset.format=mmap_indexed_binary", "reader.odirect=True"])
+    with pytest.raises(ConfigError, match="dataset.format = 'mmap_indexed_binary' with storage.storage_type = 's3'"):
+        load_workload("default", ["dataset.format=mmap_indexed_binary", "storage.storage_type=s3",
+                                  "storage.storage_root=bkt"])
+    assert load_workload("default", ["dataset.format=indexed_binary", "storage.storage_type=s3",
+                                     "storage.storage_root=bkt"]).dataset.format == "indexed_binary"

@@ -34,6 +34,10 @@ CASES = {
     "tfrecord-large": (dict(format="tfrecord", num_files_train=1, num_samples_per_file=1,
                             record_length_bytes=CHUNK_BYTES + 5000),
                        "2134555c94f5c64e5268fd3a883457d7b79a73852a4510bd71ddc82bcf0cd99f"),
+    # indexed_binary: the data file and its .off.idx / .sz.idx index files, listed in the manifest
+    "indexed_binary": (dict(format="indexed_binary", num_files_train=2, num_samples_per_file=3,
+                            record_length_bytes=2000, record_length_bytes_stdev=100),
+                       "ff548eda53e40360d2860713120030d0777a4dcd6069f60d4e173369b399e3b3"),
 }
 HDF5_CASE = dict(format="hdf5", num_files_train=2, num_samples_per_file=3, record_length_bytes=4096)
 

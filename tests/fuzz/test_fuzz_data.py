@@ -1,4 +1,4 @@
-"""Fuzzing: mutated TFRecord, NPZ and HDF5 files (and workload YAMLs) against every reader of them.
+"""Fuzzing: mutated data files of every format (and workload YAMLs) against every reader of them.
 
 Each iteration mutates one file of a tiny generated dataset (bit flips, bytes set to 0x00/0xff,
 cuts, inserted and deleted spans, 2**60/2**63/-1 written over a field) and runs what reads it:
@@ -35,7 +35,8 @@ ITERATIONS = int(os.environ.get("IOGEN_FUZZ_ITERATIONS", "25"))
 SEED = int(os.environ.get("IOGEN_FUZZ_SEED", "20261122"))
 VARIANTS = [("tfrecord", "none"), ("tfrecord", "gzip"), ("npz", "none"), ("npz", "zip"),
             ("hdf5", "none"), ("hdf5", "gzip"), ("jpeg", "none"), ("png", "none"), ("parquet", "none"),
-            ("parquet", "zstd"), ("npy", "none"), ("csv", "none")]
+            ("parquet", "zstd"), ("npy", "none"), ("csv", "none"), ("indexed_binary", "none"),
+            ("mmap_indexed_binary", "none")]
 IMAGES = ("jpeg", "png")  # one image a file: one sample of 4 KiB
 INTERESTING = [struct.pack("<Q", 1 << 60), struct.pack("<Q", 1 << 63), struct.pack("<q", -1),
                struct.pack("<I", 0xFFFFFFFF), struct.pack("<I", 0x7FFFFFFF), b"\0" * 8]
@@ -53,15 +54,20 @@ def _workload(folder, fmt, compression):
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
-    """(workload, file 0's bytes) per variant, generated once."""
+    """(workload, {suffix: bytes}) per variant, generated once: file 0's bytes under "", its sidecars' (the
+    index files of indexed_binary) under their suffixes."""
     root = tmp_path_factory.mktemp("fuzz")
     out = {}
     for fmt, comp in VARIANTS:
         wl = _workload(root / f"{fmt}-{comp}", fmt, comp)
         layout = DatasetLayout.from_workload(wl, "train")
-        generate(layout, get_format(wl.dataset))
-        with open(layout.paths[0], "rb") as f:
-            out[fmt, comp] = (wl, f.read())
+        f = get_format(wl.dataset)
+        generate(layout, f)
+        files = {}
+        for suffix in ("",) + tuple(getattr(f, "sidecar_suffixes", ())):
+            with open(layout.paths[0] + suffix, "rb") as fh:
+                files[suffix] = fh.read()
+        out[fmt, comp] = (wl, files)
     return out
 
 
@@ -178,7 +184,7 @@ def _outcome(thunk, path):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
 def test_mutated_files_give_a_result_or_a_data_error(pristine, tmp_path, variant):
-    wl0, original = pristine[variant]
+    wl0, originals = pristine[variant]
     folder = tmp_path / "data"
     shutil.copytree(wl0.dataset.data_folder, folder)
     wl = wl0.model_copy(update={"dataset": wl0.dataset.model_copy(update={"data_folder": str(folder)})})
@@ -187,16 +193,21 @@ def test_mutated_files_give_a_result_or_a_data_error(pristine, tmp_path, variant
     rng = np.random.default_rng([SEED, VARIANTS.index(variant)])
     plain_tfrecord = variant == ("tfrecord", "none")
     checksummed = variant[0] == "tfrecord"  # record CRCs; gzip adds its own CRC over the stream
+    suffixes = sorted(originals)  # "" (the data file), then its sidecars (index files), mutated in turn
     for it in range(ITERATIONS):
+        suffix = suffixes[it % len(suffixes)]
+        original = originals[suffix]
         fixed = plain_tfrecord and it % 3 == 2
         mutated = mutate_example(rng, original) if fixed else mutate(rng, original)
         if mutated is None or mutated[0] == original:
             continue
         data, what = mutated
+        what = f"{what} of {os.path.basename(path) + suffix}"
         if variant == ("tfrecord", "gzip") and _same_stream(data, original):
             continue  # a gzip header field no CRC covers (mtime, OS): the records are intact
-        with open(path, "wb") as f:
-            f.write(data)
+        for other in suffixes:  # this iteration's mutation only
+            with open(path + other, "wb") as f:
+                f.write(data if other == suffix else originals[other])
         fmt = get_format(wl.dataset)  # a fresh format: no index cached from the last iteration
         where = f"seed {SEED}, iteration {it}, {'-'.join(variant)}: {what}"
         for name, thunk in _targets(wl, layout, fmt, path).items():
@@ -258,7 +269,8 @@ def test_mutated_workload_yamls_are_validated_or_refused_with_exit_2(tmp_path, c
 @pytest.mark.parametrize("variant", [("tfrecord", "none"), pytest.param(("npz", "none"), marks=pytest.mark.slow),
                                      pytest.param(("hdf5", "none"), marks=pytest.mark.slow)], ids=lambda v: v[0])
 def test_cli_on_mutated_data_exits_with_a_named_file(pristine, tmp_path, variant):
-    wl0, original = pristine[variant]
+    wl0, originals = pristine[variant]
+    original = originals[""]
     folder = tmp_path / "data"
     shutil.copytree(wl0.dataset.data_folder, folder)
     layout = DatasetLayout.from_workload(wl0, "train")

@@ -27,9 +27,10 @@ def test_reads_the_plan_in_order_with_native_byte_counts(datasets, lt, fmt, work
     lt.check_parity(wl, order=True)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_npy_rows_read_the_plan_in_order_with_native_byte_counts(datasets, lt, workers):
-    lt.check_parity(datasets.workload("npy", "pytorch", reader__read_threads=workers), order=True)
+# indexed_binary: the ranges its index files name; mmap_indexed_binary: copied out of each worker's own maps
+@pytest.mark.parametrize("fmt, workers", [("npy", 0), ("npy", 2), ("indexed_binary", 0), ("mmap_indexed_binary", 2)])
+def test_raw_rows_read_the_plan_in_order_with_native_byte_counts(datasets, lt, fmt, workers):
+    lt.check_parity(datasets.workload(fmt, "pytorch", reader__read_threads=workers), order=True)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

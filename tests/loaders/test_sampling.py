@@ -31,8 +31,8 @@ def _native_count(layout, fmt, gids):
         table.close()
 
 
-@pytest.mark.parametrize("fmt_name", FORMATS)
-@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("fmt_name, compressed", [(f, c) for f in FORMATS for c in (False, True)]
+                         + [("indexed_binary", False), ("mmap_indexed_binary", False)])
 def test_read_returns_each_samples_payload_and_the_native_byte_count(datasets, lt, fmt_name, compressed):
     over = {"dataset__compression": COMPRESSED[fmt_name]} if compressed else {}
     wl = datasets.workload(fmt_name, **over)

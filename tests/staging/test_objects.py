@@ -19,6 +19,7 @@ STAGING_CASES = [pytest.param("moto", fmt, loader, "boto3", marks=mark) for fmt 
                  for loader, mark in (("native", ()), ("pytorch", pytest.mark.torch),
                                       ("tensorflow", pytest.mark.tensorflow))]
 STAGING_CASES.append(pytest.param("rgw", "tfrecord", "native", "boto3"))  # a real server: one case
+STAGING_CASES.append(pytest.param("moto", "indexed_binary", "native", "boto3"))  # its index files are staged beside the data
 # the other clients download through their own ranged GETs (s3torchconnector: refused, tests/storage/test_clients.py)
 STAGING_CASES += [pytest.param("moto", "npz", "native", "obstore"), pytest.param("moto", "tfrecord", "native", "s3dlio")]
 
