@@ -276,7 +276,7 @@ def write(fmt, path, num_samples: int, seed: int, stream: int) -> tuple[int, int
 
             level = fmt.compression_level if fmt.compression in ("gzip", "zstd") else None
             codec = pa.Codec(codec_name, compression_level=level)
-        plans = _plans(fmt.columns, codec_id)
+        plans = _plans(fmt.columns, codec_id, PAGE_BYTES)
         row_groups = []
         rgs, n = fmt.row_group_size, int(num_samples)
         scratch = {}
@@ -299,21 +299,21 @@ class _Plan:
 
     __slots__ = ("c", "widen", "stored", "per_page", "meta_head", "row_bytes")
 
-    def __init__(self, c, codec_id: int):
+    def __init__(self, c, codec_id: int, page_bytes: int):
         phys, stored, _, _ = _TYPES[c.dtype]
         self.c = c
         self.row_bytes = c.row_bytes
         self.stored = np.dtype(stored)
         self.widen = self.stored.itemsize != np.dtype(c.dtype).itemsize
-        self.per_page = max(1, PAGE_BYTES // (c.values * self.stored.itemsize))
+        self.per_page = max(1, page_bytes // (c.values * self.stored.itemsize))
         path = [c.name.encode()] if c.values == 1 else [c.name.encode(), b"list", b"element"]
         head = _Struct().i32(1, phys).list(2, _I32, [_PLAIN, _RLE]).list(3, _BINARY, path).i32(4, codec_id)
         self.meta_head = bytes(head.out)  # fields 1-4 of ColumnMetaData; 5, 6, 7, 9 follow per chunk
 
 
 @functools.lru_cache(maxsize=16)
-def _plans(columns: tuple, codec_id: int) -> tuple:
-    return tuple(_Plan(c, codec_id) for c in columns)
+def _plans(columns: tuple, codec_id: int, page_bytes: int) -> tuple:
+    return tuple(_Plan(c, codec_id, page_bytes) for c in columns)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -373,7 +373,7 @@ class _Layout:
 
     __slots__ = ("segments", "heads", "chunks", "size", "unpacked", "is_source")
 
-    def __init__(self, plans, rows: int):
+    def __init__(self, plans, rows: int, segment_bytes: int):
         heads, head_at = bytearray(), {}
         ops, chunks = [], []
         pos = src = 0
@@ -402,7 +402,7 @@ class _Layout:
         first = 0
         while first < len(ops):
             last = first + 1
-            while last < len(ops) and ops[last][1] + _op_bytes(ops[last]) - ops[first][1] <= SEGMENT_BYTES:
+            while last < len(ops) and ops[last][1] + _op_bytes(ops[last]) - ops[first][1] <= segment_bytes:
                 last += 1
             seg = np.array(ops[first:last], np.int64).reshape(-1, 4)
             base = seg[0, 1]
@@ -418,8 +418,8 @@ def _op_bytes(op) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _layout(plans: tuple, rows: int) -> _Layout:
-    return _Layout(plans, rows)
+def _layout(plans: tuple, rows: int, segment_bytes: int) -> _Layout:
+    return _Layout(plans, rows, segment_bytes)
 
 
 def _write_group_plain(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: int, scratch: dict) -> bytes:
@@ -427,7 +427,7 @@ def _write_group_plain(fmt, plans, out: _Out, g: int, rows: int, seed: int, stre
     struct, encoded."""
     from .. import core_switch as core
 
-    lay = _layout(plans, rows)
+    lay = _layout(plans, rows, SEGMENT_BYTES)
     at = g * fmt.row_group_size * fmt.row_bytes  # the group's place in the file's stream
     out.flush()
     start = out.pos
