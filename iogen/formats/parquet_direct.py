@@ -17,6 +17,11 @@ back. Values are PLAIN: the column's bytes as they lie in memory (narrow integer
 by pyarrow's codec (snappy, gzip, zstd, LZ4_RAW for lz4, as pyarrow's writer does). Pages hold whole rows, about PAGE_BYTES of values each (one row
 a page when a row is larger). A writer holds one column of one page group at a time, not a row
 group: memory stays around a page whatever the row-group size.
+
+Uncompressed, a row group is written by the core (fill.parquet_pages) from a _Layout worked out once
+per (columns, rows): the operations that copy page headers and levels, fill values from the stream
+and widen narrow integers, in pieces of about SEGMENT_BYTES, the CRC-32C taken in the same pass;
+Python then encodes each column chunk's footer entry (its offsets) and writes the piece.
 """
 from __future__ import annotations
 
