@@ -279,6 +279,10 @@ def test_parquet_pages_refuse_ops_outside_the_buffer_or_heads(core):
     buf = np.zeros(16, np.uint8)
     with pytest.raises(ValueError, match="past the buffer"):
         core.fill.parquet_pages(buf, 1, 2, [(1, 0, 5, 0)], b"")
+    with pytest.raises(ValueError, match="past the buffer"):  # count * 4 would wrap around
+        core.fill.parquet_pages(buf, 1, 2, [(1, 0, 1 << 62, 0)], b"")
+    with pytest.raises(ValueError, match="below 2"):
+        core.fill.parquet_pages(buf, 1, 2, [(0, 0, 1, 1 << 62)], b"")
     with pytest.raises(ValueError, match="past heads"):
         core.fill.parquet_pages(buf, 1, 2, [(5, 0, 4, 1)], b"abcd")
     with pytest.raises(ValueError, match="unknown kind 6"):
