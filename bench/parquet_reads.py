@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -120,16 +121,21 @@ def pyarrow_loop_samples_s(paths, columns, workers: int) -> tuple[float, float]:
     return nbytes / 2**20 / dt, rows / dt
 
 
-def gen_mib_s(fmt, workdir, files, rows, row_bytes, threads, pool, writer) -> float:
+def gen_mib_s(fmt, workdir, files, rows, row_bytes, threads, pool, writer) -> tuple[float, float]:
+    """(MiB/s, CPU seconds (user + system, this process's) per GiB written)."""
     def one(i):
         path = os.path.join(workdir, f"gen_{i}.parquet")
         size = writer(path, i)
         os.unlink(path)
         return size
 
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     total = sum(pool.map(one, range(files)))
-    return total / 2**20 / (time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return total / 2**20 / dt, cpu / (total / 2**30)
 
 
 def main(argv=None) -> int:
@@ -233,13 +239,16 @@ def main(argv=None) -> int:
     print(f"ratio iogen pytorch / plain read_row_group DataLoader (samples/s): "
           f"{med(t[1] / a[1] for t, a in zip(torch_runs, arrow)):.2f}")
     print()
-    print(f"| generation, {gen_files} files, {args.threads} threads | MiB/s (median) |")
-    print("|---|---|")
-    print(f"| iogen (direct writer, {args.codec}) | {med(g[0] for g in gens):,.0f} |")
-    print(f"| plain fill + write of the same bytes | {med(g[1] for g in gens):,.0f} |")
-    print(f"| pyarrow ParquetWriter ({args.codec}) | {med(g[2] for g in gens):,.0f} |")
+    print(f"| generation, {gen_files} files, {args.threads} threads | MiB/s (median) | CPU s/GiB (median) |")
+    print("|---|---|---|")
+    print(f"| iogen (direct writer, {args.codec}) | {med(g[0][0] for g in gens):,.0f} | {med(g[0][1] for g in gens):.2f} |")
+    print(f"| plain fill + write of the same bytes | {med(g[1][0] for g in gens):,.0f} | "
+          f"{med(g[1][1] for g in gens):.2f} |")
+    print(f"| pyarrow ParquetWriter ({args.codec}) | {med(g[2][0] for g in gens):,.0f} | "
+          f"{med(g[2][1] for g in gens):.2f} |")
     print()
-    print(f"ratio iogen / plain write: {med(g[0] / g[1] for g in gens):.2f}")
+    print(f"ratio iogen / plain write: {med(g[0][0] / g[1][0] for g in gens):.2f} (MiB/s), "
+          f"{med(g[1][1] / g[0][1] for g in gens):.2f} (plain's CPU per GiB / iogen's)")
     print()
     print_footer(before, __file__, argv)
     return 0

@@ -227,6 +227,34 @@ def check_png_stored_args(seed, stream, offset_bytes, row, raw, buf_bytes, block
     return row, raw, need
 
 
+# fill.parquet_pages's operations: (kind, destination offset, count, source offset) rows
+PQ_FILL, PQ_I8, PQ_U8, PQ_I16, PQ_U16, PQ_COPY = 0, 1, 2, 3, 4, 5
+
+
+def check_parquet_ops(ops, buf_bytes, heads_bytes):
+    """Validate fill.parquet_pages's operations; return them as a C-contiguous (n, 4) int64 array
+    (every destination inside the buffer, every copy's source inside heads)."""
+    ops = np.ascontiguousarray(ops, dtype=np.int64)
+    if ops.ndim != 2 or ops.shape[1] != 4:
+        raise ValueError(f"ops must be an (n, 4) array, got shape {ops.shape}")
+    if ops.shape[0] == 0:
+        return ops
+    kind, dst, count, src = ops.T
+    if ((kind < PQ_FILL) | (kind > PQ_COPY)).any():
+        raise ValueError(f"ops: unknown kind {int(kind[(kind < PQ_FILL) | (kind > PQ_COPY)][0])}")
+    if (dst < 0).any() or (count < 0).any() or (src < 0).any():
+        raise ValueError("ops: offsets and counts must be >= 0")
+    if (src >= 1 << 62).any():
+        raise ValueError("ops: sources must be below 2**62")
+    out_width = np.where((kind >= PQ_I8) & (kind <= PQ_U16), 4, 1)
+    if (count > buf_bytes).any() or (dst > buf_bytes).any() or (dst + count * out_width > buf_bytes).any():
+        raise ValueError(f"ops write past the buffer's {buf_bytes} bytes")
+    copy = kind == PQ_COPY
+    if (src[copy] + count[copy] > heads_bytes).any():
+        raise ValueError(f"ops copy past heads' {heads_bytes} bytes")
+    return ops
+
+
 def check_publish_args(log_fd, log_line, crc_hex_at) -> int:
     """Validate publish.write_file's log arguments; return log_fd as an int (-1: no log line)."""
     if (type(log_fd) is int and type(crc_hex_at) is int and 0 <= log_fd <= INT_MAX and log_line is not None

@@ -15,13 +15,14 @@ block at a time while the block is in the L1 cache: a stored zip member's CRC fo
 reading bytes already there.
 """
 cimport cython
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from iogen._core.splitmix cimport mix64
 
-from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_args, check_png_stored_args,
-                                 writable_byte_view)
+from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_args, check_parquet_ops,
+                                 check_png_stored_args, writable_byte_view)
+from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init
 
 cdef extern from "crc32.h" nogil:
     void iogen_crc32_init()
@@ -33,9 +34,10 @@ cdef extern from "fill_words.h" nogil:
     int iogen_fill_avx512_ok
 
 iogen_crc32_init()
+iogen_crc32c_init()
 iogen_fill_words_init()
 
-__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "png_stored"]
+__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -252,6 +254,86 @@ def adler32(data, value=1):
     else:
         a = iogen_adler32(a, p, n)
     return a
+
+
+# Parquet pages (iogen/formats/parquet_direct.py): a run of operations, each writing the next bytes
+# of a buffer: (kind, destination, count, source) with kind PQ_FILL (count stream bytes from source),
+# PQ_I8 / PQ_U8 / PQ_I16 / PQ_U16 (count stream values of that type from source, widened to 32-bit
+# little-endian integers, as Parquet stores narrow integers) or PQ_COPY (count bytes of heads from
+# source: page headers and levels). A piece at a time while it is in the L1 cache: write, then
+# CRC-32C of what was written.
+DEF PQ_PIECE = 16384
+DEF PQ_FILL = 0
+DEF PQ_I8 = 1
+DEF PQ_U8 = 2
+DEF PQ_I16 = 3
+DEF PQ_U16 = 4
+DEF PQ_COPY = 5
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+@cython.cdivision(True)
+def parquet_pages(buf, seed, stream, ops, heads, crc=0):
+    """Carry out `ops` (an (n, 4) int64 array of (kind, destination, count, source); see the comment
+    above) into buf; return the CRC-32C of the bytes written, in the operations' order, continuing
+    from crc (GIL released)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    cdef const unsigned char[::1] hv = memoryview(heads).cast("B")
+    check_fill_args(seed, stream, 0, 0)
+    cdef int64_t[:, ::1] op = check_parquet_ops(ops, view.shape[0], hv.shape[0])
+    cdef uint32_t c = check_crc(crc)
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef Py_ssize_t m = op.shape[0], i
+    if m == 0:
+        return c
+    cdef unsigned char *dst = &view[0] if view.shape[0] else NULL
+    cdef const unsigned char *hp = &hv[0] if hv.shape[0] else NULL
+    cdef unsigned char src[PQ_PIECE]
+    cdef int64_t kind, at, count, start, done, take, k, width
+    cdef unsigned char *d
+    cdef int32_t v
+    with nogil:
+        for i in range(m):
+            kind, at, count, start = op[i, 0], op[i, 1], op[i, 2], op[i, 3]
+            if kind == PQ_COPY:
+                memcpy(dst + at, hp + start, <size_t>count)
+                c = iogen_crc32c(c, dst + at, <size_t>count)
+                continue
+            width = 2 if kind == PQ_I16 or kind == PQ_U16 else 1
+            done = 0
+            while done < count:
+                d = dst + at
+                if kind == PQ_FILL:
+                    take = count - done
+                    if take > PQ_PIECE:
+                        take = PQ_PIECE
+                    fill_bytes(d, take, key, <uint64_t>(start + done))
+                    c = iogen_crc32c(c, d, <size_t>take)
+                    at += take
+                    done += take
+                    continue
+                take = count - done
+                if take > PQ_PIECE // 4:
+                    take = PQ_PIECE // 4
+                fill_bytes(src, take * width, key, <uint64_t>(start + done * width))
+                for k in range(take):
+                    if kind == PQ_I8:
+                        v = <int32_t>(<signed char>src[k])
+                    elif kind == PQ_U8:
+                        v = <int32_t>src[k]
+                    elif kind == PQ_I16:
+                        v = <int32_t>(<int16_t>(<uint16_t>src[2 * k] | (<uint16_t>src[2 * k + 1] << 8)))
+                    else:
+                        v = <int32_t>(<uint16_t>src[2 * k] | (<uint16_t>src[2 * k + 1] << 8))
+                    d[4 * k] = <unsigned char>(<uint32_t>v)
+                    d[4 * k + 1] = <unsigned char>(<uint32_t>v >> 8)
+                    d[4 * k + 2] = <unsigned char>(<uint32_t>v >> 16)
+                    d[4 * k + 3] = <unsigned char>(<uint32_t>v >> 24)
+                c = iogen_crc32c(c, d, <size_t>(take * 4))
+                at += take * 4
+                done += take
+    return c
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:

@@ -17,6 +17,11 @@ back. Values are PLAIN: the column's bytes as they lie in memory (narrow integer
 by pyarrow's codec (snappy, gzip, zstd, LZ4_RAW for lz4, as pyarrow's writer does). Pages hold whole rows, about PAGE_BYTES of values each (one row
 a page when a row is larger). A writer holds one column of one page group at a time, not a row
 group: memory stays around a page whatever the row-group size.
+
+Uncompressed, a row group is written by the core (fill.parquet_pages) from a _Layout worked out once
+per (columns, rows): the operations that copy page headers and levels, fill values from the stream
+and widen narrow integers, in pieces of about SEGMENT_BYTES, the CRC-32C taken in the same pass;
+Python then encodes each column chunk's footer entry (its offsets) and writes the piece.
 """
 from __future__ import annotations
 
@@ -62,6 +67,20 @@ _TYPES = {
 # -- Thrift compact protocol (write side) ---------------------------------------------------
 
 def _varint(n: int) -> bytes:
+    """n >= 0 as an unsigned varint (the lengths a file's offsets take, unrolled: the footer holds
+    two a column chunk)."""
+    if n < 0x4000:
+        return bytes((n & 127 | 128, n >> 7)) if n >= 128 else bytes((n,))
+    if n < 0x10000000:
+        if n < 0x200000:
+            return bytes((n & 127 | 128, (n >> 7) & 127 | 128, n >> 14))
+        return bytes((n & 127 | 128, (n >> 7) & 127 | 128, (n >> 14) & 127 | 128, n >> 21))
+    if n < 0x800000000:
+        return bytes((n & 127 | 128, (n >> 7) & 127 | 128, (n >> 14) & 127 | 128, (n >> 21) & 127 | 128, n >> 28))
+    return _varint_long(n)
+
+
+def _varint_long(n: int) -> bytes:
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -229,6 +248,13 @@ class _Out:
         if self.pending_bytes >= self.FLUSH_BYTES:
             self.flush()
 
+    def write_now(self, view) -> None:
+        """Write bytes whose CRC-32C the caller has added to self.crc (nothing pending), all of them now."""
+        view = memoryview(view).cast("B")
+        self.pos += view.nbytes
+        while view:
+            view = view[os.write(self.fd, view):]
+
     def flush(self) -> None:
         views, self.pending, self.pending_bytes = self.pending, [], 0
         while views:
@@ -255,12 +281,16 @@ def write(fmt, path, num_samples: int, seed: int, stream: int) -> tuple[int, int
 
             level = fmt.compression_level if fmt.compression in ("gzip", "zstd") else None
             codec = pa.Codec(codec_name, compression_level=level)
-        plans = _plans(fmt.columns, codec_id)
+        plans = _plans(fmt.columns, codec_id, PAGE_BYTES)
         row_groups = []
         rgs, n = fmt.row_group_size, int(num_samples)
+        scratch = {}
         for g in range(-(-n // rgs)):
             rows = min(rgs, n - g * rgs)
-            row_groups.append(_write_group(fmt, plans, out, g, rows, seed, stream, codec))
+            if codec is None:
+                row_groups.append(_write_group_plain(fmt, plans, out, g, rows, seed, stream, scratch))
+            else:
+                row_groups.append(_write_group(fmt, plans, out, g, rows, seed, stream, codec))
         footer = _footer(fmt, n, row_groups)
         out.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
         out.flush()
@@ -274,21 +304,21 @@ class _Plan:
 
     __slots__ = ("c", "widen", "stored", "per_page", "meta_head", "row_bytes")
 
-    def __init__(self, c, codec_id: int):
+    def __init__(self, c, codec_id: int, page_bytes: int):
         phys, stored, _, _ = _TYPES[c.dtype]
         self.c = c
         self.row_bytes = c.row_bytes
         self.stored = np.dtype(stored)
         self.widen = self.stored.itemsize != np.dtype(c.dtype).itemsize
-        self.per_page = max(1, PAGE_BYTES // (c.values * self.stored.itemsize))
+        self.per_page = max(1, page_bytes // (c.values * self.stored.itemsize))
         path = [c.name.encode()] if c.values == 1 else [c.name.encode(), b"list", b"element"]
         head = _Struct().i32(1, phys).list(2, _I32, [_PLAIN, _RLE]).list(3, _BINARY, path).i32(4, codec_id)
         self.meta_head = bytes(head.out)  # fields 1-4 of ColumnMetaData; 5, 6, 7, 9 follow per chunk
 
 
 @functools.lru_cache(maxsize=16)
-def _plans(columns: tuple, codec_id: int) -> tuple:
-    return tuple(_Plan(c, codec_id) for c in columns)
+def _plans(columns: tuple, codec_id: int, page_bytes: int) -> tuple:
+    return tuple(_Plan(c, codec_id, page_bytes) for c in columns)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -333,6 +363,102 @@ def _write_group(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: in
     return bytes([0x10 | _LIST]) + columns + tail.end()
 
 
+# Uncompressed row groups are written by the core (fill.parquet_pages) from a layout worked out
+# once per (columns, rows): the operations that write the group's bytes (page headers and levels
+# copied, values filled from the stream, narrow integers widened), in pieces of about SEGMENT_BYTES.
+SEGMENT_BYTES = 8 << 20
+_WIDEN_KIND = {"int8": 1, "uint8": 2, "int16": 3, "uint16": 4}
+
+
+class _Layout:
+    """Row group bytes for `rows` rows, uncompressed: `segments` [(ops, bytes)] written in turn (ops'
+    stream sources relative to the group's first stream byte), `heads` (what the copies take from),
+    `chunks` per column (start in the group, its ColumnMetaData's fields after the plan's head up
+    to data_page_offset), the group's `size` and its uncompressed total."""
+
+    __slots__ = ("segments", "heads", "chunks", "size", "unpacked", "is_source")
+
+    def __init__(self, plans, rows: int, segment_bytes: int):
+        heads, head_at = bytearray(), {}
+        ops, chunks = [], []
+        pos = src = 0
+        for p in plans:
+            c, rb = p.c, p.row_bytes
+            kind = _WIDEN_KIND.get(c.dtype, 0) if p.widen else 0
+            start = pos
+            for first in range(0, rows, p.per_page):
+                k = min(p.per_page, rows - first)
+                levels = _levels_cached(k, c.values) if c.values > 1 else b""
+                data = k * c.values * p.stored.itemsize
+                head = _page_head(k * c.values, len(levels) + data, len(levels) + data) + levels
+                if head not in head_at:
+                    head_at[head] = len(heads)
+                    heads += head
+                ops.append((5, pos, len(head), head_at[head]))
+                pos += len(head)
+                ops.append((kind, pos, k * c.values if kind else k * rb, src + first * rb))
+                pos += data
+            size = pos - start
+            chunks.append((start, b"\x1c" + p.meta_head + b"\x16" + _varint(_zigzag(rows * c.values)) + b"\x16"
+                           + _varint(size << 1) + b"\x16" + _varint(size << 1) + b"\x26"))
+            src += rows * rb
+        self.heads, self.chunks, self.size, self.unpacked = bytes(heads), chunks, pos, pos
+        self.segments = []
+        first = 0
+        while first < len(ops):
+            last = first + 1
+            while last < len(ops) and ops[last][1] + _op_bytes(ops[last]) - ops[first][1] <= segment_bytes:
+                last += 1
+            seg = np.array(ops[first:last], np.int64).reshape(-1, 4)
+            base = seg[0, 1]
+            end = seg[-1, 1] + _op_bytes(ops[last - 1])
+            seg[:, 1] -= base
+            self.segments.append((seg, end - base))
+            first = last
+        self.is_source = [seg[:, 0] != 5 for seg, _ in self.segments]
+
+
+def _op_bytes(op) -> int:
+    return op[2] * 4 if 1 <= op[0] <= 4 else op[2]
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(plans: tuple, rows: int, segment_bytes: int) -> _Layout:
+    return _Layout(plans, rows, segment_bytes)
+
+
+def _write_group_plain(fmt, plans, out: _Out, g: int, rows: int, seed: int, stream: int, scratch: dict) -> bytes:
+    """Write row group g uncompressed through the core (one call a segment); return its RowGroup
+    struct, encoded."""
+    from .. import core_switch as core
+
+    lay = _layout(plans, rows, SEGMENT_BYTES)
+    at = g * fmt.row_group_size * fmt.row_bytes  # the group's place in the file's stream
+    out.flush()
+    start = out.pos
+    need = max(n for _, n in lay.segments)
+    buf = scratch.get("buf")
+    if buf is None or buf.nbytes < need:
+        buf = scratch["buf"] = np.empty(need, np.uint8)
+    for (ops, n), is_source in zip(lay.segments, lay.is_source):
+        if at:
+            ops = ops.copy()
+            ops[is_source, 3] += at
+        view = buf[:n]
+        out.crc = core.fill.parquet_pages(view, seed, stream, ops, lay.heads, out.crc)
+        out.write_now(view)
+    chunks = []
+    for rel, mid in lay.chunks:  # ColumnChunk {2: file_offset, 3: ColumnMetaData {..., 9: data_page_offset}}
+        offset = _varint((start + rel) << 1)
+        chunks.append(b"\x26" + offset + mid + offset + b"\x00\x00")
+    n = len(chunks)
+    columns = (bytes([(n << 4) | _STRUCT]) if n < 15 else bytes([0xF0 | _STRUCT]) + _varint(n)) + b"".join(chunks)
+    tail = _Struct()
+    tail.last = 1
+    tail.i64(2, lay.unpacked).i64(3, rows).i64(5, start).i64(6, lay.size).i16(7, g)
+    return bytes([0x10 | _LIST]) + columns + tail.end()
+
+
 def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: int, whole=None,
                   codec=None) -> tuple[bytes, int]:
     """Write one column chunk (its stream bytes in `whole` when given; each page's body compressed
@@ -372,13 +498,24 @@ def _write_column(out: _Out, p: _Plan, rows: int, seed: int, stream: int, at: in
     return b"\x26" + _varint(start << 1) + b"\x1c" + meta + b"\x00", unpacked
 
 
+_FOOTER_PARTS: dict = {}
+
+
 def _footer(fmt, num_rows: int, row_groups: list) -> bytes:
-    kv = _Struct().binary(1, b"ARROW:schema").binary(2, arrow_schema_metadata(fmt))
-    meta = _Struct().i32(1, 2).list(2, _STRUCT, schema_elements(fmt.columns)).i64(3, num_rows)
+    parts = _FOOTER_PARTS.get(fmt.columns)
+    if parts is None:
+        # the schema (fields 1-2) and the key-value metadata and created_by (5-6): once per column set
+        kv = _Struct().binary(1, b"ARROW:schema").binary(2, arrow_schema_metadata(fmt))
+        tail = _Struct()
+        tail.last = 4
+        tail.list(5, _STRUCT, [kv]).binary(6, CREATED_BY.encode())
+        parts = _FOOTER_PARTS[fmt.columns] = (bytes(_Struct().i32(1, 2).list(2, _STRUCT, schema_elements(fmt.columns)).out),
+                                              tail.end())
+    meta = _Struct()
+    meta.out += parts[0]
+    meta.last = 2
+    meta.i64(3, num_rows)
     n = len(row_groups)
     meta._head(4, _LIST)
     meta.out += bytes([(n << 4) | _STRUCT]) if n < 15 else bytes([0xF0 | _STRUCT]) + _varint(n)
-    for rg in row_groups:
-        meta.out += rg
-    meta.list(5, _STRUCT, [kv]).binary(6, CREATED_BY.encode())
-    return meta.end()
+    return bytes(meta.out) + b"".join(row_groups) + parts[1]

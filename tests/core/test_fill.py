@@ -240,3 +240,52 @@ def test_png_stored_refuses_a_short_buffer_and_bad_sizes(core):
         core.fill.png_stored(np.zeros(14, np.uint8), 1, 2, 0, 5, 10)
     with pytest.raises(ValueError, match="row and raw must be >= 1"):
         core.fill.png_stored(np.zeros(14, np.uint8), 1, 2, 0, 0, 10)
+
+
+def _pages_reference(seed, stream, ops, heads):
+    """What fill.parquet_pages writes, op by op: heads copied, stream bytes, narrow integers widened."""
+    out = bytearray()
+    for kind, _, count, src in ops:
+        if kind == 5:
+            out += heads[src:src + count]
+            continue
+        dtype = np.dtype({0: "u1", 1: "i1", 2: "u1", 3: "<i2", 4: "<u2"}[kind])
+        raw = np.empty(count * dtype.itemsize, np.uint8)
+        fill_random_pure(raw, seed, stream, src)
+        out += raw.tobytes() if kind == 0 else raw.view(dtype).astype("<i4").tobytes()
+    return bytes(out)
+
+
+def test_parquet_pages_are_the_reference_in_both_cores(cython_core, python_core):
+    from iogen._core.pure.crc import crc32c
+
+    heads = bytes(range(7, 107))
+    rows = [(5, 0, 9, 3), (0, 0, 20_000, 5), (1, 0, 4_100, 1 << 33), (5, 0, 0, 0), (2, 0, 300, 77),
+            (3, 0, 5_000, 11), (4, 0, 33, 2), (0, 0, 1, 9), (5, 0, 100, 0)]
+    ops, at = [], 0
+    for kind, _, count, src in rows:  # destinations: each op's bytes after the last's
+        ops.append((kind, at, count, src))
+        at += count * (4 if 1 <= kind <= 4 else 1)
+    want = _pages_reference(9, 4, ops, heads)
+    assert len(want) == at
+    for impl in (cython_core, python_core):
+        buf = np.full(at + 5, 0xAA, np.uint8)
+        crc = impl.fill.parquet_pages(buf, 9, 4, np.array(ops, np.int64), heads, 77)
+        assert buf[:at].tobytes() == want and (buf[at:] == 0xAA).all()
+        assert crc == crc32c(want, 77)
+
+
+def test_parquet_pages_refuse_ops_outside_the_buffer_or_heads(core):
+    buf = np.zeros(16, np.uint8)
+    with pytest.raises(ValueError, match="past the buffer"):
+        core.fill.parquet_pages(buf, 1, 2, [(1, 0, 5, 0)], b"")
+    with pytest.raises(ValueError, match="past the buffer"):  # count * 4 would wrap around
+        core.fill.parquet_pages(buf, 1, 2, [(1, 0, 1 << 62, 0)], b"")
+    with pytest.raises(ValueError, match="below 2"):
+        core.fill.parquet_pages(buf, 1, 2, [(0, 0, 1, 1 << 62)], b"")
+    with pytest.raises(ValueError, match="past heads"):
+        core.fill.parquet_pages(buf, 1, 2, [(5, 0, 4, 1)], b"abcd")
+    with pytest.raises(ValueError, match="unknown kind 6"):
+        core.fill.parquet_pages(buf, 1, 2, [(6, 0, 1, 0)], b"")
+    with pytest.raises(ValueError, match=r"\(n, 4\)"):
+        core.fill.parquet_pages(buf, 1, 2, [(0, 0, 1)], b"")

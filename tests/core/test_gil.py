@@ -102,6 +102,8 @@ def test_long_sleep_releases_the_gil(cython_core):
 def test_long_fill_releases_the_gil(cython_core):
     buf = np.empty(128 << 20, dtype=np.uint8)
     assert python_progress_during(lambda: cython_core.fill.fill_random(buf, 1, 2)) == LIMIT
+    ops = np.array([(0, 0, buf.nbytes, 0)], np.int64)  # Parquet pages: one fill, CRC-32C'd
+    assert python_progress_during(lambda: cython_core.fill.parquet_pages(buf, 1, 2, ops, b"")) == LIMIT
 
 
 def test_long_fused_fill_and_crc32_release_the_gil(cython_core):

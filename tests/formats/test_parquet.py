@@ -221,13 +221,15 @@ ALL_TYPES = [("f4", "float32", 1, True), ("f2", "float16", 3, False), ("i1", "in
              ("i8", "int64", 1, False)]
 
 
-@pytest.mark.parametrize("rows, group, page, codec", [(250, 100, 1 << 20, "none"), (7, 3, 64, "none"),
-                                                       (250, 100, 1 << 20, "zstd"), (7, 3, 64, "snappy"),
-                                                       (30, 16, 256, "gzip"), (30, 16, 256, "lz4")])
-def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, group, page, codec):
+@pytest.mark.parametrize("rows, group, page, codec, segment", [
+    (250, 100, 1 << 20, "none", 8 << 20), (7, 3, 64, "none", 8 << 20), (30, 16, 256, "none", 300),
+    (250, 100, 1 << 20, "zstd", 8 << 20), (7, 3, 64, "snappy", 8 << 20), (30, 16, 256, "gzip", 8 << 20),
+    (30, 16, 256, "lz4", 8 << 20)])
+def test_the_direct_writer_gives_pyarrows_table(tmp_path, monkeypatch, rows, group, page, codec, segment):
     from iogen.formats import parquet_direct
 
     monkeypatch.setattr(parquet_direct, "PAGE_BYTES", page)  # 64: a page a row, pages of lists too
+    monkeypatch.setattr(parquet_direct, "SEGMENT_BYTES", segment)  # 300: a row group in many core calls
     f = fmt(codec, cols=ALL_TYPES, group=group, rows=rows)
     direct, ref = str(tmp_path / "direct.parquet"), str(tmp_path / "ref.parquet")
     size, crc = f.write_file_crc(direct, rows, f.row_bytes, 42, 9)

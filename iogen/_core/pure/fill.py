@@ -9,10 +9,13 @@ import zlib
 
 import numpy as np
 
-from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, check_crc, check_fill_args, check_jpeg_scan_args,
+from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, PQ_COPY, PQ_FILL, PQ_I8, PQ_I16, PQ_U8, PQ_U16,
+                                 check_crc, check_fill_args, check_jpeg_scan_args, check_parquet_ops,
                                  check_png_stored_args, mix64_array, writable_byte_view)
 
-__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "png_stored"]
+from .crc import crc32c
+
+__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
 
 # The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
 JPEG_COEFS = 15
@@ -111,6 +114,34 @@ def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
         pos += 5 + take
     c = zlib.crc32(out[:pos], c)
     return pos, zlib.adler32(lines), c
+
+
+_PQ_WIDEN = {PQ_I8: "<i1", PQ_U8: "<u1", PQ_I16: "<i2", PQ_U16: "<u2"}
+
+
+def parquet_pages(buf, seed, stream, ops, heads, crc=0):
+    """Carry out `ops` ((kind, destination, count, source) rows; see fill.pyx) into buf; return the
+    CRC-32C of the bytes written, in the operations' order, continuing from crc."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    hv = memoryview(heads).cast("B")
+    check_fill_args(seed, stream, 0, 0)
+    ops = check_parquet_ops(ops, out.shape[0], hv.nbytes)
+    c = check_crc(crc)
+    for kind, at, count, src in ops.tolist():
+        if kind == PQ_COPY:
+            out[at:at + count] = np.frombuffer(hv[src:src + count], np.uint8)
+            n = count
+        elif kind == PQ_FILL:
+            fill_random(out[at:at + count], seed, stream, src)
+            n = count
+        else:
+            dtype = np.dtype(_PQ_WIDEN[kind])
+            raw = np.empty(count * dtype.itemsize, np.uint8)
+            fill_random(raw, seed, stream, src)
+            out[at:at + 4 * count] = raw.view(dtype).astype("<i4").view(np.uint8)
+            n = 4 * count
+        c = crc32c(out[at:at + n], c)
+    return c
 
 
 def adler32(data, value=1):
