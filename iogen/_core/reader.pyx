@@ -7,6 +7,7 @@ cimport cython
 from libc.errno cimport EINTR, EINVAL, errno
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
+from libc.string cimport memcmp
 
 from iogen._core._common import MAX_CHUNK_BYTES as _MAX_CHUNK_BYTES, aligned_buffer, os_error, writable_byte_view
 from iogen.errors import ReadFailure
@@ -107,6 +108,51 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
     if failed >= 0:
         raise_read_failure(failed, got, offsets)
     return total
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def pread_marked(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, scratch,
+                 bytes head, bytes tail):
+    """Read each range whole into scratch (reused: nothing is kept) and check that it starts with head and
+    ends with tail; return (bytes read, the first range that does not, or -1). A range the file cannot
+    fill is ReadFailure (its index, errno, offset, bytes read)."""
+    cdef Py_ssize_t n = fds.shape[0]
+    cdef Py_ssize_t i
+    if offsets.shape[0] != n or lengths.shape[0] != n:
+        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
+                         f"{lengths.shape[0]}")
+    cdef unsigned char[::1] out = writable_byte_view(scratch)
+    cdef int64_t cap = out.shape[0]
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: offset and length must be >= 0 and fd a descriptor")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    cdef unsigned char *base = &out[0] if cap > 0 else NULL
+    cdef const unsigned char *h = head
+    cdef const unsigned char *t = tail
+    cdef int64_t nh = len(head)
+    cdef int64_t nt = len(tail)
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef int64_t length
+    cdef Py_ssize_t failed = -1
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(n):
+            length = lengths[i]
+            got = pread_full(<int>fds[i], base, length, offsets[i]) if length else 0
+            if got < length:
+                failed = i
+                break
+            total += got
+            if length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0:
+                bad = i
+                break
+    if failed >= 0:
+        raise_read_failure(failed, got, offsets)
+    return total, bad
 
 
 def open_file(path, bint direct=False):
