@@ -133,6 +133,16 @@ class ImageFormat(Format):
         nbytes, bad = core.reader.pread_marked(fds, offsets, lengths, scratch, self.head_marker, self.tail_marker)
         return nbytes, bad, f"record is {self._not_whole()}" if bad >= 0 else ""
 
+    def stream_files(self, paths, offsets, lengths, scratch):
+        """stream_records over paths: each file opened, read whole through scratch and closed by one core
+        call (GIL released; reader.reopen_files' open, read and close a sample). A file that does not
+        open is the OSError naming it."""
+        from .. import core_switch as core
+
+        nbytes, bad = core.reader.open_pread_marked(paths, offsets, lengths, scratch, self.head_marker,
+                                                    self.tail_marker)
+        return nbytes, bad, f"record is {self._not_whole()}" if bad >= 0 else ""
+
     def _not_whole(self) -> str:
         return (f"not a whole {self.name} image: its first bytes are not {self.head_marker.hex()} or its last are "
                 f"not {self.tail_marker.hex()} (truncated or overwritten)")

@@ -274,3 +274,26 @@ def test_pread_marked_reads_each_range_whole_through_scratch_and_checks_its_mark
     finally:
         for fd in fds:
             core.reader.close_file(fd)
+
+
+def test_open_pread_marked_opens_reads_and_closes_each_path(core, tmp_path):
+    good = tmp_path / "good"
+    good.write_bytes(b"AB" + b"x" * 96 + b"YZ")
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"AB" + b"x" * 96 + b"Y!")
+    scratch = np.zeros(128, np.uint8)
+    before = len(os.listdir("/proc/self/fd"))
+    assert core.reader.open_pread_marked([str(good), os.fsencode(good)], i64(0, 0), i64(100, 100), scratch,
+                                         b"AB", b"YZ") == (200, -1)
+    assert core.reader.open_pread_marked([str(good), str(bad), str(good)], i64(0, 0, 0), i64(100, 100, 100),
+                                         scratch, b"AB", b"YZ") == (200, 1)
+    with pytest.raises(ReadFailure) as info:
+        core.reader.open_pread_marked([str(good), str(good)], i64(0, 50), i64(100, 100), scratch, b"AB", b"YZ")
+    assert (info.value.index, info.value.nread) == (1, 50)
+    with pytest.raises(FileNotFoundError) as missing:
+        core.reader.open_pread_marked([str(good), str(tmp_path / "gone")], i64(0, 0), i64(100, 100), scratch,
+                                      b"AB", b"YZ")
+    assert missing.value.filename == str(tmp_path / "gone")
+    with pytest.raises(ValueError, match="scratch"):
+        core.reader.open_pread_marked([str(good)], i64(0), i64(129), scratch, b"AB", b"YZ")
+    assert len(os.listdir("/proc/self/fd")) == before  # every file it opened, closed (failures too)

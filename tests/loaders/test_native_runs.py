@@ -212,3 +212,15 @@ def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp
         with pytest.raises(DataError, match=f"record is not a whole {name} image") as err:
             _epoch(wl, layout, fmt, keep_bytes=keep)
         assert err.value.path == victim and err.value.offset == 0
+    with open(victim, "r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        fh.write(fmt.tail_marker[-1:])
+    with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:  # indexed (and opened) now
+        os.unlink(victim)  # gone under a running job: with reopen_files its reading thread opens it
+        if reopen:
+            with pytest.raises(DataError, match="data file is missing") as err:
+                for _ in loader.epoch(plan):
+                    pass
+            assert err.value.path == victim
+        else:
+            assert sum(b.samples for b in loader.epoch(plan)) == 6  # read through the descriptor held open
