@@ -150,6 +150,7 @@ class NativeLoader(Loader):
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
+        self._shares = np.arange(1, self.threads) / self.threads  # where a batch's slices end, in shares of it
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -311,8 +312,8 @@ class NativeLoader(Loader):
             return
         # split into `threads` slices of about equal bytes
         cum = np.cumsum(read_len)
-        cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
-        bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
+        cuts = np.searchsorted(cum, total * self._shares, side="left")
+        bounds = sorted({0, n, *np.minimum(cuts + 1, n).tolist()})  # a few ints: no numpy call per batch
         slices = len(bounds) - 1
         if job.done is None:
             job.done = queue.SimpleQueue()
