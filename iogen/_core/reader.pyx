@@ -7,6 +7,12 @@ cimport cython
 from libc.errno cimport EINTR, EINVAL, errno
 from libc.limits cimport INT_MAX
 from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp
+from cpython.bytes cimport PyBytes_AsString
+
+cdef extern from "Python.h":
+    object PyUnicode_EncodeFSDefault(object)
 
 from iogen._core._common import MAX_CHUNK_BYTES as _MAX_CHUNK_BYTES, aligned_buffer, os_error, writable_byte_view
 from iogen.errors import ReadFailure
@@ -107,6 +113,119 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
     if failed >= 0:
         raise_read_failure(failed, got, offsets)
     return total
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def pread_marked(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, scratch,
+                 bytes head, bytes tail):
+    """Read each range whole into scratch (reused: nothing is kept) and check that it starts with head and
+    ends with tail; return (bytes read, the first range that does not, or -1). A range the file cannot
+    fill is ReadFailure (its index, errno, offset, bytes read)."""
+    cdef Py_ssize_t n = fds.shape[0]
+    cdef Py_ssize_t i
+    if offsets.shape[0] != n or lengths.shape[0] != n:
+        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
+                         f"{lengths.shape[0]}")
+    cdef unsigned char[::1] out = writable_byte_view(scratch)
+    cdef int64_t cap = out.shape[0]
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: offset and length must be >= 0 and fd a descriptor")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    cdef unsigned char *base = &out[0] if cap > 0 else NULL
+    cdef const unsigned char *h = head
+    cdef const unsigned char *t = tail
+    cdef int64_t nh = len(head)
+    cdef int64_t nt = len(tail)
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef int64_t length
+    cdef Py_ssize_t failed = -1
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(n):
+            length = lengths[i]
+            got = pread_full(<int>fds[i], base, length, offsets[i]) if length else 0
+            if got < length:
+                failed = i
+                break
+            total += got
+            if length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0:
+                bad = i
+                break
+    if failed >= 0:
+        raise_read_failure(failed, got, offsets)
+    return total, bad
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def open_pread_marked(paths, const int64_t[:] offsets, const int64_t[:] lengths, scratch, bytes head, bytes tail):
+    """pread_marked over paths instead of descriptors: each file opened, its range read whole into scratch
+    and closed (one open, one read, one close a file, in order, GIL released). A file that does not open
+    or close is the OSError naming its path (FileNotFoundError when it is missing)."""
+    cdef Py_ssize_t n = len(paths)
+    cdef Py_ssize_t i
+    if offsets.shape[0] != n or lengths.shape[0] != n:
+        raise ValueError(f"paths, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
+                         f"{lengths.shape[0]}")
+    cdef unsigned char[::1] out = writable_byte_view(scratch)
+    cdef int64_t cap = out.shape[0]
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0:
+            raise ValueError(f"entry {i}: offset and length must be >= 0")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    encoded = [p if type(p) is bytes else PyUnicode_EncodeFSDefault(p) for p in paths]
+    cdef const char **names = <const char **>malloc((n if n else 1) * sizeof(char *))
+    if names == NULL:
+        raise MemoryError()
+    for i in range(n):
+        names[i] = PyBytes_AsString(encoded[i])
+    cdef unsigned char *base = &out[0] if cap > 0 else NULL
+    cdef const unsigned char *h = head
+    cdef const unsigned char *t = tail
+    cdef int64_t nh = len(head)
+    cdef int64_t nt = len(tail)
+    cdef int64_t total = 0
+    cdef int64_t got = 0
+    cdef int64_t length
+    cdef int fd
+    cdef int err = 0
+    cdef Py_ssize_t failed = -1
+    cdef Py_ssize_t bad = -1
+    cdef Py_ssize_t no_file = -1
+    try:
+        with nogil:
+            for i in range(n):
+                length = lengths[i]
+                fd = c_open(names[i], O_RDONLY | O_CLOEXEC)
+                if fd < 0:
+                    err = errno
+                    no_file = i
+                    break
+                got = pread_full(fd, base, length, offsets[i]) if length else 0
+                # EINTR on close still releases the descriptor on Linux: retrying could close another file
+                if c_close(fd) != 0 and errno != EINTR and got >= length:
+                    err = errno
+                    no_file = i
+                    break
+                if got < length:
+                    failed = i
+                    break
+                total += got
+                if length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0:
+                    bad = i
+                    break
+    finally:
+        free(names)
+    if no_file >= 0:
+        raise os_error(err, paths[no_file])
+    if failed >= 0:
+        raise_read_failure(failed, got, offsets)
+    return total, bad
 
 
 def open_file(path, bint direct=False):

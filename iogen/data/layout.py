@@ -113,6 +113,21 @@ class FilePaths(Sequence):
     def __iter__(self):
         return (self[i] for i in range(self.num_files))
 
+    def take(self, indices) -> list[str]:
+        """[self[i] for i in indices] (ints in range), the formatting's constants worked out once: a batch's paths."""
+        n = self.num_files
+        for i in indices:
+            if not 0 <= i < n:
+                raise IndexError(f"file index {i} is outside [0, {n})")
+        digits = len(str(self.files_on_disk))
+        name = f"{self.file_prefix}_{{}}_of_{self.files_on_disk}.{self.suffix}"
+        subs = self.num_subfolders
+        if subs > 1:
+            sub_digits = len(str(subs))
+            return [f"{self.folder}/{str(i % subs).rjust(sub_digits, '0')}/" + name.format(str(i).rjust(digits, "0"))
+                    for i in indices]
+        return [f"{self.folder}/" + name.format(str(i).rjust(digits, "0")) for i in indices]
+
     def __eq__(self, other):
         if isinstance(other, FilePaths):
             return self._key() == other._key()

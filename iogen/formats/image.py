@@ -9,7 +9,8 @@ chunk (PNG) of seeded noise, which decoders skip. A file is assembled in one buf
 thread and handed to datagen's one-call publish (Format.file_image).
 
 What each check costs (docs/formats.md): a read checks the size and the start and end markers
-(payload_spans: a few bytes of what was read); `iogen verify` and check_file walk the whole
+(payload_spans: a few bytes of what was read; stream_records: the same, each file read through a
+reading thread's reused buffer when nobody keeps the batch's bytes); `iogen verify` and check_file walk the whole
 structure (JPEG segments and the scan's markers, PNG chunks and every chunk's CRC-32).
 """
 from __future__ import annotations
@@ -119,9 +120,32 @@ class ImageFormat(Format):
         head, tail = self.head_marker, self.tail_marker
         for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
             if n < len(head) + len(tail) or mv[s:s + len(head)] != head or mv[s + n - len(tail):s + n] != tail:
-                raise RecordError(i, f"not a whole {self.name} image: its first bytes are not {head.hex()} or its "
-                                     f"last are not {tail.hex()} (truncated or overwritten)")
+                raise RecordError(i, self._not_whole())
         return starts, lengths
+
+    def stream_records(self, fds, offsets, lengths, scratch, verify_crcs: bool):
+        """Read each file whole through scratch (a thread's reused buffer, which stays in cache; nothing is
+        kept) and check its start and end markers as it lands, in one core call without the GIL (the
+        native loader's streamed reads): (bytes, first bad entry or -1, what). verify_crcs: an image
+        carries no record checksum, so nothing more to check (verify checks the whole structure)."""
+        from .. import core_switch as core
+
+        nbytes, bad = core.reader.pread_marked(fds, offsets, lengths, scratch, self.head_marker, self.tail_marker)
+        return nbytes, bad, f"record is {self._not_whole()}" if bad >= 0 else ""
+
+    def stream_files(self, paths, offsets, lengths, scratch):
+        """stream_records over paths: each file opened, read whole through scratch and closed by one core
+        call (GIL released; reader.reopen_files' open, read and close a sample). A file that does not
+        open is the OSError naming it."""
+        from .. import core_switch as core
+
+        nbytes, bad = core.reader.open_pread_marked(paths, offsets, lengths, scratch, self.head_marker,
+                                                    self.tail_marker)
+        return nbytes, bad, f"record is {self._not_whole()}" if bad >= 0 else ""
+
+    def _not_whole(self) -> str:
+        return (f"not a whole {self.name} image: its first bytes are not {self.head_marker.hex()} or its last are "
+                f"not {self.tail_marker.hex()} (truncated or overwritten)")
 
     def read_samples(self, path, sample_ids):
         """The file's bytes (a uint8 array), start and end markers checked."""

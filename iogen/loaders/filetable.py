@@ -314,17 +314,21 @@ class FileTable:
         bad = int(files[~addressable][0])
         raise DataError(self.layout.paths[bad], "mixes compressed and uncompressed files in one dataset")
 
-    def ranges(self, files: np.ndarray, samples: np.ndarray):
+    def ranges(self, files: np.ndarray, samples: np.ndarray, open_files: bool = True):
         """(handles, offsets, lengths, transient handles) of each sample, opening the files the batch needs.
 
         When the dataset has more files than may stay open (cosmoflow: 524,288), files are opened
         for one batch and `transient_fds` lists what the caller closes once the batch is read,
         as a loader that opens a file per sample does; otherwise files stay open for the run.
-        With `reopen`, every sample gets its own open of its file (closed by the caller).
+        With `reopen`, every sample gets its own open of its file (closed by the caller), unless
+        open_files is False: then no file is opened (handles None), and the caller's reads open
+        and close each sample's file themselves (the native loader's streamed image reads).
         """
         slots = self.slots(files)
         transient = []
-        if self.reopen:
+        if self.reopen and not open_files:
+            fds = None
+        elif self.reopen:
             transient = self._open_each(files.tolist())
             fds = np.asarray(transient, np.int64)
         elif self.transient:

@@ -20,6 +20,7 @@ indexing (`index_figures`) and each epoch's reads (`epoch_figures`) apart.
 from __future__ import annotations
 
 import functools
+import itertools
 import queue
 import threading
 
@@ -142,6 +143,11 @@ class NativeLoader(Loader):
         self._stream = stream if self.decoder is None and self.groups is None \
             and frame_max <= self.piece_bytes else None
         self._scratch_bytes = max(STREAM_SCRATCH_BYTES, frame_max)
+        # ...and with reader.reopen_files, files the format streams by path: each sample's open, read and
+        # close made by its reading thread in the same core call (images: stream_files)
+        # (core_reads: a path is a file name a format's fused read may open itself)
+        self._stream_files = getattr(fmt, "stream_files", None) if self._stream is not None \
+            and self.table.reopen else None
         self._scratch = threading.local()
         # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
@@ -151,6 +157,7 @@ class NativeLoader(Loader):
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
+        self._shares = np.arange(1, self.threads) / self.threads  # where a batch's slices end, in shares of it
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -237,7 +244,18 @@ class NativeLoader(Loader):
         if self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)
             return job
-        fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
+        by_path = self._stream_files is not None
+        fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf, open_files=not by_path)
+        if by_path and lengths.max() <= self._scratch_bytes:
+            # each sample's file opened, read whole and closed by its reading thread, checked as it lands
+            job.streamed = True
+            job.files, job.offsets, job.extent = files, offsets, 0
+            paths, ids = self.layout.paths, files.tolist()
+            paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
+            self._submit(job, None, paths, offsets, lengths, lengths, None, None)
+            return job
+        if fds is None:  # larger files than the scratch holds: opened here, read kept
+            fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
         if self._stream is not None and lengths.max() <= self._scratch_bytes:
             # nothing keeps the batch: each slice read through its thread's scratch, checked as it lands
             # (frames larger than the dataset's records, in files written elsewhere, go the kept way)
@@ -301,13 +319,13 @@ class NativeLoader(Loader):
             return
         # split into `threads` slices of about equal bytes
         cum = np.cumsum(read_len)
-        cuts = np.searchsorted(cum, total * np.arange(1, self.threads) / self.threads, side="left")
-        bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, n), [n])))
+        cuts = np.searchsorted(cum, total * self._shares, side="left")
+        bounds = sorted({0, n, *np.minimum(cuts + 1, n).tolist()})  # a few ints: no numpy call per batch
         slices = len(bounds) - 1
         if job.done is None:
             job.done = queue.SimpleQueue()
-        job.pending += slices  # counted once for the batch: each slice is one put on the pool's queue
-        submit, done, share = self._pool.submit, job.done, job.preprocess_ns // slices
+        job.pending += 1  # the batch's slices hand their results on together: one wake-up a batch
+        submit, done, share = self._pool.submit, _Gather(slices, job.done), job.preprocess_ns // slices
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             submit(done, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
                    None if buf_off is None else buf_off[lo:hi], owner, int(lo), share)
@@ -315,7 +333,14 @@ class NativeLoader(Loader):
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
         try:
-            if buf is None:  # streamed (job.streamed)
+            if buf is None and type(fds) is list:  # streamed by path: opened and closed by this call
+                try:
+                    nbytes, bad, reason = self._stream_files(fds, start, read_len, self._scratch_buffer())
+                except FileNotFoundError as exc:
+                    raise DataError(exc.filename, "data file is missing (generate it with `iogen datagen`)") from None
+                if bad >= 0:
+                    self._raise_record(job, first + bad, reason)
+            elif buf is None:  # streamed (job.streamed)
                 try:
                     nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)
                 except RecordError as exc:
@@ -509,15 +534,33 @@ class NativeLoader(Loader):
             self.groups.close()
 
 
+class _Gather:
+    """Where a batch's slices put their results (or Failed): kept until the last slice's, then handed
+    on as one list, so the thread waiting for the batch wakes once, not once a slice."""
+
+    __slots__ = ("results", "left", "out")
+
+    def __init__(self, slices: int, out: queue.SimpleQueue):
+        self.results: list = []
+        self.left = itertools.count(slices - 1, -1)  # next() is atomic: exactly one put sees 0
+        self.out = out
+
+    def put(self, result) -> None:
+        self.results.append(result)  # before next(): the last to count has every result in
+        if next(self.left) == 0:
+            self.out.put(self.results)
+
+
 def _collect(job) -> int:
     """Wait for every read of a job (even after one failed: buffers must be idle); sum the bytes."""
     nbytes, failure = 0, None
     for _ in range(job.pending):
-        result = job.done.get()
-        if type(result) is Failed:
-            failure = failure or result.exc
-        else:
-            nbytes += result
+        got = job.done.get()
+        for result in got if type(got) is list else (got,):
+            if type(result) is Failed:
+                failure = failure or result.exc
+            else:
+                nbytes += result
     job.pending = 0
     if failure is not None:
         raise failure

@@ -246,3 +246,54 @@ def test_pread_loop_baseline_reads_whole_file(core, data_file, block_bytes):
 def test_pread_loop_baseline_rejects_small_buffer(core, data_file):
     with pytest.raises(ValueError):
         core.probes.pread_loop_baseline(str(data_file[0]), 4096, bytearray(100))
+
+
+def test_pread_marked_reads_each_range_whole_through_scratch_and_checks_its_markers(core, tmp_path):
+    good = tmp_path / "good"
+    good.write_bytes(b"AB" + b"x" * 96 + b"YZ")  # 100 bytes
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"AB" + b"x" * 96 + b"Y!")
+    fds = [core.reader.open_file(str(p), False) for p in (good, bad)]
+    scratch = np.zeros(128, np.uint8)
+    try:
+        g, b = fds
+        assert core.reader.pread_marked(i64(g, g), i64(0, 0), i64(100, 100), scratch, b"AB", b"YZ") == (200, -1)
+        assert bytes(scratch[:100]) == good.read_bytes()
+        # the first range that does not start and end with the markers; reading stops there
+        assert core.reader.pread_marked(i64(g, b, g), i64(0, 0, 0), i64(100, 100, 100), scratch, b"AB", b"YZ") \
+            == (200, 1)
+        assert core.reader.pread_marked(i64(g), i64(1), i64(99), scratch, b"AB", b"YZ") == (99, 0)  # no head
+        assert core.reader.pread_marked(i64(g), i64(0), i64(3), scratch, b"AB", b"YZ") == (3, 0)  # too short
+        with pytest.raises(ReadFailure) as info:  # the file cannot fill the range
+            core.reader.pread_marked(i64(g, g), i64(0, 50), i64(100, 100), scratch, b"AB", b"YZ")
+        assert (info.value.index, info.value.errno, info.value.offset, info.value.nread) == (1, 0, 50, 50)
+        with pytest.raises(ValueError, match="scratch"):
+            core.reader.pread_marked(i64(g), i64(0), i64(129), scratch, b"AB", b"YZ")
+        with pytest.raises(ValueError, match="equal lengths"):
+            core.reader.pread_marked(i64(g, g), i64(0), i64(100), scratch, b"AB", b"YZ")
+    finally:
+        for fd in fds:
+            core.reader.close_file(fd)
+
+
+def test_open_pread_marked_opens_reads_and_closes_each_path(core, tmp_path):
+    good = tmp_path / "good"
+    good.write_bytes(b"AB" + b"x" * 96 + b"YZ")
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"AB" + b"x" * 96 + b"Y!")
+    scratch = np.zeros(128, np.uint8)
+    before = len(os.listdir("/proc/self/fd"))
+    assert core.reader.open_pread_marked([str(good), os.fsencode(good)], i64(0, 0), i64(100, 100), scratch,
+                                         b"AB", b"YZ") == (200, -1)
+    assert core.reader.open_pread_marked([str(good), str(bad), str(good)], i64(0, 0, 0), i64(100, 100, 100),
+                                         scratch, b"AB", b"YZ") == (200, 1)
+    with pytest.raises(ReadFailure) as info:
+        core.reader.open_pread_marked([str(good), str(good)], i64(0, 50), i64(100, 100), scratch, b"AB", b"YZ")
+    assert (info.value.index, info.value.nread) == (1, 50)
+    with pytest.raises(FileNotFoundError) as missing:
+        core.reader.open_pread_marked([str(good), str(tmp_path / "gone")], i64(0, 0), i64(100, 100), scratch,
+                                      b"AB", b"YZ")
+    assert missing.value.filename == str(tmp_path / "gone")
+    with pytest.raises(ValueError, match="scratch"):
+        core.reader.open_pread_marked([str(good)], i64(0), i64(129), scratch, b"AB", b"YZ")
+    assert len(os.listdir("/proc/self/fd")) == before  # every file it opened, closed (failures too)

@@ -186,3 +186,41 @@ def test_frames_larger_than_the_scratch_are_read_kept(tmp_path):
     with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:
         got = [(b.samples, b.bytes, b.data is not None) for b in loader.epoch(plan)]
     assert got == [(g.size, g.size * frame, True) for g in plan.batches]
+
+
+@pytest.mark.parametrize("name", ["jpeg", "png"])
+@pytest.mark.parametrize("reopen", [False, True])
+def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp_path, name, reopen):
+    # a sample is its file's bytes: streamed (each file read whole through a thread's scratch, its
+    # markers checked there) or kept, the same bytes count and a damaged end marker names the file
+    wl = load_workload("default", [f"dataset.data_folder={tmp_path}", f"dataset.format={name}",
+                                   "dataset.num_files_train=6", "dataset.num_samples_per_file=1",
+                                   "dataset.record_length_bytes=4000", "reader.batch_size=2",
+                                   "reader.read_threads=2", "reader.prefetch_size=1", f"reader.reopen_files={reopen}"])
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+    generate(layout, fmt)
+    kept, plan = _epoch(wl, layout, fmt, keep_bytes=True)
+    streamed, _ = _epoch(wl, layout, fmt, keep_bytes=False)
+    assert [(s, n) for s, n, _ in kept] == [(s, n) for s, n, _ in streamed] == [(2, 8000)] * 3
+    assert all(data is None for _, _, data in streamed)
+    victim = layout.paths[int(plan.batches[1][1])]
+    with open(victim, "r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        fh.write(b"\x00")
+    for keep in (True, False):
+        with pytest.raises(DataError, match=f"record is not a whole {name} image") as err:
+            _epoch(wl, layout, fmt, keep_bytes=keep)
+        assert err.value.path == victim and err.value.offset == 0
+    with open(victim, "r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        fh.write(fmt.tail_marker[-1:])
+    with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:  # indexed (and opened) now
+        os.unlink(victim)  # gone under a running job: with reopen_files its reading thread opens it
+        if reopen:
+            with pytest.raises(DataError, match="data file is missing") as err:
+                for _ in loader.epoch(plan):
+                    pass
+            assert err.value.path == victim
+        else:
+            assert sum(b.samples for b in loader.epoch(plan)) == 6  # read through the descriptor held open

@@ -13,8 +13,12 @@ def test_paths_of_a_hundred_million_files_cost_nothing_until_asked():
     assert layout.paths[123_456_78] == f"/d/train/{12345678 % 1000:04d}/" + file_name("img", 12345678, 10**8, "npz")
     assert layout.paths[-1] == layout.path(10**8 - 1) == "/d/train/0999/img_099999999_of_100000000.npz"
     assert layout.paths[5:8] == [layout.paths[i] for i in (5, 6, 7)]
+    some = [12_345_678, 0, 10**8 - 1, 7]
+    assert layout.paths.take(some) == [layout.paths[i] for i in some]  # a batch's paths at once
     with pytest.raises(IndexError):
         layout.paths[10**8]
+    with pytest.raises(IndexError):
+        layout.paths.take([3, 10**8])
     assert len(pickle.dumps(layout)) < 2048
     assert layout.total_bytes == 4096 * 10**8
     assert layout.record_bytes.shape == (10**8,) and layout.record_bytes.nbytes == 8 * 10**8  # a broadcast view
@@ -26,6 +30,9 @@ def test_paths_are_a_sequence_equal_to_the_list():
     listed = [layout.paths[i] for i in range(12)]
     assert list(layout.paths) == listed and layout.paths == listed and listed[11] == "/d/valid/01/img_11_of_12.h5"
     assert layout.paths != listed[:-1]
+    assert layout.paths.take(range(12)) == listed
+    flat = FilePaths("/d/train", "img", 30, "jpeg", 1, files_on_disk=1000)  # one subfolder is none; _of_1000
+    assert flat.take([29, 0]) == [flat[29], flat[0]] == ["/d/train/img_0029_of_1000.jpeg", "/d/train/img_0000_of_1000.jpeg"]
 
 
 def test_paths_follow_a_copy_rooted_elsewhere():

@@ -12,7 +12,8 @@ _NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPN
 
 INT_MAX = 2**31 - 1  # file descriptors are C ints
 
-__all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "pread_into"]
+__all__ = ["aligned_buffer", "close_file", "evict_file", "open_file", "open_pread_marked", "pread_into",
+           "pread_marked"]
 
 
 def pread_full(fd, view, length, offset):
@@ -73,6 +74,86 @@ def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
             raise ReadFailure(i, 0, int(offsets[i]), got)
         total += got
     return total
+
+
+def pread_marked(fds, offsets, lengths, scratch, head, tail):
+    """Read each range whole into scratch (reused: nothing is kept) and check that it starts with head and
+    ends with tail; return (bytes read, the first range that does not, or -1). A range the file cannot
+    fill is ReadFailure (its index, errno, offset, bytes read)."""
+    fds, offsets, lengths = (_int64_column(a, name) for a, name in
+                             ((fds, "fds"), (offsets, "offsets"), (lengths, "lengths")))
+    n = len(fds)
+    if len(offsets) != n or len(lengths) != n:
+        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {len(offsets)}, {len(lengths)}")
+    if not isinstance(head, bytes) or not isinstance(tail, bytes):
+        raise TypeError("head and tail must be bytes")
+    view = writable_byte_view(scratch)
+    cap = len(view)
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0 or not 0 <= fds[i] <= INT_MAX:
+            raise ValueError(f"entry {i}: offset and length must be >= 0 and fd a descriptor")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    total = 0
+    for i in range(n):
+        length, offset = int(lengths[i]), int(offsets[i])
+        try:
+            got = pread_full(int(fds[i]), view, length, offset) if length else 0
+        except OSError as exc:
+            raise ReadFailure(i, exc.errno, offset, 0) from None
+        if got < length:
+            raise ReadFailure(i, 0, offset, got)
+        total += got
+        if length < len(head) + len(tail) or view[:len(head)] != head or view[length - len(tail):length] != tail:
+            return total, i
+    return total, -1
+
+
+def open_pread_marked(paths, offsets, lengths, scratch, head, tail):
+    """pread_marked over paths instead of descriptors: each file opened, its range read whole into scratch
+    and closed (one open, one read, one close a file, in order, GIL released). A file that does not open
+    or close is the OSError naming its path (FileNotFoundError when it is missing)."""
+    offsets, lengths = _int64_column(offsets, "offsets"), _int64_column(lengths, "lengths")
+    paths = list(paths)
+    n = len(paths)
+    if len(offsets) != n or len(lengths) != n:
+        raise ValueError(f"paths, offsets and lengths must have equal lengths, got {n}, {len(offsets)}, {len(lengths)}")
+    if not isinstance(head, bytes) or not isinstance(tail, bytes):
+        raise TypeError("head and tail must be bytes")
+    view = writable_byte_view(scratch)
+    cap = len(view)
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0:
+            raise ValueError(f"entry {i}: offset and length must be >= 0")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    total = 0
+    for i in range(n):
+        length, offset = int(lengths[i]), int(offsets[i])
+        try:
+            fd = os.open(paths[i], os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise os_error(exc.errno, paths[i]) from None
+        failure = None
+        try:
+            got = pread_full(fd, view, length, offset) if length else 0
+        except OSError as exc:
+            failure = ReadFailure(i, exc.errno, offset, 0)
+        try:
+            os.close(fd)
+        except InterruptedError:  # EINTR on close still releases the descriptor on Linux
+            pass
+        except OSError as exc:
+            if failure is None and got >= length:
+                raise os_error(exc.errno, paths[i]) from None
+        if failure is not None:
+            raise failure
+        if got < length:
+            raise ReadFailure(i, 0, offset, got)
+        total += got
+        if length < len(head) + len(tail) or view[:len(head)] != head or view[length - len(tail):length] != tail:
+            return total, i
+    return total, -1
 
 
 def open_file(path, direct=False):
