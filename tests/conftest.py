@@ -313,6 +313,37 @@ def _rgw_module():
     return mod
 
 
+_RGW_EARLY: dict = {}  # the RGW start-up begun at collection (pytest_collection_finish), if any
+
+
+def pytest_collection_finish(session):
+    """Begin the session's RGW start-up (about 20 s, mostly waiting for its daemons) in a background
+    thread as soon as the collected tests show one will be needed (a test id naming rgw), so it
+    overlaps the first tests instead of stalling the first RGW test. rgw_server waits for it."""
+    import atexit
+    import importlib.util
+    import tempfile
+    import threading
+
+    if os.environ.get("IOGEN_TEST_RGW") or session.config.option.collectonly \
+            or importlib.util.find_spec("boto3") is None or not any("rgw" in item.nodeid for item in session.items):
+        return
+    rgw = _rgw_module()
+    folder = tempfile.mkdtemp(prefix="iogen-test-rgw-")
+    atexit.register(rgw.stop, folder)  # stop() is idempotent: by the PIDs it recorded, each checked
+
+    def start():
+        try:
+            _RGW_EARLY["info"] = rgw.start(folder)
+        except BaseException as exc:  # noqa: BLE001 - rgw_server raises or skips with it
+            _RGW_EARLY["error"] = exc
+
+    # not a daemon: an interpreter that exits during the start-up waits for it, then atexit stops what it started
+    thread = threading.Thread(target=start, name="iogen-test-rgw-start", daemon=False)
+    _RGW_EARLY.update(thread=thread, folder=folder, module=rgw)
+    thread.start()
+
+
 @pytest.fixture(scope="session")
 def rgw_server(tmp_path_factory):
     """{endpoint, access_key, secret_key} of a Ceph RGW started for the session, or a skip naming why not."""
@@ -328,16 +359,30 @@ def rgw_server(tmp_path_factory):
         except OSError as exc:
             pytest.skip(f"RGW: IOGEN_TEST_RGW={reuse}: no server started there ({exc.strerror})")
         return
-    folder = str(tmp_path_factory.mktemp("rgw"))
-    atexit.register(rgw.stop, folder)  # stop() is idempotent: by the PIDs it recorded, each checked
-    try:
-        info = rgw.start(folder)
-    except rgw.Unavailable as exc:
-        pytest.skip(f"RGW cannot run here: {exc}")
+    if _RGW_EARLY.get("thread") is not None:  # begun at collection: wait for it
+        _RGW_EARLY["thread"].join()
+        rgw, folder = _RGW_EARLY["module"], _RGW_EARLY["folder"]
+        error = _RGW_EARLY.get("error")
+        if isinstance(error, rgw.Unavailable):
+            pytest.skip(f"RGW cannot run here: {error}")
+        if error is not None:
+            raise error
+        info = _RGW_EARLY["info"]
+    else:
+        folder = str(tmp_path_factory.mktemp("rgw"))
+        atexit.register(rgw.stop, folder)  # stop() is idempotent: by the PIDs it recorded, each checked
+        try:
+            info = rgw.start(folder)
+        except rgw.Unavailable as exc:
+            pytest.skip(f"RGW cannot run here: {exc}")
     try:
         yield info
     finally:
         rgw.stop(folder)
+        if _RGW_EARLY.get("folder") == folder:  # made by mkdtemp, not under pytest's basetemp
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 S3_SERVERS = ("moto", "rgw")  # what the `s3` fixture's parameter names; moto when a test does not choose
