@@ -115,6 +115,29 @@ def pread_into(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] 
     return total
 
 
+cdef inline bint _unmarked(const unsigned char *base, int64_t length, const unsigned char *h, int64_t nh,
+                           const unsigned char *t, int64_t nt) noexcept nogil:
+    """Whether a range read whole into base does not start with h and end with t."""
+    return length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0
+
+
+cdef unsigned char[::1] _marked_scratch(what, Py_ssize_t n, const int64_t[:] offsets, const int64_t[:] lengths,
+                                        scratch):
+    """The marked reads' checks of their ranges against n sources (`what`) and the scratch buffer; its view."""
+    cdef Py_ssize_t i
+    if offsets.shape[0] != n or lengths.shape[0] != n:
+        raise ValueError(f"{what}, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
+                         f"{lengths.shape[0]}")
+    cdef unsigned char[::1] out = writable_byte_view(scratch)
+    cdef int64_t cap = out.shape[0]
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0:
+            raise ValueError(f"entry {i}: offset and length must be >= 0")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    return out
+
+
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
 @cython.wraparound(IOGEN_DEBUG_BUILD)
 def pread_marked(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:] lengths, scratch,
@@ -124,17 +147,11 @@ def pread_marked(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
     fill is ReadFailure (its index, errno, offset, bytes read)."""
     cdef Py_ssize_t n = fds.shape[0]
     cdef Py_ssize_t i
-    if offsets.shape[0] != n or lengths.shape[0] != n:
-        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
-                         f"{lengths.shape[0]}")
-    cdef unsigned char[::1] out = writable_byte_view(scratch)
-    cdef int64_t cap = out.shape[0]
+    cdef unsigned char[::1] out = _marked_scratch("fds", n, offsets, lengths, scratch)
     for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0 or fds[i] < 0 or fds[i] > INT_MAX:
-            raise ValueError(f"entry {i}: offset and length must be >= 0 and fd a descriptor")
-        if lengths[i] > cap:
-            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
-    cdef unsigned char *base = &out[0] if cap > 0 else NULL
+        if fds[i] < 0 or fds[i] > INT_MAX:
+            raise ValueError(f"entry {i}: fd {fds[i]} is not a descriptor")
+    cdef unsigned char *base = &out[0] if out.shape[0] > 0 else NULL
     cdef const unsigned char *h = head
     cdef const unsigned char *t = tail
     cdef int64_t nh = len(head)
@@ -152,7 +169,7 @@ def pread_marked(const int64_t[:] fds, const int64_t[:] offsets, const int64_t[:
                 failed = i
                 break
             total += got
-            if length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0:
+            if _unmarked(base, length, h, nh, t, nt):
                 bad = i
                 break
     if failed >= 0:
@@ -168,23 +185,14 @@ def open_pread_marked(paths, const int64_t[:] offsets, const int64_t[:] lengths,
     or close is the OSError naming its path (FileNotFoundError when it is missing)."""
     cdef Py_ssize_t n = len(paths)
     cdef Py_ssize_t i
-    if offsets.shape[0] != n or lengths.shape[0] != n:
-        raise ValueError(f"paths, offsets and lengths must have equal lengths, got {n}, {offsets.shape[0]}, "
-                         f"{lengths.shape[0]}")
-    cdef unsigned char[::1] out = writable_byte_view(scratch)
-    cdef int64_t cap = out.shape[0]
-    for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0:
-            raise ValueError(f"entry {i}: offset and length must be >= 0")
-        if lengths[i] > cap:
-            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    cdef unsigned char[::1] out = _marked_scratch("paths", n, offsets, lengths, scratch)
     encoded = [p if type(p) is bytes else PyUnicode_EncodeFSDefault(p) for p in paths]
     cdef const char **names = <const char **>malloc((n if n else 1) * sizeof(char *))
     if names == NULL:
         raise MemoryError()
     for i in range(n):
         names[i] = PyBytes_AsString(encoded[i])
-    cdef unsigned char *base = &out[0] if cap > 0 else NULL
+    cdef unsigned char *base = &out[0] if out.shape[0] > 0 else NULL
     cdef const unsigned char *h = head
     cdef const unsigned char *t = tail
     cdef int64_t nh = len(head)
@@ -216,7 +224,7 @@ def open_pread_marked(paths, const int64_t[:] offsets, const int64_t[:] lengths,
                     failed = i
                     break
                 total += got
-                if length < nh + nt or memcmp(base, h, nh) != 0 or memcmp(base + length - nt, t, nt) != 0:
+                if _unmarked(base, length, h, nh, t, nt):
                     bad = i
                     break
     finally:

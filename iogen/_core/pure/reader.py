@@ -76,6 +76,28 @@ def pread_into(fds, offsets, lengths, required, buf, buf_offsets):
     return total
 
 
+def _marked_scratch(what, n, offsets, lengths, scratch, head, tail):
+    """The marked reads' checks of their ranges against n sources (`what`) and the scratch buffer; its view."""
+    if len(offsets) != n or len(lengths) != n:
+        raise ValueError(f"{what}, offsets and lengths must have equal lengths, got {n}, {len(offsets)}, "
+                         f"{len(lengths)}")
+    if not isinstance(head, bytes) or not isinstance(tail, bytes):
+        raise TypeError("head and tail must be bytes")
+    view = writable_byte_view(scratch)
+    cap = len(view)
+    for i in range(n):
+        if lengths[i] < 0 or offsets[i] < 0:
+            raise ValueError(f"entry {i}: offset and length must be >= 0")
+        if lengths[i] > cap:
+            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    return view
+
+
+def _unmarked(view, length, head, tail) -> bool:
+    """Whether a range read whole into view does not start with head and end with tail."""
+    return length < len(head) + len(tail) or view[:len(head)] != head or view[length - len(tail):length] != tail
+
+
 def pread_marked(fds, offsets, lengths, scratch, head, tail):
     """Read each range whole into scratch (reused: nothing is kept) and check that it starts with head and
     ends with tail; return (bytes read, the first range that does not, or -1). A range the file cannot
@@ -83,17 +105,10 @@ def pread_marked(fds, offsets, lengths, scratch, head, tail):
     fds, offsets, lengths = (_int64_column(a, name) for a, name in
                              ((fds, "fds"), (offsets, "offsets"), (lengths, "lengths")))
     n = len(fds)
-    if len(offsets) != n or len(lengths) != n:
-        raise ValueError(f"fds, offsets and lengths must have equal lengths, got {n}, {len(offsets)}, {len(lengths)}")
-    if not isinstance(head, bytes) or not isinstance(tail, bytes):
-        raise TypeError("head and tail must be bytes")
-    view = writable_byte_view(scratch)
-    cap = len(view)
+    view = _marked_scratch("fds", n, offsets, lengths, scratch, head, tail)
     for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0 or not 0 <= fds[i] <= INT_MAX:
-            raise ValueError(f"entry {i}: offset and length must be >= 0 and fd a descriptor")
-        if lengths[i] > cap:
-            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+        if not 0 <= fds[i] <= INT_MAX:
+            raise ValueError(f"entry {i}: fd {fds[i]} is not a descriptor")
     total = 0
     for i in range(n):
         length, offset = int(lengths[i]), int(offsets[i])
@@ -104,7 +119,7 @@ def pread_marked(fds, offsets, lengths, scratch, head, tail):
         if got < length:
             raise ReadFailure(i, 0, offset, got)
         total += got
-        if length < len(head) + len(tail) or view[:len(head)] != head or view[length - len(tail):length] != tail:
+        if _unmarked(view, length, head, tail):
             return total, i
     return total, -1
 
@@ -116,17 +131,7 @@ def open_pread_marked(paths, offsets, lengths, scratch, head, tail):
     offsets, lengths = _int64_column(offsets, "offsets"), _int64_column(lengths, "lengths")
     paths = list(paths)
     n = len(paths)
-    if len(offsets) != n or len(lengths) != n:
-        raise ValueError(f"paths, offsets and lengths must have equal lengths, got {n}, {len(offsets)}, {len(lengths)}")
-    if not isinstance(head, bytes) or not isinstance(tail, bytes):
-        raise TypeError("head and tail must be bytes")
-    view = writable_byte_view(scratch)
-    cap = len(view)
-    for i in range(n):
-        if lengths[i] < 0 or offsets[i] < 0:
-            raise ValueError(f"entry {i}: offset and length must be >= 0")
-        if lengths[i] > cap:
-            raise ValueError(f"entry {i}: {lengths[i]} bytes do not fit the scratch buffer of {cap} bytes")
+    view = _marked_scratch("paths", n, offsets, lengths, scratch, head, tail)
     total = 0
     for i in range(n):
         length, offset = int(lengths[i]), int(offsets[i])
@@ -151,7 +156,7 @@ def open_pread_marked(paths, offsets, lengths, scratch, head, tail):
         if got < length:
             raise ReadFailure(i, 0, offset, got)
         total += got
-        if length < len(head) + len(tail) or view[:len(head)] != head or view[length - len(tail):length] != tail:
+        if _unmarked(view, length, head, tail):
             return total, i
     return total, -1
 
