@@ -36,6 +36,27 @@ PREINDEX_MAX_FILES = 256
 BUFFER_BYTES = 64 << 20
 
 
+def _distinct(values: np.ndarray) -> list:
+    """The distinct values, in order of first appearance (dict.fromkeys(values.tolist())), found from
+    the runs of equal values: a batch's files and groups come in a few long runs unless shuffled."""
+    if values.size < 2:
+        return values.tolist()
+    starts = np.flatnonzero(values[1:] != values[:-1])
+    if starts.size * 4 > values.size:  # short runs (shuffled): one pass over every value
+        return list(dict.fromkeys(values.tolist()))
+    return list(dict.fromkeys(values[np.concatenate(([0], starts + 1))].tolist()))
+
+
+def _ascending(values: np.ndarray) -> list:
+    """The distinct values in ascending order (np.unique(values).tolist()), without a sort when
+    they already ascend (a file's rows in order)."""
+    if values.size < 2:
+        return values.tolist()
+    if values[0] <= values[-1] and not (values[1:] < values[:-1]).any():
+        return values[np.concatenate(([0], np.flatnonzero(values[1:] != values[:-1]) + 1))].tolist()
+    return np.unique(values).tolist()
+
+
 class GroupReads:
     """Which byte ranges a batch of samples needs, given the groups already cached (one loader's)."""
 
@@ -124,10 +145,11 @@ class GroupReads:
         groups this batch needs that are not cached."""
         fds, offs, lens, owners = [], [], [], []
         opened: dict[int, int] = {}
-        for f in dict.fromkeys(files.tolist()):
+        order = _distinct(files)
+        for f in order:
             gi = self.index(f)
-            rows = samples[files == f]
-            for g in np.unique(gi.group_of(rows)).tolist():
+            rows = samples if len(order) == 1 else samples[files == f]
+            for g in _ascending(gi.group_of(rows)):
                 key = (f, g)
                 if key in self.cache:
                     self.cache.move_to_end(key)

@@ -233,3 +233,29 @@ def test_a_staged_parquet_dataset_is_read_from_the_staged_copy(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "staged (node scope): 2 file(s)" in res.stdout + res.stderr
     assert not list((tmp_path / "stage").rglob("*.parquet"))  # the staged copy is removed after the run
+
+
+@pytest.mark.parametrize("order", ["runs", "shuffled"])
+def test_a_batchs_groups_are_each_read_once_files_as_they_come_groups_ascending(dlrm_data, order):
+    from iogen.loaders.groups import GroupReads
+
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    # rows of file 1 (its second group first), then of file 0; or the same samples shuffled
+    gids = np.concatenate([np.arange(ROWS + GROUP, 2 * ROWS), np.arange(ROWS, ROWS + 10), np.arange(0, 20)])
+    if order == "shuffled":
+        gids = np.random.default_rng(3).permutation(gids)
+    reads = GroupReads(layout, fmt)
+    try:
+        fds, offsets, lengths, files, _ = reads.ranges(gids // ROWS, gids % ROWS)
+        first = int(gids[0] // ROWS)
+        want = []
+        for f in (first, 1 - first):
+            gi = fmt.group_index(layout.paths[f])
+            for g in ([0, 1] if f == 1 else [0]):
+                want += [(f, int(o), int(n)) for o, n in zip(*gi.ranges(g))]
+        assert list(zip(files.tolist(), offsets.tolist(), lengths.tolist())) == want
+        again = reads.ranges(gids // ROWS, gids % ROWS)  # every group cached now: nothing to read
+        assert again[2].size == 0
+    finally:
+        reads.close()
