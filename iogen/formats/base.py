@@ -261,6 +261,14 @@ class Format:
         """The payload of one read_samples result, as a flat uint8 array (RecordError when it does not parse)."""
         return np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
 
+    def new_epoch(self) -> None:
+        """A framework loader calls this as an epoch starts: what the format caches of its reads (Parquet's
+        row groups) starts empty, so each epoch reads its data again. Nothing by default."""
+
+    # Bytes of every sample's payload when decode_payloads gives one 2-D array of rows and can write
+    # them into a given one (its `out`: Parquet's selected columns); None: payloads as they come.
+    decoded_row_bytes = None
+
     def decode_payloads(self, path, sample_ids) -> tuple[int, object]:
         """(bytes decoded, payloads) of samples of one file, in the order asked: a list of flat uint8
         arrays, or one 2-D uint8 array (a row a sample) where the format has its samples so (Parquet

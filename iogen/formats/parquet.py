@@ -44,9 +44,13 @@ from ..common.checksum import crc32c
 DEFAULT_ROW_GROUP = 1024 * 1024
 # A framework reader thread keeps row groups up to this many bytes (selected columns, decoded).
 CACHE_BYTES = 256 << 20
-# Footers (pyarrow's parsed FileMetaData) a format object keeps for read_samples: a dlrm file's
-# (768 row groups x 200 columns) takes about 130 MB in memory.
+# Footers (pyarrow's parsed FileMetaData) a format object keeps for read_samples: at least
+# FOOTERS_KEPT, and more while their memory stays within FOOTER_CACHE_BYTES. A parsed footer takes
+# about FOOTER_MEMORY_FACTOR times its serialized size (a dlrm file's, 768 row groups x 200
+# columns: well over 100 MB, so two; a scaled-down dataset's: all of them).
 FOOTERS_KEPT = 2
+FOOTER_CACHE_BYTES = 256 << 20
+FOOTER_MEMORY_FACTOR = 16
 
 # codec as the workload names it -> pyarrow's writer name, and the names a footer reports
 CODECS = {"none": "NONE", "snappy": "SNAPPY", "gzip": "GZIP", "lz4": "LZ4", "zstd": "ZSTD"}
@@ -214,6 +218,25 @@ class _ObjectReads(io.RawIOBase):
         return n
 
 
+def _footer_memory(meta) -> int:
+    """What a parsed footer takes in memory, estimated from its serialized size."""
+    return int(meta.serialized_size) * FOOTER_MEMORY_FACTOR
+
+
+def _put_columns(rows: np.ndarray, at: int, values: np.ndarray) -> None:
+    """rows[:, at:at + width] = values (a column's bytes, a row each), copied as the widest unsigned
+    words that fit its place and width: numpy copies a 2-D uint8 block a byte row at a time, which
+    for a 4-byte column of 6,144 rows costs ten times a copy of 6,144 words."""
+    width = values.shape[1]
+    for word in (8, 4, 2):
+        if values.flags.c_contiguous and not (at % word or width % word or rows.shape[1] % word
+                                                  or values.ctypes.data % word or rows.ctypes.data % word):
+            dtype = np.dtype(f"u{word}")
+            rows.view(dtype)[:, at // word:(at + width) // word] = values.view(dtype)
+            return
+    rows[:, at:at + width] = values
+
+
 def _pyarrow_file(pq, source, meta, group=None, columns=()):
     """pyarrow's ParquetFile of a path, or of an object's file object: then, given a row group, its
     chunks of these columns fetched first, as their coalesced ranges (group_index's: what the native
@@ -251,11 +274,13 @@ class ParquetFormat(Format):
         # per format object (a fresh object, a fresh cache), dropped when pickled to a worker
         self._footer_lock = threading.Lock()
         self._footers: collections.OrderedDict = collections.OrderedDict()
+        self._footer_bytes = 0  # their estimated memory (_footer_memory)
         self._local = threading.local()
+        self._epoch = 0  # new_epoch() counts; a thread's row-group cache belongs to one
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for name in ("_footer_lock", "_footers", "_local"):
+        for name in ("_footer_lock", "_footers", "_footer_bytes", "_local", "_epoch"):
             state.pop(name, None)
         return state
 
@@ -284,7 +309,10 @@ class ParquetFormat(Format):
 
     def arrow_schema(self):
         """The declared columns as an Arrow schema (non-nullable; lists of size > 1 fixed-size)."""
-        return arrow_schema_of(self.columns)
+        schema = self.__dict__.get("_schema")
+        if schema is None:  # built once (a dlrm schema: 200 fields, about a millisecond)
+            schema = self._schema = arrow_schema_of(self.columns)
+        return schema
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -342,8 +370,8 @@ class ParquetFormat(Format):
     # -- the footer -------------------------------------------------------------------------
 
     def metadata(self, path, cache: bool = True):
-        """The file's footer (pyarrow FileMetaData), checked against the workload; kept (FOOTERS_KEPT)
-        when `cache`."""
+        """The file's footer (pyarrow FileMetaData), checked against the workload; kept when `cache`
+        (FOOTERS_KEPT, or more within FOOTER_CACHE_BYTES)"""
         name = source_name(path)
         key = None
         if not cache:
@@ -365,9 +393,11 @@ class ParquetFormat(Format):
         meta = self._read_footer(path, name)
         if key is not None:
             with self._footer_lock:
-                self._footers[key] = meta
-                while len(self._footers) > FOOTERS_KEPT:
-                    self._footers.popitem(last=False)
+                footers = self._footers
+                footers[key] = meta
+                self._footer_bytes += _footer_memory(meta)
+                while len(footers) > FOOTERS_KEPT and self._footer_bytes > FOOTER_CACHE_BYTES:
+                    self._footer_bytes -= _footer_memory(footers.popitem(last=False)[1])
         return meta
 
     def _read_footer(self, path, name):
@@ -471,12 +501,18 @@ class ParquetFormat(Format):
         """None: rows are read a row group at a time (group_index), not as byte ranges."""
         return None
 
+    def new_epoch(self) -> None:
+        """Every thread's row-group cache starts empty (at its next read): each epoch reads its row
+        groups again, as the native loader's cache does (a footer read stays cached)."""
+        self._epoch += 1
+
     def _cache(self):
         local = self._local
         cache = getattr(local, "groups", None)
-        if cache is None:
+        if cache is None or local.epoch != self._epoch:
             cache = local.groups = collections.OrderedDict()
             local.bytes = 0
+            local.epoch = self._epoch
         return cache
 
     def _group_rows(self, path, g: int, fetched: list | None = None) -> np.ndarray:
@@ -492,12 +528,20 @@ class ParquetFormat(Format):
             cache.move_to_end(key)
             return hit[0]
         try:
-            pf = _pyarrow_file(pq, path, meta, g, self.selected)
+            if is_fileobj(path):
+                pf = _pyarrow_file(pq, path, meta, g, self.selected)
+            else:  # this thread's last file stays open while it reads that file (no open a row group)
+                last = getattr(self._local, "file", None)
+                if last is None or last[0] != key[:2]:
+                    self._local.file = None  # the last one closes (its footer too, unless cached)
+                    last = self._local.file = (key[:2], _pyarrow_file(pq, path, meta), meta)  # meta held: its id names it
+                pf = last[1]
             table = pf.read_row_group(g, columns=self.selected_columns)
         except Exception as exc:  # noqa: BLE001 - corrupt pages
             text = " ".join(str(exc).split())[:200]
             raise DataError(name, f"row group {g} cannot be read ({type(exc).__name__}: {text})") from None
-        parts = []
+        rows = np.empty((table.num_rows, self.selected_bytes), np.uint8)
+        at = 0
         for j, col_name in zip(self.selected, self.selected_columns):
             chunked = table.column(col_name)
             arr = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
@@ -510,8 +554,9 @@ class ParquetFormat(Format):
             if len(arr) != want or arr.null_count:
                 raise DataError(name, f"column {col_name!r} of row group {g} holds {len(arr)} values, "
                                       f"{table.num_rows} rows of {self.columns[j].values} make {want}")
-            parts.append(np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8))
-        rows = np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+            values = np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8)
+            _put_columns(rows, at, values)
+            at += values.shape[1]
         if fetched is not None:
             fetched.append(sum(n for _, n in _chunk_ranges(meta.row_group(g), self.selected)))
         cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
@@ -535,25 +580,46 @@ class ParquetFormat(Format):
                 out[i] = rows[int(ids[i]) - g * self.row_group_size]
         return out
 
-    def decode_payloads(self, path, sample_ids):
+    def decode_payloads(self, path, sample_ids, out=None):
         """The rows' selected columns as one (samples, selected bytes) uint8 array (one copy a batch),
         and the bytes read for them: the chunk ranges of the row groups fetched now (a row group in
         this thread's cache costs none), as the native loader counts them."""
         name = source_name(path)
         meta = self.metadata(path)
         ids = check_sample_ids(name, sample_ids, meta.num_rows)
-        groups = ids // self.row_group_size
-        out = np.empty((ids.size, self.selected_bytes), np.uint8)
+        size = self.row_group_size
+        if out is None:
+            out = np.empty((ids.size, self.selected_bytes), np.uint8)
         fetched: list = []
-        for g in np.unique(groups).tolist():
-            where = groups == g
-            out[where] = self._group_rows(path, int(g), fetched)[ids[where] - g * self.row_group_size]
+        # runs of consecutive rows inside one row group are copied as slices (a batch read in order:
+        # a run or two), anything else row by row
+        if ids.size:
+            cut = np.flatnonzero((np.diff(ids) != 1) | (np.diff(ids // size) != 0)) + 1
+            bounds = [0, *cut.tolist(), int(ids.size)]
+        else:
+            bounds = [0]
+        if len(bounds) * 4 > ids.size + 8:  # short runs (shuffled): by row group, rows gathered
+            groups = ids // size
+            for g in np.unique(groups).tolist():
+                where = groups == g
+                out[where] = self._group_rows(path, int(g), fetched)[ids[where] - g * size]
+            return sum(fetched), out
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            first = int(ids[lo])
+            g = first // size
+            start = first - g * size
+            out[lo:hi] = self._group_rows(path, g, fetched)[start:start + hi - lo]
         return sum(fetched), out
 
     @property
     def selected_bytes(self) -> int:
         """Bytes of a row's selected columns (as decoded)."""
         return sum(self.columns[i].row_bytes for i in self.selected)
+
+    @property
+    def decoded_row_bytes(self) -> int:
+        """decode_payloads writes rows of the selected columns' bytes (Format.decoded_row_bytes)."""
+        return self.selected_bytes
 
     def payload_of(self, sample) -> np.ndarray:
         return np.asarray(sample, np.uint8).reshape(-1)

@@ -50,12 +50,31 @@ class PlanSampler(Sampler):
     def __init__(self):
         self.batches = np.zeros((0, 1), np.int64)
         self.preprocess_ns = None  # (steps, batch) per-sample preprocessing times, or None
+        self.epoch = 0
 
     def __iter__(self):
+        epoch = self.epoch
         if self.preprocess_ns is None:
-            return iter(self.batches)
+            return (EpochTask(epoch, row) for row in self.batches)
         # one (2, batch) array per batch: ids, then each sample's preprocessing time
-        return (np.stack(pair) for pair in zip(self.batches, self.preprocess_ns))
+        return (EpochTask(epoch, np.stack(pair)) for pair in zip(self.batches, self.preprocess_ns))
+
+
+class EpochTask:
+    """A batch as the sampler hands it to a worker: its epoch (so a worker's read caches start empty
+    each epoch, Format.new_epoch) and its ids (or ids and preprocessing times)."""
+
+    __slots__ = ("epoch", "ids")
+
+    def __init__(self, epoch: int, ids: np.ndarray):
+        self.epoch = epoch
+        self.ids = ids
+
+    def __getstate__(self):
+        return self.epoch, self.ids
+
+    def __setstate__(self, state):
+        self.epoch, self.ids = state
 
     def __len__(self):
         return int(self.batches.shape[0])
@@ -197,6 +216,7 @@ class PlanDataset(Dataset):
         self.total = int(total)
         self.ring_depth = int(ring_depth)
         self._ring = None
+        self._epoch = None  # the epoch of the last task read (EpochTask)
 
     def __getstate__(self):
         return {**self.__dict__, "_ring": None}
@@ -209,6 +229,11 @@ class PlanDataset(Dataset):
 
     def __getitems__(self, gids):
         try:
+            if type(gids) is EpochTask:
+                if gids.epoch != self._epoch:  # this process's first batch of an epoch
+                    self._epoch = gids.epoch
+                    self.reader.new_epoch()
+                gids = gids.ids
             if torch.utils.data.get_worker_info() is not None:
                 # In a worker the batch lives in shared memory: it then crosses to the main
                 # process as a handle, not a copy (as default_collate does for its output).
@@ -367,6 +392,7 @@ class PyTorchLoader(Loader):
     def epoch(self, plan):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with torch tensors."""
         self.sampler.batches = plan.batches
+        self.sampler.epoch = plan.epoch
         pre = self.preprocess.draws(plan.batches.size)
         self.sampler.preprocess_ns = None if pre is None else pre.reshape(plan.batches.shape)
         with warnings.catch_warnings():  # the same warning, again when workers start

@@ -172,6 +172,7 @@ class PlanIterable(IterableDataset):
         info = torch.utils.data.get_worker_info()
         w, n = (info.id, info.num_workers) if info is not None else (0, 1)
         steps, _, has_pre = self.shape.tolist()
+        self.dataset.reader.new_epoch()  # the worker's read caches start empty (Format.new_epoch)
         batches = self.batches[w:steps:n].numpy().copy()
         pre = self.preprocess_ns[w:steps:n].numpy().copy() if has_pre else None
         return self._read(batches, pre)

@@ -201,6 +201,10 @@ class SampleReader:
             figures["index"] = index
         return figures
 
+    def new_epoch(self) -> None:
+        """An epoch starts in this process: the format's read caches start empty (Format.new_epoch)."""
+        self.fmt.new_epoch()
+
     def path(self, f: int) -> str:
         """Path of file f."""
         return self.layout.paths[int(f)]
@@ -268,24 +272,45 @@ class SampleReader:
             return self._read_mapped(fds, start, read_len, required, buf, buf_off)
         return table.store.read_handles(fds, start, read_len, required, buf, buf_off)
 
+    def _decode_file(self, table, f: int, ids, where, out=None):
+        """fmt.decode_payloads of samples `ids` of file f (at places `where` of the batch), its errors named."""
+        source = table.source(f)
+        try:
+            if out is None:
+                return self.fmt.decode_payloads(source, ids)
+            return self.fmt.decode_payloads(source, ids, out=out)
+        except RecordError as exc:
+            raise DataError(self.path(f), f"record {int(ids[exc.index])}: {exc.reason}") from None
+        except DataError as exc:
+            if hasattr(source, "reraise"):
+                source.reraise(exc)  # the request error behind a library's error (h5py's)
+            raise
+
     def _decode(self, table, files, samples, alloc) -> BatchRead:
         """Compressed samples: the format decodes them, per file, in the order asked (from the file, or
         through an ObjectFile on an object store)."""
+        width = self.fmt.decoded_row_bytes
+        if width:  # every sample a row of one width: each file's rows decoded into the batch's buffer
+            buf = alloc(files.size * width)
+            view = buf[:files.size * width].reshape(files.size, width)
+            nbytes = 0
+            one = files.size and files[0] == files[-1] and not (files != files[0]).any()
+            for f in ([int(files[0])] if one else dict.fromkeys(files.tolist())):
+                where = np.arange(files.size) if one else np.flatnonzero(files == f)
+                lo, hi = int(where[0]), int(where[-1]) + 1
+                dest = view[lo:hi] if hi - lo == where.size else None  # the file's samples adjacent
+                decoded, got = self._decode_file(table, f, samples[where], where, dest)
+                nbytes += decoded
+                if dest is None:
+                    view[where] = got
+            return BatchRead(buf, np.arange(files.size, dtype=np.int64) * width, np.full(files.size, width, np.int64),
+                             nbytes)
         payloads = [None] * files.size
         rows = []  # (where, 2-D payloads) of formats that decode a file's samples as one array
         nbytes = 0
         for f in dict.fromkeys(files.tolist()):
             where = np.flatnonzero(files == f)
-            path = self.path(f)
-            source = table.source(f)
-            try:
-                decoded, got = self.fmt.decode_payloads(source, samples[where])
-            except RecordError as exc:
-                raise DataError(path, f"record {int(samples[where[exc.index]])}: {exc.reason}") from None
-            except DataError as exc:
-                if hasattr(source, "reraise"):
-                    source.reraise(exc)  # the request error behind a library's error (h5py's)
-                raise
+            decoded, got = self._decode_file(table, f, samples[where], where)
             nbytes += decoded
             if isinstance(got, np.ndarray):
                 rows.append((where, got))

@@ -279,6 +279,7 @@ class TensorFlowLoader(Loader):
     def epoch(self, plan):
         """Yield plan.steps batches: Batch(samples, bytes, Payload(ids, x)) with TensorFlow tensors."""
         self._errors.clear()
+        self.reader.new_epoch()  # the format's read caches start empty (Format.new_epoch)
         it = iter(self._dataset(plan))
         order, b = self._order, plan.batch_size
         try:

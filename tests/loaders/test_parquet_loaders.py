@@ -137,6 +137,11 @@ def test_pytorch_reads_rows_of_the_selected_columns_through_pyarrow(dlrm_data):
     # what the native loader counts; a batch inside an already fetched row group reads nothing
     ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
     assert sum(batches) == ranges and batches[1] == 0
+    # ...and each epoch reads them again (the row-group cache starts empty, as the native loader's)
+    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+        for epoch in (1, 2):
+            plan = plan_for(wl, layout, epoch=epoch, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+            assert sum(b.bytes for b in loader.epoch(plan)) == ranges
 
 
 def test_a_bad_footer_stops_the_run_before_its_first_step(tmp_path):
