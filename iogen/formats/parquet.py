@@ -218,6 +218,25 @@ class _ObjectReads(io.RawIOBase):
         return n
 
 
+class _Group:
+    """A cached row group: its selected columns as pyarrow decoded them ((at, values): a (rows, bytes)
+    uint8 view of each column, at its byte offset in a row), and their rows matrix once one was made."""
+
+    __slots__ = ("columns", "size", "meta", "rows", "nbytes")
+
+    def __init__(self, columns, size: int, meta):
+        self.columns = columns
+        self.size = int(size)
+        self.meta = meta  # the footer held, so its id names it while the entry lives
+        self.rows = None
+        self.nbytes = sum(v.nbytes for _, v in columns)
+
+    def put(self, out: np.ndarray, start: int, n: int) -> None:
+        """out[:n] = rows start..start + n of the selected columns' bytes."""
+        for at, values in self.columns:
+            _put_columns(out, at, values[start:start + n])
+
+
 def _footer_memory(meta) -> int:
     """What a parsed footer takes in memory, estimated from its serialized size."""
     return int(meta.serialized_size) * FOOTER_MEMORY_FACTOR
@@ -516,8 +535,26 @@ class ParquetFormat(Format):
         return cache
 
     def _group_rows(self, path, g: int, fetched: list | None = None) -> np.ndarray:
-        """Row group g's selected columns as a (rows, selected bytes) uint8 matrix, from the cache or
-        pyarrow; a fetch adds the bytes pyarrow reads for it (its coalesced chunk ranges) to `fetched`."""
+        """Row group g's selected columns as a (rows, selected bytes) uint8 matrix (made once a cached
+        group is wanted so: gathers of scattered rows)."""
+        group = self._group(path, g, fetched)
+        if group.rows is None:
+            group.rows = np.empty((group.size, self.selected_bytes), np.uint8)
+            group.put(group.rows, 0, group.size)
+            self._local.bytes += group.rows.nbytes
+            group.nbytes += group.rows.nbytes
+            self._trim(self._cache())
+        return group.rows
+
+    def _trim(self, cache) -> None:
+        """Least recently used groups out until the cache holds at most CACHE_BYTES (one stays)."""
+        while self._local.bytes > CACHE_BYTES and len(cache) > 1:
+            _, old = cache.popitem(last=False)
+            self._local.bytes -= old.nbytes
+
+    def _group(self, path, g: int, fetched: list | None = None) -> "_Group":
+        """Row group g's selected columns as read, from this thread's cache or pyarrow; a fetch adds the
+        bytes pyarrow reads for it (its coalesced chunk ranges) to `fetched`."""
         _, pq = _pa()
         name = source_name(path)
         meta = self.metadata(path)
@@ -526,7 +563,7 @@ class ParquetFormat(Format):
         hit = cache.get(key)
         if hit is not None:
             cache.move_to_end(key)
-            return hit[0]
+            return hit
         try:
             if is_fileobj(path):
                 pf = _pyarrow_file(pq, path, meta, g, self.selected)
@@ -540,8 +577,7 @@ class ParquetFormat(Format):
         except Exception as exc:  # noqa: BLE001 - corrupt pages
             text = " ".join(str(exc).split())[:200]
             raise DataError(name, f"row group {g} cannot be read ({type(exc).__name__}: {text})") from None
-        rows = np.empty((table.num_rows, self.selected_bytes), np.uint8)
-        at = 0
+        columns, at = [], 0
         for j, col_name in zip(self.selected, self.selected_columns):
             chunked = table.column(col_name)
             arr = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
@@ -555,16 +591,14 @@ class ParquetFormat(Format):
                 raise DataError(name, f"column {col_name!r} of row group {g} holds {len(arr)} values, "
                                       f"{table.num_rows} rows of {self.columns[j].values} make {want}")
             values = np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(table.num_rows, -1).view(np.uint8)
-            _put_columns(rows, at, values)
+            columns.append((at, values))
             at += values.shape[1]
         if fetched is not None:
             fetched.append(sum(n for _, n in _chunk_ranges(meta.row_group(g), self.selected)))
-        cache[key] = (rows, meta)  # the footer held, so its id names it while the entry lives
-        self._local.bytes += rows.nbytes
-        while self._local.bytes > CACHE_BYTES and len(cache) > 1:
-            _, (old, _) = cache.popitem(last=False)
-            self._local.bytes -= old.nbytes
-        return rows
+        group = cache[key] = _Group(columns, table.num_rows, meta)  # the footer held: its id names it
+        self._local.bytes += group.nbytes
+        self._trim(cache)
+        return group
 
     def read_samples(self, path, sample_ids):
         """Each row's selected columns (a uint8 row of their bytes), through pyarrow's read_row_group."""
@@ -608,7 +642,11 @@ class ParquetFormat(Format):
             first = int(ids[lo])
             g = first // size
             start = first - g * size
-            out[lo:hi] = self._group_rows(path, g, fetched)[start:start + hi - lo]
+            group = self._group(path, g, fetched)
+            if group.rows is not None:
+                out[lo:hi] = group.rows[start:start + hi - lo]
+            else:  # straight from the columns: no matrix of the whole group
+                group.put(out[lo:hi], start, hi - lo)
         return sum(fetched), out
 
     @property

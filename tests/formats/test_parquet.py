@@ -121,6 +121,14 @@ def test_read_samples_gives_each_rows_selected_bytes(tmp_path):
     ids = [0, 63, 64, 249, 64]
     for r, s in zip(ids, f.read_samples(path, ids)):
         assert s.nbytes == 4 + 1 + 40 and np.array_equal(f.payload_of(s), want[r])
+    # a batch's rows: runs copied from the cached columns (fresh groups, cached ones, into a given
+    # array), scattered rows gathered; bytes counted for the row groups fetched now only
+    for ids in ([5, 6, 7, 63, 64, 65, 200], list(range(70, 130)), [249, 3, 64, 64, 0, 1, 2, 3, 4]):
+        f.new_epoch()
+        fresh = f.decode_payloads(path, ids)
+        assert fresh[0] > 0 and np.array_equal(fresh[1], want[ids])
+        out = np.zeros((len(ids), 45), np.uint8)
+        assert f.decode_payloads(path, ids, out=out)[0] == 0 and np.array_equal(out, want[ids])
 
 
 def _expect_error(f, path, *words):
