@@ -40,6 +40,9 @@ from .preprocess import Preprocess
 ALIGN = 4096
 # Reads larger than this are split so several threads share one big sample (unet3d: ~140 MB).
 DEFAULT_PIECE_BYTES = 8 << 20
+# Group reads (Parquet) on this machine's files: pieces of at least this, finer than transfer_size
+# where a batch's reads would otherwise split unevenly over the threads (_prepare_groups).
+GROUP_PIECE_MIN = 1 << 20
 # Below this a batch is read by one call: thread hand-off would cost more than it saves.
 _MIN_PARALLEL_BYTES = 512 << 10
 # Datasets up to this many files are opened and indexed before the run (about 65 us a file).
@@ -297,8 +300,13 @@ class NativeLoader(Loader):
             end = (offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)
         else:
             start, end = offsets, offsets + lengths
-        owner, at, plen, buf_off, total = self.groups.place(end - start, self.piece_bytes,
-                                                            align=ALIGN if self.direct else 1)
+        piece = self.piece_bytes
+        if self._core and self._pool is not None:
+            # on this machine's files a piece is only a thread's share, not a request: pieces small
+            # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
+            # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
+            piece = min(piece, max(GROUP_PIECE_MIN, int((end - start).sum()) // (self.threads * 16)))
+        owner, at, plen, buf_off, total = self.groups.place(end - start, piece, align=ALIGN if self.direct else 1)
         pstart = start[owner] + at
         required = np.clip(offsets[owner] + lengths[owner] - pstart, 0, plen)
         buf = self._buffer(slot, total)
