@@ -5,7 +5,9 @@ contenders alternating in one process:
 
 1. reads, native: a whole iogen run with the native loader (`--threads` read threads) against a
    plain loop that preads the same column-chunk ranges (each row group's selected chunks, as
-   the footer gives them, coalesced as pyarrow reads them) with the same threads (C pread, no GIL);
+   the footer gives them, coalesced as pyarrow reads them) with the same threads: a core call a
+   range from a Python loop (the figure recorded until round 7), and in C (each thread's ranges in
+   one core call, no GIL between them);
 2. reads, PyTorch: a whole iogen run with the PyTorch loader (`--threads` workers) against two
    plain torch DataLoaders, same workers, reading with
    `pyarrow.parquet.ParquetFile(path).read_row_group(i, columns=[...])`:
@@ -84,8 +86,10 @@ def chunk_ranges(fmt, paths):
     return out
 
 
-def pread_ranges_mib_s(paths, ranges, threads, core, pool) -> float:
-    """Plain C preads of the same ranges, thread t taking ranges t, t+T, ...: MiB/s."""
+def pread_ranges_mib_s(paths, ranges, threads, core, pool, per_range: bool = True) -> float:
+    """Plain C preads of the same ranges, thread t taking ranges t, t+T, ...: MiB/s. per_range: one
+    core call a range from a Python loop (the GIL taken between ranges); else each thread's ranges in
+    one core call (a loop in C, the GIL released throughout), every range into the thread's buffer."""
     import numpy as np
 
     fds = [core.reader.open_file(p, False) for p in paths]
@@ -97,6 +101,8 @@ def pread_ranges_mib_s(paths, ranges, threads, core, pool) -> float:
         f = np.array([fds[k] for k, _, _ in mine], np.int64)
         o = np.array([x for _, x, _ in mine], np.int64)
         n = np.array([x for _, _, x in mine], np.int64)
+        if not per_range:
+            return core.reader.pread_into(f, o, n, n, bufs[t], np.zeros(len(mine), np.int64))
         total = 0
         for i in range(len(mine)):  # one range at a time into the thread's buffer
             total += core.reader.pread_into(f[i:i + 1], o[i:i + 1], n[i:i + 1], n[i:i + 1], bufs[t],
@@ -247,8 +253,8 @@ def main(argv=None) -> int:
         for p in paths:
             core.probes.pread_loop_baseline(p, 8 << 20, warm_buf)
 
-    native, plain, torch_runs, arrow, same = [], [], [], [], []
-    cpu = {k: [] for k in ("plain", "native", "torch", "arrow", "same")}
+    native, plain, plain_c, torch_runs, arrow, same = [], [], [], [], [], []
+    cpu = {k: [] for k in ("plain", "plain_c", "native", "torch", "arrow", "same")}
     rows_read = args.files * args.rows
     rows_iogen = rows_read // args.batch * args.batch  # the last short batch dropped
     for _ in range(args.reps):
@@ -256,6 +262,10 @@ def main(argv=None) -> int:
         r, c = measured(pread_ranges_mib_s, paths, ranges, args.threads, core, pool)
         plain.append(r)
         cpu["plain"].append(c / rows_read)
+        warm()
+        r, c = measured(pread_ranges_mib_s, paths, ranges, args.threads, core, pool, False)
+        plain_c.append(r)
+        cpu["plain_c"].append(c / rows_read)
         warm()
         r, c = measured(iogen_run, args, workdir, "native")
         native.append(r)
@@ -314,10 +324,13 @@ def main(argv=None) -> int:
     def us(k):  # CPU microseconds a sample, whole contender (setup included)
         return f"{med(cpu[k]) * 1e6:,.2f}"
 
-    print("| contender | MiB/s (median) | samples/s (median) | CPU us a sample (median) |")
+    print("| contender | MiB/s (median) | samples/s (median) | CPU us a sample (median; iogen: the whole run, "
+          "setup and result files included) |")
     print("|---|---|---|---|")
-    print(f"| pread loop of the selected chunk ranges (C, {args.threads} threads) | {med(plain):,.0f} | | "
-          f"{us('plain')} |")
+    print(f"| pread loop of the selected chunk ranges, a core call a range ({args.threads} threads) | "
+          f"{med(plain):,.0f} | | {us('plain')} |")
+    print(f"| pread loop of the selected chunk ranges, in C: one core call a thread ({args.threads} threads) | "
+          f"{med(plain_c):,.0f} | | {us('plain_c')} |")
     print(f"| iogen native (whole run) | {med(r[0] for r in native):,.0f} | {med(r[1] for r in native):,.0f} | "
           f"{us('native')} |")
     print(f"| plain DataLoader of read_row_group, a row group an item ({args.threads} workers; MiB/s of decoded "
@@ -327,7 +340,10 @@ def main(argv=None) -> int:
     print(f"| iogen pytorch (whole run; MiB/s of selected bytes delivered) | {med(r[0] for r in torch_runs):,.0f} | "
           f"{med(r[1] for r in torch_runs):,.0f} | {us('torch')} |")
     print()
-    print(f"ratio iogen native / pread loop: {med(r[0] / p for r, p in zip(native, plain)):.2f}")
+    print(f"ratio iogen native / pread loop, a core call a range (docs/benchmarks.md's figure until round 7): "
+          f"{med(r[0] / p for r, p in zip(native, plain)):.2f}")
+    print(f"ratio iogen native / pread loop in C, one call a thread: "
+          f"{med(r[0] / p for r, p in zip(native, plain_c)):.2f}")
     print(f"ratio iogen pytorch / plain read_row_group DataLoader, a row group an item (samples/s; the issue's "
           f"goal): {med(t[1] / a[1] for t, a in zip(torch_runs, arrow)):.2f}")
     print(f"ratio iogen pytorch / plain read_row_group DataLoader of the same batches (samples/s): "
