@@ -145,11 +145,20 @@ class GroupReads:
         groups this batch needs that are not cached."""
         fds, offs, lens, owners = [], [], [], []
         opened: dict[int, int] = {}
-        order = _distinct(files)
+        n = int(samples.size)
+        if n > 1 and files[0] == files[-1] and samples[-1] - samples[0] == n - 1 and (np.diff(samples) == 1).all():
+            # consecutive rows of one file (a batch read in order): its groups are those of its ends
+            order, span = [int(files[0])], (int(samples[0]), int(samples[-1]))
+        else:
+            order, span = _distinct(files), None
         for f in order:
             gi = self.index(f)
-            rows = samples if len(order) == 1 else samples[files == f]
-            for g in _ascending(gi.group_of(rows)):
+            if span is not None:
+                lo, hi = gi.group_of(span).tolist()
+                groups = range(lo, hi + 1)
+            else:
+                groups = _ascending(gi.group_of(samples if len(order) == 1 else samples[files == f]))
+            for g in groups:
                 key = (f, g)
                 if key in self.cache:
                     self.cache.move_to_end(key)
