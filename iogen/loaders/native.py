@@ -43,6 +43,8 @@ DEFAULT_PIECE_BYTES = 8 << 20
 # Group reads (Parquet) on this machine's files: pieces of at least this, finer than transfer_size
 # where a batch's reads would otherwise split unevenly over the threads (_prepare_groups).
 GROUP_PIECE_MIN = 1 << 20
+# ...and each reading thread's slice of a batch's group reads is at least this (fewer threads woken)
+GROUP_SLICE_MIN = 512 << 10
 # Below this a batch is read by one call: thread hand-off would cost more than it saves.
 _MIN_PARALLEL_BYTES = 512 << 10
 # Datasets up to this many files are opened and indexed before the run (about 65 us a file).
@@ -161,6 +163,7 @@ class NativeLoader(Loader):
         if self._pool is not None:
             self.table.run_all = self._run_all
         self._shares = np.arange(1, self.threads) / self.threads  # where a batch's slices end, in shares of it
+        self._fewer_shares = [None] + [np.arange(1, k) / k for k in range(1, self.threads + 1)]  # ...in k slices
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -312,22 +315,29 @@ class NativeLoader(Loader):
         buf = self._buffer(slot, total)
         job.extent = total
         job.files, job.offsets, job.entry_buf, job.entry_len = files[owner], pstart, buf_off, plen
-        self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None)
+        # (slices of at least GROUP_SLICE_MIN: a dlrm batch's 1 MB in 2 slices, not 4, wakes half the threads;
+        # what a reading thread's wake-up, GIL and hand-off cost is a large share of a 256 KiB slice)
+        self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None, GROUP_SLICE_MIN)
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
         return split_pieces(self.piece_bytes, fds, start, read_len, required, buf_off)
 
-    def _submit(self, job, buf, fds, start, read_len, required, buf_off, owner):
+    def _submit(self, job, buf, fds, start, read_len, required, buf_off, owner, slice_min: int = 0):
         total = int(read_len.sum())
         n = read_len.size
         if self._pool is None or total < self._min_parallel or n == 1:
             job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
                                           job.preprocess_ns)
             return
-        # split into `threads` slices of about equal bytes
+        # split into `threads` slices of about equal bytes (of at least slice_min bytes each, on this
+        # machine's files, where given)
+        shares = self._shares
+        if slice_min and self._core and total < slice_min * self.threads:
+            k = max(1, total // slice_min)
+            shares = self._fewer_shares[k]
         cum = np.cumsum(read_len)
-        cuts = np.searchsorted(cum, total * self._shares, side="left")
+        cuts = np.searchsorted(cum, total * shares, side="left")
         bounds = sorted({0, n, *np.minimum(cuts + 1, n).tolist()})  # a few ints: no numpy call per batch
         slices = len(bounds) - 1
         if job.done is None:
