@@ -413,6 +413,8 @@ class ParquetFormat(Format):
         if key is not None:
             with self._footer_lock:
                 footers = self._footers
+                if key in footers:  # another thread read it meanwhile: keep that one
+                    return footers[key]
                 footers[key] = meta
                 self._footer_bytes += _footer_memory(meta)
                 while len(footers) > FOOTERS_KEPT and self._footer_bytes > FOOTER_CACHE_BYTES:
