@@ -238,15 +238,15 @@ class NativeLoader(Loader):
         job = _Job(step, slot, int(gids.size))
         job.preprocess_ns = self.preprocess.batch_ns(gids.size)
         spf = self.layout.samples_per_file
-        files = gids // spf
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
-            fds, offsets, lengths, files, job.transient = self.groups.ranges(files, gids % spf)
+            fds, offsets, lengths, files, job.transient = self.groups.ranges(*np.divmod(gids, spf))
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
             elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed
                 core.clock.sleep_ns(job.preprocess_ns)
             return job
+        files = gids // spf
         if self.table.decode_only(files):
             self._start_decode(job, files, gids % spf)
             return job
