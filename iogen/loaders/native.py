@@ -304,11 +304,22 @@ class NativeLoader(Loader):
         else:
             start, end = offsets, offsets + lengths
         piece = self.piece_bytes
+        nbytes = int(lengths.sum())
         if self._core and self._pool is not None:
             # on this machine's files a piece is only a thread's share, not a request: pieces small
             # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
             # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
-            piece = min(piece, max(GROUP_PIECE_MIN, int((end - start).sum()) // (self.threads * 16)))
+            piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        cap = max(piece, self.groups.buffer_bytes // piece * piece)  # place()'s bound
+        if not self.direct and nbytes <= cap and int(lengths.max()) <= piece:
+            # every range one piece, back to back in the buffer (a dlrm batch): what place() gives, directly
+            buf_off = np.zeros(lengths.size, np.int64)
+            np.cumsum(lengths[:-1], out=buf_off[1:])
+            buf = self._buffer(slot, nbytes)
+            job.extent = nbytes
+            job.files, job.offsets, job.entry_buf, job.entry_len = files, offsets, buf_off, lengths
+            self._submit(job, buf, fds, offsets, lengths, lengths, buf_off, None, GROUP_SLICE_MIN)
+            return
         owner, at, plen, buf_off, total = self.groups.place(end - start, piece, align=ALIGN if self.direct else 1)
         pstart = start[owner] + at
         required = np.clip(offsets[owner] + lengths[owner] - pstart, 0, plen)
