@@ -312,3 +312,17 @@ def test_ragged_or_null_lists_are_data_errors(tmp_path):
         f = fmt(cols=[("b", "int16", 2, True)], group=10, rows=3)  # a fresh object: no cached row group
         with pytest.raises(DataError, match=words):
             f.read_samples(path, [0])
+
+
+def test_small_footers_stay_cached_past_two_files(tmp_path, monkeypatch):
+    import iogen.formats.parquet as parquet
+
+    f = fmt()
+    paths = [write(tmp_path, name=f"f{i}.parquet", stream=i)[1] for i in range(3)]
+    first = [f.metadata(p) for p in paths]
+    # three footers of a few KB: all kept (the bound is their memory), none parsed again
+    assert all(f.metadata(p) is m for p, m in zip(paths, first))
+    monkeypatch.setattr(parquet, "FOOTER_CACHE_BYTES", 1)
+    f = fmt()
+    first = [f.metadata(p) for p in paths]
+    assert f.metadata(paths[2]) is first[2] and f.metadata(paths[0]) is not first[0]  # 2 kept at least
