@@ -281,14 +281,16 @@ def test_figures_are_what_the_capabilities_say(backend):
 
 
 @pytest.mark.skipif(S3DLIO_SERVER is not None, reason="the child process itself")
-@pytest.mark.parametrize("server", ["moto", "rgw"])
-def test_s3dlio_passes_the_suite_in_its_own_process(server, request, tmp_path):
-    """The suite's cases with storage.s3_client=s3dlio, in a child pytest per server (its client is one per
-    process); against RGW, the child uses this session's server."""
+def test_s3dlio_passes_the_suite_in_its_own_process(request, tmp_path):
+    """The suite's cases with storage.s3_client=s3dlio, in a child pytest (its client is one per process),
+    against this session's RGW: a real server; against moto only where RGW cannot start (one child pytest
+    with its own server is ~10 s, and moto adds nothing RGW does not check)."""
     pytest.importorskip("s3dlio", reason="pip install s3dlio")
-    env = {**os.environ, "IOGEN_TEST_S3DLIO_SERVER": server}
-    if server == "rgw":
-        env["IOGEN_TEST_RGW"] = request.getfixturevalue("rgw_server")["dir"]
+    try:
+        env = {**os.environ, "IOGEN_TEST_S3DLIO_SERVER": "rgw", "IOGEN_TEST_RGW": request.getfixturevalue("rgw_server")["dir"]}
+    except pytest.skip.Exception as why:
+        print(f"s3dlio's suite runs against moto: {why}")
+        env = {**os.environ, "IOGEN_TEST_S3DLIO_SERVER": "moto"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                         "--rootdir", str(request.config.rootpath), __file__, "-k", "not in_its_own_process and not registry"],
                        capture_output=True, text=True, env=env, timeout=280, cwd=str(request.config.rootpath))
