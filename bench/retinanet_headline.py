@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=20000)
     ap.add_argument("--max", type=int, default=32, help="most accelerators iogen's search tries")
+    ap.add_argument("--loaders", default="native",
+                    help="iogen's loaders to search with, comma-separated (the v3.0 file's is pytorch: 8 DataLoader "
+                         "worker processes a rank)")
     ap.add_argument("--dlio-python", default=os.environ.get("IOGEN_DLIO_PYTHON"))
     ap.add_argument("--dlio-max", type=int, default=4, help="most ranks DLIO is tried at")
     ap.add_argument("--dlio-epochs", type=int, default=2)
@@ -60,10 +63,13 @@ def main(argv=None) -> int:
     paths = sorted(glob.glob(os.path.join(data, "train", "**", "*.jpeg"), recursive=True))
     buf = core.reader.aligned_buffer(8 << 20)
     warm(paths, buf, core)
-    search = subprocess.run([iogen, "search", "retinanet", "--accelerator", "b200", "--launcher",
-                             f"{mpiexec} -n {{n}}", "--max", str(args.max), "--no-plot", "--quiet", *size,
-                             f"output.folder={work}/iogen-search"], capture_output=True, text=True)
-    verdict = re.search(r"^N (?:>=|=) \d+:.*$", search.stdout, re.M)
+    searches = {}
+    for loader in args.loaders.split(","):
+        warm(paths, buf, core)
+        searches[loader] = subprocess.run([iogen, "search", "retinanet", "--accelerator", "b200", "--launcher",
+                                           f"{mpiexec} -n {{n}}", "--max", str(args.max), "--no-plot", "--quiet",
+                                           *size, f"reader.data_loader={loader}",
+                                           f"output.folder={work}/iogen-search-{loader}"], capture_output=True, text=True)
 
     dlio_rows, why_not = [], dlio_available(args.dlio_python)
     if not why_not:
@@ -82,11 +88,15 @@ def main(argv=None) -> int:
     print(f"retinanet, b200 (batch {B200_BATCH}, {THREADS} read threads, compute {B200_COMPUTE * 1e3:g} ms a step), "
           f"{args.files:,} JPEG files of 322,957 B in the page cache, one rank per accelerator under mpiexec; "
           f"iogen core {core.core_description()}; iogen reads the bytes, DLIO 2.0 decodes each JPEG with Pillow\n")
-    print("iogen search (its table and verdict as printed):\n")
-    print("```")
-    print(search.stdout.strip() if search.returncode in (0, 1) else f"search failed ({search.returncode}):\n"
-          + search.stdout[-2000:] + search.stderr[-2000:])
-    print("```\n")
+    verdicts = {}
+    for loader, search in searches.items():
+        found = re.search(r"^N (?:>=|=) \d+:.*$", search.stdout, re.M)
+        verdicts[loader] = found.group(0) if found else "see its table"
+        print(f"iogen search, {loader} loader (its table and verdict as printed):\n")
+        print("```")
+        print(search.stdout.strip() if search.returncode in (0, 1) else f"search failed ({search.returncode}):\n"
+              + search.stdout[-2000:] + search.stderr[-2000:])
+        print("```\n")
     if why_not:
         print(f"DLIO 2.0 was not measured: {why_not}.")
     else:
@@ -97,8 +107,9 @@ def main(argv=None) -> int:
             print(f"| {ranks} | {au:.2f} | {sps:,.1f} |")
         passing = [r for r, au, _ in dlio_rows if au >= AU]
         print()
-        print(f"DLIO 2.0 keeps {max(passing) if passing else 0} accelerator(s) at AU >= {AU:g}% here; iogen: "
-              f"{verdict.group(0) if verdict else 'see its table'}")
+        print(f"DLIO 2.0 keeps {max(passing) if passing else 0} accelerator(s) at AU >= {AU:g}% here.")
+    for loader, verdict in verdicts.items():
+        print(f"iogen, {loader} loader: {verdict}")
     print()
     print_footer(before, __file__, argv)
     if not args.dir:

@@ -22,7 +22,7 @@ run vs_dlio_tfrecord $PY bench/vs_dlio.py --format tfrecord --reps 3 --epochs 3 
 J="--format jpeg --record-bytes 322957 --files 2000 --batch 24 --threads 8 --compute 0 --reps 3 --epochs 3"
 run vs_dlio_jpeg $PY bench/vs_dlio.py $J --dir "$WORK/vs_dlio_jpeg"
 run vs_dlio_jpeg_decode $PY bench/vs_dlio.py $J --decode --dir "$WORK/vs_dlio_jpeg"
-run retinanet_headline $PY bench/retinanet_headline.py --files 20000 --max 32 --dlio-python "${IOGEN_DLIO_PYTHON:-}" --dir "$WORK/headline"
+run retinanet_headline $PY bench/retinanet_headline.py --files 20000 --max 32 --loaders native,pytorch --dlio-python "${IOGEN_DLIO_PYTHON:-}" --dir "$WORK/headline"
 run sleep $PY bench/sleep_accuracy.py --reps 100,100,10
 run au_ceiling $PY bench/au_ceiling.py --compute 0.01 --reps 3 --files 128
 run au_ceiling_1ms $PY bench/au_ceiling.py --compute 0.001 --reps 3 --files 128
