@@ -166,10 +166,15 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 
 @pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
                                           (545, 3), (4096, 123)])
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset):
+@pytest.mark.parametrize("vector", [True, False])  # the BMI2 pack (where the CPU has it) and the portable one
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
     a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
     b = a.copy()
-    na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
+    old = cython_core.probes.use_vector_fill(vector)
+    try:
+        na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
+    finally:
+        cython_core.probes.use_vector_fill(old)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
     assert na == nb == (blocks * 108 + 7) // 8
     assert (a == b).all()  # what follows the scan is left as it was too
