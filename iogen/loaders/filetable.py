@@ -295,6 +295,11 @@ class FileTable:
             raise
         return opened
 
+    def indexed(self, files: np.ndarray) -> bool:
+        """Whether every file of a batch is indexed already, so that its ranges need no I/O (a table with a
+        slot for every file; a bounded one, which may forget, always says False)."""
+        return self._slot_of is None and bool(self.known[files].all())
+
     def decode_only(self, files: np.ndarray) -> bool:
         """Index any new files of a batch; True when the batch's files have no byte index."""
         slots = self.slots(files)

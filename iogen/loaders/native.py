@@ -249,12 +249,7 @@ class NativeLoader(Loader):
         by_path = self._stream_files is not None
         fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf, open_files=not by_path)
         if by_path and lengths.max() <= self._scratch_bytes:
-            # each sample's file opened, read whole and closed by its reading thread, checked as it lands
-            job.streamed = True
-            job.files, job.offsets, job.extent = files, offsets, 0
-            paths, ids = self.layout.paths, files.tolist()
-            paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
-            self._submit(job, None, paths, offsets, lengths, lengths, None, None)
+            self._submit(*self._by_path(job, files, offsets, lengths))
             return job
         if fds is None:  # larger files than the scratch holds: opened here, read kept
             fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
@@ -291,6 +286,33 @@ class NativeLoader(Loader):
             owner = None
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
         return job
+
+    def _by_path(self, job, files, offsets, lengths) -> tuple:
+        """A batch whose samples' files are each opened, read whole and closed by their reading thread, checked
+        as they land: its _submit arguments."""
+        job.streamed = True
+        job.files, job.offsets, job.extent = files, offsets, 0
+        paths, ids = self.layout.paths, files.tolist()
+        paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
+        return job, None, paths, offsets, lengths, lengths, None, None
+
+    def _plan_by_path(self, step: int, gids: np.ndarray):
+        """_prepare's work for a batch streamed by path whose files are all indexed, short of starting its reads:
+        (job, _submit's arguments), or None for any other batch (it is prepared once its slot is free). It opens
+        nothing and reads nothing, so the prefetch thread does it before it waits for a slot, and a freed slot
+        starts the batch's reads at once."""
+        if self._stream_files is None or self.groups is not None:
+            return None
+        spf = self.layout.samples_per_file
+        files = gids // spf
+        if not self.table.indexed(files) or self.table.decode_only(files):
+            return None
+        _fds, offsets, lengths, transient = self.table.ranges(files, gids % spf, open_files=False)
+        if transient or lengths.max() > self._scratch_bytes:
+            return None
+        job = _Job(step, -1, int(gids.size))
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
+        return self._by_path(job, files, offsets, lengths)
 
     def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
         """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
@@ -513,10 +535,16 @@ class NativeLoader(Loader):
         def produce():
             try:
                 for step in range(plan.steps):
+                    early = self._plan_by_path(step, plan.batches[step])  # before the wait: no I/O in it
                     slot = free.get()
                     if stop.is_set():
                         return
-                    ready.put(self._prepare(step, slot, plan.batches[step]))
+                    if early is None:
+                        ready.put(self._prepare(step, slot, plan.batches[step]))
+                    else:
+                        early[0].slot = slot
+                        self._submit(*early)
+                        ready.put(early[0])
             except BaseException as exc:  # handed to the consumer, which raises it
                 ready.put(exc)
 
