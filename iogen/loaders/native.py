@@ -296,23 +296,28 @@ class NativeLoader(Loader):
         paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
         return job, None, paths, offsets, lengths, lengths, None, None
 
-    def _plan_by_path(self, step: int, gids: np.ndarray):
-        """_prepare's work for a batch streamed by path whose files are all indexed, short of starting its reads:
-        (job, _submit's arguments), or None for any other batch (it is prepared once its slot is free). It opens
-        nothing and reads nothing, so the prefetch thread does it before it waits for a slot, and a freed slot
-        starts the batch's reads at once."""
-        if self._stream_files is None or self.groups is not None:
+    def _plan_streamed(self, step: int, gids: np.ndarray):
+        """_prepare's work for a streamed batch (by path, or through descriptors held open) whose files are all
+        indexed, short of starting its reads: (job, _submit's arguments), or None for any other batch (it is
+        prepared once its slot is free). It opens nothing and reads nothing, so the prefetch thread does it
+        before it waits for a slot, and a freed slot starts the batch's reads at once."""
+        by_path = self._stream_files is not None
+        if self._stream is None or self.groups is not None:
             return None
         spf = self.layout.samples_per_file
         files = gids // spf
-        if not self.table.indexed(files) or self.table.decode_only(files):
+        if not self.table.ready(files, open_files=not by_path) or self.table.decode_only(files):
             return None
-        _fds, offsets, lengths, transient = self.table.ranges(files, gids % spf, open_files=False)
+        fds, offsets, lengths, transient = self.table.ranges(files, gids % spf, open_files=not by_path)
         if transient or lengths.max() > self._scratch_bytes:
             return None
         job = _Job(step, -1, int(gids.size))
         job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
-        return self._by_path(job, files, offsets, lengths)
+        if by_path:
+            return self._by_path(job, files, offsets, lengths)
+        job.streamed = True
+        job.files, job.offsets, job.extent = files, offsets, 0
+        return job, None, fds, offsets, lengths, lengths, None, None
 
     def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
         """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
@@ -535,7 +540,7 @@ class NativeLoader(Loader):
         def produce():
             try:
                 for step in range(plan.steps):
-                    early = self._plan_by_path(step, plan.batches[step])  # before the wait: no I/O in it
+                    early = self._plan_streamed(step, plan.batches[step])  # before the wait: no I/O in it
                     slot = free.get()
                     if stop.is_set():
                         return
