@@ -190,6 +190,10 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
 
 cdef extern from "adler32.h" nogil:
     uint32_t iogen_adler32(uint32_t adler, const unsigned char *p, size_t n)
+    void iogen_adler32_init(int enabled)
+    int iogen_adler32_avx2_ok
+
+iogen_adler32_init(1)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
 # bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
@@ -342,12 +346,13 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 cdef bint set_vector_fill(bint enabled) noexcept:
     """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's BMI2
-    pack) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
+    pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
     benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0
+    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_adler32_avx2_ok != 0
     iogen_fill_words_init()
     iogen_jpeg_pack_init(1 if enabled else 0)
+    iogen_adler32_init(1 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old

@@ -206,13 +206,18 @@ def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 5536, 5537, 5552 * 3 + 5, 200_001])
-def test_adler32_is_zlibs(core, n):
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 5536, 5537, 5552 * 3 + 5, 200_001])
+@pytest.mark.parametrize("vector", [True, False])  # the compiled core's AVX2 loop (where the CPU has it) and SSE2
+def test_adler32_is_zlibs(core, n, vector):
     data = np.empty(n, np.uint8)
     core.fill.fill_random(data, 3, 4, 0)
     data[: n // 3] = 0xFF  # long runs of the largest byte: the sums' worst case
-    for start in (1, 0xFFF0FFF0, 123_456_789):
-        assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+    old = core.probes.use_vector_fill(vector)
+    try:
+        for start in (1, 0xFFF0FFF0, 123_456_789):
+            assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+    finally:
+        core.probes.use_vector_fill(old)
 
 
 def _stored_reference(seed, stream, offset, row, raw, crc):
