@@ -43,8 +43,12 @@ demo: $(VENV)/.iogen-core
 
 # Ceph's RGW (a real S3 server for the object-storage tests) is installed from Debian's
 # packages when missing and this is root with apt-get; otherwise its tests skip, saying why.
+# The tests start iogen as a program hundreds of times: its modules are compiled once beforehand
+# (an environment with PYTHONDONTWRITEBYTECODE set, or a read-only tree, would otherwise compile
+# every module in every process: about 0.1 s of CPU each).
 test: $(VENV)/.iogen-test
 	$(BIN)/python tests/servers/rgw.py install
+	$(BIN)/python -m compileall -q iogen tests > /dev/null
 	$(BIN)/pytest
 	$(MAKE) --no-print-directory test-debug-core
 

@@ -7,9 +7,13 @@ writer that does the same work: the same number of threads, each pwrite-ing its 
 share of one file of the same size from its own buffer of the same transfer size, stamped per
 block as iogen stamps them, so both write the same kind of bytes (os.pwrite releases the GIL),
 then fsync. Restore: iogen's reader against a plain pread loop with the same threads
-and piece size, each after dropping the file from the page cache, on each one's file and (a
-third reading) the plain loop on iogen's file, which separates the reader from the file's place
-on disk. Each side writes a fresh
+and piece size, each after the same eviction (fdatasync, then fadvise DONTNEED), both on the
+same file: iogen's checkpoint file (the goal's comparison), and also the plain writer's file.
+The two files differ in their layout on disk (iogen's writer writes behind in 16 MiB pieces from
+several threads, which ext4 places in the order they are written back: the extent counts are
+printed), so comparing each reader on its own writer's file would compare the writers too; the
+plain loop on both files gives that layout's effect. Every reading alternates its order with the
+others. Each side writes a fresh
 file each time, and the order alternates (baseline first, then iogen first, ...) `--repeat`
 times, with a sync and a pause (`--settle-s`) before each timed write; medians, per-repetition
 ratios and their geometric mean are printed (> 1 means iogen is faster). Peak RSS of iogen writing
@@ -89,6 +93,16 @@ def _evict(path: str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def _extents(path: str) -> str:
+    """The file's extent count as `filefrag` (e2fsprogs) reports it, or why there is none."""
+    try:
+        out = subprocess.run(["filefrag", path], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown (filefrag: {exc})"
+    found = out.stdout.strip().rpartition(": ")[2]
+    return found.split(" ")[0] if out.returncode == 0 and found.endswith("found") else "unknown (filefrag failed)"
 
 
 def plain_write(path: str, size: int, threads: int, transfer: int, stamp: int) -> float:
@@ -212,8 +226,10 @@ def main() -> int:
     ddfile = os.path.join(args.folder, "dd.bin")
     io = iogen_io(args.threads, transfer)
     io.prepare_write()
-    times = {"write_plain": [], "write_iogen": [], "write_dd": [], "read_plain": [], "read_iogen": [],
-             "read_plain_same": []}
+    # reads: each reader (plain loop, iogen) on each writer's file (iogen's checkpoint, the plain loop's)
+    reads = [(reader, file) for file in ("iogen", "plain") for reader in ("plain", "iogen")]
+    times = {"write_plain": [], "write_iogen": [], "write_dd": [],
+             **{f"read_{reader}@{file}": [] for reader, file in reads}}
     try:
         for rep in range(args.repeat):
             # Each side writes a fresh file (the previous one deleted and synced outside the timing);
@@ -235,39 +251,51 @@ def main() -> int:
                     os.unlink(own)
                 settle(args.drop_caches, args.settle_s)
                 side()
-            for side in (("plain", "iogen") if rep % 2 == 0 else ("iogen", "plain")):
-                if side == "plain":
-                    _evict(plain)
-                    times["read_plain"].append(plain_read(plain, args.threads, transfer))
-                else:
-                    _evict(mine)
-                    times["read_iogen"].append(iogen_read(io, mine, layout.size_bytes))
-            # the plain loop on iogen's own file: separates the reader from where the file lies on disk
-            _evict(mine)
-            times["read_plain_same"].append(plain_read(mine, args.threads, transfer))
+            # every reader on every file, each after the same eviction, the order reversed every other
+            # repetition: the readers are compared on the same file (the file's layout on disk, which its
+            # writer decides, is the same for both), and the two files by the same reader
+            for reader, file in (reads if rep % 2 == 0 else reads[::-1]):
+                path = {"iogen": mine, "plain": plain}[file]
+                _evict(path)
+                times[f"read_{reader}@{file}"].append(plain_read(path, args.threads, transfer) if reader == "plain"
+                                                      else iogen_read(io, path, layout.size_bytes))
+            if rep == 0:
+                extents = {"iogen": _extents(mine), "plain": _extents(plain)}
     finally:
         io.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     # per repetition iogen/plain, and their geometric mean (the order alternates: even repeats balance it)
-    pair = {ph: [p / i for p, i in zip(times[f"{ph}_plain"], times[f"{ph}_iogen"])] for ph in ("write", "read")}
-    gmean = {ph: math.exp(statistics.fmean(math.log(x) for x in v)) for ph, v in pair.items()}
+    def pair(plain_key, iogen_key):
+        return [p / i for p, i in zip(times[plain_key], times[iogen_key])]
+
+    def gmean(xs):
+        return math.exp(statistics.fmean(math.log(x) for x in xs))
+
     gib = layout.size_bytes / 2**30
     print(f"shard {gib:.2f} GiB ({layout.size_bytes:,} bytes), {args.threads} threads, {args.transfer_mib} MiB "
           f"pieces, fsync on writes, page cache dropped before reads, median of {args.repeat}")
-    for phase in ("write", "read"):
-        p, i = med[f"{phase}_plain"], med[f"{phase}_iogen"]
-        print(f"{phase}: plain {gib / p:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain {p / i:.2f}x "
-              f"(all: plain {[round(x, 2) for x in times[phase + '_plain']]} s, "
-              f"iogen {[round(x, 2) for x in times[phase + '_iogen']]} s); per repetition "
-              f"{[round(x, 2) for x in pair[phase]]}, geometric mean {gmean[phase]:.2f}x")
-    same, i = med["read_plain_same"], med["read_iogen"]
+    p, i = med["write_plain"], med["write_iogen"]
+    w_pair = pair("write_plain", "write_iogen")
+    print(f"write: plain {gib / p:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain {p / i:.2f}x "
+          f"(all: plain {[round(x, 2) for x in times['write_plain']]} s, "
+          f"iogen {[round(x, 2) for x in times['write_iogen']]} s); per repetition "
+          f"{[round(x, 2) for x in w_pair]}, geometric mean {gmean(w_pair):.2f}x")
+    for file, what in (("iogen", "iogen's checkpoint file (the restore goal: >= 0.9x)"),
+                       ("plain", "the plain loop's file")):
+        p, i = med[f"read_plain@{file}"], med[f"read_iogen@{file}"]
+        r_pair = pair(f"read_plain@{file}", f"read_iogen@{file}")
+        print(f"read, both on {what}: plain {gib / p:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain "
+              f"{p / i:.2f}x (all: plain {[round(x, 2) for x in times[f'read_plain@{file}']]} s, iogen "
+              f"{[round(x, 2) for x in times[f'read_iogen@{file}']]} s); per repetition "
+              f"{[round(x, 2) for x in r_pair]}, geometric mean {gmean(r_pair):.2f}x")
+    own, other = med["read_plain@plain"], med["read_plain@iogen"]
+    print(f"file layout: the plain loop reads iogen's file at {own / other:.2f}x its own (extents: iogen's file "
+          f"{extents['iogen']}, the plain loop's {extents['plain']}; the writer decides where the blocks lie)")
     d, w = med["write_dd"], med["write_iogen"]
     dd_pair = [x / y for x, y in zip(times["write_dd"], times["write_iogen"])]
     print(f"write vs dd conv=fsync: dd {gib / d:.3f} GiB/s, iogen {gib / w:.3f} GiB/s, iogen/dd {d / w:.2f}x "
           f"(all: dd {[round(x, 2) for x in times['write_dd']]} s); per repetition {[round(x, 2) for x in dd_pair]} "
           f"(goal >= 0.9x)")
-    print(f"read, same file (iogen's): plain {gib / same:.3f} GiB/s, iogen {gib / i:.3f} GiB/s, iogen/plain "
-          f"{same / i:.2f}x (all: plain {[round(x, 2) for x in times['read_plain_same']]} s)")
     for path in (mine, plain, ddfile):
         if os.path.exists(path):
             os.unlink(path)

@@ -1,8 +1,10 @@
 """Image generation: `iogen datagen` of JPEG and PNG against a plain write of the same bytes.
 
 Both write `--files` files of `--record-bytes` each (MLPerf Storage v3.0's retinanet size by
-default) with the same number of threads, alternating (plain, jpeg, png, plain, ...) with a `sync`
-between runs, and report the median of each (issue 23's goal: iogen >= 0.8x the plain write). The
+default) with the same number of threads, alternating (each round starting with the next contender,
+so none always writes right after the same one's deletes) with the folder removed and a `sync`
+before and after each run, and report the median of each and this process's user + system CPU
+microseconds a file (issue 23's goal: iogen >= 0.8x the plain write). The
 plain writer is datagen_vs_dd.py's: thread t opens, writes and closes files t, t+W, ... from one
 buffer of random bytes with os.write (GIL released). iogen builds every file whole in memory (the
 JPEG scan and PNG's stored blocks in the core) and publishes it in one core call, as `iogen
@@ -14,13 +16,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
+
 FORMATS = ("jpeg", "png")
+
+
+def _cpu() -> tuple[float, float]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
 
 
 def iogen_generate(folder: str, fmt_name: str, files: int, record_bytes: int, workers: int,
@@ -69,18 +80,25 @@ def main(argv=None) -> int:
     before = machine_line()
     root = args.folder or tempfile.mkdtemp(prefix="iogen-bench-", dir=".")
     sizes = [args.record_bytes] * args.files
-    times = {"plain": [], **{f: [] for f in formats}}
+    contenders = ["plain", *formats]
+    times = {c: [] for c in contenders}
+    cpu = {c: [] for c in contenders}  # (user, system) CPU seconds of this process during each run
     written = {}
     try:
-        for _ in range(args.rounds):
-            clear(f"{root}/plain")
-            times["plain"].append(baseline(f"{root}/plain", sizes, args.fsync, args.workers))
-            clear(f"{root}/plain")
-            for f in formats:
-                seconds, written[f] = iogen_generate(f"{root}/{f}", f, args.files, args.record_bytes, args.workers,
-                                                     args.fsync)
-                times[f].append(seconds)
-                clear(f"{root}/{f}")
+        for r in range(args.rounds):
+            # each round starts with another contender: none always follows the same one's deletes
+            for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+                clear(f"{root}/{c}")
+                u0, s0 = _cpu()
+                if c == "plain":
+                    seconds = baseline(f"{root}/plain", sizes, args.fsync, args.workers)
+                else:
+                    seconds, written[c] = iogen_generate(f"{root}/{c}", c, args.files, args.record_bytes,
+                                                         args.workers, args.fsync)
+                u1, s1 = _cpu()
+                times[c].append(seconds)
+                cpu[c].append((u1 - u0, s1 - s0))
+                clear(f"{root}/{c}")
     finally:
         if not args.folder:
             shutil.rmtree(root, ignore_errors=True)
@@ -88,15 +106,18 @@ def main(argv=None) -> int:
     plain_bytes = sum(sizes)
     base = plain_bytes / statistics.median(times["plain"])
     print(f"{args.files} files x {args.record_bytes:,} B, fsync={args.fsync}, {args.workers} threads each, "
-          f"median of {args.rounds} alternating rounds\n")
-    print("| writer | files/s | MiB/s | vs plain |")
-    print("|---|---|---|---|")
-    rows = [(f"plain open/os.write/close ({args.workers} threads)", plain_bytes, times["plain"])]
-    rows += [(f"iogen datagen {f} ({args.workers} workers)", written[f], times[f]) for f in formats]
-    for label, nbytes, ts in rows:
-        med = statistics.median(ts)
+          f"median of {args.rounds} rounds, each round starting with the next contender\n")
+    print("| writer | files/s | MiB/s | vs plain | CPU us a file (user + sys) |")
+    print("|---|---|---|---|---|")
+    rows = [("plain", f"plain open/os.write/close ({args.workers} threads)", plain_bytes)]
+    rows += [(f, f"iogen datagen {f} ({args.workers} workers)", written[f]) for f in formats]
+    for c, label, nbytes in rows:
+        med = statistics.median(times[c])
         rate = nbytes / med
-        print(f"| {label} | {args.files / med:,.0f} | {rate / 2**20:,.1f} | {rate / base:.2f}x |")
+        user = statistics.median(u for u, _ in cpu[c]) / args.files * 1e6
+        system = statistics.median(s for _, s in cpu[c]) / args.files * 1e6
+        print(f"| {label} | {args.files / med:,.0f} | {rate / 2**20:,.1f} | {rate / base:.2f}x | "
+              f"{user:.0f} + {system:.0f} |")
     print()
     count = max(1, min(args.files, 500))
     print(f"in-memory build, one thread, {count} files each (no write):\n")

@@ -143,35 +143,42 @@ def _bench(args, endpoint, moto: bool) -> int:
 
     pool = ThreadPoolExecutor(args.threads)
 
-    def one_pass(fn) -> float:
-        t0 = time.perf_counter()
+    def one_pass(fn) -> tuple[float, float]:
+        """(seconds, this process's CPU seconds) of one pass over the ranges."""
+        c0, t0 = time.process_time(), time.perf_counter()
         got = sum(pool.map(fn, ranges))
         assert got == total, (fn, got, total)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     times = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
     for fn in contenders.values():
         one_pass(fn)  # connections, clients
-    for _ in range(args.reps):
-        for name, fn in contenders.items():
-            times[name].append(one_pass(fn))
+    for rep in range(args.reps):  # the order reversed every other pass: no contender always follows another
+        for name, fn in (list if rep % 2 == 0 else reversed)(list(contenders.items())):
+            t, c = one_pass(fn)
+            times[name].append(t)
+            cpu[name].append(c)
     pool.shutdown()
     print(f"after: {machine_line()}")
     print(f"server: {endpoint}{' (moto, a local test server in Python)' if moto else ''}; "
           f"{args.objects} objects of {args.object_mib} MiB, {len(ranges)} ranged GETs of {args.range_kib} KiB "
           f"per pass, {args.threads} threads, medians of {args.reps}")
     print()
-    print("| client | MiB/s | GETs/s | vs boto3 | iogen vs its client's plain loop |")
-    print("|---|---:|---:|---:|---:|")
+    print("| client | MiB/s | GETs/s | vs boto3 | iogen vs its client's plain loop | CPU us per GET |")
+    print("|---|---:|---:|---:|---:|---:|")
     base = statistics.median(times["boto3 get_object loop"])
     plain = {"iogen ObjectStore.readinto": "boto3 get_object loop",
              "iogen obstore backend readinto": "obstore get_range", "iogen s3dlio backend readinto": "s3dlio get_range"}
     for name, ts in times.items():
         m = statistics.median(ts)
         own = f"{statistics.median(times[plain[name]]) / m:.2f}x" if name in plain else ""
-        print(f"| {name} | {total / 2**20 / m:.1f} | {len(ranges) / m:.0f} | {base / m:.2f}x | {own} |")
+        c = statistics.median(cpu[name]) / len(ranges) * 1e6
+        print(f"| {name} | {total / 2**20 / m:.1f} | {len(ranges) / m:.0f} | {base / m:.2f}x | {own} | {c:.0f} |")
     for name in missing:
-        print(f"| {name} | not measured (not installed) | | |")
+        print(f"| {name} | not measured (not installed) | | | | |")
+    print("\nCPU us per GET: this process's user+sys time per request (the server's, in its own processes, not "
+          "included); iogen's backend against its client's plain loop is the per-request overhead iogen adds")
     return 0
 
 

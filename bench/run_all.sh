@@ -19,6 +19,10 @@ mkdir -p "$OUT" "$WORK"
 run() { name=$1; shift; echo "== $name $(date -u +%FT%TZ)" >> "$OUT/log"; "$@" > "$OUT/$name.md" 2> "$OUT/$name.err"; echo "rc=$? $(date -u +%FT%TZ)" >> "$OUT/log"; }
 run vs_dlio $PY bench/vs_dlio.py --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio"
 run vs_dlio_tfrecord $PY bench/vs_dlio.py --format tfrecord --reps 3 --epochs 3 --files 64 --dir "$WORK/vs_dlio_tfr"
+J="--format jpeg --record-bytes 322957 --files 2000 --batch 24 --threads 8 --compute 0 --reps 3 --epochs 3"
+run vs_dlio_jpeg $PY bench/vs_dlio.py $J --dir "$WORK/vs_dlio_jpeg"
+run vs_dlio_jpeg_decode $PY bench/vs_dlio.py $J --decode --dir "$WORK/vs_dlio_jpeg"
+run retinanet_headline $PY bench/retinanet_headline.py --files 20000 --max 32 --loaders native,pytorch --dlio-python "${IOGEN_DLIO_PYTHON:-}" --dir "$WORK/headline"
 run sleep $PY bench/sleep_accuracy.py --reps 100,100,10
 run au_ceiling $PY bench/au_ceiling.py --compute 0.01 --reps 3 --files 128
 run au_ceiling_1ms $PY bench/au_ceiling.py --compute 0.001 --reps 3 --files 128
@@ -34,6 +38,11 @@ run tfr_cpu_large $PY bench/tfrecord_read_cpu.py --dir "$WORK/tfl" --files 48 --
 for f in npz tfrecord hdf5; do
   run "dg_$f" $PY bench/datagen_vs_dd.py --folder "$WORK/dg" --format $f --files 8 --file-mib 32 --rounds 3 --fsync --workers 2
 done
+run small_files $PY bench/small_files.py --files 4000 --batch 24 --threads 8 --epochs 3 --reps 3 --dir "$WORK/small"
+run small_files_fio $PY bench/small_files_fio.py --files 4000 --batch 24 --threads 8 --reps 3 --dir "$WORK/small_fio"
+run datagen_images $PY bench/datagen_images.py --files 20000 --workers 2 --rounds 3 --folder "$WORK/dg_img"
+run parquet_dlrm $PY bench/parquet_reads.py --workload dlrm --files 8 --rows 49152 --batch 4096 --reps 3 --dir "$WORK/pq_dlrm"
+run parquet_flux $PY bench/parquet_reads.py --workload flux --files 16 --rows 32 --batch 8 --threads 4 --reps 3 --dir "$WORK/pq_flux"
 run loaders $PY bench/loaders_compare.py --reps 2 --epochs 2 --dir "$WORK/loaders"
 run startup $PY bench/startup.py --reps 5
 run checkpoint_vs_dd $PY bench/checkpoint_vs_dd.py --folder "$WORK/ckpt" --shard-gib 2 --repeat 3
@@ -45,6 +54,9 @@ if $PY -c "import moto" 2>/dev/null; then
   run os_checkpoint_only $PY bench/objectstore_checkpoint_only.py
   run os_s3torch $PY bench/objectstore_s3torch.py
   run os_staging $PY bench/objectstore_staging.py
+fi
+if [ -x /usr/bin/radosgw ]; then
+  run os_rgw $PY bench/objectstore_rgw.py
 fi
 run scale $PY bench/plan_scale.py all --reps 3
 run scale_startup $PY bench/plan_scale.py startup --files 100000 --reps 3 --tmp "$WORK"

@@ -9,8 +9,15 @@ plain loop):
   file into its own buffer, GIL released) and closing files t, t+T, ...: the simplest reader there is;
 - iogen native: the whole run (`iogen run`: plan, loader, engine, step log, metrics), compute 0,
   `reader.reopen_files` on (one open and one close per sample, as the plain loop and a map-style
-  dataset do) and off (files opened once); samples/s from its own summary. Its first step is
-  left out of its figures (metric.exclude_start_steps), the plain loop times everything.
+  dataset do) and off (files opened once), with the default reader.prefetch_size (2 batches in
+  flight); and with reopen_files and reader.prefetch_size = --threads: the batches in flight that
+  the PyTorch loader (and DLIO 2.0's) keeps with that many workers and prefetch_size 2 (each worker
+  a batch: prefetch_factor = ceil(2 / workers)). samples/s from its own summary. Its first step is
+  left out of its figures (metric.exclude_start_steps), the plain loop times everything (its
+  threads never wait for one another: no batches).
+
+Beside each rate: the process's user + system CPU microseconds a file (the plain loop's around its
+pass; iogen's over its metrics window, summary.json `iogen.cpu`), to judge a change on a busy machine.
 
     .venv/bin/python bench/small_files.py --files 2000 --threads 8 --batch 24 --reps 5
 """
@@ -19,15 +26,25 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at exit whether the figures count
 
-def plain_files_s(paths, threads: int, size: int, pool) -> float:
-    """Open, read whole and close every file, thread t taking files t, t+T, ...: files/s."""
+
+def _cpu() -> tuple[float, float]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+
+def plain_files_s(paths, threads: int, size: int, pool) -> tuple[float, float, float]:
+    """Open, read whole and close every file, thread t taking files t, t+T, ...: (files/s, user and
+    system CPU us a file)."""
     bufs = [bytearray(size) for _ in range(threads)]
 
     def share(t):
@@ -41,19 +58,24 @@ def plain_files_s(paths, threads: int, size: int, pool) -> float:
             n += 1
         return n
 
-    t0 = time.perf_counter()
+    (u0, s0), t0 = _cpu(), time.perf_counter()
     done = sum(pool.map(share, range(threads)))
-    return done / (time.perf_counter() - t0)
+    elapsed, (u1, s1) = time.perf_counter() - t0, _cpu()
+    return done / elapsed, (u1 - u0) / done * 1e6, (s1 - s0) / done * 1e6
 
 
-def iogen_samples_s(base, extra) -> float:
-    """One full `iogen run` in this process; its samples/s (every sample one file)."""
+def iogen_samples_s(base, extra) -> tuple[float, float, float]:
+    """One full `iogen run` in this process; (its samples/s (every sample one file), user and system
+    CPU us a sample over its metrics window (summary.json iogen.cpu))."""
     from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
     from iogen.run.runner import run
 
     out = run(load_workload("default", base + extra), SingleWorld(), quiet=True)
-    return out.summary["iogen"]["metrics"]["train"]["throughput_mean_samples_s"]
+    cpu = out.summary["iogen"]["cpu"]
+    n = cpu["window_samples"] or 1
+    return (out.summary["iogen"]["metrics"]["train"]["throughput_mean_samples_s"],
+            (cpu["window_user_cpu_s"] or 0) / n * 1e6, (cpu["window_system_cpu_s"] or 0) / n * 1e6)
 
 
 def main(argv=None) -> int:
@@ -89,27 +111,33 @@ def main(argv=None) -> int:
     rows = []
     for _ in range(args.reps):
         row = []
-        for contender in ("plain", "reopen", "open once"):
+        for contender in ("plain", "reopen", "open once", "reopen deep"):
             for p in paths:
                 core.probes.pread_loop_baseline(p, 1 << 20, warm_buf)
             if contender == "plain":
                 row.append(plain_files_s(paths, args.threads, args.record_bytes, pool))
             else:
-                row.append(iogen_samples_s(base, [f"reader.reopen_files={contender == 'reopen'}"]))
+                row.append(iogen_samples_s(base, [f"reader.reopen_files={contender != 'open once'}"]
+                                           + ([f"reader.prefetch_size={args.threads}"] if "deep" in contender else [])))
         rows.append(row)
     print(f"small files, bytes only: {len(paths)} {args.format} files x {args.record_bytes:,} B, {args.threads} threads "
           f"each, batch {args.batch} (iogen), compute 0, page cache warm, {args.reps} repetitions alternating "
           f"(medians, min-max), core {core.core_description()}\n")
-    print("| contender | files/s | vs plain loop |")
-    print("|---|---|---|")
+    print("| contender | files/s | vs plain loop | CPU us a file (user + sys) |")
+    print("|---|---|---|---|")
     labels = (f"plain open/os.readv/close loop ({args.threads} threads)",
               "iogen native, reader.reopen_files=True (open/read/close per sample)",
-              "iogen native, files opened once")
+              "iogen native, files opened once",
+              f"iogen native, reopen_files, reader.prefetch_size={args.threads} (the batches in flight of the "
+              f"PyTorch loader and DLIO's with {args.threads} workers and prefetch_size 2)")
     for k, label in enumerate(labels):
-        vals = [r[k] for r in rows]
-        ratios = [r[k] / r[0] for r in rows]
+        vals = [r[k][0] for r in rows]
+        ratios = [r[k][0] / r[0][0] for r in rows]
+        user = statistics.median(r[k][1] for r in rows)
+        system = statistics.median(r[k][2] for r in rows)
         print(f"| {label} | {statistics.median(vals):,.0f} ({min(vals):,.0f}-{max(vals):,.0f}) | "
-              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | "
+              f"{user:.1f} + {system:.1f} |")
     print()
     print_footer(before, __file__, argv)
     if not args.dir:

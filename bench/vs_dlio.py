@@ -96,11 +96,20 @@ def warm(paths, buf, core) -> None:
         core.probes.pread_loop_baseline(p, 1 << 20, buf)
 
 
-def run_dlio(python: str, work: str, rep: int) -> dict:
+def launcher(ranks: int, bindir: str) -> list:
+    """The mpiexec prefix that starts `ranks` ranks (none for one rank): the mpiexec beside `bindir`'s
+    Python, else the one on PATH."""
+    if ranks == 1:
+        return []
+    mpiexec = os.path.join(bindir, "mpiexec")
+    return [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(ranks)]
+
+
+def run_dlio(python: str, work: str, rep: int, ranks: int = 1) -> dict:
     """One DLIO run: DLIO's own summary.json metric block, and its process tree's CPU (`cpu_s`)."""
     out = os.path.join(work, f"dlio-out-{rep}")
     script = os.path.join(os.path.dirname(python), "dlio_benchmark")
-    cmd = [script, "--config-dir", os.path.join(work, "cfg"), "workload=iogen_vs_dlio",
+    cmd = [*launcher(ranks, os.path.dirname(python)), script, "--config-dir", os.path.join(work, "cfg"), "workload=iogen_vs_dlio",
            f"++workload.output.folder={out}", f"hydra.run.dir={out}/hydra"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     res, user, system = run_measured(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=1800)
@@ -111,11 +120,11 @@ def run_dlio(python: str, work: str, rep: int) -> dict:
         return dict(json.load(fh)["metric"], cpu_s=user + system, window_cpu_s_per_1000_samples=None)
 
 
-def run_iogen(base: list, loader: str) -> dict:
-    """One `iogen run` as its own process: its summary's DLIO-key metric block, its process tree's CPU
-    (`cpu_s`, measured as DLIO's is) and iogen's own window figure."""
+def run_iogen(base: list, loader: str, ranks: int = 1) -> dict:
+    """One `iogen run` as its own process (under mpiexec for several ranks): its summary's DLIO-key
+    metric block, its process tree's CPU (`cpu_s`, measured as DLIO's is) and iogen's own window figure."""
     iogen = os.path.join(os.path.dirname(sys.executable), "iogen")
-    cmd = [iogen, "run", "default", *base, f"reader.data_loader={loader}", "--quiet"]
+    cmd = [*launcher(ranks, os.path.dirname(sys.executable)), iogen, "run", "default", *base, f"reader.data_loader={loader}", "--quiet"]
     res, user, system = run_measured(cmd, capture_output=True, text=True, timeout=1800)
     found = re.search(r"^results: (.+)$", res.stdout, re.M)
     if res.returncode not in (0, 1) or not found:  # 1: the AU gate, which this comparison does not judge
@@ -145,11 +154,16 @@ def main(argv=None) -> int:
     ap.add_argument("--decode", action="store_true",
                     help="jpeg: iogen decodes every image with Pillow (reader.decode_images), as DLIO 2.0 does")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="ranks (emulated accelerators) for both tools, each under mpiexec -n RANKS when above 1; "
+                         "the files are shared out among them by each tool")
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary folder)")
     args = ap.parse_args(argv)
     args.loader = args.loader or ("tensorflow" if args.format == "tfrecord" else "pytorch")
     if args.decode and args.format != "jpeg":
         ap.error("--decode applies to --format jpeg")
+    if args.ranks < 1:
+        ap.error("--ranks must be at least 1")
 
     from iogen import core_switch as core
 
@@ -182,16 +196,16 @@ def main(argv=None) -> int:
         for c in contenders:
             warm(paths, buf, core)
             if c == "DLIO 2.0":
-                results[c].append(run_dlio(args.dlio_python, work, rep))
+                results[c].append(run_dlio(args.dlio_python, work, rep, args.ranks))
             else:
-                results[c].append(run_iogen(base, c.split()[1]))
+                results[c].append(run_iogen(base, c.split()[1], args.ranks))
         print(f"repetition {rep + 1} done", file=sys.stderr, flush=True)
 
     keys = (("train_au_mean_percentage", "AU %", ".2f"),
             ("train_throughput_mean_samples_per_second", "samples/s", ",.1f"),
             ("train_io_mean_MB_per_second", "MiB/s (DLIO's MB key)", ",.1f"))
     print(f"iogen vs DLIO: {args.files} {args.format} files x {args.record_bytes:,} B, {args.loader} loader, batch {args.batch}, read_threads "
-          f"{args.threads} for both, compute {args.compute * 1e3:g} ms/step, {args.epochs} epochs, page cache warm, "
+          f"{args.threads} for both, {args.ranks} rank{'s' if args.ranks > 1 else ''}, compute {args.compute * 1e3:g} ms/step, {args.epochs} epochs, page cache warm, "
           f"{args.reps} repetitions alternating (medians, min-max); iogen core {core.core_description()}"
           + ("; jpeg: iogen decodes with Pillow, as DLIO does" if args.decode else
              "; jpeg: iogen reads the bytes, DLIO 2.0 decodes with Pillow" if args.format == "jpeg" else ""))

@@ -152,6 +152,10 @@ DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of b
 
 cdef extern from "jpeg_pack.h" nogil:
     int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
+    void iogen_jpeg_pack_init(int enabled)
+    int iogen_jpeg_bmi2_ok
+
+iogen_jpeg_pack_init(1)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -186,6 +190,10 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
 
 cdef extern from "adler32.h" nogil:
     uint32_t iogen_adler32(uint32_t adler, const unsigned char *p, size_t n)
+    void iogen_adler32_init(int enabled)
+    int iogen_adler32_avx2_ok
+
+iogen_adler32_init(1)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
 # bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
@@ -337,11 +345,14 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the AVX-512 word loop (when the CPU has it) or the scalar one; return the old choice
-    (for iogen/_core/probes.pyx, the tests' and benchmarks' switch)."""
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's BMI2
+    pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
+    benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = iogen_fill_avx512_ok != 0
+    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_adler32_avx2_ok != 0
     iogen_fill_words_init()
+    iogen_jpeg_pack_init(1 if enabled else 0)
+    iogen_adler32_init(1 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old

@@ -3,7 +3,8 @@
 bounds_probe: an indexing under the audited functions' switch (@cython.boundscheck(IOGEN_DEBUG_BUILD)),
     which tests use to prove the debug build checks bounds.
 pread_loop_baseline: the plainest sequential pread loop in C, the benchmarks' baseline for reads.
-use_vector_fill: choose fill's AVX-512 or scalar word loop (tests compare them; benchmarks time both).
+use_vector_fill: choose fill's vector paths (the AVX-512 word loop, the JPEG scan's BMI2 pack, Adler-32's AVX2
+loop) or the portable ones (tests compare them; benchmarks time both).
 """
 cimport cython
 from libc.stdint cimport int64_t

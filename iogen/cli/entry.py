@@ -7,8 +7,14 @@ error), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
+
+# numpy's OpenBLAS starts a pool of spinning threads per process for matrix maths iogen never does:
+# with one rank per emulated accelerator, that is a pool per rank on the host it shares. One thread,
+# unless the user asked for more (set before numpy is imported: no command imports it before this).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 

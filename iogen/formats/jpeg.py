@@ -15,13 +15,13 @@ instead encodes a square of noise with Pillow and writes about 176 KB when asked
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
 import numpy as np
 
 from ..errors import DataError
-from .base import fill_random
 from .image import ImageFormat
 
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"
@@ -77,6 +77,31 @@ def plan(record_bytes: int) -> tuple[int, int, list[int]]:
         mcus = cols * rows - 1  # 1-3 bytes left over: fewer MCUs leave a COM segment room
 
 
+_EOI = np.frombuffer(EOI, np.uint8)
+
+
+@functools.lru_cache(maxsize=64)  # a dataset has one size or a few hundred drawn ones: the layout of each
+def _assembly(record_bytes: int):
+    """What a file of record_bytes holds where: ([(offset, fixed bytes)], [(offset, COM noise bytes)], the scan's
+    offset, its bytes, its blocks, EOI's offset); the fixed bytes depend on the size alone."""
+    width, height, coms = plan(record_bytes)
+    mcus = (width // 8) * (height // 8)
+    pieces, noise = [], []
+    start, fixed = 0, SOI + _APP0 + _DQT + _sof(width, height) + _DHT_DC + _DHT_AC
+    pos = len(fixed)
+    for size in coms:  # each COM segment's header ends a run of fixed bytes, its noise follows
+        fixed += b"\xff\xfe" + struct.pack(">H", size + 2)
+        pos += 4
+        pieces.append((start, np.frombuffer(fixed, np.uint8)))
+        noise.append((pos, size))
+        pos += size
+        start, fixed = pos, b""
+    pieces.append((start, np.frombuffer(fixed + _SOS, np.uint8)))
+    pos += len(_SOS)
+    scan = scan_bytes(mcus)
+    return tuple(pieces), tuple(noise), pos, scan, mcus * COMPONENTS, pos + scan
+
+
 class JpegFormat(ImageFormat):
     """Baseline JPEG of seeded noise, exact size (see the module doc)."""
 
@@ -90,24 +115,16 @@ class JpegFormat(ImageFormat):
         from .. import core_switch as core
 
         n = buf.size
-        width, height, coms = plan(n)
-        mcus = (width // 8) * (height // 8)
-        scan = scan_bytes(mcus)
-        head = SOI + _APP0 + _DQT + _sof(width, height) + _DHT_DC + _DHT_AC
-        pos = len(head)
-        buf[:pos] = np.frombuffer(head, np.uint8)
+        pieces, coms, scan_at, scan, blocks, eoi_at = _assembly(n)
+        for at, piece in pieces:  # the headers, each COM segment's and SOS: bytes of the size alone
+            buf[at:at + piece.size] = piece
         noise_at = 0  # stream bytes: COM noise from 0, the scan's fields after it
-        for size in coms:
-            buf[pos:pos + 4] = np.frombuffer(b"\xff\xfe" + struct.pack(">H", size + 2), np.uint8)
-            fill_random(buf[pos + 4:pos + 4 + size], seed, stream, noise_at)
-            pos += 4 + size
+        for at, size in coms:
+            core.fill.fill_random(buf[at:at + size], seed, stream, noise_at)
             noise_at += size
-        buf[pos:pos + len(_SOS)] = np.frombuffer(_SOS, np.uint8)
-        pos += len(_SOS)
-        written = core.fill.jpeg_scan(buf[pos:pos + scan], seed, stream, noise_at, mcus * COMPONENTS)
-        pos += written
-        buf[pos:pos + 2] = np.frombuffer(EOI, np.uint8)
-        assert pos + 2 == n, (pos + 2, n)
+        written = core.fill.jpeg_scan(buf[scan_at:scan_at + scan], seed, stream, noise_at, blocks)
+        assert scan_at + written == eoi_at, (scan_at + written, eoi_at)
+        buf[eoi_at:eoi_at + 2] = _EOI
 
     def walk(self, data: bytes, name: str) -> tuple:
         """Segments from SOI to SOS (each length inside the file), a frame header, Huffman and

@@ -12,6 +12,7 @@ reader accepts; the image is about 4:3 and as large as the size allows.
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import zlib
@@ -19,7 +20,6 @@ import zlib
 import numpy as np
 
 from ..errors import DataError
-from .base import fill_random
 from .image import ImageFormat
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -61,12 +61,29 @@ def plan(record_bytes: int) -> tuple[int, int, int]:
             width -= 1
 
 
-def _chunk_crc(buf: np.ndarray, start: int, length: int) -> None:
-    """Write the CRC-32 of the chunk at start (type and data) after its data."""
-    from .. import core_switch as core
+_PAD_TYPE_CRC = zlib.crc32(PAD_CHUNK)
 
-    crc = core.crc.crc32(buf[start + 4:start + 8 + length])
-    buf[start + 8 + length:start + 12 + length] = np.frombuffer(struct.pack(">I", crc), np.uint8)
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+@functools.lru_cache(maxsize=64)  # a dataset has one size or a few hundred drawn ones: the layout of each
+def _assembly(record_bytes: int):
+    """What a file of record_bytes holds where: (the fixed bytes before the padding chunk's noise, its noise
+    bytes or -1, IDAT's offset, IDAT's length, type and zlib header, their CRC-32, a scanline's bytes, the
+    scanlines' bytes, the stored blocks' bytes); all of it depends on the size alone."""
+    width, height, padding = plan(record_bytes)
+    head = SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    idat_at = len(head)
+    if padding >= 0:
+        head += struct.pack(">I", padding) + PAD_CHUNK
+        idat_at += CHUNK_OVERHEAD + padding
+    raw = raw_bytes(width, height)
+    stored = zlib_bytes(raw)
+    idat_head = struct.pack(">I", 2 + stored + 4) + b"IDAT" + b"\x78\x01"
+    return (np.frombuffer(head, np.uint8), padding, idat_at, np.frombuffer(idat_head, np.uint8),
+            zlib.crc32(idat_head[4:]), 1 + 3 * width, raw, stored)
 
 
 class PngFormat(ImageFormat):
@@ -80,44 +97,30 @@ class PngFormat(ImageFormat):
     min_file_bytes = FIXED_BYTES + 9 + CHUNK_OVERHEAD
 
     def build(self, buf, seed, stream):
-        n = buf.size
-        width, height, padding = plan(n)
-        pos = 0
-
-        def put(data: bytes):
-            nonlocal pos
-            buf[pos:pos + len(data)] = np.frombuffer(data, np.uint8)
-            pos += len(data)
-
-        put(SIGNATURE)
-        start = pos
-        put(struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        pos += 4
-        _chunk_crc(buf, start, 13)
-        noise_at = 0
-        if padding >= 0:
-            start = pos
-            put(struct.pack(">I", padding) + PAD_CHUNK)
-            fill_random(buf[pos:pos + padding], seed, stream, noise_at)
-            noise_at += padding
-            pos += padding + 4
-            _chunk_crc(buf, start, padding)
-        raw = raw_bytes(width, height)
-        data_len = 2 + zlib_bytes(raw) + 4
-        start = pos
-        put(struct.pack(">I", data_len) + b"IDAT" + b"\x78\x01")
-        # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
         from .. import core_switch as core
 
-        crc = core.crc.crc32(buf[start + 4:pos])
-        written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_bytes(raw)], seed, stream, noise_at,
-                                                   1 + 3 * width, raw, crc)
+        n = buf.size
+        head, padding, idat_at, idat_head, idat_crc, row, raw, zlib_len = _assembly(n)
+        buf[:head.size] = head  # signature, IHDR and the padding chunk's length and type: the size's alone
+        pos = head.size
+        noise_at = 0
+        if padding >= 0:  # the padding chunk's noise and its CRC-32 (of its type, then its data) in one pass
+            crc = core.fill.fill_random_crc32(buf[pos:pos + padding], seed, stream, noise_at, _PAD_TYPE_CRC)
+            noise_at += padding
+            pos += padding
+            buf[pos:pos + 4] = np.frombuffer(struct.pack(">I", crc), np.uint8)
+            pos += 4
+        assert pos == idat_at, (pos, idat_at)
+        buf[pos:pos + idat_head.size] = idat_head
+        pos += idat_head.size
+        # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
+        written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_len], seed, stream, noise_at, row, raw,
+                                                   idat_crc)
         pos += written
-        put(struct.pack(">I", adler))
-        crc = core.crc.crc32(buf[pos - 4:pos], crc)
-        put(struct.pack(">I", crc))
-        put(IEND)
-        assert pos == n, (pos, n)
+        tail = struct.pack(">I", adler)
+        tail += struct.pack(">I", zlib.crc32(tail, crc)) + IEND
+        buf[pos:pos + len(tail)] = np.frombuffer(tail, np.uint8)
+        assert pos + len(tail) == n, (pos + len(tail), n)
 
     def walk(self, data: bytes, name: str) -> tuple:
         """Signature, then chunks to IEND, each inside the file with its CRC-32 right; an IHDR first;

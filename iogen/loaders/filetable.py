@@ -295,6 +295,14 @@ class FileTable:
             raise
         return opened
 
+    def ready(self, files: np.ndarray, open_files: bool = True) -> bool:
+        """Whether a batch's ranges(files, ..., open_files) need no I/O: every file indexed already (a table with
+        a slot for every file; a bounded one, which may forget, always says False) and, when descriptors are
+        wanted, each one held open (not opened per batch or per sample)."""
+        if self._slot_of is not None or not self.known[files].all():
+            return False
+        return not open_files or (not self.transient and bool((self.fd[files] >= 0).all()))
+
     def decode_only(self, files: np.ndarray) -> bool:
         """Index any new files of a batch; True when the batch's files have no byte index."""
         slots = self.slots(files)

@@ -19,6 +19,7 @@ indexing (`index_figures`) and each epoch's reads (`epoch_figures`) apart.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import queue
@@ -162,8 +163,9 @@ class NativeLoader(Loader):
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
-        self._shares = np.arange(1, self.threads) / self.threads  # where a batch's slices end, in shares of it
-        self._fewer_shares = [None] + [np.arange(1, k) / k for k in range(1, self.threads + 1)]  # ...in k slices
+        # where a batch's slices end, in shares of its bytes (floats: a batch's cuts are a few bisections)
+        self._shares = [k / self.threads for k in range(1, self.threads)]
+        self._fewer_shares = [None] + [[j / k for j in range(1, k)] for k in range(1, self.threads + 1)]  # ...in k slices
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -253,12 +255,7 @@ class NativeLoader(Loader):
         by_path = self._stream_files is not None
         fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf, open_files=not by_path)
         if by_path and lengths.max() <= self._scratch_bytes:
-            # each sample's file opened, read whole and closed by its reading thread, checked as it lands
-            job.streamed = True
-            job.files, job.offsets, job.extent = files, offsets, 0
-            paths, ids = self.layout.paths, files.tolist()
-            paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
-            self._submit(job, None, paths, offsets, lengths, lengths, None, None)
+            self._submit(*self._by_path(job, files, offsets, lengths))
             return job
         if fds is None:  # larger files than the scratch holds: opened here, read kept
             fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
@@ -295,6 +292,38 @@ class NativeLoader(Loader):
             owner = None
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
         return job
+
+    def _by_path(self, job, files, offsets, lengths) -> tuple:
+        """A batch whose samples' files are each opened, read whole and closed by their reading thread, checked
+        as they land: its _submit arguments."""
+        job.streamed = True
+        job.files, job.offsets, job.extent = files, offsets, 0
+        paths, ids = self.layout.paths, files.tolist()
+        paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
+        return job, None, paths, offsets, lengths, lengths, None, None
+
+    def _plan_streamed(self, step: int, gids: np.ndarray):
+        """_prepare's work for a streamed batch (by path, or through descriptors held open) whose files are all
+        indexed, short of starting its reads: (job, _submit's arguments), or None for any other batch (it is
+        prepared once its slot is free). It opens nothing and reads nothing, so the prefetch thread does it
+        before it waits for a slot, and a freed slot starts the batch's reads at once."""
+        by_path = self._stream_files is not None
+        if self._stream is None or self.groups is not None:
+            return None
+        spf = self.layout.samples_per_file
+        files = gids // spf
+        if not self.table.ready(files, open_files=not by_path) or self.table.decode_only(files):
+            return None
+        fds, offsets, lengths, transient = self.table.ranges(files, gids % spf, open_files=not by_path)
+        if transient or lengths.max() > self._scratch_bytes:
+            return None
+        job = _Job(step, -1, int(gids.size))
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
+        if by_path:
+            return self._by_path(job, files, offsets, lengths)
+        job.streamed = True
+        job.files, job.offsets, job.extent = files, offsets, 0
+        return job, None, fds, offsets, lengths, lengths, None, None
 
     def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
         """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
@@ -335,41 +364,56 @@ class NativeLoader(Loader):
         return split_pieces(self.piece_bytes, fds, start, read_len, required, buf_off)
 
     def _submit(self, job, buf, fds, start, read_len, required, buf_off, owner, slice_min: int = 0):
-        total = int(read_len.sum())
-        n = read_len.size
-        if self._pool is None or total < self._min_parallel or n == 1:
+        lens = read_len.tolist()
+        n = len(lens)
+        if self._pool is None or n == 1 or sum(lens) < self._min_parallel:
             job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
                                           job.preprocess_ns)
             return
         # split into `threads` slices of about equal bytes (of at least slice_min bytes each, on this
-        # machine's files, where given)
+        # machine's files, where given; a few ints and bisections: numpy's calls on arrays of a batch's
+        # size cost more than the arithmetic, and release and retake the GIL)
+        cum = list(itertools.accumulate(lens))
+        total = cum[-1]
         shares = self._shares
         if slice_min and self._core and total < slice_min * self.threads:
-            k = max(1, total // slice_min)
-            shares = self._fewer_shares[k]
-        cum = np.cumsum(read_len)
-        cuts = np.searchsorted(cum, total * shares, side="left")
-        bounds = sorted({0, n, *np.minimum(cuts + 1, n).tolist()})  # a few ints: no numpy call per batch
+            shares = self._fewer_shares[max(1, total // slice_min)]
+        bounds = sorted({0, n, *(min(bisect.bisect_left(cum, total * share) + 1, n) for share in shares)})
         slices = len(bounds) - 1
         if job.done is None:
             job.done = queue.SimpleQueue()
         job.pending += 1  # the batch's slices hand their results on together: one wake-up a batch
         submit, done, share = self._pool.submit, _Gather(slices, job.done), job.preprocess_ns // slices
+        if buf is None and type(fds) is list:  # streamed by path: the slice's paths, ranges and lengths only
+            read = self._read_paths
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                submit(done, read, job, fds[lo:hi], start[lo:hi], read_len[lo:hi], lo, share)
+            return
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             submit(done, self._read, job, buf, fds[lo:hi], start[lo:hi], read_len[lo:hi], required[lo:hi],
-                   None if buf_off is None else buf_off[lo:hi], owner, int(lo), share)
+                   None if buf_off is None else buf_off[lo:hi], owner, lo, share)
+
+    def _read_paths(self, job, paths, offsets, lengths, first, preprocess_ns) -> int:
+        """Read one slice of a batch streamed by path (runs in a pool thread): each file opened, read whole
+        through this thread's scratch buffer, checked and closed by one core call without the GIL."""
+        try:
+            nbytes, bad, reason = self._stream_files(paths, offsets, lengths, self._scratch_buffer())
+        except FileNotFoundError as exc:
+            raise DataError(exc.filename, "data file is missing (generate it with `iogen datagen`)") from None
+        except ReadFailure as exc:
+            self._raise_failure(job, exc, first, None)
+        if bad >= 0:
+            self._raise_record(job, first + bad, reason)
+        if preprocess_ns:
+            core.clock.sleep_ns(preprocess_ns)
+        return nbytes
 
     def _read(self, job, buf, fds, start, read_len, required, buf_off, owner, first, preprocess_ns=0) -> int:
         """Read one slice of a batch (runs in a pool thread; the core releases the GIL)."""
         try:
             if buf is None and type(fds) is list:  # streamed by path: opened and closed by this call
-                try:
-                    nbytes, bad, reason = self._stream_files(fds, start, read_len, self._scratch_buffer())
-                except FileNotFoundError as exc:
-                    raise DataError(exc.filename, "data file is missing (generate it with `iogen datagen`)") from None
-                if bad >= 0:
-                    self._raise_record(job, first + bad, reason)
-            elif buf is None:  # streamed (job.streamed)
+                return self._read_paths(job, fds, start, read_len, first, preprocess_ns)
+            if buf is None:  # streamed (job.streamed)
                 try:
                     nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)
                 except RecordError as exc:
@@ -401,14 +445,18 @@ class NativeLoader(Loader):
                 core.clock.sleep_ns(preprocess_ns)
             return nbytes
         except ReadFailure as exc:
-            i = first + exc.index
-            entry = int(owner[i]) if owner is not None else i
-            path = self.layout.paths[int(job.files[entry])]
-            if exc.errno:
-                raise DataError(path, f"read failed: {exc.strerror}", offset=exc.offset) from exc
-            raise DataError(
-                path, f"file is truncated: got {exc.nread} of the bytes a sample needs", offset=exc.offset
-            ) from exc
+            self._raise_failure(job, exc, first, owner)
+
+    def _raise_failure(self, job, exc: ReadFailure, first: int, owner) -> None:
+        """The DataError of a slice's failed read (its file, offset and why)."""
+        i = first + exc.index
+        entry = int(owner[i]) if owner is not None else i
+        path = self.layout.paths[int(job.files[entry])]
+        if exc.errno:
+            raise DataError(path, f"read failed: {exc.strerror}", offset=exc.offset) from exc
+        raise DataError(
+            path, f"file is truncated: got {exc.nread} of the bytes a sample needs", offset=exc.offset
+        ) from exc
 
     def _raise_record(self, job, entry: int, reason: str):
         """A DataError for record `entry` of a batch: its file and the offset of its frame."""
@@ -520,10 +568,16 @@ class NativeLoader(Loader):
         def produce():
             try:
                 for step in range(plan.steps):
+                    early = self._plan_streamed(step, plan.batches[step])  # before the wait: no I/O in it
                     slot = free.get()
                     if stop.is_set():
                         return
-                    ready.put(self._prepare(step, slot, plan.batches[step]))
+                    if early is None:
+                        ready.put(self._prepare(step, slot, plan.batches[step]))
+                    else:
+                        early[0].slot = slot
+                        self._submit(*early)
+                        ready.put(early[0])
             except BaseException as exc:  # handed to the consumer, which raises it
                 ready.put(exc)
 

@@ -28,16 +28,63 @@ class _Figures:
 
 
 class OpStats(_Figures):
-    """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict)."""
+    """Counters of one kind of request (get, put, head, list), and its JSON form (to_dict/from_dict).
 
-    __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "first_byte", "total")
+    note() counts one request in a few integer additions: its two latencies wait in a list and go
+    into the histograms PENDING_REQUESTS at a time (one vectorised record each), and whenever
+    first_byte or total is read (to_dict, add, a merge), so every figure read is exact."""
+
+    __slots__ = ("requests", "bytes", "retries", "throttled", "errors", "_first_byte", "_total", "_pending")
     COUNTERS = ("requests", "bytes", "retries", "throttled", "errors")
     HISTOGRAMS = ("first_byte", "total")
+    PENDING_REQUESTS = 1024
 
     def __init__(self):
         self.requests = self.bytes = self.retries = self.throttled = self.errors = 0
-        self.first_byte = LatencyHistogram()
-        self.total = LatencyHistogram()
+        self._first_byte = LatencyHistogram()
+        self._total = LatencyHistogram()
+        self._pending: list = []  # first-byte and total latency (ns) of requests not yet in the histograms
+
+    def note(self, nbytes: int, retries: int, first_ns: int, total_ns: int) -> None:
+        """One request: its bytes, its retries, its latency to the first byte and in total (ns, >= 0)."""
+        self.requests += 1
+        self.bytes += nbytes
+        self.retries += retries
+        pending = self._pending
+        pending.append(first_ns)
+        pending.append(total_ns)
+        if len(pending) >= 2 * self.PENDING_REQUESTS:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The pending latencies into the histograms."""
+        if self._pending:
+            both = np.array(self._pending, np.int64).reshape(-1, 2)
+            self._pending = []
+            self._first_byte.record(both[:, 0])
+            self._total.record(both[:, 1])
+
+    @property
+    def first_byte(self) -> LatencyHistogram:
+        """Latency to the first byte (the response headers), every request noted so far."""
+        self._settle()
+        return self._first_byte
+
+    @first_byte.setter
+    def first_byte(self, h: LatencyHistogram) -> None:
+        self._settle()
+        self._first_byte = h
+
+    @property
+    def total(self) -> LatencyHistogram:
+        """Latency to the end of the response, every request noted so far."""
+        self._settle()
+        return self._total
+
+    @total.setter
+    def total(self, h: LatencyHistogram) -> None:
+        self._settle()
+        self._total = h
 
     def to_dict(self) -> dict:
         """JSON-ready: counts, latency summaries and the histograms they come from."""

@@ -24,8 +24,6 @@ import tempfile
 import threading
 import time
 
-import numpy as np
-
 from ..errors import ConfigError, DataError
 from .keys import MAX_ATTEMPTS, SCHEME, split_uri
 from .base import Capabilities, Storage
@@ -149,16 +147,13 @@ class ObjectStore(Storage):
 
     def _count(self, op: str, nbytes: int, t0: int, t_first: int, t_end: int, response, uri: str | None = None,
                offset: int = -1, length: int = -1) -> None:
-        meta = (response or {}).get("ResponseMetadata") or {}
-        retries = int(meta.get("RetryAttempts", 0))
-        s = self._stats[op]
+        # on every request: a few additions under the lock (OpStats.note), no allocation beyond two list slots
+        meta = response.get("ResponseMetadata") if response else None
+        retries = int(meta.get("RetryAttempts") or 0) if meta else 0
         with self._lock:
-            s.requests += 1
-            s.bytes += int(nbytes)
-            s.retries += retries
-            s.first_byte.record(np.array([t_first - t0], np.int64))
-            s.total.record(np.array([t_end - t0], np.int64))
+            self._stats[op].note(int(nbytes), retries, t_first - t0, t_end - t0)
         if requestlog.ENABLED():  # output.request_log: one row per counted request
+            meta = meta or {}
             hidden = response is None  # obstore's and s3dlio's data requests: no status, no retries
             first = None if hidden and "first_byte_latency" in (self.not_measured or {}) else t_first
             requestlog.record(op, uri, self.where(), t0, first, t_end, int(nbytes), offset, length,
@@ -503,6 +498,7 @@ class ObjectStore(Storage):
     def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
         """readinto, and the object's whole size from the response's Content-Range (None if not given)."""
         import botocore.exceptions as bex
+        from urllib3.exceptions import HTTPError
 
         mv = memoryview(buf).cast("B")
         length = mv.nbytes
@@ -518,7 +514,7 @@ class ObjectStore(Storage):
                 raise DataError(uri, f"the server answered a ranged GET of {length} bytes with "
                                      f"{r.get('ContentLength')} bytes (no range support?)", offset=offset)
             got = _read_body(r["Body"], mv)
-        except (bex.ClientError, bex.BotoCoreError) as exc:
+        except (bex.ClientError, bex.BotoCoreError, HTTPError) as exc:  # HTTPError: urllib3's, reading the body
             status = _status(exc)[0]
             if status == 416:  # the range starts past the end
                 raise DataError(uri, f"object ends before byte {offset} (HTTP 416); truncated?", offset=offset) from None
@@ -752,9 +748,32 @@ def _quiet_unverified() -> None:
 
 
 def _read_body(body, mv: memoryview) -> int:
-    """Read a response body into mv without an intermediate copy where urllib3 allows it."""
-    raw = getattr(body, "_raw_stream", None)  # urllib3's HTTPResponse: readinto fills our buffer
+    """Read a response body into mv; return the bytes read.
+
+    Where the body is urllib3's response over http.client's (botocore's, unencoded, of a known
+    length), http.client's readinto fills mv straight from the socket: no bytes object, no copy
+    (urllib3's own readinto reads a bytes object and copies it). urllib3's error handling wraps it
+    as it wraps its own reads (a socket error becomes its ProtocolError or ReadTimeoutError, the
+    connection is dropped on one and back in the pool once the body is read), and its byte count
+    follows. Any other body: read() and copied."""
+    raw = getattr(body, "_raw_stream", None)
+    fp = getattr(raw, "_fp", None)
     pos = 0
+    if (fp is not None and isinstance(getattr(raw, "length_remaining", None), int) and hasattr(fp, "readinto")
+            and hasattr(raw, "_error_catcher") and not getattr(fp, "chunked", True)
+            and not raw.headers.get("content-encoding")):
+        want = min(mv.nbytes, raw.length_remaining)
+        with raw._error_catcher():
+            while pos < want:
+                n = fp.readinto(mv[pos:want])
+                if not n:  # the connection ended inside the body: a ProtocolError, the connection dropped
+                    from urllib3.exceptions import IncompleteRead
+
+                    raise IncompleteRead(raw._fp_bytes_read + pos, want - pos)
+                pos += n
+        raw._fp_bytes_read += pos
+        raw.length_remaining -= pos
+        return pos
     if raw is not None and hasattr(raw, "readinto"):
         while pos < mv.nbytes:
             n = raw.readinto(mv[pos:])

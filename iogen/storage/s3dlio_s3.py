@@ -39,6 +39,24 @@ NOT_MEASURED = {
     "first_byte_latency": "s3dlio's get_range returns when the whole range has arrived",
 }
 
+def _import_s3dlio():
+    """s3dlio without its PyTorch datasets where PyTorch is not loaded yet: its package imports torch when
+    it can (1-3 s of start-up), for datasets iogen does not use; a process that already runs PyTorch keeps
+    them. `s3dlio.torch` set to None in sys.modules is the ImportError its own import falls back on."""
+    import sys
+
+    if "s3dlio" not in sys.modules and "torch" not in sys.modules and "s3dlio.torch" not in sys.modules:
+        sys.modules["s3dlio.torch"] = None
+        try:
+            import s3dlio
+        finally:
+            del sys.modules["s3dlio.torch"]
+        return s3dlio
+    import s3dlio
+
+    return s3dlio
+
+
 _BOUND: tuple | None = None  # (endpoint, region, CA bundle) s3dlio's process-wide client was configured with
 _BOUND_LOCK = threading.Lock()
 
@@ -73,7 +91,7 @@ class S3dlioStorage(DataClientStore):
     def _configured(self):
         """s3dlio, configured once per process with boto3's endpoint and region (see the module doc)."""
         global _BOUND
-        import s3dlio
+        s3dlio = _import_s3dlio()
 
         if self._ready:
             return s3dlio

@@ -166,10 +166,15 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 
 @pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
                                           (545, 3), (4096, 123)])
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset):
+@pytest.mark.parametrize("vector", [True, False])  # the BMI2 pack (where the CPU has it) and the portable one
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
     a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
     b = a.copy()
-    na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
+    old = cython_core.probes.use_vector_fill(vector)
+    try:
+        na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
+    finally:
+        cython_core.probes.use_vector_fill(old)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
     assert na == nb == (blocks * 108 + 7) // 8
     assert (a == b).all()  # what follows the scan is left as it was too
@@ -201,13 +206,18 @@ def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 5536, 5537, 5552 * 3 + 5, 200_001])
-def test_adler32_is_zlibs(core, n):
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 5536, 5537, 5552 * 3 + 5, 200_001])
+@pytest.mark.parametrize("vector", [True, False])  # the compiled core's AVX2 loop (where the CPU has it) and SSE2
+def test_adler32_is_zlibs(core, n, vector):
     data = np.empty(n, np.uint8)
     core.fill.fill_random(data, 3, 4, 0)
     data[: n // 3] = 0xFF  # long runs of the largest byte: the sums' worst case
-    for start in (1, 0xFFF0FFF0, 123_456_789):
-        assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+    old = core.probes.use_vector_fill(vector)
+    try:
+        for start in (1, 0xFFF0FFF0, 123_456_789):
+            assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+    finally:
+        core.probes.use_vector_fill(old)
 
 
 def _stored_reference(seed, stream, offset, row, raw, crc):

@@ -19,7 +19,7 @@ from iogen.data.generate import generate
 from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
-from iogen.loaders import get_loader
+from iogen.loaders import get_loader, native
 from iogen.loaders.native import STREAM_SCRATCH_BYTES, NativeLoader
 from iogen.plan import plan_for
 
@@ -190,9 +190,11 @@ def test_frames_larger_than_the_scratch_are_read_kept(tmp_path):
 
 @pytest.mark.parametrize("name", ["jpeg", "png"])
 @pytest.mark.parametrize("reopen", [False, True])
-def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp_path, name, reopen):
+def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp_path, monkeypatch, name, reopen):
     # a sample is its file's bytes: streamed (each file read whole through a thread's scratch, its
-    # markers checked there) or kept, the same bytes count and a damaged end marker names the file
+    # markers checked there) or kept, the same bytes count and a damaged end marker names the file;
+    # batches this small are read by one call: with no such floor their slices go to the threads
+    monkeypatch.setattr(native, "_MIN_PARALLEL_BYTES", 0)
     wl = load_workload("default", [f"dataset.data_folder={tmp_path}", f"dataset.format={name}",
                                    "dataset.num_files_train=6", "dataset.num_samples_per_file=1",
                                    "dataset.record_length_bytes=4000", "reader.batch_size=2",
@@ -216,6 +218,14 @@ def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp
         fh.seek(-1, os.SEEK_END)
         fh.write(fmt.tail_marker[-1:])
     with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:  # indexed (and opened) now
+        os.truncate(victim, 3999)  # shorter than its index says: the read that comes short names it
+        with pytest.raises(DataError, match="file is truncated: got 3999 of the bytes") as err:
+            for _ in loader.epoch(plan):
+                pass
+        assert err.value.path == victim
+    with open(victim, "ab") as fh:
+        fh.write(fmt.tail_marker[-1:])
+    with NativeLoader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:
         os.unlink(victim)  # gone under a running job: with reopen_files its reading thread opens it
         if reopen:
             with pytest.raises(DataError, match="data file is missing") as err:

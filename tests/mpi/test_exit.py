@@ -14,7 +14,7 @@ pytestmark = pytest.mark.mpi
 BOUND_S = 120
 
 
-@pytest.mark.parametrize("code", [0, 1, 2, 3, 130])
+@pytest.mark.parametrize("code", [0, 2, 130])  # 1 and 3 take the path 2 takes
 def test_every_rank_ends_with_its_code_repeatedly(mpi, code):
     """The bare exit path, three launches a code: a kill by the launcher would show as a missing rank."""
     for _ in range(3):

@@ -119,7 +119,7 @@ osd data = {d}/osd/$name
 keyring = {d}/keyring
 debug ms = 0
 [client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:{rgw_port}
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
 rgw data = {d}/rgw
 rgw dns name = localhost
 rgw thread pool size = 64
