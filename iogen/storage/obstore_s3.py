@@ -118,12 +118,18 @@ class ObstoreStorage(DataClientStore):
 
     def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
         """One ranged GET through obstore into buf (one copy: obstore hands over its own buffer)."""
+        mv = memoryview(buf).cast("B")
+        if mv.nbytes == 0:
+            return 0, None
+        data, total = self.get_range(uri, offset, mv.nbytes)
+        mv[:data.nbytes] = data
+        return data.nbytes, total
+
+    def get_range(self, uri: str, offset: int, length: int) -> tuple[memoryview, int | None]:
+        """One ranged GET through obstore, counted: (the bytes, in obstore's own buffer; the object's whole
+        size, or None); a short answer is a DataError naming the object."""
         import obstore
 
-        mv = memoryview(buf).cast("B")
-        length = mv.nbytes
-        if length == 0:
-            return 0, None
         bucket, key = split_uri(uri)
         t0 = time.perf_counter_ns()
         try:
@@ -140,13 +146,12 @@ class ObstoreStorage(DataClientStore):
             raise self._error("get", uri, exc, f"GET of bytes {offset}-{offset + length - 1}") from None
         t_end = time.perf_counter_ns()
         got = min(len(data), length)
-        mv[:got] = data[:got]
         self._count("get", got, t0, t_first, t_end, None, uri, offset, length)
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
         total = (r.meta or {}).get("size")  # the object's whole size (obstore parses Content-Range)
-        return got, int(total) if total is not None else None
+        return data[:got], int(total) if total is not None else None
 
     def get_chunks(self, uri: str, chunk_bytes: int = 1 << 20):
         """The whole object, streamed through obstore in chunks; one GET."""

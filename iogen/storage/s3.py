@@ -875,6 +875,20 @@ class DataClientStore(ObjectStore):
                               flags=requestlog.FLAG_ERROR | requestlog.FLAG_NO_STATUS)
         return DataError(uri, f"{what} through {self.client_name} failed: {self.detail(exc)} (endpoint {self.where()})")
 
+    def get_range(self, uri: str, offset: int, length: int) -> tuple[memoryview, int | None]:
+        """One ranged GET through the client, counted: (the bytes, in the client's own buffer; the object's
+        size or None); a short answer is a DataError naming the object. Each subclass's."""
+        raise NotImplementedError
+
+    def read_objects(self, items, part_bytes: int, pool, buffer, direct: bool = False) -> int:
+        """Several objects whole, part_bytes at a time, each part one ranged GET whose bytes stay in the
+        buffer the client received them in (get_range): a restore ends with the bytes in memory, as a
+        framework's load does, without a copy into iogen's buffer (boto3's path reads into it instead:
+        readinto). A missing or short object is a DataError naming it. Returns the bytes read."""
+        tasks = [(path, off, min(part_bytes, int(size) - off)) for path, size in items
+                 for off in range(0, int(size), part_bytes)]
+        return sum(pool.map(lambda t: self.get_range(*t)[0].nbytes, tasks))
+
     def get_bytes(self, uri: str) -> bytes | None:
         """A small object's bytes (a manifest), or None when it does not exist."""
         try:

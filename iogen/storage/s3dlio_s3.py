@@ -118,11 +118,17 @@ class S3dlioStorage(DataClientStore):
 
     def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
         """One ranged GET through s3dlio into buf (one copy: s3dlio hands over its own buffer)."""
-        s3dlio = self._configured()
         mv = memoryview(buf).cast("B")
-        length = mv.nbytes
-        if length == 0:
+        if mv.nbytes == 0:
             return 0, None
+        data, total = self.get_range(uri, offset, mv.nbytes)
+        mv[:data.nbytes] = data
+        return data.nbytes, total
+
+    def get_range(self, uri: str, offset: int, length: int) -> tuple[memoryview, int | None]:
+        """One ranged GET through s3dlio, counted: (the bytes, in s3dlio's own buffer; None: s3dlio does not
+        say the object's size); a short answer is a DataError naming the object."""
+        s3dlio = self._configured()
         t0 = time.perf_counter_ns()
         try:
             data = memoryview(s3dlio.get_range(uri, offset, length)).cast("B")
@@ -137,12 +143,11 @@ class S3dlioStorage(DataClientStore):
             raise self._error("get", uri, exc, f"GET of bytes {offset}-{offset + length - 1}") from None
         t1 = time.perf_counter_ns()
         got = min(data.nbytes, length)
-        mv[:got] = data[:got]
         self._count("get", got, t0, t1, t1, None, uri, offset, length)
         if got != length:
             raise DataError(uri, f"object ends before byte {offset + length} (a ranged GET returned {got} of "
                                  f"{length} bytes); truncated?", offset=offset + got)
-        return got, None
+        return data[:got], None
 
     def get_chunks(self, uri: str, chunk_bytes: int = 1 << 20):
         """The whole object through one s3dlio GET (s3dlio returns it whole), handed out in chunks."""
