@@ -20,12 +20,12 @@ from ..conftest import load_summary, popen_iogen, run_iogen
 IOGEN = os.path.join(os.path.dirname(sys.executable), "iogen")
 
 
-def _wait_for(predicate, timeout_s=60):
+def _wait_for(predicate, timeout_s=60, poll_s=0.1):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.1)
+        time.sleep(poll_s)
     return False
 
 
@@ -64,13 +64,16 @@ def test_signal_keeps_steps_and_writes_an_incomplete_summary(tiny, tmp_path, sig
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_during_datagen_leaves_a_resumable_dataset(tmp_path, sig):
-    over = [f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=400",
-            "dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0",
+    # many small files: the whole dataset takes seconds of per-file work even on a fast machine, so the
+    # signal (sent once 3 files exist, polled every 20 ms) lands long before the last file (400 files of
+    # 1 MiB were all written before it arrived once, on a quiet machine)
+    over = [f"dataset.data_folder={tmp_path / 'data'}", "dataset.num_files_train=12000",
+            "dataset.record_length_bytes=4096", "dataset.record_length_bytes_stdev=0",
             "dataset.format=npz"]
     proc = popen_iogen("datagen", "default", "-j", "2", "--quiet", *over)
     try:
         train = tmp_path / "data" / "train"
-        _wait_for(lambda: len(glob.glob(str(train / "*.npz"))) >= 3)
+        _wait_for(lambda: len(glob.glob(str(train / "*.npz"))) >= 3, poll_s=0.02)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -81,7 +84,7 @@ def test_signal_during_datagen_leaves_a_resumable_dataset(tmp_path, sig):
     assert glob.glob(str(train / ".iogen-journal.*"))  # what was finished is journalled
     assert not os.path.exists(train / ".iogen-manifest.json")
     done = len(glob.glob(str(train / "*.npz")))
-    assert 0 < done < 400
+    assert 0 < done < 12000
     again = run_iogen("datagen", "default", "--quiet", *over)
     assert again.returncode == 0, again.stderr
     assert run_iogen("verify", "default", *over).returncode == 0
