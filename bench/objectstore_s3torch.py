@@ -176,8 +176,8 @@ def _where(loader, gids, spf) -> dict:
     reader = loader.dataloader.dataset.reader
     files, samples = gids // spf, gids % spf
     reader.store()  # this process's object table
-    assert not reader._table.decoded(files)  # learns the objects
-    offs, lens = reader._table.ranges(files, samples)
+    assert not reader._table.decode_only(files)  # learns the objects
+    _, offs, lens, _ = reader._table.ranges(files, samples)
     return {int(g): (int(f), int(o), int(n)) for g, f, o, n in zip(gids.tolist(), files.tolist(),
                                                                   np.asarray(offs).tolist(), np.asarray(lens).tolist())}
 
