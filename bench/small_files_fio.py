@@ -30,11 +30,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchenv import machine_line, print_footer  # noqa: E402
+from small_files import plain_files_s  # noqa: E402
 
 
 def evict(paths) -> None:
@@ -44,26 +44,6 @@ def evict(paths) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-
-
-def plain_files_s(paths, threads: int, size: int, pool) -> float:
-    """Open, read whole and close every file, thread t taking files t, t+T, ...: files/s."""
-    bufs = [bytearray(size) for _ in range(threads)]
-
-    def share(t):
-        buf, n = bufs[t], 0
-        for p in paths[t::threads]:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.readv(fd, [buf])
-            finally:
-                os.close(fd)
-            n += 1
-        return n
-
-    t0 = time.perf_counter()
-    done = sum(pool.map(share, range(threads)))
-    return done / (time.perf_counter() - t0)
 
 
 def fio_args(folder: str, files: int, threads: int, size: int) -> list:
@@ -124,7 +104,7 @@ def main(argv=None) -> int:
         os.sync()
         f = fio_files_s(fio)
         evict(paths)
-        p = plain_files_s(paths, args.threads, args.record_bytes, pool)
+        p = plain_files_s(paths, args.threads, args.record_bytes, pool)[0]
         summary = iogen_run(base, [])
         sources.add(str((summary["iogen"].get("reads_from") or {}).get("source")))
         rows.append((f, p, summary["iogen"]["metrics"]["train"]["throughput_mean_samples_s"]))

@@ -116,15 +116,6 @@ class ObstoreStorage(DataClientStore):
 
     # -- reads --------------------------------------------------------------------------------
 
-    def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
-        """One ranged GET through obstore into buf (one copy: obstore hands over its own buffer)."""
-        mv = memoryview(buf).cast("B")
-        if mv.nbytes == 0:
-            return 0, None
-        data, total = self.get_range(uri, offset, mv.nbytes)
-        mv[:data.nbytes] = data
-        return data.nbytes, total
-
     def get_range(self, uri: str, offset: int, length: int) -> tuple[memoryview, int | None]:
         """One ranged GET through obstore, counted: (the bytes, in obstore's own buffer; the object's whole
         size, or None); a short answer is a DataError naming the object."""

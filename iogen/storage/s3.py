@@ -880,6 +880,15 @@ class DataClientStore(ObjectStore):
         size or None); a short answer is a DataError naming the object. Each subclass's."""
         raise NotImplementedError
 
+    def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
+        """One ranged GET through the client into buf (one copy: the client hands over its own buffer)."""
+        mv = memoryview(buf).cast("B")
+        if mv.nbytes == 0:
+            return 0, None
+        data, total = self.get_range(uri, offset, mv.nbytes)
+        mv[:data.nbytes] = data
+        return data.nbytes, total
+
     def read_objects(self, items, part_bytes: int, pool, buffer, direct: bool = False) -> int:
         """Several objects whole, part_bytes at a time, each part one ranged GET whose bytes stay in the
         buffer the client received them in (get_range): a restore ends with the bytes in memory, as a

@@ -116,15 +116,6 @@ class S3dlioStorage(DataClientStore):
 
     # -- reads --------------------------------------------------------------------------------
 
-    def read_range(self, uri: str, offset: int, buf) -> tuple[int, int | None]:
-        """One ranged GET through s3dlio into buf (one copy: s3dlio hands over its own buffer)."""
-        mv = memoryview(buf).cast("B")
-        if mv.nbytes == 0:
-            return 0, None
-        data, total = self.get_range(uri, offset, mv.nbytes)
-        mv[:data.nbytes] = data
-        return data.nbytes, total
-
     def get_range(self, uri: str, offset: int, length: int) -> tuple[memoryview, int | None]:
         """One ranged GET through s3dlio, counted: (the bytes, in s3dlio's own buffer; None: s3dlio does not
         say the object's size); a short answer is a DataError naming the object."""
