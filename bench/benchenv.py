@@ -15,6 +15,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -65,7 +66,8 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # CPU or more, for at most --cooldown-max seconds (default DEFAULT_MAX_WAIT_S), and at exit
 # prints one `cool-down:` line: the load before and after, what else ran, and whether the
 # figure counts. A benchmark raises the load itself, so the rule is about what ran beside it:
-# the start must be quiet, and at the end no other process may be heavy. --no-cooldown (or
+# the start must be quiet, and no other process may be heavy at the start, at any look while the
+# benchmark runs (Watch, every WATCH_S), or at the end. --no-cooldown (or
 # IOGEN_BENCH_NO_COOLDOWN=1) skips the wait; the figure is then judged the same way.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
@@ -73,6 +75,7 @@ HEAVY_CPU_SHARE = 0.25  # another process using this share of one CPU or more is
 DEFAULT_MAX_WAIT_S = 900.0
 SAMPLE_S = 2.0  # how long one look at the other processes lasts
 POLL_S = 15.0
+WATCH_S = 5.0  # while the benchmark runs, the other processes are looked at this often
 
 
 def _proc_ticks() -> dict:
@@ -139,13 +142,14 @@ def other_work(sample_s: float = SAMPLE_S) -> list:
 
 
 def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool,
-          threshold: float = COOLDOWN_LOAD) -> tuple[bool, str]:
-    """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside it."""
+          threshold: float = COOLDOWN_LOAD, heavy_during: list = ()) -> tuple[bool, str]:
+    """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside
+    it: not at the start, not at any look while it ran (`heavy_during`, Watch), not at the end."""
     why = []
     if load_start >= threshold:
         why.append(f"1-minute load {load_start:.2f} >= {threshold:g} at the start"
                    + (" (the cool-down wait ran out)" if timed_out else " (no cool-down wait)"))
-    for when, heavy in (("at the start", heavy_start), ("at the end", heavy_end)):
+    for when, heavy in (("at the start", heavy_start), ("while it ran", heavy_during), ("at the end", heavy_end)):
         if heavy:
             shown = ", ".join(f"{name} (pid {pid}, {used:.0%} of a CPU)" for pid, name, used in heavy[:3])
             why.append(f"other work running {when}: {shown}" + (f" and {len(heavy) - 3} more" if len(heavy) > 3 else ""))
@@ -198,9 +202,50 @@ def cool_down(skip: bool, max_wait_s: float, poll_s: float = POLL_S, sample_s: f
         time.sleep(max(0.0, min(poll_s, max_wait_s - waited)))
 
 
+class Watch:
+    """Looks at the other processes every `every_s` seconds while the benchmark runs (a daemon thread,
+    a /proc read per look): `heavy()` is every other process that used HEAVY_CPU_SHARE of a CPU or more
+    between two looks, at its heaviest. The benchmark's own tree (mpiexec's ranks, DataLoader workers)
+    is left out, so a benchmark that loads the machine itself is judged by what ran beside it."""
+
+    def __init__(self, every_s: float = WATCH_S, read=_proc_ticks, clock=time.monotonic, ours=_ours):
+        self.every_s = every_s
+        self._read, self._clock, self._ours = read, clock, ours
+        self._ticks = float(os.sysconf("SC_CLK_TCK"))
+        self._seen: dict = {}
+        self._last = (read(), clock())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
+
+    def start(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def look(self) -> None:
+        """One look: who used a heavy share of a CPU since the last one."""
+        (before, t0), after, t1 = self._last, self._read(), self._clock()
+        for pid, name, used in heavy_processes(before, after, max(t1 - t0, 1e-3), self._ticks, self._ours(after)):
+            if used > self._seen.get((pid, name), 0.0):
+                self._seen[(pid, name)] = used
+        self._last = (after, t1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.look()
+
+    def heavy(self) -> list:
+        """[(pid, name, share of one CPU at its heaviest)] of the other heavy processes seen so far."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.every_s + 5)
+        return sorted(((pid, name, used) for (pid, name), used in self._seen.items()), key=lambda h: -h[2])
+
+
 def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
     """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
-    counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"])
+    watch = state.get("watch")
+    counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"],
+                        heavy_during=watch.heavy() if watch is not None else ())
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
     return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "
@@ -223,6 +268,7 @@ def _start() -> None:
         return  # --help; or a helper process a bench script started (its parent waited and reports)
     os.environ[_INSIDE] = "1"
     COOLDOWN.update(cool_down(skip, max_wait))
+    COOLDOWN["watch"] = Watch().start()
     atexit.register(_report_at_exit)
 
 

@@ -47,6 +47,26 @@ def test_a_figure_counts_only_from_a_quiet_start_with_nothing_heavy_beside_it(be
     assert "does NOT count toward a target" in line and "(no cool-down wait)" in line
 
 
+def test_the_watch_names_other_work_seen_while_the_benchmark_ran(benchenv):
+    # three looks, 1 s apart, at 100 ticks/s (the machine's real tick rate is scaled out below):
+    # another process heavy only in the middle counts, at its heaviest; the benchmark's tree does not
+    readings = iter([
+        {1: (0, "init", 0), 40: (0, "me", 1), 50: (0, "rsync", 1)},
+        {1: (0, "init", 0), 40: (90, "me", 1), 50: (10, "rsync", 1)},
+        {1: (0, "init", 0), 40: (180, "me", 1), 50: (80, "rsync", 1)},
+        {1: (0, "init", 0), 40: (270, "me", 1), 50: (90, "rsync", 1)},
+    ])
+    clock = iter([0.0, 1.0, 2.0, 3.0])
+    watch = benchenv.Watch(read=lambda: next(readings), clock=lambda: next(clock), ours=lambda procs: {1, 40})
+    scale = watch._ticks / 100.0
+    for _ in range(3):
+        watch.look()
+    (pid, name, used), = watch.heavy()
+    assert (pid, name) == (50, "rsync") and used == pytest.approx(0.7 / scale)
+    counts, why = benchenv.judge(0.3, [], [], False, heavy_during=[(50, "rsync", 0.7)])
+    assert not counts and "other work running while it ran: rsync (pid 50, 70% of a CPU)" in why
+
+
 def test_the_cooldown_flags_leave_the_scripts_own_arguments(benchenv, monkeypatch):
     monkeypatch.delenv("IOGEN_BENCH_NO_COOLDOWN", raising=False)
     monkeypatch.delenv("IOGEN_BENCH_COOLDOWN_MAX", raising=False)
