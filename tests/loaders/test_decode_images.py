@@ -143,3 +143,18 @@ def test_the_decoder_alone():
 def test_refused_by_key_where_it_cannot_apply(over, key):
     with pytest.raises(ConfigError, match=f"reader.decode_images = True with {key}"):
         load_workload("default", ["reader.decode_images=True", *over])
+
+
+def test_the_pixel_array_is_the_decoded_image_without_a_copy():
+    from iogen.loaders.decode import pixel_array
+
+    fmt = make_format("jpeg", samples_per_file=1)
+    with Image.open(io.BytesIO(bytes(fmt.file_image(1, 20000, 1, 1)))) as im:
+        im.load()
+        arr, packed = pixel_array(im), np.asarray(im)
+        w, h = im.size
+        # Pillow keeps 3-band pixels in 4 bytes; the export is that memory, pad byte included
+        assert arr.nbytes == w * h * 4 and np.array_equal(arr.reshape(h, w, 4)[..., :3], packed)
+        assert not arr.flags.owndata  # a view of Pillow's memory, not a copy
+    with Image.new("L", (7, 5), 9) as gray:
+        assert np.array_equal(pixel_array(gray).reshape(5, 7), np.asarray(gray))
