@@ -42,6 +42,9 @@ def main(argv=None) -> int:
                          "worker processes a rank)")
     ap.add_argument("--dlio-python", default=os.environ.get("IOGEN_DLIO_PYTHON"))
     ap.add_argument("--dlio-max", type=int, default=4, help="most ranks DLIO is tried at")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="iogen's train.epochs for every probe (default: the workload's 8; the search raises it where a "
+                         "probe would measure fewer than 50 steps a rank)")
     ap.add_argument("--dlio-epochs", type=int, default=2)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary folder)")
     args = ap.parse_args(argv)
@@ -56,6 +59,8 @@ def main(argv=None) -> int:
     mpiexec = os.path.join(bindir, "mpiexec")
     mpiexec = mpiexec if os.path.exists(mpiexec) else "mpiexec"
     size = [f"dataset.data_folder={data}", f"dataset.num_files_train={args.files}"]
+    epochs = [] if args.epochs is None else [f"train.epochs={args.epochs}"]
+    shown_epochs = "the workload's 8" if args.epochs is None else str(args.epochs)
     gen = subprocess.run([iogen, "datagen", "retinanet", *size], capture_output=True, text=True)
     if gen.returncode != 0:
         raise SystemExit(f"datagen failed: {gen.stderr[-2000:]}")
@@ -68,7 +73,7 @@ def main(argv=None) -> int:
         warm(paths, buf, core)
         searches[loader] = subprocess.run([iogen, "search", "retinanet", "--accelerator", "b200", "--launcher",
                                            f"{mpiexec} -n {{n}}", "--max", str(args.max), "--no-plot", "--quiet",
-                                           *size, f"reader.data_loader={loader}",
+                                           *size, *epochs, f"reader.data_loader={loader}",
                                            f"output.folder={work}/iogen-search-{loader}"], capture_output=True, text=True)
 
     dlio_rows, why_not = [], dlio_available(args.dlio_python)
@@ -86,7 +91,8 @@ def main(argv=None) -> int:
                 break
 
     print(f"retinanet, b200 (batch {B200_BATCH}, {THREADS} read threads, compute {B200_COMPUTE * 1e3:g} ms a step), "
-          f"{args.files:,} JPEG files of 322,957 B in the page cache, one rank per accelerator under mpiexec; "
+          f"{args.files:,} JPEG files of 322,957 B in the page cache, one rank per accelerator under mpiexec, "
+          f"{shown_epochs} epochs a probe; "
           f"iogen core {core.core_description()}; iogen reads the bytes, DLIO 2.0 decodes each JPEG with Pillow\n")
     verdicts = {}
     for loader, search in searches.items():
