@@ -57,13 +57,15 @@ _PREFAULT_LIMIT_BYTES = 8 << 30
 STREAM_SCRATCH_BYTES = 256 << 10
 
 
-def reader_nice(environ=None) -> int:
-    """IOGEN_READER_NICE: the nice value (0-19) of the native loader's reading and prefetch threads.
+def reader_nice(environ=None):
+    """IOGEN_READER_NICE: how much nicer than the rank's main thread the native loader's reading
+    and prefetch threads run: 0-19 (added to the thread's nice value), or "idle" (SCHED_IDLE:
+    they run only when no other thread of normal priority wants the core).
 
     With many ranks on few cores, the ranks' main threads leave each step barrier one by one as
     the scheduler runs them, and the reading threads of the ranks that left first (starting the
-    next batch) compete with those still to leave; a higher nice value lets the main threads go
-    first. 0 (the default) changes nothing. Linux only (per-thread nice values).
+    next batch) compete with those still to leave; a lower priority lets the main threads go
+    first. 0 (the default) changes nothing. Linux only (per-thread priorities).
     """
     import os
     import sys
@@ -71,24 +73,33 @@ def reader_nice(environ=None) -> int:
     raw = (os.environ if environ is None else environ).get("IOGEN_READER_NICE", "").strip()
     if not raw:
         return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 19:
-        raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: must be an integer from 0 to 19")
+    if raw.lower() == "idle":
+        value = "idle"
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 19:
+            raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: must be an integer from 0 to 19, "
+                              "or 'idle'")
     if value and not sys.platform.startswith("linux"):
-        raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: per-thread nice values "
+        raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: per-thread priorities "
                           "exist on Linux only; unset it here")
     return value
 
 
-def lower_priority(nice: int) -> None:
-    """Raise the calling thread's nice value by `nice` (Linux: a thread's own value)."""
-    if nice:
-        import os
+def lower_priority(nice) -> None:
+    """Lower the calling thread's priority as reader_nice() says (Linux: a thread's own)."""
+    if not nice:
+        return
+    import os
 
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    tid = threading.get_native_id()
+    if nice == "idle":
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 class _Job:

@@ -127,4 +127,4 @@ def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch):
     for bad in ("20", "-1", "low"):
         with pytest.raises(ConfigError, match=f"IOGEN_READER_NICE='{bad}': must be an integer from 0 to 19"):
             reader_nice({"IOGEN_READER_NICE": bad})
-    assert reader_nice({}) == 0
+    assert reader_nice({}) == 0 and reader_nice({"IOGEN_READER_NICE": "Idle"}) == "idle"
