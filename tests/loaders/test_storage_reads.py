@@ -99,31 +99,35 @@ def test_a_failed_get_is_exit_2_naming_the_object(tmp_path, monkeypatch):
             list(loader.epoch(plan))
 
 
-def _thread_nices():
-    """{native thread id: nice value} of this process's threads (Linux)."""
+def _thread_priorities():
+    """{native thread id: (scheduling policy, nice value)} of this process's threads (Linux)."""
     import glob
 
-    nices = {}
+    found = {}
     for stat in glob.glob("/proc/self/task/*/stat"):
+        tid = int(stat.split("/")[-2])
         with open(stat) as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
-        nices[int(stat.split("/")[-2])] = int(fields[16])  # field 19 of stat(5); [0] is field 3
-    return nices
+        found[tid] = (os.sched_getscheduler(tid), int(fields[16]))  # nice: field 19 of stat(5)
+    return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
-def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch):
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+@pytest.mark.parametrize("value", ["7", "idle"])
+def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, value):
     wl, layout, fmt = _setup(tmp_path, monkeypatch, "posix", "npz")
     plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
-    monkeypatch.setenv("IOGEN_READER_NICE", "7")
-    base = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setenv("IOGEN_READER_NICE", value)
+    mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+    before = set(_thread_priorities()) - {threading.get_native_id()}  # earlier tests' threads
     with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
         batches = loader.epoch(plan)
         first = next(batches)  # the producer runs now
-        nices = _thread_nices()
+        found = {tid: p for tid, p in _thread_priorities().items() if tid not in before}
         assert first.samples == 3 and sum(1 for b in batches) == len(plan.batches) - 1
-    assert nices[threading.get_native_id()] == base  # the main thread keeps its priority
-    assert sorted(n for n in nices.values() if n != base) == [min(19, base + 7)] * 3  # 2 readers, 1 producer
+    assert found.pop(threading.get_native_id()) == mine  # the main thread keeps its priority
+    lowered = (os.SCHED_IDLE, mine[1]) if value == "idle" else (mine[0], min(19, mine[1] + 7))
+    assert sorted(found.values()) == [lowered] * 3  # 2 readers, 1 producer
     for bad in ("20", "-1", "low"):
         with pytest.raises(ConfigError, match=f"IOGEN_READER_NICE='{bad}': must be an integer from 0 to 19"):
             reader_nice({"IOGEN_READER_NICE": bad})
