@@ -18,6 +18,13 @@ ratio of each contender's comm to the MPI barrier's closes the table.
     .venv/bin/python bench/step_barrier.py --data /scratch/rn --files 20000 --ranks 16 --rounds 3 --reader-nice idle
 
 The dataset is generated under --data when it has no manifest yet (`iogen datagen retinanet`).
+
+`--bare` measures the barrier alone, without iogen's loader: each rank only sleeps the compute
+(47.55 ms, `iogen.core_switch.clock`) and meets the others in `world.barrier()`, `--steps` times;
+per contender, the comm median (median over ranks of each rank's median), the CPU time of every
+rank's process per step (all ranks together) and the voluntary context switches per rank-step.
+
+    .venv/bin/python bench/step_barrier.py --bare --ranks 16 --rounds 3
 """
 from __future__ import annotations
 
@@ -32,7 +39,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import machine_line, print_footer  # noqa: E402
+if "--rank-loop" not in sys.argv:  # a rank of --bare neither waits for a quiet machine nor reports one
+    from benchenv import machine_line, print_footer  # noqa: E402
 
 
 def _env(**extra) -> dict:
@@ -77,9 +85,74 @@ def run_once(args, work: str, env: dict) -> dict:
             "spread": spread}
 
 
+def _switches() -> int:
+    """Voluntary context switches of every thread of this process so far."""
+    total = 0
+    for path in glob.glob("/proc/self/task/*/status"):
+        with open(path) as fh:
+            total += sum(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt_switches"))
+    return total
+
+
+def rank_loop(steps: int, compute_s: float) -> None:
+    """One rank of --bare (under mpiexec): sleep, barrier, `steps` times; rank 0 prints a JSON line."""
+    import time
+
+    import numpy as np
+
+    from iogen.core_switch import clock
+    from iogen.world.communicator import get_world
+
+    world = get_world()
+    compute_ns = int(compute_s * 1e9)
+    world.barrier()
+    cpu0, sw0, comm = time.process_time(), _switches(), []
+    for _ in range(steps):
+        clock.sleep_ns(compute_ns)
+        t = time.monotonic_ns()
+        world.barrier()
+        comm.append(time.monotonic_ns() - t)
+    mine = (float(np.median(comm)) / 1e3, time.process_time() - cpu0, _switches() - sw0)
+    every = world.gather_obj(mine)
+    if world.rank == 0:
+        print(json.dumps({"barrier": world.step_barrier, "comm": statistics.median(r[0] for r in every),
+                          "cpu_ms": sum(r[1] for r in every) / steps * 1e3,
+                          "switches": sum(r[2] for r in every) / steps / len(every)}))
+
+
+def bare(args, contenders: dict) -> int:
+    """--bare: the barrier alone, each contender in turn, --rounds times."""
+    names = list(contenders)
+    got = {name: [] for name in names}
+    for rnd in range(args.rounds):
+        for name in names[rnd % len(names):] + names[:rnd % len(names)]:
+            cmd = [args.mpiexec, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__),
+                   "--rank-loop", "--steps", str(args.steps), "--compute", str(args.compute)]
+            res = subprocess.run(cmd, capture_output=True, text=True, env=contenders[name], timeout=600)
+            if res.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+            got[name].append(json.loads(res.stdout.strip().splitlines()[-1]))
+    print(f"step barrier alone: {args.ranks} ranks, {args.steps} steps of {args.compute * 1e3:g} ms compute, "
+          f"medians of {args.rounds} alternating rounds")
+    print()
+    print("| barrier | comm us (median rank) | CPU ms per step, all ranks | voluntary switches per rank-step | comm vs mpi |")
+    print("|---|---:|---:|---:|---:|")
+    med = {name: {k: statistics.median(r[k] for r in got[name]) for k in ("comm", "cpu_ms", "switches")}
+           for name in names}
+    for name in names:
+        m = med[name]
+        print(f"| {name} ({got[name][0]['barrier']}) | {m['comm']:,.0f} | {m['cpu_ms']:.2f} | {m['switches']:.1f} | "
+              f"{m['comm'] / med['mpi']['comm']:.2f}x |")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="the retinanet dataset's folder (generated there if empty)")
+    ap.add_argument("--data", help="the retinanet dataset's folder (generated there if empty)")
+    ap.add_argument("--bare", action="store_true", help="the barrier alone: ranks that only sleep and meet")
+    ap.add_argument("--steps", type=int, default=200, help="--bare: steps per run")
+    ap.add_argument("--compute", type=float, default=0.04755, help="--bare: compute per step (s)")
+    ap.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)  # one rank of --bare
     ap.add_argument("--files", type=int, default=20000)
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=2)
@@ -88,7 +161,17 @@ def main(argv=None) -> int:
     ap.add_argument("--mpiexec", default=os.path.join(os.path.dirname(sys.executable), "mpiexec"))
     ap.add_argument("extra", nargs="*", help="more iogen overrides (key=value)")
     args = ap.parse_args(argv)
+    if args.rank_loop:
+        rank_loop(args.steps, args.compute)
+        return 0
     before = machine_line()
+    if args.bare:
+        bare(args, {"mpi": _env(IOGEN_MPI_NODE_BARRIER="off"), "node": _env()})
+        print()
+        print_footer(before, __file__, argv)
+        return 0
+    if not args.data:
+        ap.error("--data is required (or --bare)")
     if not glob.glob(os.path.join(args.data, "*manifest*")) and not glob.glob(os.path.join(args.data, "train")):
         subprocess.run([sys.executable, "-m", "iogen", "datagen", "retinanet", f"dataset.data_folder={args.data}",
                         f"dataset.num_files_train={args.files}", "-q"], check=True, env=_env())
