@@ -5,5 +5,5 @@ between the two implementations) imports them, and the core tests load both impl
 each. PROBES are test and benchmark hooks (a bounds-check probe, a plain pread loop, the scalar
 fill switch): built and tested like the rest, never imported by iogen's stages.
 """
-MODULES = ("clock", "reader", "fill", "crc", "tfrecord", "copier", "permute", "ckpt", "publish")
+MODULES = ("clock", "reader", "fill", "crc", "tfrecord", "copier", "permute", "ckpt", "publish", "barrier")
 PROBES = ("probes",)

@@ -313,3 +313,42 @@ def check_ckpt_args(fd, buf_bytes, start, end, transfer) -> None:
         raise ValueError(f"buffer of {buf_bytes} bytes is smaller than transfer {transfer}")
     if start < 0 or start % transfer:
         raise ValueError(f"start must be a multiple of transfer ({transfer}) and >= 0, got {start}")
+
+
+# --- barrier: the node barrier's shared segment --------------------------------------------------
+
+# A header cache line (the two 32-bit wake words, their sleeper counts, the release count), then
+# one cache line per rank's slot, so no two ranks' writes share a line.
+BARRIER_HEADER_BYTES = 64
+BARRIER_SLOT_BYTES = 64
+BARRIER_RELEASED_OFFSET = 16  # u64: the count the node's leader last released
+# The sleeps of the pure twin's wait (as iogen.world.watchdog.poll's): an eighth of the wait so
+# far, within these bounds.
+BARRIER_MIN_SLEEP_NS = 20_000
+BARRIER_MAX_SLEEP_NS = 500_000
+
+
+def barrier_segment_size(nslots):
+    """Bytes of a node barrier's segment for `nslots` ranks."""
+    if nslots < 1:
+        raise ValueError(f"a node barrier needs at least one slot, got {nslots}")
+    return BARRIER_HEADER_BYTES + BARRIER_SLOT_BYTES * nslots
+
+
+def barrier_view(buffer):
+    """The segment as a writable byte view (TypeError for a read-only one)."""
+    view = memoryview(buffer).cast("B")
+    if view.readonly:
+        raise TypeError("a node barrier's segment must be writable")
+    return view
+
+
+def barrier_check(nbytes, nslots, index, address):
+    """Check a node barrier's arguments: the segment's size and alignment, the slot index."""
+    size = barrier_segment_size(nslots)
+    if not 0 <= index < nslots:
+        raise ValueError(f"slot {index} is outside a node barrier of {nslots} slots")
+    if nbytes < size:
+        raise ValueError(f"a node barrier of {nslots} slots needs {size} bytes, the segment has {nbytes}")
+    if address % 8:
+        raise ValueError("a node barrier's segment must be 8-byte aligned")

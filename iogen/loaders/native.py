@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from .. import core_switch as core
-from ..errors import DataError, ReadFailure
+from ..errors import ConfigError, DataError, ReadFailure
 from ..common.pool import Failed, ThreadPool
 from ..formats.base import RecordError
 from .base import Batch, Loader
@@ -55,6 +55,51 @@ _PREFAULT_LIMIT_BYTES = 8 << 30
 # Streamed reads (keep_bytes=False): each reading thread's scratch buffer, grown to the largest
 # frame; it stays in the core's L2 cache, where a batch-sized buffer would not (docs/loaders.md).
 STREAM_SCRATCH_BYTES = 256 << 10
+
+
+def reader_nice(environ=None):
+    """IOGEN_READER_NICE: how much nicer than the rank's main thread the native loader's reading
+    and prefetch threads run: 0-19 (added to the thread's nice value), or "idle" (SCHED_IDLE:
+    they run only when no other thread of normal priority wants the core).
+
+    With many ranks on few cores, the ranks' main threads leave each step barrier one by one as
+    the scheduler runs them, and the reading threads of the ranks that left first (starting the
+    next batch) compete with those still to leave; a lower priority lets the main threads go
+    first. 0 (the default) changes nothing. Linux only (per-thread priorities).
+    """
+    import os
+    import sys
+
+    raw = (os.environ if environ is None else environ).get("IOGEN_READER_NICE", "").strip()
+    if not raw:
+        return 0
+    if raw.lower() == "idle":
+        value = "idle"
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 19:
+            raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: must be an integer from 0 to 19, "
+                              "or 'idle'")
+    if value and not sys.platform.startswith("linux"):
+        raise ConfigError(f"environment variable IOGEN_READER_NICE={raw!r}: per-thread priorities "
+                          "exist on Linux only; unset it here")
+    return value
+
+
+def lower_priority(nice) -> None:
+    """Lower the calling thread's priority as reader_nice() says (Linux: a thread's own)."""
+    if not nice:
+        return
+    import os
+
+    tid = threading.get_native_id()
+    if nice == "idle":
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 class _Job:
@@ -158,8 +203,11 @@ class NativeLoader(Loader):
         # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
         # Python between "batch requested" and "batch in hand" shows up as wait
+        # IOGEN_READER_NICE: the reading threads yield the cores to the ranks' main threads
+        self._nice = reader_nice()
         self._pool = ThreadPool(self.threads, name="iogen-read",
-                                setup=lambda k: self._scratch_buffer() if self._stream else None) \
+                                setup=lambda k: (lower_priority(self._nice),
+                                                 self._scratch_buffer() if self._stream else None)[1]) \
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
@@ -566,6 +614,7 @@ class NativeLoader(Loader):
         stop = threading.Event()
 
         def produce():
+            lower_priority(self._nice)
             try:
                 for step in range(plan.steps):
                     early = self._plan_streamed(step, plan.batches[step])  # before the wait: no I/O in it

@@ -18,7 +18,10 @@ for a failure notice from another rank. The failure protocol (docs/mpi.md):
    failing rank's message: every rank exits non-zero, never hangs.
 
 The per-step barrier and allreduce run on their own communicator, so a barrier abandoned by a
-failure never pairs up with a later collective of the summary.
+failure never pairs up with a later collective of the summary. The barrier itself does not go
+through MPI where the ranks share a node: they meet in a small shared-memory segment
+(iogen.core_switch.barrier: a count per rank, futex waits), and only the nodes' leaders meet
+through MPI, between the node's arrival and its release (docs/mpi.md, "The step barrier").
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ import numpy as np
 from ..common.launcher import (LAUNCHER_VARS, detect_launcher, launcher_world_size, mpi_mode,
                                wants_mpi)
 from ..errors import ConfigError, LoaderUnavailable, RankFailure
-from .watchdog import FailureNotice, WaitPolicy, WaitTimeout, deadline_after, describe, exit_code_of, poll
+from .watchdog import (NODE_WAIT_SLICE_S, FailureNotice, WaitPolicy, WaitTimeout, deadline_after, describe,
+                       exit_code_of, poll)
 
 TAG_FAILURE = 77
 
@@ -88,6 +92,7 @@ class SingleWorld:
     failed = False
     node_size = 1  # ranks on this rank's node
     node_leader = True  # this rank is its node's lowest rank
+    step_barrier = "none"  # how barrier() meets (MPIWorld: "MPI" or "shared memory...")
 
     @property
     def node(self) -> str:
@@ -192,6 +197,11 @@ class MPIWorld:
                         "leaders": (leaders, leaders.Dup() if self.node_leader else leaders)}
         self.oversubscribed = self.local_ranks > self.local_cpus
         self.policy = policy or WaitPolicy.from_env(cores_per_rank=self.local_cpus / self.local_ranks)
+        self._barriers = 0  # barrier() calls so far: the node barrier's count
+        self.step_barrier = "MPI"  # how barrier() meets: "MPI", or "shared memory[, MPI between nodes]"
+        self._node_barrier = self._node_leaders = self._node_window = None
+        if self.policy.node_barrier and self.size > 1:
+            self._make_node_barrier(base, node)
         self._heartbeat = None
         if self.policy.liveness_s and self.size > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
             from .heartbeat import Heartbeat
@@ -227,6 +237,44 @@ class MPIWorld:
         finally:
             group.Free()
 
+    def _make_node_barrier(self, base, node) -> None:
+        """The shared-memory barrier of this rank's node (blocking: only at start-up).
+
+        The ranks of a named node that share memory get one segment (an MPI shared window, which
+        MPI removes at the end, however the job ends); when the world spans several such groups,
+        their lowest ranks meet through MPI as well. Every rank of the world agrees to use it, or
+        none does (then barrier() stays the polled MPI barrier).
+        """
+        MPI = self._MPI
+        from .. import core_switch
+
+        local = window = bar = None
+        nlocal = lrank = 0
+        try:
+            local = node.Split_type(MPI.COMM_TYPE_SHARED, self.rank)
+            nlocal, lrank = local.Get_size(), local.Get_rank()
+            size = core_switch.barrier.segment_size(nlocal)
+            window = MPI.Win.Allocate_shared(size if lrank == 0 else 0, 1, comm=local)
+            buf, _ = window.Shared_query(0)
+            bar = core_switch.barrier.NodeBarrier(buf, nlocal, lrank)
+            ok = 1
+        except (MPI.Exception, ValueError, TypeError, NotImplementedError):
+            ok = 0
+        agreed = np.zeros(1, np.int32)
+        self._wait(self.comm.Iallreduce(np.array([ok], np.int32), agreed, op=MPI.MIN), "a start-up check")
+        if not agreed[0]:
+            return
+        if lrank == 0:
+            bar.reset()
+        self._wait(local.Ibarrier(), "a start-up barrier")  # nobody arrives before the reset
+        leaders = base.Split(0 if lrank == 0 else MPI.UNDEFINED, self.rank)
+        if nlocal < self.size:  # several groups: the leaders meet between arrival and release
+            self._node_leaders = leaders if lrank == 0 else False
+        elif leaders != MPI.COMM_NULL:
+            leaders.Free()
+        self._node_window, self._node_comm, self._node_barrier = window, local, bar
+        self.step_barrier = "shared memory" if nlocal == self.size else "shared memory, MPI between nodes"
+
     def _group(self, name: str):
         return self._groups[name][1 if self.failed else 0]
 
@@ -246,8 +294,11 @@ class MPIWorld:
         self._enter_failure(notice.exit_code, notice.text())
         raise exc
 
-    def _wait(self, req, what: str, timeout_s: float | None = None) -> None:
-        """Complete request `req`, polling; raise RankFailure on a notice or a timeout."""
+    def _wait(self, req, what: str, timeout_s: float | None = None, deadline_ns: int | None = None) -> None:
+        """Complete request `req`, polling; raise RankFailure on a notice or a timeout.
+
+        The timeout is `timeout_s` from now, or at `deadline_ns` (a wait that began earlier).
+        """
         if self.failed:
             # Epilogue after a failure: bounded by the grace period; past it, abort the job.
             try:
@@ -257,20 +308,67 @@ class MPIWorld:
                            f"{self.policy.grace_s:g} s after the failure ({self._abort_message}); "
                            "aborting the job", self._exit_code)
             return
+        if deadline_ns is None:
+            deadline_ns = deadline_after(timeout_s)
         try:
-            poll(req.Test, self.policy, deadline_ns=deadline_after(timeout_s), check=self._check_notice)
+            poll(req.Test, self.policy, deadline_ns=deadline_ns, check=self._check_notice)
         except WaitTimeout:
-            exc = RankFailure(
-                f"waited {timeout_s:g} s in {what} for the other ranks: one is stuck or has died "
-                "(raise IOGEN_MPI_STEP_TIMEOUT_S if steps really take this long)")
-            exc.rank = self.rank
-            raise exc from None
+            raise self._timed_out(what, timeout_s) from None
+
+    def _timed_out(self, what: str, timeout_s: float | None) -> RankFailure:
+        exc = RankFailure(
+            f"waited {timeout_s:g} s in {what} for the other ranks: one is stuck or has died "
+            "(raise IOGEN_MPI_STEP_TIMEOUT_S if steps really take this long)")
+        exc.rank = self.rank
+        return exc
+
+    def _wait_node(self, wait, k: int, deadline_ns: int | None) -> None:
+        """Wait in the node barrier (`wait` is its wait_arrived or wait_released) for count k.
+
+        Each wait lasts at most NODE_WAIT_SLICE_S (spinning first for what is left of the
+        policy's spin window); between waits, as `poll` does between tests, a failure notice
+        raises RankFailure and the step timeout ends the wait.
+        """
+        import time
+
+        slice_ns = int(NODE_WAIT_SLICE_S * 1e9)
+        spin_ns = self.policy.spin_s * 1e9  # may be inf
+        start = time.monotonic_ns()
+        while True:
+            now = time.monotonic_ns()
+            spin = int(min(slice_ns, max(0.0, spin_ns - (now - start))))
+            if wait(k, spin, slice_ns if deadline_ns is None else max(0, min(slice_ns, deadline_ns - now))):
+                return
+            self._check_notice()
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                raise self._timed_out("the step barrier", self.policy.step_timeout_s)
 
     # -- collectives -----------------------------------------------------------------------
 
     def barrier(self) -> None:
-        """The per-step barrier (stands for the gradient allreduce); bounded by the step timeout."""
-        self._wait(self._step.Ibarrier(), "the step barrier", self.policy.step_timeout_s)
+        """The per-step barrier (stands for the gradient allreduce); bounded by the step timeout.
+
+        Through the node's shared segment where there is one: arrive, then wait for the node
+        (one node), or the node's leader waits for its node, meets the other leaders through
+        MPI and releases its node. After a failure, and without a segment, through MPI.
+        """
+        bar = self._node_barrier
+        if bar is None or self.failed:
+            self._wait(self._step.Ibarrier(), "the step barrier", self.policy.step_timeout_s)
+            return
+        self._barriers += 1
+        k = self._barriers
+        deadline = deadline_after(self.policy.step_timeout_s)
+        bar.arrive(k)
+        if self._node_leaders is None:  # the whole world shares this node's segment
+            self._wait_node(bar.wait_arrived, k, deadline)
+        elif self._node_leaders is False:  # wait for this node's leader
+            self._wait_node(bar.wait_released, k, deadline)
+        else:
+            self._wait_node(bar.wait_arrived, k, deadline)
+            self._wait(self._node_leaders.Ibarrier(), "the step barrier", self.policy.step_timeout_s,
+                       deadline_ns=deadline)
+            bar.release(k)
 
     def sync(self) -> None:
         """A barrier between stages (no step timeout: generation may take hours)."""

@@ -19,6 +19,9 @@ The knobs (environment variables, read once per process; docs/mpi.md explains th
     IOGEN_MPI_LIVENESS_S       a rank whose heartbeat thread is silent this long (SIGSTOP, a
                                frozen node) makes its neighbour abort the job (default 30;
                                0 = off; iogen.world.heartbeat)
+    IOGEN_MPI_NODE_BARRIER     "on" (default): the step barrier of ranks that share a node meets
+                               in shared memory (futex waits; iogen.core_switch.barrier); "off":
+                               every barrier is the polled MPI Ibarrier
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ DEFAULT_GRACE_S = 60.0
 DEFAULT_LIVENESS_S = 30.0  # iogen.world.heartbeat: a rank silent this long is stopped or frozen
 MIN_SLEEP_S = 20e-6
 MAX_SLEEP_S = 500e-6
+# The longest single wait in the node barrier: between two, a rank checks for failure notices
+# and its deadline (a failure elsewhere is seen within this, a missed wake-up costs at most this).
+NODE_WAIT_SLICE_S = 0.01
 # A failure notice is a small JSON message; longer messages are cut to this many characters.
 MAX_MESSAGE_CHARS = 4000
 
@@ -52,6 +58,7 @@ class WaitPolicy:
     step_timeout_s: float | None = DEFAULT_STEP_TIMEOUT_S
     grace_s: float = DEFAULT_GRACE_S
     liveness_s: float | None = DEFAULT_LIVENESS_S
+    node_barrier: bool = True
 
     @classmethod
     def from_env(cls, *, cores_per_rank: float, environ=None) -> "WaitPolicy":
@@ -62,8 +69,15 @@ class WaitPolicy:
         step = _env_float(env, "IOGEN_MPI_STEP_TIMEOUT_S", DEFAULT_STEP_TIMEOUT_S)
         grace = _env_float(env, "IOGEN_MPI_GRACE_S", DEFAULT_GRACE_S)
         liveness = _env_float(env, "IOGEN_MPI_LIVENESS_S", DEFAULT_LIVENESS_S)
+        node_barrier = env.get("IOGEN_MPI_NODE_BARRIER", "").strip().lower() or "on"
+        if node_barrier not in ("on", "off"):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"environment variable IOGEN_MPI_NODE_BARRIER={env['IOGEN_MPI_NODE_BARRIER']!r}: "
+                              "allowed values are 'on' and 'off'")
         return cls(spin_s=spin_us * 1e-6, step_timeout_s=step if step > 0 else None,
-                   grace_s=grace if grace > 0 else DEFAULT_GRACE_S, liveness_s=liveness if liveness > 0 else None)
+                   grace_s=grace if grace > 0 else DEFAULT_GRACE_S, liveness_s=liveness if liveness > 0 else None,
+                   node_barrier=node_barrier == "on")
 
 
 def _env_float(env, name: str, default: float) -> float:

@@ -2,16 +2,20 @@
 files (posix) and from objects (faultfs, the s3 backend's code over a local folder) gives each sample's
 bytes; on objects every range is one counted ranged GET, the indexing costs no request for fixed layouts,
 and a fault reaches the loader as exit 2 naming the object."""
+import os
+import sys
+import threading
+
 import numpy as np
 import pytest
 
 from iogen.world.communicator import SingleWorld
 from iogen.config import load_workload
 from iogen.data.layout import DatasetLayout
-from iogen.errors import DataError
+from iogen.errors import ConfigError, DataError
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
-from iogen.loaders.native import NativeLoader
+from iogen.loaders.native import NativeLoader, reader_nice
 from iogen.loaders.sampling import SampleReader
 from iogen.plan import make_plan
 
@@ -93,3 +97,38 @@ def test_a_failed_get_is_exit_2_naming_the_object(tmp_path, monkeypatch):
     with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
         with pytest.raises(DataError, match=r"s3://bkt/pre/ds/train/img_\d_of_4\.npz.*HTTP 500"):
             list(loader.epoch(plan))
+
+
+def _thread_priorities():
+    """{native thread id: (scheduling policy, nice value)} of this process's threads (Linux)."""
+    import glob
+
+    found = {}
+    for stat in glob.glob("/proc/self/task/*/stat"):
+        tid = int(stat.split("/")[-2])
+        with open(stat) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        found[tid] = (os.sched_getscheduler(tid), int(fields[16]))  # nice: field 19 of stat(5)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+@pytest.mark.parametrize("value", ["7", "idle"])
+def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, value):
+    wl, layout, fmt = _setup(tmp_path, monkeypatch, "posix", "npz")
+    plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
+    monkeypatch.setenv("IOGEN_READER_NICE", value)
+    mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+    before = set(_thread_priorities()) - {threading.get_native_id()}  # earlier tests' threads
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        batches = loader.epoch(plan)
+        first = next(batches)  # the producer runs now
+        found = {tid: p for tid, p in _thread_priorities().items() if tid not in before}
+        assert first.samples == 3 and sum(1 for b in batches) == len(plan.batches) - 1
+    assert found.pop(threading.get_native_id()) == mine  # the main thread keeps its priority
+    lowered = (os.SCHED_IDLE, mine[1]) if value == "idle" else (mine[0], min(19, mine[1] + 7))
+    assert sorted(found.values()) == [lowered] * 3  # 2 readers, 1 producer
+    for bad in ("20", "-1", "low"):
+        with pytest.raises(ConfigError, match=f"IOGEN_READER_NICE='{bad}': must be an integer from 0 to 19"):
+            reader_nice({"IOGEN_READER_NICE": bad})
+    assert reader_nice({}) == 0 and reader_nice({"IOGEN_READER_NICE": "Idle"}) == "idle"

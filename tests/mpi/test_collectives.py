@@ -4,13 +4,16 @@ import pytest
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("n", [2, 4])
-def test_every_collective_on_real_ranks(mpi, n):
-    res = mpi.launch(n, [mpi.driver("collectives.py"), mpi.tmp_path], timeout=120)
+@pytest.mark.parametrize("n, node_barrier", [(2, "off"), (4, "on")])
+def test_every_collective_on_real_ranks(mpi, n, node_barrier):
+    res = mpi.launch(n, [mpi.driver("collectives.py"), mpi.tmp_path], timeout=120,
+                     env={"IOGEN_MPI_NODE_BARRIER": node_barrier})
     assert res.returncode == 0, res
     ranks = [mpi.load_json(mpi.tmp_path / f"rank{r}.json") for r in range(n)]
     for r, got in enumerate(ranks):
         assert (got["rank"], got["size"], got["kind"]) == (r, n, "mpi")
+        assert got["step_barrier"] == ("shared memory" if node_barrier == "on" else "MPI")
+        assert got["barrier_early"] == []  # nobody left a step barrier before everyone arrived
         assert got["bcast"] == {"run_dir": "/x/y", "seed": 2**62 + 1}
         assert got["bcast_from_last"] == f"from {n - 1}"
         assert got["allgather"] == [{"rank": i, "text": "é" * i} for i in range(n)]
@@ -32,6 +35,9 @@ def test_node_groups_follow_iogen_node(mpi):
     res = mpi.launch(5, [mpi.driver("collectives.py"), mpi.tmp_path], timeout=120, env={"IOGEN_NODE": names})
     assert res.returncode == 0, res
     ranks = [mpi.load_json(mpi.tmp_path / f"rank{r}.json") for r in range(5)]
+    # three nodes: each meets in its shared segment, the leaders through MPI between arrival and release
+    assert all(got["step_barrier"] == "shared memory, MPI between nodes" for got in ranks)
+    assert all(got["barrier_early"] == [] for got in ranks)
     node_of = names.split(",")
     members = {"b": [0, 2], "a": [1, 3], "c": [4]}
     for r, got in enumerate(ranks):

@@ -103,6 +103,13 @@ def test_policy_from_env():
         WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_SPIN_US": "-3"})
 
 
+def test_node_barrier_from_env():
+    assert WaitPolicy.from_env(cores_per_rank=1, environ={}).node_barrier is True
+    assert WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_NODE_BARRIER": "OFF"}).node_barrier is False
+    with pytest.raises(ConfigError, match="IOGEN_MPI_NODE_BARRIER='no': allowed values are 'on' and 'off'"):
+        WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_NODE_BARRIER": "no"})
+
+
 def test_liveness_from_env():
     assert WaitPolicy.from_env(cores_per_rank=1, environ={}).liveness_s == 30
     assert WaitPolicy.from_env(cores_per_rank=1, environ={"IOGEN_MPI_LIVENESS_S": "2.5"}).liveness_s == 2.5

@@ -10,6 +10,24 @@ import numpy as np
 from iogen.world.communicator import get_world
 
 
+def _barrier_rounds(world, rounds):
+    """Many step barriers (oversubscribed ranks must not starve each other); the rounds in which
+    this rank left a barrier before every rank had reached it (seen in a window all ranks share)."""
+    from mpi4py import MPI
+
+    win = MPI.Win.Allocate_shared(8 * world.size if world.rank == 0 else 0, 8, comm=MPI.COMM_WORLD)
+    progress = np.frombuffer(win.Shared_query(0)[0], dtype=np.int64)[:world.size]
+    early = []
+    for i in range(1, rounds + 1):
+        progress[world.rank] = i
+        world.barrier()
+        if progress.min() < i:
+            early.append(i)
+    world.barrier()  # nobody frees the window while another still reads it
+    win.Free()
+    return early
+
+
 def main():
     """Run every collective and write what this rank saw."""
     out = sys.argv[1]
@@ -26,8 +44,8 @@ def main():
     res["sum"] = world.allreduce_array(np.array([r + 1, 1], np.int64), "sum").tolist()
     res["min"] = world.allreduce_array(np.array([r + 1.5]), "min").tolist()
     res["max"] = world.allreduce_array(np.array([r + 1.5]), "max").tolist()
-    for _ in range(200):  # many step barriers: oversubscribed ranks must not starve each other
-        world.barrier()
+    res["step_barrier"] = world.step_barrier
+    res["barrier_early"] = _barrier_rounds(world, 200)
     world.sync()
     buf = np.full(1 << 14, float(r + 1))
     world.allreduce_bytes(buf)
