@@ -47,6 +47,20 @@ def test_a_figure_counts_only_from_a_quiet_start_with_nothing_heavy_beside_it(be
     assert "does NOT count toward a target" in line and "(no cool-down wait)" in line
 
 
+def test_settling_after_a_delete_syncs_then_drops_the_caches_where_it_may(benchenv, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(benchenv.os, "sync", lambda: calls.append("sync"))
+    knob = tmp_path / "drop_caches"  # stands for /proc/sys/vm/drop_caches: the test drops nothing
+    knob.write_text("")
+    monkeypatch.setattr(benchenv, "DROP_CACHES", str(knob))
+    assert benchenv.settle_after_delete() is True
+    assert calls == ["sync"] and knob.read_text() == "3\n"
+    assert "caches dropped" in benchenv.settle_note(True)
+    monkeypatch.setattr(benchenv, "DROP_CACHES", str(tmp_path / "absent" / "drop_caches"))  # not root: refused
+    assert benchenv.settle_after_delete() is False
+    assert calls == ["sync", "sync"] and "not dropped" in benchenv.settle_note(False)
+
+
 def test_the_cooldown_flags_leave_the_scripts_own_arguments(benchenv, monkeypatch):
     monkeypatch.delenv("IOGEN_BENCH_NO_COOLDOWN", raising=False)
     monkeypatch.delenv("IOGEN_BENCH_COOLDOWN_MAX", raising=False)
