@@ -52,6 +52,39 @@ def run_measured(cmd, **kwargs):
     return res, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def settle_after_delete() -> bool:
+    """After a benchmark removed many files: os.sync(), then drop the kernel's clean caches (root only).
+
+    Why: ext4 without a journal (this project's machines) never reuses an inode freed less than a
+    minute ago whose inode-table block is still cached, and each new file's inode search walks past
+    every such inode from the start of the group, under the folder's lock (ext4 recently_deleted()).
+    A writer that starts right after 10^4 deletes then pays 300-500 us of system time a file
+    instead of 40-80 us, more or less depending on where its folder lands: the figure measures the
+    previous contender's deletes, not the writer. With the cached inode-table blocks dropped, no
+    freed inode counts as recent. Returns whether the caches were dropped (False: not root; the
+    caller says so beside its figures)."""
+    os.sync()
+    try:
+        with open(DROP_CACHES, "w") as f:
+            f.write("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def settle_note(dropped: bool) -> str:
+    """The line a file-writing benchmark prints about settle_after_delete()."""
+    if dropped:
+        return ("after each removal of a run's files: sync, then the kernel's clean caches dropped "
+                "(no contender pays ext4's scan past inodes another one freed)")
+    return ("after each removal of a run's files: sync only (not root: caches not dropped); on ext4 "
+            "without a journal a writer after a big delete pays an inode scan, so system time may be the "
+            "previous contender's")
+
+
 def print_footer(before: str, script: str, argv=None) -> None:
     """The lines that close every benchmark's output: the machine before and after, the command."""
     print(f"before: {before}")

@@ -2,11 +2,14 @@
 
 Both write `--files` files of `--record-bytes` each (MLPerf Storage v3.0's retinanet size by
 default) with the same number of threads, alternating (each round starting with the next contender,
-so none always writes right after the same one's deletes) with the folder removed and a `sync`
-before and after each run, and report the median of each and this process's user + system CPU
+so none always writes right after the same one's deletes) with the folder removed, a `sync` and the
+kernel's clean caches dropped before and after each run (benchenv.settle_after_delete: on ext4
+without a journal a writer right after a big delete otherwise pays an inode scan per file, its
+system time the previous run's deletes), and report the median of each and this process's user + system CPU
 microseconds a file (issue 23's goal: iogen >= 0.8x the plain write). The
 plain writer is datagen_vs_dd.py's: thread t opens, writes and closes files t, t+W, ... from one
-buffer of random bytes with os.write (GIL released). iogen builds every file whole in memory (the
+buffer of random bytes with os.write (GIL released), each under a temporary name renamed into
+place, the work iogen does for every file (never a half-written file under a final name). iogen builds every file whole in memory (the
 JPEG scan and PNG's stored blocks in the core) and publishes it in one core call, as `iogen
 datagen` does. A second table gives the in-memory build alone (no write), one thread, per file.
 
@@ -74,7 +77,7 @@ def main(argv=None) -> int:
     if not formats or any(f not in FORMATS for f in formats):
         p.error(f"--formats: a comma-separated list of {', '.join(FORMATS)}")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import machine_line, print_footer
+    from benchenv import machine_line, print_footer, settle_note
     from datagen_vs_dd import baseline, clear
 
     before = machine_line()
@@ -84,11 +87,12 @@ def main(argv=None) -> int:
     times = {c: [] for c in contenders}
     cpu = {c: [] for c in contenders}  # (user, system) CPU seconds of this process during each run
     written = {}
+    dropped = True
     try:
         for r in range(args.rounds):
             # each round starts with another contender: none always follows the same one's deletes
             for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
-                clear(f"{root}/{c}")
+                dropped &= clear(f"{root}/{c}")
                 u0, s0 = _cpu()
                 if c == "plain":
                     seconds = baseline(f"{root}/plain", sizes, args.fsync, args.workers)
@@ -98,7 +102,7 @@ def main(argv=None) -> int:
                 u1, s1 = _cpu()
                 times[c].append(seconds)
                 cpu[c].append((u1 - u0, s1 - s0))
-                clear(f"{root}/{c}")
+                dropped &= clear(f"{root}/{c}")
     finally:
         if not args.folder:
             shutil.rmtree(root, ignore_errors=True)
@@ -106,10 +110,10 @@ def main(argv=None) -> int:
     plain_bytes = sum(sizes)
     base = plain_bytes / statistics.median(times["plain"])
     print(f"{args.files} files x {args.record_bytes:,} B, fsync={args.fsync}, {args.workers} threads each, "
-          f"median of {args.rounds} rounds, each round starting with the next contender\n")
+          f"median of {args.rounds} rounds, each round starting with the next contender; {settle_note(dropped)}\n")
     print("| writer | files/s | MiB/s | vs plain | CPU us a file (user + sys) |")
     print("|---|---|---|---|---|")
-    rows = [("plain", f"plain open/os.write/close ({args.workers} threads)", plain_bytes)]
+    rows = [("plain", f"plain open/os.write/close/rename ({args.workers} threads)", plain_bytes)]
     rows += [(f, f"iogen datagen {f} ({args.workers} workers)", written[f]) for f in formats]
     for c, label, nbytes in rows:
         med = statistics.median(times[c])

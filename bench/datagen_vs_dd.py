@@ -3,11 +3,14 @@
 Both write the same number of files of the same sizes to the same folder, in the same run,
 alternating (baseline, iogen, baseline, iogen, ...) with a `sync` between runs so neither
 starts with the other's dirty pages; the median of each is reported. The baseline is the
-simplest writer there is, with as many writers as iogen: `--workers` threads (iogen's datagen
-workers), thread t writing files t, t+W, ... from one 1 MiB buffer of random bytes with os.write,
-which releases the GIL (`--dd` also times `dd if=/dev/zero bs=1M`, one process at a time). With --fsync both fsync
-every file before closing it (what the disk sustains); without it they measure how fast
-data reaches the page cache.
+simplest writer that does the same work, with as many writers as iogen: `--workers` threads (iogen's
+datagen workers), thread t writing files t, t+W, ... from one 1 MiB buffer of random bytes with
+os.write, which releases the GIL, each under a temporary name renamed into place, as iogen publishes
+every file (never a half-written file under a final name) (`--dd` also times `dd if=/dev/zero
+bs=1M`, one process at a time). With --fsync both fsync every file before closing it (what the
+disk sustains); without it they measure how fast data reaches the page cache. After each run's
+files are removed, benchenv.settle_after_delete() syncs and drops the clean caches (root), so no
+writer pays ext4's scan past the inodes the previous run freed.
 
     python bench/datagen_vs_dd.py --folder /scratch/iogen-bench --format npz --files 16 --file-mib 64
 """
@@ -28,20 +31,23 @@ import benchenv  # noqa: E402,F401 - waits for a quiet machine first; says at ex
 
 
 def baseline(folder: str, sizes: list[int], fsync: bool, workers: int) -> float:
-    """Write the files with a plain os.write loop in `workers` threads; return seconds."""
+    """Write the files with a plain os.write loop in `workers` threads, each under a temporary name
+    renamed into place (what iogen does for every file); return seconds."""
     from concurrent.futures import ThreadPoolExecutor
 
     os.makedirs(folder, exist_ok=True)
     buf = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
 
     def write(i):
-        fd = os.open(f"{folder}/plain_{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        path = f"{folder}/plain_{i}"
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         left = sizes[i]
         while left:
             left -= os.write(fd, buf[:min(left, buf.size)])
         if fsync:
             os.fsync(fd)
         os.close(fd)
+        os.replace(path + ".tmp", path)
 
     def share(t):
         for i in range(t, len(sizes), workers):
@@ -79,10 +85,13 @@ def iogen_generate(folder: str, fmt_name: str, files: int, record_bytes: int, sa
     return time.perf_counter() - t0, result.bytes_written
 
 
-def clear(folder: str) -> None:
-    """Remove what a run wrote and flush dirty pages, outside the timings."""
+def clear(folder: str) -> bool:
+    """Remove what a run wrote, flush dirty pages and drop the clean caches (benchenv.settle_after_delete),
+    outside the timings; return whether the caches were dropped."""
+    from benchenv import settle_after_delete
+
     shutil.rmtree(folder, ignore_errors=True)
-    os.sync()
+    return settle_after_delete()
 
 
 def main(argv=None) -> int:
@@ -99,36 +108,37 @@ def main(argv=None) -> int:
     p.add_argument("--dd", action="store_true", help="also time dd if=/dev/zero")
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchenv import machine_line, print_footer
+    from benchenv import machine_line, print_footer, settle_note
 
     before = machine_line()
+    dropped = True
     root = args.folder or tempfile.mkdtemp(prefix="iogen-bench-", dir=".")
     record_bytes = (args.file_mib << 20) // args.samples
     times = {"plain": [], "dd": [], "iogen": []}
     iogen_bytes = 0
     for _ in range(args.rounds):
-        clear(f"{root}/plain")
+        dropped &= clear(f"{root}/plain")
         times["plain"].append(baseline(f"{root}/plain", [args.file_mib << 20] * args.files, args.fsync,
                                        args.workers))
-        clear(f"{root}/plain")
+        dropped &= clear(f"{root}/plain")
         if args.dd:
             times["dd"].append(dd(f"{root}/dd", [args.file_mib << 20] * args.files, args.fsync))
-            clear(f"{root}/dd")
+            dropped &= clear(f"{root}/dd")
         seconds, iogen_bytes = iogen_generate(f"{root}/iogen", args.format, args.files, record_bytes,
                                               args.samples, args.workers, args.fsync)
         times["iogen"].append(seconds)
-        clear(f"{root}/iogen")
+        dropped &= clear(f"{root}/iogen")
     if not args.folder:
         shutil.rmtree(root, ignore_errors=True)
 
     plain_bytes = args.files * (args.file_mib << 20)
-    rows = [(f"plain os.write loop ({args.workers} threads)", plain_bytes, times["plain"])]
+    rows = [(f"plain os.write loop + rename ({args.workers} threads)", plain_bytes, times["plain"])]
     if args.dd:
         rows.append(("dd if=/dev/zero bs=1M", plain_bytes, times["dd"]))
     rows.append((f"iogen datagen {args.format} ({args.workers} workers)", iogen_bytes, times["iogen"]))
     base_rate = plain_bytes / statistics.median(times["plain"])
     print(f"{args.files} files x {args.file_mib} MiB, {args.samples} samples/file, fsync={args.fsync}, "
-          f"median of {args.rounds} alternating rounds, python {sys.version.split()[0]}\n")
+          f"median of {args.rounds} alternating rounds, python {sys.version.split()[0]}; {settle_note(dropped)}\n")
     print("| writer | GiB | median s | GiB/s | vs plain |")
     print("|---|---|---|---|---|")
     for label, nbytes, ts in rows:

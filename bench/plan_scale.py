@@ -29,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import command_line, machine_line  # noqa: E402
+from benchenv import command_line, machine_line, settle_after_delete, settle_note  # noqa: E402
 
 PY = sys.executable
 os.environ["PYTHONSAFEPATH"] = "1"  # the installed package, not a checkout beside cwd
@@ -335,6 +335,23 @@ def _clear(folder) -> None:
     os.sync()
 
 
+def _settle(work, args, trees) -> bool:
+    """_clear(work), then drop the kernel's clean caches (benchenv.settle_after_delete: no contender pays
+    ext4's scan past the inodes the previous one freed) and read back what both contenders' processes
+    load (a run of each on 8 files, removed again), so neither starts from a cold page cache.
+    Returns whether the caches were dropped."""
+    _clear(work)
+    if not settle_after_delete():
+        return False
+    warm = f"{work}/warm"
+    os.makedirs(warm)
+    child(BASELINE_CODE, f"{warm}/plain", 8, args.file_bytes, args.threads)
+    for tree in trees:
+        _iogen_run(warm, args, tree, files=8)
+    _clear(work)
+    return True
+
+
 def _plain_run(work, args) -> tuple[float, tuple[float, float]]:
     """(seconds of the plain loop, (user s, system s) of its process)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -376,6 +393,7 @@ def bench_datagen(args) -> dict:
     size = args.file_bytes
     work = tempfile.mkdtemp(prefix="iogen-scale-gen-", dir=args.tmp)
     reps = []
+    dropped = True
     try:
         contenders = ["plain", "iogen"] + (["tree"] if args.tree else [])
         for tree in [None] + ([args.tree] if args.tree else []):  # warm-up, untimed: bytecode caches
@@ -386,7 +404,7 @@ def bench_datagen(args) -> dict:
             order = contenders[k:] + contenders[:k]  # who runs first rotates
             row = {"rep": rep + 1, "first": order[0]}
             for who in order:
-                _clear(work)
+                dropped &= _settle(work, args, [None] + ([args.tree] if args.tree else []))
                 row.setdefault("load_1min", os.getloadavg()[0])
                 if who == "plain":
                     row["plain_s"], row["plain_cpu"] = _plain_run(work, args)
@@ -401,7 +419,7 @@ def bench_datagen(args) -> dict:
     print(f"small-file generation: {n:,} files of {size:,} B, {args.threads} threads, {args.reps} repetitions; "
           f"iogen = whole `iogen datagen` process (interpreter, imports, config, npz, content, CRCs, "
           f"manifest); before each timed run the previous files are removed and os.sync() called; "
-          f"the order rotates")
+          f"the order rotates; {settle_note(dropped)}")
     print()
     print("| rep | first | load (1 min) | plain files/s | iogen files/s, whole process | ratio | iogen files/s, "
           "generation as reported | ratio | CPU s user + system: plain / iogen |")

@@ -41,7 +41,8 @@ __all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
-# Below this many bytes a CRC keeps the GIL (releasing it costs more than the work).
+# Below this many bytes a CRC or a fill keeps the GIL (releasing it costs more than the work: with two
+# writer threads each release is likely a hand-off, a futex wake and wait, ~5-10 us of system time).
 cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
 
 cdef uint64_t GAMMA = 0x9E3779B97F4A7C15ULL
@@ -98,7 +99,8 @@ cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t 
 
 
 def fill_random(buf, seed, stream, offset_bytes=0):
-    """Fill buf with the pseudo-random bytes of (seed, stream) at absolute offset_bytes (GIL released)."""
+    """Fill buf with the pseudo-random bytes of (seed, stream) at absolute offset_bytes (GIL released from
+    NOGIL_MIN_BYTES: an image's small segments keep it, each release being a hand-off between writer threads)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
     check_fill_args(seed, stream, offset_bytes, view.shape[0])
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
@@ -107,32 +109,43 @@ def fill_random(buf, seed, stream, offset_bytes=0):
     if nbytes == 0:
         return
     cdef unsigned char *dst = &view[0]
-    with nogil:
+    if nbytes >= NOGIL_MIN_BYTES:
+        with nogil:
+            fill_bytes(dst, nbytes, key, start)
+    else:
         fill_bytes(dst, nbytes, key, start)
 
 
 def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
     """Fill buf as fill_random does; return the CRC-32 (zlib.crc32) of its new bytes, continuing
-    from crc (one pass, GIL released)."""
+    from crc (one pass, GIL released from NOGIL_MIN_BYTES)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
     check_fill_args(seed, stream, offset_bytes, view.shape[0])
     cdef uint32_t c = check_crc(crc)
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef int64_t nbytes = view.shape[0]
-    cdef int64_t pos = 0
-    cdef int64_t n
     if nbytes == 0:
         return c
     cdef unsigned char *dst = &view[0]
-    with nogil:
-        while pos < nbytes:
-            n = nbytes - pos
-            if n > FUSED_BLOCK_BYTES:
-                n = FUSED_BLOCK_BYTES
-            fill_bytes(dst + pos, n, key, start + <uint64_t>pos)
-            c = iogen_crc32(c, dst + pos, <size_t>n)
-            pos += n
+    if nbytes >= NOGIL_MIN_BYTES:
+        with nogil:
+            c = fill_crc32(dst, nbytes, key, start, c)
+    else:
+        c = fill_crc32(dst, nbytes, key, start, c)
+    return c
+
+
+cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t start, uint32_t c) noexcept nogil:
+    """fill_bytes and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
+    cdef int64_t pos = 0, n
+    while pos < nbytes:
+        n = nbytes - pos
+        if n > FUSED_BLOCK_BYTES:
+            n = FUSED_BLOCK_BYTES
+        fill_bytes(dst + pos, n, key, start + <uint64_t>pos)
+        c = iogen_crc32(c, dst + pos, <size_t>n)
+        pos += n
     return c
 
 

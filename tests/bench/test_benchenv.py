@@ -141,3 +141,17 @@ def test_summarize_reads_each_outputs_load_command_and_verdict(tmp_path):
     assert rows[1].startswith("| failed |") and "n/a (no cool-down line" in rows[1]
     assert rows[2] == ("| quiet | abc1234 (+ uncommitted changes) | 2026-11-26T05:00:00Z | 0.50 → 1.70 | "
                        "`.venv/bin/python bench/x.py --reps 3` | yes |")
+
+
+def test_settling_after_a_delete_syncs_then_drops_the_caches_where_it_may(benchenv, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(benchenv.os, "sync", lambda: calls.append("sync"))
+    knob = tmp_path / "drop_caches"  # stands for /proc/sys/vm/drop_caches: the test drops nothing
+    knob.write_text("")
+    monkeypatch.setattr(benchenv, "DROP_CACHES", str(knob))
+    assert benchenv.settle_after_delete() is True
+    assert calls == ["sync"] and knob.read_text() == "3\n"
+    assert "caches dropped" in benchenv.settle_note(True)
+    monkeypatch.setattr(benchenv, "DROP_CACHES", str(tmp_path / "absent" / "drop_caches"))  # not root: refused
+    assert benchenv.settle_after_delete() is False
+    assert calls == ["sync", "sync"] and "not dropped" in benchenv.settle_note(False)

@@ -101,7 +101,9 @@ def test_largest_seed_and_stream_are_accepted(cython_core, python_core):
 
 # -- CRC-32 (zip) and the fused fill + CRC-32 -------------------------------------------------------
 
-CRC_LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 16_384, 16_399, 65_536, 112_640]
+# around the 128-bit path's blocks, and the 512-bit path's (from 1,024 bytes, 256-byte blocks, a 16-byte tail)
+CRC_LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 1023, 1024, 1025, 1039, 1040, 1279,
+               1280, 1296, 1535, 16_384, 16_399, 65_536, 112_640, 322_957]
 
 
 @pytest.mark.parametrize("nbytes", CRC_LENGTHS)
