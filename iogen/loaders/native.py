@@ -242,7 +242,7 @@ class NativeLoader(Loader):
         spf = self.layout.samples_per_file
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
-            fds, offsets, lengths, files, job.transient = self.groups.ranges(*np.divmod(gids, spf))
+            fds, offsets, lengths, files, job.transient = self.groups.batch_ranges(gids, spf)
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
             elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed

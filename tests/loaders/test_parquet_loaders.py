@@ -264,3 +264,25 @@ def test_a_batchs_groups_are_each_read_once_files_as_they_come_groups_ascending(
         assert again[2].size == 0
     finally:
         reads.close()
+
+
+@pytest.mark.parametrize("gids", [np.arange(GROUP - 100, GROUP + 50),  # consecutive rows over two groups
+                                  np.arange(ROWS + 10, ROWS + 20),  # inside one group of file 1
+                                  np.arange(ROWS - 5, ROWS + 5),  # across two files
+                                  np.array([GROUP + 3, 7, GROUP + 4])])  # out of order
+def test_batch_ranges_of_sample_ids_are_ranges_of_files_and_rows(dlrm_data, gids):
+    from iogen.loaders.groups import GroupReads
+
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    fast, slow = GroupReads(layout, fmt), GroupReads(layout, fmt)
+    try:
+        for _ in range(2):  # then with every group cached: nothing to read
+            got = fast.batch_ranges(gids, ROWS)
+            want = slow.ranges(gids // ROWS, gids % ROWS)
+            assert [a.tolist() for a in got[1:4]] == [a.tolist() for a in want[1:4]]
+            assert got[0].tolist() == [fast.fds[f] for f in got[3].tolist()]  # each range's file's descriptor
+            assert list(fast.cache.items()) == list(slow.cache.items()) and fast.bytes_requested == slow.bytes_requested
+    finally:
+        fast.close()
+        slow.close()
