@@ -85,8 +85,9 @@ class NativeLoader(Loader):
 
     keep_bytes=False (the engine's: it counts batches, it never looks at their bytes) lets a
     format that checks its records as they land read them through a small per-thread scratch
-    buffer instead (TFRecord: `stream_records`): every byte is still read and every check made,
-    but no batch-sized buffer is written, and such a batch's `data` is None.
+    buffer instead (TFRecord: `stream_records`; Parquet row groups, their ranges as a plain pread loop
+    reads them): every byte is still read and every check made, but no batch-sized buffer is
+    written, and such a batch's `data` is None.
     """
 
     name = "native"
@@ -149,6 +150,12 @@ class NativeLoader(Loader):
         self._stream = stream if self.decoder is None and self.groups is None \
             and frame_max <= self.piece_bytes else None
         self._scratch_bytes = max(STREAM_SCRATCH_BYTES, frame_max)
+        # ...and row groups (Parquet), when nobody looks at a batch's bytes: each range (in pieces of at most
+        # the scratch) read through its thread's scratch buffer, as a plain pread loop of the same ranges
+        # reads them, instead of into a batch buffer a framework would decode from (groups.py)
+        self._stream_groups = self.groups is not None and fused and not keep_bytes
+        if self._stream_groups:
+            self._scratch_bytes = GROUP_PIECE_MIN  # pieces of at most this (_prepare_groups)
         # ...and with reader.reopen_files, files the format streams by path: each sample's open, read and
         # close made by its reading thread in the same core call (images: stream_files)
         # (core_reads: a path is a file name a format's fused read may open itself)
@@ -159,7 +166,7 @@ class NativeLoader(Loader):
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
         # Python between "batch requested" and "batch in hand" shows up as wait
         self._pool = ThreadPool(self.threads, name="iogen-read",
-                                setup=lambda k: self._scratch_buffer() if self._stream else None) \
+                                setup=lambda k: self._scratch_buffer() if self._stream or self._stream_groups else None) \
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
@@ -169,7 +176,7 @@ class NativeLoader(Loader):
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
-        if self._stream is not None:
+        if self._stream is not None or self._stream_groups:
             self._scratch_buffer()  # this thread's (one thread, or batches read inline)
         if self._requests:
             self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
@@ -201,7 +208,7 @@ class NativeLoader(Loader):
         charge the kernel's page faults to the storage in the first epoch.
         """
         batch = wl.reader.batch_size if layout.split == "train" else wl.reader.batch_size_eval
-        if self._stream is not None:
+        if self._stream is not None or self._stream_groups:
             batch = 0  # batches are streamed: a buffer grows only if one is ever needed
         # per sample: O_DIRECT alignment on both ends plus room for record framing (TFRecord)
         # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
@@ -243,6 +250,7 @@ class NativeLoader(Loader):
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
             fds, offsets, lengths, files, job.transient = self.groups.batch_ranges(gids, spf)
+            job.streamed = self._stream_groups  # no buffer holds the batch (_stream_group_pieces)
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
             elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed
@@ -339,6 +347,9 @@ class NativeLoader(Loader):
             # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
             # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
             piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        if self._stream_groups:
+            self._stream_group_pieces(job, fds, offsets, lengths, files, min(piece, self._scratch_bytes))
+            return
         cap = max(piece, self.groups.buffer_bytes // piece * piece)  # place()'s bound
         if not self.direct and nbytes <= cap and int(lengths.max()) <= piece:
             # every range one piece, back to back in the buffer (a dlrm batch): what place() gives, directly
@@ -358,6 +369,17 @@ class NativeLoader(Loader):
         # (slices of at least GROUP_SLICE_MIN: a dlrm batch's 1 MB in 2 slices, not 4, wakes half the threads;
         # what a reading thread's wake-up, GIL and hand-off cost is a large share of a 256 KiB slice)
         self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None, GROUP_SLICE_MIN)
+
+    def _stream_group_pieces(self, job, fds, offsets, lengths, files, piece: int) -> None:
+        """Start a batch's group reads through the reading threads' scratch buffers: each range (cut into
+        pieces of at most `piece` bytes where longer) read to the start of its thread's scratch."""
+        job.extent = 0
+        if int(lengths.max()) > piece:
+            owner, at, lengths, _, _ = self.groups.place(lengths, piece)
+            fds, offsets, files = fds[owner], offsets[owner] + at, files[owner]
+        job.files, job.offsets = files, offsets
+        self._submit(job, None, fds, offsets, lengths, lengths, np.zeros(lengths.size, np.int64), None,
+                     GROUP_SLICE_MIN)
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
@@ -413,7 +435,9 @@ class NativeLoader(Loader):
         try:
             if buf is None and type(fds) is list:  # streamed by path: opened and closed by this call
                 return self._read_paths(job, fds, start, read_len, first, preprocess_ns)
-            if buf is None:  # streamed (job.streamed)
+            if buf is None and self._stream is None:  # row groups streamed (_stream_group_pieces)
+                nbytes = self._read_ranges(fds, start, read_len, required, self._scratch_buffer(), buf_off)
+            elif buf is None:  # streamed (job.streamed)
                 try:
                     nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)
                 except RecordError as exc:

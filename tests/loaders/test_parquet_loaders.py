@@ -38,10 +38,12 @@ def dlrm_data(tmp_path_factory):
     return folder, layout
 
 
-def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None):
+def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None, keep_bytes=True):
+    """Bytes an epoch reads; keep_bytes=False as the engine asks (each range through its reading thread's
+    scratch buffer: no batch holds the bytes)."""
     layout, fmt = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
     plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
-    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+    with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=keep_bytes) as loader:
         if cache_bytes is not None:
             loader.groups.cache_bytes = cache_bytes
         if buffer_bytes is not None:
@@ -49,6 +51,7 @@ def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None):
         sizes = [b.size for b in loader._buffers]
         batches = list(loader.epoch(plan))
         assert [b.size for b in loader._buffers] == sizes  # no batch grew its buffer
+    assert all((b.data is None) == (not keep_bytes) for b in batches)
     assert sum(b.samples for b in batches) == plan.steps * plan.batch_size
     return sum(b.bytes for b in batches)
 
@@ -68,26 +71,27 @@ def _chunks(layout, selected):
     return sel, total
 
 
-def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data):
+@pytest.mark.parametrize("keep_bytes", [True, False])
+def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data, keep_bytes):
     folder, layout = dlrm_data
     wl = _dlrm(folder)
     fmt = get_format(wl.dataset)
     assert len(fmt.selected_columns) == 40 and len(fmt.columns) == 200
     sel, total = _chunks(layout, set(fmt.selected_columns))
     ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
-    got = _epoch_bytes(wl)
+    got = _epoch_bytes(wl, keep_bytes=keep_bytes)
     # every row group read once: exactly the coalesced ranges of the selected chunks
     assert got == ranges
     assert sel <= got < total
     assert 0.19 < got / total < 0.25, got / total  # 40 of 200 columns, 160 of 761 bytes a row
     # shuffled samples: a group fetched once still serves every sample of it (the cache)
     shuffled = {"reader.sample_shuffle": "seed", "reader.file_shuffle": "seed", "reader.shuffle_size": 1 << 20}
-    assert _epoch_bytes(_dlrm(folder, **shuffled)) == ranges
+    assert _epoch_bytes(_dlrm(folder, **shuffled), keep_bytes=keep_bytes) == ranges
     # a cache that keeps only the last group: shuffled batches fetch groups again
-    assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1) > 2 * ranges
+    assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1, keep_bytes=keep_bytes) > 2 * ranges
     # reads into a buffer smaller than a batch's groups (pieces of 8 KiB wrap around in 64 KiB)
     assert _epoch_bytes(_dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192}),
-                        buffer_bytes=65536) == ranges
+                        buffer_bytes=65536, keep_bytes=keep_bytes) == ranges
 
 
 def test_odirect_group_reads_are_aligned_and_cover_the_ranges(dlrm_data):
