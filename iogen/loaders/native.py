@@ -150,12 +150,12 @@ class NativeLoader(Loader):
         self._stream = stream if self.decoder is None and self.groups is None \
             and frame_max <= self.piece_bytes else None
         self._scratch_bytes = max(STREAM_SCRATCH_BYTES, frame_max)
-        # ...and row groups (Parquet), when nobody looks at a batch's bytes: each range (in pieces of at most
-        # the scratch) read through its thread's scratch buffer, as a plain pread loop of the same ranges
-        # reads them, instead of into a batch buffer a framework would decode from (groups.py)
+        # ...and row groups (Parquet), when nobody looks at a batch's bytes: each range (or piece: the same
+        # preads as a kept batch's) read to the start of its thread's scratch buffer, as a plain pread loop of
+        # the same ranges reads them, instead of into a batch buffer a framework would decode from (groups.py)
         self._stream_groups = self.groups is not None and fused and not keep_bytes
         if self._stream_groups:
-            self._scratch_bytes = GROUP_PIECE_MIN  # pieces of at most this (_prepare_groups)
+            self._scratch_bytes = self.piece_bytes  # a piece's most (_prepare_groups); only its start is touched
         # ...and with reader.reopen_files, files the format streams by path: each sample's open, read and
         # close made by its reading thread in the same core call (images: stream_files)
         # (core_reads: a path is a file name a format's fused read may open itself)
@@ -348,7 +348,7 @@ class NativeLoader(Loader):
             # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
             piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
         if self._stream_groups:
-            self._stream_group_pieces(job, fds, offsets, lengths, files, min(piece, self._scratch_bytes))
+            self._stream_group_pieces(job, fds, offsets, lengths, files, piece)
             return
         cap = max(piece, self.groups.buffer_bytes // piece * piece)  # place()'s bound
         if not self.direct and nbytes <= cap and int(lengths.max()) <= piece:
@@ -372,7 +372,8 @@ class NativeLoader(Loader):
 
     def _stream_group_pieces(self, job, fds, offsets, lengths, files, piece: int) -> None:
         """Start a batch's group reads through the reading threads' scratch buffers: each range (cut into
-        pieces of at most `piece` bytes where longer) read to the start of its thread's scratch."""
+        pieces of at most `piece` bytes where longer, as place() cuts a kept batch's) read to the start of its
+        thread's scratch."""
         job.extent = 0
         if int(lengths.max()) > piece:
             owner, at, lengths, _, _ = self.groups.place(lengths, piece)

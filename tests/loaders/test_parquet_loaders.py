@@ -290,3 +290,25 @@ def test_batch_ranges_of_sample_ids_are_ranges_of_files_and_rows(dlrm_data, gids
     finally:
         fast.close()
         slow.close()
+
+
+def test_streamed_group_reads_are_the_preads_of_kept_batches(dlrm_data):
+    """In a run (keep_bytes=False) each range lands in its reading thread's scratch, but the preads are a
+    kept batch's: the same offsets and lengths, ranges over transfer_size cut into the same pieces."""
+    folder, layout = dlrm_data
+    wl = _dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192})
+    fmt = get_format(wl.dataset)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    reads = {}
+    for keep in (True, False):
+        with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=keep) as loader:
+            seen, read = [], loader._read_ranges
+
+            def recording(fds, offsets, lengths, required, buf, buf_offsets, read=read, seen=seen):
+                seen += zip(offsets.tolist(), lengths.tolist())
+                return read(fds, offsets, lengths, required, buf, buf_offsets)
+
+            loader._read_ranges = recording
+            assert sum(b.bytes for b in loader.epoch(plan)) == sum(n for _, n in seen)
+        reads[keep] = sorted(seen)
+    assert reads[True] == reads[False] and max(n for _, n in reads[False]) == 8192
