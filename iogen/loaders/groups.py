@@ -142,19 +142,24 @@ class GroupReads:
         self.cache.clear()
         self.cached_bytes = 0
 
-    def batch_ranges(self, gids: np.ndarray, samples_per_file: int):
+    def batch_ranges(self, gids: np.ndarray, samples_per_file: int, indexed_only: bool = False):
         """ranges() of a batch of sample ids (file * samples_per_file + row). A batch of consecutive rows
         of one file (read in order) costs a few integer operations and a look-up of its end rows' groups,
-        not a pass of numpy calls over every sample."""
+        not a pass of numpy calls over every sample. indexed_only: None (and nothing changed) unless the batch
+        is such a batch of a file whose index is kept (no footer to read)."""
         n = int(gids.size)
         if n > 1:
             first, last = int(gids[0]), int(gids[-1])
             f = first // samples_per_file
             if last - first == n - 1 and last // samples_per_file == f and not (gids[1:] - gids[:-1] != 1).any():
+                if indexed_only and f not in self.indexes:
+                    return None
                 starts = self._starts(f)
                 lo = bisect.bisect_right(starts, first - f * samples_per_file) - 1
                 hi = bisect.bisect_right(starts, last - f * samples_per_file) - 1
                 return self._group_ranges([(f, range(lo, hi + 1))])
+        if indexed_only:
+            return None
         return self.ranges(*np.divmod(gids, samples_per_file))
 
     def _starts(self, f: int) -> list:

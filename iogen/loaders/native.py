@@ -315,6 +315,8 @@ class NativeLoader(Loader):
         indexed, short of starting its reads: (job, _submit's arguments), or None for any other batch (it is
         prepared once its slot is free). It opens nothing and reads nothing, so the prefetch thread does it
         before it waits for a slot, and a freed slot starts the batch's reads at once."""
+        if self._stream_groups:
+            return self._plan_groups(step, gids)
         by_path = self._stream_files is not None
         if self._stream is None or self.groups is not None:
             return None
@@ -333,6 +335,34 @@ class NativeLoader(Loader):
         job.files, job.offsets, job.extent = files, offsets, 0
         return job, None, fds, offsets, lengths, lengths, None, None
 
+    def _plan_groups(self, step: int, gids: np.ndarray):
+        """_plan_streamed for a streamed row-group batch of consecutive rows of a file already indexed, its
+        descriptors kept open: the groups it needs (the row-group cache updated, in step order, as _prepare
+        would) and its pieces, (job,) when every group is cached; None for any other batch."""
+        if self.groups.transient:
+            return None
+        got = self.groups.batch_ranges(gids, self.layout.samples_per_file, indexed_only=True)
+        if got is None:
+            return None
+        fds, offsets, lengths, files, _ = got  # no descriptor opened for the batch alone (not transient)
+        job = _Job(step, -1, int(gids.size))
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
+        job.streamed = True
+        if not offsets.size:
+            return (job,)
+        return (job,) + self._stream_group_pieces(job, fds, offsets, lengths, files,
+                                                  self._group_piece(int(lengths.sum())))
+
+    def _group_piece(self, nbytes: int) -> int:
+        """The longest piece of a batch's group reads of nbytes bytes."""
+        piece = self.piece_bytes
+        if self._core and self._pool is not None:
+            # on this machine's files a piece is only a thread's share, not a request: pieces small
+            # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
+            # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
+            piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        return piece
+
     def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
         """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
         if self.direct:
@@ -340,15 +370,10 @@ class NativeLoader(Loader):
             end = (offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)
         else:
             start, end = offsets, offsets + lengths
-        piece = self.piece_bytes
         nbytes = int(lengths.sum())
-        if self._core and self._pool is not None:
-            # on this machine's files a piece is only a thread's share, not a request: pieces small
-            # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
-            # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
-            piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        piece = self._group_piece(nbytes)
         if self._stream_groups:
-            self._stream_group_pieces(job, fds, offsets, lengths, files, piece)
+            self._submit(job, *self._stream_group_pieces(job, fds, offsets, lengths, files, piece))
             return
         cap = max(piece, self.groups.buffer_bytes // piece * piece)  # place()'s bound
         if not self.direct and nbytes <= cap and int(lengths.max()) <= piece:
@@ -370,17 +395,16 @@ class NativeLoader(Loader):
         # what a reading thread's wake-up, GIL and hand-off cost is a large share of a 256 KiB slice)
         self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None, GROUP_SLICE_MIN)
 
-    def _stream_group_pieces(self, job, fds, offsets, lengths, files, piece: int) -> None:
-        """Start a batch's group reads through the reading threads' scratch buffers: each range (cut into
-        pieces of at most `piece` bytes where longer, as place() cuts a kept batch's) read to the start of its
-        thread's scratch."""
+    def _stream_group_pieces(self, job, fds, offsets, lengths, files, piece: int) -> tuple:
+        """_submit's arguments after job for a batch's group reads through the reading threads' scratch
+        buffers: each range (cut into pieces of at most `piece` bytes where longer, as place() cuts a kept
+        batch's) read to the start of its thread's scratch."""
         job.extent = 0
         if int(lengths.max()) > piece:
             owner, at, lengths, _, _ = self.groups.place(lengths, piece)
             fds, offsets, files = fds[owner], offsets[owner] + at, files[owner]
         job.files, job.offsets = files, offsets
-        self._submit(job, None, fds, offsets, lengths, lengths, np.zeros(lengths.size, np.int64), None,
-                     GROUP_SLICE_MIN)
+        return None, fds, offsets, lengths, lengths, np.zeros(lengths.size, np.int64), None, GROUP_SLICE_MIN
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
@@ -601,7 +625,10 @@ class NativeLoader(Loader):
                         ready.put(self._prepare(step, slot, plan.batches[step]))
                     else:
                         early[0].slot = slot
-                        self._submit(*early)
+                        if len(early) > 1:
+                            self._submit(*early)
+                        elif early[0].preprocess_ns:  # nothing to read (cached groups): still preprocessed
+                            core.clock.sleep_ns(early[0].preprocess_ns)
                         ready.put(early[0])
             except BaseException as exc:  # handed to the consumer, which raises it
                 ready.put(exc)

@@ -281,6 +281,14 @@ def test_batch_ranges_of_sample_ids_are_ranges_of_files_and_rows(dlrm_data, gids
     fmt = get_format(_dlrm(folder).dataset)
     fast, slow = GroupReads(layout, fmt), GroupReads(layout, fmt)
     try:
+        # the prefetch thread's plan before its wait: only consecutive rows of a file already indexed
+        assert fast.batch_ranges(gids, ROWS, indexed_only=True) is None and not fast.cache
+        fast.learn_all()
+        planned = fast.batch_ranges(gids, ROWS, indexed_only=True)
+        consecutive = bool((np.diff(gids) == 1).all()) and gids[0] // ROWS == gids[-1] // ROWS
+        assert (planned is not None) == consecutive
+        fast.new_epoch()
+        fast.bytes_requested = 0
         for _ in range(2):  # then with every group cached: nothing to read
             got = fast.batch_ranges(gids, ROWS)
             want = slow.ranges(gids // ROWS, gids % ROWS)
