@@ -74,7 +74,7 @@ class GroupReads:
         self.cache: collections.OrderedDict = collections.OrderedDict()  # (file, group) -> bytes
         self.cached_bytes = 0
         self.indexes: collections.OrderedDict = collections.OrderedDict()  # file -> GroupIndex
-        self.first_rows: dict = {}  # file -> (its GroupIndex, its groups' first rows as a list)
+        self.first_rows: dict = {}  # file -> its groups' first rows as a list (files in indexes)
         self.fds: dict[int, int] = {}
         self.bytes_requested = 0
         self.buffer_bytes = BUFFER_BYTES
@@ -119,7 +119,8 @@ class GroupReads:
                                   f"{self.layout.samples_per_file}")
         self.indexes[f] = gi
         while len(self.indexes) > INDEXES_KEPT:
-            self.indexes.popitem(last=False)
+            old, _ = self.indexes.popitem(last=False)
+            self.first_rows.pop(old, None)
         return gi
 
     def _fd(self, f: int, opened: dict) -> int:
@@ -166,11 +167,9 @@ class GroupReads:
         """File f's groups' first rows, as a list (bisect's)."""
         gi = self.index(f)
         starts = self.first_rows.get(f)
-        if starts is None or starts[0] is not gi:
-            starts = self.first_rows[f] = (gi, gi.first_row.tolist())
-            while len(self.first_rows) > INDEXES_KEPT:
-                del self.first_rows[next(iter(self.first_rows))]
-        return starts[1]
+        if starts is None:
+            starts = self.first_rows[f] = gi.first_row.tolist()
+        return starts
 
     def ranges(self, files: np.ndarray, samples: np.ndarray):
         """(fds, offsets, lengths, file of each range, descriptors to close after the batch) of the

@@ -320,3 +320,21 @@ def test_streamed_group_reads_are_the_preads_of_kept_batches(dlrm_data):
             assert sum(b.bytes for b in loader.epoch(plan)) == sum(n for _, n in seen)
         reads[keep] = sorted(seen)
     assert reads[True] == reads[False] and max(n for _, n in reads[False]) == 8192
+
+
+def test_batch_ranges_follow_the_kept_indexes(dlrm_data, monkeypatch):
+    from iogen.loaders import groups
+
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    monkeypatch.setattr(groups, "INDEXES_KEPT", 1)  # every other file's index evicted
+    reads = groups.GroupReads(layout, fmt)
+    try:
+        for f in (0, 1, 0):
+            reads.new_epoch()
+            got = reads.batch_ranges(np.arange(f * ROWS + GROUP - 2, f * ROWS + GROUP + 2), ROWS)
+            gi = fmt.group_index(layout.paths[f])
+            assert got[1].tolist() == np.concatenate([gi.ranges(0)[0], gi.ranges(1)[0]]).tolist()
+            assert list(reads.first_rows) == list(reads.indexes) == [f]
+    finally:
+        reads.close()
