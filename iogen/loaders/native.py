@@ -166,7 +166,7 @@ class NativeLoader(Loader):
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
         # Python between "batch requested" and "batch in hand" shows up as wait
         self._pool = ThreadPool(self.threads, name="iogen-read",
-                                setup=lambda k: self._scratch_buffer() if self._stream or self._stream_groups else None) \
+                                setup=lambda k: self._thread_scratch() if self._stream or self._stream_groups else None) \
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
@@ -176,8 +176,9 @@ class NativeLoader(Loader):
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
-        if self._stream is not None or self._stream_groups:
-            self._scratch_buffer()  # this thread's (one thread, or batches read inline)
+        # the scratch of batches read inline (by the prefetch thread, or without one by the engine's: never
+        # two at once), made here, outside the measured steps, not by each epoch's new prefetch thread
+        self._inline_scratch = self._new_scratch() if self._stream is not None or self._stream_groups else None
         if self._requests:
             self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
             self.index_figures = merge_index(None, index_store.drain())
@@ -223,14 +224,22 @@ class NativeLoader(Loader):
                 buf[::ALIGN] = 0  # one write per page maps it
         return buffers
 
-    def _scratch_buffer(self) -> np.ndarray:
-        """This thread's scratch buffer for streamed reads, made (and faulted in) on first use."""
-        buf = getattr(self._scratch, "buf", None)
-        if buf is None:
-            buf = core.reader.aligned_buffer(self._scratch_bytes, ALIGN)
-            buf[::ALIGN] = 0
-            self._scratch.buf = buf
+    def _new_scratch(self) -> np.ndarray:
+        """A scratch buffer for streamed reads, faulted in."""
+        buf = core.reader.aligned_buffer(self._scratch_bytes, ALIGN)
+        buf[::ALIGN] = 0
         return buf
+
+    def _thread_scratch(self) -> np.ndarray:
+        """Give the calling reader thread its own scratch buffer (the pool's setup)."""
+        self._scratch.buf = self._new_scratch()
+        return self._scratch.buf
+
+    def _scratch_buffer(self) -> np.ndarray:
+        """The scratch buffer for streamed reads of the calling thread: a reader thread's own, else the
+        inline one."""
+        buf = getattr(self._scratch, "buf", None)
+        return self._inline_scratch if buf is None else buf
 
     # -- preparing a batch -------------------------------------------------------------
 

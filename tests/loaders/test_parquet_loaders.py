@@ -300,11 +300,12 @@ def test_batch_ranges_of_sample_ids_are_ranges_of_files_and_rows(dlrm_data, gids
         slow.close()
 
 
-def test_streamed_group_reads_are_the_preads_of_kept_batches(dlrm_data):
+@pytest.mark.parametrize("threads", [1, 2])  # 1: every batch read inline, by the prefetch thread
+def test_streamed_group_reads_are_the_preads_of_kept_batches(dlrm_data, threads):
     """In a run (keep_bytes=False) each range lands in its reading thread's scratch, but the preads are a
     kept batch's: the same offsets and lengths, ranges over transfer_size cut into the same pieces."""
     folder, layout = dlrm_data
-    wl = _dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192})
+    wl = _dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192, "reader.read_threads": threads})
     fmt = get_format(wl.dataset)
     plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
     reads = {}
