@@ -155,7 +155,9 @@ class NativeLoader(Loader):
         # the same ranges reads them, instead of into a batch buffer a framework would decode from (groups.py)
         self._stream_groups = self.groups is not None and fused and not keep_bytes
         if self._stream_groups:
-            self._scratch_bytes = self.piece_bytes  # a piece's most (_prepare_groups); only its start is touched
+            # a piece's most (_prepare_groups), up to 8 MiB first (grown for a longer piece: _group_scratch);
+            # a range shorter than that touches only the scratch's start
+            self._scratch_bytes = min(self.piece_bytes, DEFAULT_PIECE_BYTES)
         # ...and with reader.reopen_files, files the format streams by path: each sample's open, read and
         # close made by its reading thread in the same core call (images: stream_files)
         # (core_reads: a path is a file name a format's fused read may open itself)
@@ -234,6 +236,19 @@ class NativeLoader(Loader):
         """Give the calling reader thread its own scratch buffer (the pool's setup)."""
         self._scratch.buf = self._new_scratch()
         return self._scratch.buf
+
+    def _group_scratch(self, longest: int) -> np.ndarray:
+        """The calling thread's scratch for streamed group reads of pieces up to `longest` bytes, grown
+        (grow-only) when a transfer_size over 8 MiB lets a piece outgrow it."""
+        buf = self._scratch_buffer()
+        if buf.size < longest:
+            self._scratch_bytes = max(self._scratch_bytes, longest)
+            buf = self._new_scratch()
+            if getattr(self._scratch, "buf", None) is None:
+                self._inline_scratch = buf
+            else:
+                self._scratch.buf = buf
+        return buf
 
     def _scratch_buffer(self) -> np.ndarray:
         """The scratch buffer for streamed reads of the calling thread: a reader thread's own, else the
@@ -470,7 +485,8 @@ class NativeLoader(Loader):
             if buf is None and type(fds) is list:  # streamed by path: opened and closed by this call
                 return self._read_paths(job, fds, start, read_len, first, preprocess_ns)
             if buf is None and self._stream is None:  # row groups streamed (_stream_group_pieces)
-                nbytes = self._read_ranges(fds, start, read_len, required, self._scratch_buffer(), buf_off)
+                nbytes = self._read_ranges(fds, start, read_len, required, self._group_scratch(int(read_len.max())),
+                                           buf_off)
             elif buf is None:  # streamed (job.streamed)
                 try:
                     nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)

@@ -339,3 +339,19 @@ def test_batch_ranges_follow_the_kept_indexes(dlrm_data, monkeypatch):
             assert list(reads.first_rows) == list(reads.indexes) == [f]
     finally:
         reads.close()
+
+
+def test_a_streamed_piece_longer_than_the_scratch_grows_it(dlrm_data, monkeypatch):
+    from iogen.loaders import native
+
+    folder, layout = dlrm_data
+    monkeypatch.setattr(native, "DEFAULT_PIECE_BYTES", 4096)  # a first scratch of 4 KiB: every range outgrows it
+    wl = _dlrm(folder, **{"reader.transfer_size": 1 << 20})
+    fmt = get_format(wl.dataset)
+    ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
+    longest = max(int(fmt.group_index(p).lengths.max()) for p in layout.paths)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:
+        assert loader._inline_scratch.size == 4096
+        assert sum(b.bytes for b in loader.epoch(plan)) == ranges
+        assert 4096 < longest <= loader._scratch_bytes and all(s.size >= 4096 for s in loader._pool.states)
