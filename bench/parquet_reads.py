@@ -24,7 +24,9 @@ contenders alternating in one process:
     .venv/bin/python bench/parquet_reads.py --workload dlrm --files 4 --rows 24576 --codec zstd
 
 Prints Markdown tables of medians and the ratios iogen / baseline, and each contender's CPU
-(user + system of this process and its DataLoader workers) per sample.
+(user + system of this process and its DataLoader workers) per sample; for the native reads also
+CPU seconds per GiB read (the loops': theirs; iogen's: its metrics window's, from its summary).
+`--native-only` runs comparison 1 alone.
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def overrides(args, workdir, loader):
 
 
 def iogen_run(args, workdir, loader):
-    """One whole iogen run; (MiB/s read, samples/s) from its summary."""
+    """One whole iogen run; (MiB/s read, samples/s, CPU s per GiB read in the metrics window) from its summary."""
     from iogen.world.communicator import SingleWorld
     from iogen.config import load_workload
     from iogen.run.runner import run
@@ -74,7 +76,7 @@ def iogen_run(args, workdir, loader):
     wl = load_workload(args.workload, overrides(args, workdir, loader))
     out = run(wl, SingleWorld(), quiet=True)
     train = out.summary["iogen"]["metrics"]["train"]
-    return train["io_mean_mib_s"], train["throughput_mean_samples_s"]
+    return train["io_mean_mib_s"], train["throughput_mean_samples_s"], out.summary["iogen"]["cpu"]["window_cpu_s_per_gib"]
 
 
 def chunk_ranges(fmt, paths):
@@ -227,6 +229,8 @@ def main(argv=None) -> int:
     ap.add_argument("--codec", default="none", choices=["none", "snappy", "gzip", "lz4", "zstd"])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--native-only", action="store_true",
+                    help="only the native reads against the pread loops (no PyTorch contenders, no generation)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -254,6 +258,8 @@ def main(argv=None) -> int:
             core.probes.pread_loop_baseline(p, 8 << 20, warm_buf)
 
     native, plain, plain_c, torch_runs, arrow, same = [], [], [], [], [], []
+    read_gib = sum(n for _, _, n in ranges) / 2**30
+    gib_cpu = {"plain": [], "plain_c": []}  # CPU s per GiB of the loops (iogen's: its window's, from its summary)
     cpu = {k: [] for k in ("plain", "plain_c", "native", "torch", "arrow", "same")}
     rows_read = args.files * args.rows
     rows_iogen = rows_read // args.batch * args.batch  # the last short batch dropped
@@ -262,14 +268,18 @@ def main(argv=None) -> int:
         r, c = measured(pread_ranges_mib_s, paths, ranges, args.threads, core, pool)
         plain.append(r)
         cpu["plain"].append(c / rows_read)
+        gib_cpu["plain"].append(c / read_gib)
         warm()
         r, c = measured(pread_ranges_mib_s, paths, ranges, args.threads, core, pool, False)
         plain_c.append(r)
         cpu["plain_c"].append(c / rows_read)
+        gib_cpu["plain_c"].append(c / read_gib)
         warm()
         r, c = measured(iogen_run, args, workdir, "native")
         native.append(r)
         cpu["native"].append(c / rows_iogen)
+        if args.native_only:
+            continue
         warm()
         r, c = measured(iogen_run, args, workdir, "pytorch")
         torch_runs.append(r)
@@ -310,7 +320,7 @@ def main(argv=None) -> int:
         return os.path.getsize(path)
 
     gens = []
-    for _ in range(args.reps):
+    for _ in range(0 if args.native_only else args.reps):
         g_iogen = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, iogen_writer)
         g_plain = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, plain_writer)
         g_arrow = gen_mib_s(fmt, workdir, gen_files, args.rows, rb, args.threads, pool, pyarrow_writer)
@@ -325,20 +335,28 @@ def main(argv=None) -> int:
         return f"{med(cpu[k]) * 1e6:,.2f}"
 
     print("| contender | MiB/s (median) | samples/s (median) | CPU us a sample (median; iogen: the whole run, "
-          "setup and result files included) |")
-    print("|---|---|---|---|")
+          "setup and result files included) | CPU s per GiB read (median; iogen: its metrics window's) |")
+    print("|---|---|---|---|---|")
     print(f"| pread loop of the selected chunk ranges, a core call a range ({args.threads} threads) | "
-          f"{med(plain):,.0f} | | {us('plain')} |")
+          f"{med(plain):,.0f} | | {us('plain')} | {med(gib_cpu['plain']):.3f} |")
     print(f"| pread loop of the selected chunk ranges, in C: one core call a thread ({args.threads} threads) | "
-          f"{med(plain_c):,.0f} | | {us('plain_c')} |")
+          f"{med(plain_c):,.0f} | | {us('plain_c')} | {med(gib_cpu['plain_c']):.3f} |")
     print(f"| iogen native (whole run) | {med(r[0] for r in native):,.0f} | {med(r[1] for r in native):,.0f} | "
-          f"{us('native')} |")
+          f"{us('native')} | {med(r[2] for r in native):.3f} |")
+    if args.native_only:
+        print()
+        print(f"ratio iogen native / pread loop, a core call a range: {med(r[0] / p for r, p in zip(native, plain)):.2f}")
+        print(f"ratio iogen native / pread loop in C, one call a thread: "
+              f"{med(r[0] / p for r, p in zip(native, plain_c)):.2f}")
+        print()
+        print_footer(before, __file__, argv)
+        return 0
     print(f"| plain DataLoader of read_row_group, a row group an item ({args.threads} workers; MiB/s of decoded "
-          f"columns) | {med(r[0] for r in arrow):,.0f} | {med(r[1] for r in arrow):,.0f} | {us('arrow')} |")
+          f"columns) | {med(r[0] for r in arrow):,.0f} | {med(r[1] for r in arrow):,.0f} | {us('arrow')} | |")
     print(f"| plain DataLoader of read_row_group, iogen's batches, columns returned ({args.threads} workers) | | "
-          f"{med(same):,.0f} | {us('same')} |")
+          f"{med(same):,.0f} | {us('same')} | |")
     print(f"| iogen pytorch (whole run; MiB/s of selected bytes delivered) | {med(r[0] for r in torch_runs):,.0f} | "
-          f"{med(r[1] for r in torch_runs):,.0f} | {us('torch')} |")
+          f"{med(r[1] for r in torch_runs):,.0f} | {us('torch')} | |")
     print()
     print(f"ratio iogen native / pread loop, a core call a range (docs/benchmarks.md's figure until round 7): "
           f"{med(r[0] / p for r, p in zip(native, plain)):.2f}")

@@ -15,6 +15,7 @@ descriptor budget, opened for each batch and closed once it is read.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 
 import numpy as np
@@ -73,6 +74,7 @@ class GroupReads:
         self.cache: collections.OrderedDict = collections.OrderedDict()  # (file, group) -> bytes
         self.cached_bytes = 0
         self.indexes: collections.OrderedDict = collections.OrderedDict()  # file -> GroupIndex
+        self.first_rows: dict = {}  # file -> its groups' first rows as a list (files in indexes)
         self.fds: dict[int, int] = {}
         self.bytes_requested = 0
         self.buffer_bytes = BUFFER_BYTES
@@ -117,7 +119,8 @@ class GroupReads:
                                   f"{self.layout.samples_per_file}")
         self.indexes[f] = gi
         while len(self.indexes) > INDEXES_KEPT:
-            self.indexes.popitem(last=False)
+            old, _ = self.indexes.popitem(last=False)
+            self.first_rows.pop(old, None)
         return gi
 
     def _fd(self, f: int, opened: dict) -> int:
@@ -140,28 +143,63 @@ class GroupReads:
         self.cache.clear()
         self.cached_bytes = 0
 
+    def batch_ranges(self, gids: np.ndarray, samples_per_file: int, indexed_only: bool = False):
+        """ranges() of a batch of sample ids (file * samples_per_file + row). A batch of consecutive rows
+        of one file (read in order) costs a few integer operations and a look-up of its end rows' groups,
+        not a pass of numpy calls over every sample. indexed_only: None (and nothing changed) unless the batch
+        is such a batch of a file whose index is kept (no footer to read)."""
+        n = int(gids.size)
+        if n > 1:
+            first, last = int(gids[0]), int(gids[-1])
+            f = first // samples_per_file
+            if last - first == n - 1 and last // samples_per_file == f and not (gids[1:] - gids[:-1] != 1).any():
+                if indexed_only and f not in self.indexes:
+                    return None
+                starts = self._starts(f)
+                lo = bisect.bisect_right(starts, first - f * samples_per_file) - 1
+                hi = bisect.bisect_right(starts, last - f * samples_per_file) - 1
+                return self._group_ranges([(f, range(lo, hi + 1))])
+        if indexed_only:
+            return None
+        return self.ranges(*np.divmod(gids, samples_per_file))
+
+    def _starts(self, f: int) -> list:
+        """File f's groups' first rows, as a list (bisect's)."""
+        gi = self.index(f)
+        starts = self.first_rows.get(f)
+        if starts is None:
+            starts = self.first_rows[f] = gi.first_row.tolist()
+        return starts
+
     def ranges(self, files: np.ndarray, samples: np.ndarray):
         """(fds, offsets, lengths, file of each range, descriptors to close after the batch) of the
         groups this batch needs that are not cached."""
-        fds, offs, lens, owners = [], [], [], []
-        opened: dict[int, int] = {}
         n = int(samples.size)
         if n > 1 and files[0] == files[-1] and samples[-1] - samples[0] == n - 1 and (np.diff(samples) == 1).all():
             # consecutive rows of one file (a batch read in order): its groups are those of its ends
-            order, span = [int(files[0])], (int(samples[0]), int(samples[-1]))
-        else:
-            order, span = _distinct(files), None
+            f = int(files[0])
+            lo, hi = self.index(f).group_of((int(samples[0]), int(samples[-1]))).tolist()
+            return self._group_ranges([(f, range(lo, hi + 1))])
+        order = _distinct(files)
+        wanted = []
         for f in order:
             gi = self.index(f)
-            if span is not None:
-                lo, hi = gi.group_of(span).tolist()
-                groups = range(lo, hi + 1)
-            else:
-                groups = _ascending(gi.group_of(samples if len(order) == 1 else samples[files == f]))
+            wanted.append((f, _ascending(gi.group_of(samples if len(order) == 1 else samples[files == f]))))
+        return self._group_ranges(wanted)
+
+    def _group_ranges(self, wanted):
+        """ranges()'s result for [(file, its groups in read order)], files in read order: the groups not
+        cached enter the cache (least recently used out first), the cached ones move to its end."""
+        fds, offs, lens, owners = [], [], [], []
+        opened: dict[int, int] = {}
+        cache = self.cache
+        total = 0
+        for f, groups in wanted:
+            gi = self.index(f)
             for g in groups:
                 key = (f, g)
-                if key in self.cache:
-                    self.cache.move_to_end(key)
+                if key in cache:
+                    cache.move_to_end(key)
                     continue
                 o, n = gi.ranges(g)
                 fd = self._fd(f, opened)
@@ -170,16 +208,19 @@ class GroupReads:
                 lens.append(n)
                 owners.append(np.full(o.size, f, np.int64))
                 size = int(n.sum())
-                self.cache[key] = size
+                total += size
+                cache[key] = size
                 self.cached_bytes += size
-                while self.cached_bytes > self.cache_bytes and len(self.cache) > 1:
-                    _, old = self.cache.popitem(last=False)
+                while self.cached_bytes > self.cache_bytes and len(cache) > 1:
+                    _, old = cache.popitem(last=False)
                     self.cached_bytes -= old
+        self.bytes_requested += total
         if not offs:
             empty = np.zeros(0, np.int64)
             return empty, empty, empty, empty, []
-        out = tuple(np.concatenate(a).astype(np.int64) for a in (fds, offs, lens, owners))
-        self.bytes_requested += int(out[2].sum())
+        if len(offs) == 1:  # one group: its index's arrays (views: nobody writes them)
+            return fds[0], offs[0], lens[0], owners[0], list(opened.values())
+        out = tuple(np.concatenate(a) for a in (fds, offs, lens, owners))
         return out + (list(opened.values()),)
 
     def place(self, lengths: np.ndarray, piece: int, align: int = 1):

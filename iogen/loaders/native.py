@@ -130,8 +130,9 @@ class NativeLoader(Loader):
 
     keep_bytes=False (the engine's: it counts batches, it never looks at their bytes) lets a
     format that checks its records as they land read them through a small per-thread scratch
-    buffer instead (TFRecord: `stream_records`): every byte is still read and every check made,
-    but no batch-sized buffer is written, and such a batch's `data` is None.
+    buffer instead (TFRecord: `stream_records`; Parquet row groups, their ranges as a plain pread loop
+    reads them): every byte is still read and every check made, but no batch-sized buffer is
+    written, and such a batch's `data` is None.
     """
 
     name = "native"
@@ -194,6 +195,14 @@ class NativeLoader(Loader):
         self._stream = stream if self.decoder is None and self.groups is None \
             and frame_max <= self.piece_bytes else None
         self._scratch_bytes = max(STREAM_SCRATCH_BYTES, frame_max)
+        # ...and row groups (Parquet), when nobody looks at a batch's bytes: each range (or piece: the same
+        # preads as a kept batch's) read to the start of its thread's scratch buffer, as a plain pread loop of
+        # the same ranges reads them, instead of into a batch buffer a framework would decode from (groups.py)
+        self._stream_groups = self.groups is not None and fused and not keep_bytes
+        if self._stream_groups:
+            # a piece's most (_prepare_groups), up to 8 MiB first (grown for a longer piece: _group_scratch);
+            # a range shorter than that touches only the scratch's start
+            self._scratch_bytes = min(self.piece_bytes, DEFAULT_PIECE_BYTES)
         # ...and with reader.reopen_files, files the format streams by path: each sample's open, read and
         # close made by its reading thread in the same core call (images: stream_files)
         # (core_reads: a path is a file name a format's fused read may open itself)
@@ -207,7 +216,8 @@ class NativeLoader(Loader):
         self._nice = reader_nice()
         self._pool = ThreadPool(self.threads, name="iogen-read",
                                 setup=lambda k: (lower_priority(self._nice),
-                                                 self._scratch_buffer() if self._stream else None)[1]) \
+                                                 self._thread_scratch() if self._stream or self._stream_groups
+                                                 else None)[1]) \
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
@@ -217,8 +227,9 @@ class NativeLoader(Loader):
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
-        if self._stream is not None:
-            self._scratch_buffer()  # this thread's (one thread, or batches read inline)
+        # the scratch of batches read inline (by the prefetch thread, or without one by the engine's: never
+        # two at once), made here, outside the measured steps, not by each epoch's new prefetch thread
+        self._inline_scratch = self._new_scratch() if self._stream is not None or self._stream_groups else None
         if self._requests:
             self.setup_figures = self.store.drain()  # the bucket's HEAD (get_storage's check), not indexing
             self.index_figures = merge_index(None, index_store.drain())
@@ -249,7 +260,7 @@ class NativeLoader(Loader):
         charge the kernel's page faults to the storage in the first epoch.
         """
         batch = wl.reader.batch_size if layout.split == "train" else wl.reader.batch_size_eval
-        if self._stream is not None:
+        if self._stream is not None or self._stream_groups:
             batch = 0  # batches are streamed: a buffer grows only if one is ever needed
         # per sample: O_DIRECT alignment on both ends plus room for record framing (TFRecord)
         # max_record_bytes: arithmetic, or the draws scanned in pieces (no 8 bytes per file kept)
@@ -264,14 +275,35 @@ class NativeLoader(Loader):
                 buf[::ALIGN] = 0  # one write per page maps it
         return buffers
 
-    def _scratch_buffer(self) -> np.ndarray:
-        """This thread's scratch buffer for streamed reads, made (and faulted in) on first use."""
-        buf = getattr(self._scratch, "buf", None)
-        if buf is None:
-            buf = core.reader.aligned_buffer(self._scratch_bytes, ALIGN)
-            buf[::ALIGN] = 0
-            self._scratch.buf = buf
+    def _new_scratch(self) -> np.ndarray:
+        """A scratch buffer for streamed reads, faulted in."""
+        buf = core.reader.aligned_buffer(self._scratch_bytes, ALIGN)
+        buf[::ALIGN] = 0
         return buf
+
+    def _thread_scratch(self) -> np.ndarray:
+        """Give the calling reader thread its own scratch buffer (the pool's setup)."""
+        self._scratch.buf = self._new_scratch()
+        return self._scratch.buf
+
+    def _group_scratch(self, longest: int) -> np.ndarray:
+        """The calling thread's scratch for streamed group reads of pieces up to `longest` bytes, grown
+        (grow-only) when a transfer_size over 8 MiB lets a piece outgrow it."""
+        buf = self._scratch_buffer()
+        if buf.size < longest:
+            self._scratch_bytes = max(self._scratch_bytes, longest)
+            buf = self._new_scratch()
+            if getattr(self._scratch, "buf", None) is None:
+                self._inline_scratch = buf
+            else:
+                self._scratch.buf = buf
+        return buf
+
+    def _scratch_buffer(self) -> np.ndarray:
+        """The scratch buffer for streamed reads of the calling thread: a reader thread's own, else the
+        inline one."""
+        buf = getattr(self._scratch, "buf", None)
+        return self._inline_scratch if buf is None else buf
 
     # -- preparing a batch -------------------------------------------------------------
 
@@ -290,7 +322,8 @@ class NativeLoader(Loader):
         spf = self.layout.samples_per_file
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
-            fds, offsets, lengths, files, job.transient = self.groups.ranges(*np.divmod(gids, spf))
+            fds, offsets, lengths, files, job.transient = self.groups.batch_ranges(gids, spf)
+            job.streamed = self._stream_groups  # no buffer holds the batch (_stream_group_pieces)
             if offsets.size:
                 self._prepare_groups(job, slot, fds, offsets, lengths, files)
             elif job.preprocess_ns:  # every group cached: no read, the samples are still preprocessed
@@ -355,6 +388,8 @@ class NativeLoader(Loader):
         indexed, short of starting its reads: (job, _submit's arguments), or None for any other batch (it is
         prepared once its slot is free). It opens nothing and reads nothing, so the prefetch thread does it
         before it waits for a slot, and a freed slot starts the batch's reads at once."""
+        if self._stream_groups:
+            return self._plan_groups(step, gids)
         by_path = self._stream_files is not None
         if self._stream is None or self.groups is not None:
             return None
@@ -373,6 +408,34 @@ class NativeLoader(Loader):
         job.files, job.offsets, job.extent = files, offsets, 0
         return job, None, fds, offsets, lengths, lengths, None, None
 
+    def _plan_groups(self, step: int, gids: np.ndarray):
+        """_plan_streamed for a streamed row-group batch of consecutive rows of a file already indexed, its
+        descriptors kept open: the groups it needs (the row-group cache updated, in step order, as _prepare
+        would) and its pieces, (job,) when every group is cached; None for any other batch."""
+        if self.groups.transient:
+            return None
+        got = self.groups.batch_ranges(gids, self.layout.samples_per_file, indexed_only=True)
+        if got is None:
+            return None
+        fds, offsets, lengths, files, _ = got  # no descriptor opened for the batch alone (not transient)
+        job = _Job(step, -1, int(gids.size))
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
+        job.streamed = True
+        if not offsets.size:
+            return (job,)
+        return (job,) + self._stream_group_pieces(job, fds, offsets, lengths, files,
+                                                  self._group_piece(int(lengths.sum())))
+
+    def _group_piece(self, nbytes: int) -> int:
+        """The longest piece of a batch's group reads of nbytes bytes."""
+        piece = self.piece_bytes
+        if self._core and self._pool is not None:
+            # on this machine's files a piece is only a thread's share, not a request: pieces small
+            # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
+            # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
+            piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        return piece
+
     def _prepare_groups(self, job, slot, fds, offsets, lengths, files) -> None:
         """Start a batch's group reads (GroupReads): ranges cut into pieces in a bounded buffer."""
         if self.direct:
@@ -380,13 +443,11 @@ class NativeLoader(Loader):
             end = (offsets + lengths + ALIGN - 1) & ~(ALIGN - 1)
         else:
             start, end = offsets, offsets + lengths
-        piece = self.piece_bytes
         nbytes = int(lengths.sum())
-        if self._core and self._pool is not None:
-            # on this machine's files a piece is only a thread's share, not a request: pieces small
-            # enough that the batch's slices come out about equal (a flux row group of 69 MB in 8 MiB
-            # pieces is 9 of them: slices of 2, 2, 2 and 3 pieces, the last thread reading 40% more)
-            piece = min(piece, max(GROUP_PIECE_MIN, nbytes // (self.threads * 16)))
+        piece = self._group_piece(nbytes)
+        if self._stream_groups:
+            self._submit(job, *self._stream_group_pieces(job, fds, offsets, lengths, files, piece))
+            return
         cap = max(piece, self.groups.buffer_bytes // piece * piece)  # place()'s bound
         if not self.direct and nbytes <= cap and int(lengths.max()) <= piece:
             # every range one piece, back to back in the buffer (a dlrm batch): what place() gives, directly
@@ -406,6 +467,17 @@ class NativeLoader(Loader):
         # (slices of at least GROUP_SLICE_MIN: a dlrm batch's 1 MB in 2 slices, not 4, wakes half the threads;
         # what a reading thread's wake-up, GIL and hand-off cost is a large share of a 256 KiB slice)
         self._submit(job, buf, fds[owner], pstart, plen, required, buf_off, None, GROUP_SLICE_MIN)
+
+    def _stream_group_pieces(self, job, fds, offsets, lengths, files, piece: int) -> tuple:
+        """_submit's arguments after job for a batch's group reads through the reading threads' scratch
+        buffers: each range (cut into pieces of at most `piece` bytes where longer, as place() cuts a kept
+        batch's) read to the start of its thread's scratch."""
+        job.extent = 0
+        if int(lengths.max()) > piece:
+            owner, at, lengths, _, _ = self.groups.place(lengths, piece)
+            fds, offsets, files = fds[owner], offsets[owner] + at, files[owner]
+        job.files, job.offsets = files, offsets
+        return None, fds, offsets, lengths, lengths, np.zeros(lengths.size, np.int64), None, GROUP_SLICE_MIN
 
     def _split(self, fds, start, read_len, required, buf_off):
         """Cut reads longer than piece_bytes into pieces, so threads share big samples."""
@@ -461,7 +533,10 @@ class NativeLoader(Loader):
         try:
             if buf is None and type(fds) is list:  # streamed by path: opened and closed by this call
                 return self._read_paths(job, fds, start, read_len, first, preprocess_ns)
-            if buf is None:  # streamed (job.streamed)
+            if buf is None and self._stream is None:  # row groups streamed (_stream_group_pieces)
+                nbytes = self._read_ranges(fds, start, read_len, required, self._group_scratch(int(read_len.max())),
+                                           buf_off)
+            elif buf is None:  # streamed (job.streamed)
                 try:
                     nbytes, bad, reason = self._stream(fds, start, read_len, self._scratch_buffer(), self._verify)
                 except RecordError as exc:
@@ -625,7 +700,10 @@ class NativeLoader(Loader):
                         ready.put(self._prepare(step, slot, plan.batches[step]))
                     else:
                         early[0].slot = slot
-                        self._submit(*early)
+                        if len(early) > 1:
+                            self._submit(*early)
+                        elif early[0].preprocess_ns:  # nothing to read (cached groups): still preprocessed
+                            core.clock.sleep_ns(early[0].preprocess_ns)
                         ready.put(early[0])
             except BaseException as exc:  # handed to the consumer, which raises it
                 ready.put(exc)

@@ -38,10 +38,12 @@ def dlrm_data(tmp_path_factory):
     return folder, layout
 
 
-def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None):
+def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None, keep_bytes=True):
+    """Bytes an epoch reads; keep_bytes=False as the engine asks (each range through its reading thread's
+    scratch buffer: no batch holds the bytes)."""
     layout, fmt = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
     plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
-    with get_loader(wl, layout, fmt, SingleWorld()) as loader:
+    with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=keep_bytes) as loader:
         if cache_bytes is not None:
             loader.groups.cache_bytes = cache_bytes
         if buffer_bytes is not None:
@@ -49,6 +51,7 @@ def _epoch_bytes(wl, cache_bytes=None, buffer_bytes=None):
         sizes = [b.size for b in loader._buffers]
         batches = list(loader.epoch(plan))
         assert [b.size for b in loader._buffers] == sizes  # no batch grew its buffer
+    assert all((b.data is None) == (not keep_bytes) for b in batches)
     assert sum(b.samples for b in batches) == plan.steps * plan.batch_size
     return sum(b.bytes for b in batches)
 
@@ -68,26 +71,27 @@ def _chunks(layout, selected):
     return sel, total
 
 
-def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data):
+@pytest.mark.parametrize("keep_bytes", [True, False])
+def test_native_reads_each_row_group_once_about_40_of_200_columns(dlrm_data, keep_bytes):
     folder, layout = dlrm_data
     wl = _dlrm(folder)
     fmt = get_format(wl.dataset)
     assert len(fmt.selected_columns) == 40 and len(fmt.columns) == 200
     sel, total = _chunks(layout, set(fmt.selected_columns))
     ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
-    got = _epoch_bytes(wl)
+    got = _epoch_bytes(wl, keep_bytes=keep_bytes)
     # every row group read once: exactly the coalesced ranges of the selected chunks
     assert got == ranges
     assert sel <= got < total
     assert 0.19 < got / total < 0.25, got / total  # 40 of 200 columns, 160 of 761 bytes a row
     # shuffled samples: a group fetched once still serves every sample of it (the cache)
     shuffled = {"reader.sample_shuffle": "seed", "reader.file_shuffle": "seed", "reader.shuffle_size": 1 << 20}
-    assert _epoch_bytes(_dlrm(folder, **shuffled)) == ranges
+    assert _epoch_bytes(_dlrm(folder, **shuffled), keep_bytes=keep_bytes) == ranges
     # a cache that keeps only the last group: shuffled batches fetch groups again
-    assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1) > 2 * ranges
+    assert _epoch_bytes(_dlrm(folder, **shuffled), cache_bytes=1, keep_bytes=keep_bytes) > 2 * ranges
     # reads into a buffer smaller than a batch's groups (pieces of 8 KiB wrap around in 64 KiB)
     assert _epoch_bytes(_dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192}),
-                        buffer_bytes=65536) == ranges
+                        buffer_bytes=65536, keep_bytes=keep_bytes) == ranges
 
 
 def test_odirect_group_reads_are_aligned_and_cover_the_ranges(dlrm_data):
@@ -264,3 +268,90 @@ def test_a_batchs_groups_are_each_read_once_files_as_they_come_groups_ascending(
         assert again[2].size == 0
     finally:
         reads.close()
+
+
+@pytest.mark.parametrize("gids", [np.arange(GROUP - 100, GROUP + 50),  # consecutive rows over two groups
+                                  np.arange(ROWS + 10, ROWS + 20),  # inside one group of file 1
+                                  np.arange(ROWS - 5, ROWS + 5),  # across two files
+                                  np.array([GROUP + 3, 7, GROUP + 4])])  # out of order
+def test_batch_ranges_of_sample_ids_are_ranges_of_files_and_rows(dlrm_data, gids):
+    from iogen.loaders.groups import GroupReads
+
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    fast, slow = GroupReads(layout, fmt), GroupReads(layout, fmt)
+    try:
+        # the prefetch thread's plan before its wait: only consecutive rows of a file already indexed
+        assert fast.batch_ranges(gids, ROWS, indexed_only=True) is None and not fast.cache
+        fast.learn_all()
+        planned = fast.batch_ranges(gids, ROWS, indexed_only=True)
+        consecutive = bool((np.diff(gids) == 1).all()) and gids[0] // ROWS == gids[-1] // ROWS
+        assert (planned is not None) == consecutive
+        fast.new_epoch()
+        fast.bytes_requested = 0
+        for _ in range(2):  # then with every group cached: nothing to read
+            got = fast.batch_ranges(gids, ROWS)
+            want = slow.ranges(gids // ROWS, gids % ROWS)
+            assert [a.tolist() for a in got[1:4]] == [a.tolist() for a in want[1:4]]
+            assert got[0].tolist() == [fast.fds[f] for f in got[3].tolist()]  # each range's file's descriptor
+            assert list(fast.cache.items()) == list(slow.cache.items()) and fast.bytes_requested == slow.bytes_requested
+    finally:
+        fast.close()
+        slow.close()
+
+
+@pytest.mark.parametrize("threads", [1, 2])  # 1: every batch read inline, by the prefetch thread
+def test_streamed_group_reads_are_the_preads_of_kept_batches(dlrm_data, threads):
+    """In a run (keep_bytes=False) each range lands in its reading thread's scratch, but the preads are a
+    kept batch's: the same offsets and lengths, ranges over transfer_size cut into the same pieces."""
+    folder, layout = dlrm_data
+    wl = _dlrm(folder, **{"reader.transfer_size": 8192, "reader.batch_size": 8192, "reader.read_threads": threads})
+    fmt = get_format(wl.dataset)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    reads = {}
+    for keep in (True, False):
+        with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=keep) as loader:
+            seen, read = [], loader._read_ranges
+
+            def recording(fds, offsets, lengths, required, buf, buf_offsets, read=read, seen=seen):
+                seen += zip(offsets.tolist(), lengths.tolist())
+                return read(fds, offsets, lengths, required, buf, buf_offsets)
+
+            loader._read_ranges = recording
+            assert sum(b.bytes for b in loader.epoch(plan)) == sum(n for _, n in seen)
+        reads[keep] = sorted(seen)
+    assert reads[True] == reads[False] and max(n for _, n in reads[False]) == 8192
+
+
+def test_batch_ranges_follow_the_kept_indexes(dlrm_data, monkeypatch):
+    from iogen.loaders import groups
+
+    folder, layout = dlrm_data
+    fmt = get_format(_dlrm(folder).dataset)
+    monkeypatch.setattr(groups, "INDEXES_KEPT", 1)  # every other file's index evicted
+    reads = groups.GroupReads(layout, fmt)
+    try:
+        for f in (0, 1, 0):
+            reads.new_epoch()
+            got = reads.batch_ranges(np.arange(f * ROWS + GROUP - 2, f * ROWS + GROUP + 2), ROWS)
+            gi = fmt.group_index(layout.paths[f])
+            assert got[1].tolist() == np.concatenate([gi.ranges(0)[0], gi.ranges(1)[0]]).tolist()
+            assert list(reads.first_rows) == list(reads.indexes) == [f]
+    finally:
+        reads.close()
+
+
+def test_a_streamed_piece_longer_than_the_scratch_grows_it(dlrm_data, monkeypatch):
+    from iogen.loaders import native
+
+    folder, layout = dlrm_data
+    monkeypatch.setattr(native, "DEFAULT_PIECE_BYTES", 4096)  # a first scratch of 4 KiB: every range outgrows it
+    wl = _dlrm(folder, **{"reader.transfer_size": 1 << 20})
+    fmt = get_format(wl.dataset)
+    ranges = sum(int(fmt.group_index(p).lengths.sum()) for p in layout.paths)
+    longest = max(int(fmt.group_index(p).lengths.max()) for p in layout.paths)
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=wl.train.seed, phase="train")
+    with get_loader(wl, layout, fmt, SingleWorld(), keep_bytes=False) as loader:
+        assert loader._inline_scratch.size == 4096
+        assert sum(b.bytes for b in loader.epoch(plan)) == ranges
+        assert 4096 < longest <= loader._scratch_bytes and all(s.size >= 4096 for s in loader._pool.states)
