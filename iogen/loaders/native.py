@@ -57,7 +57,7 @@ _PREFAULT_LIMIT_BYTES = 8 << 30
 STREAM_SCRATCH_BYTES = 256 << 10
 
 
-def reader_nice(environ=None):
+def reader_nice(environ=None, oversubscribed: bool = False):
     """IOGEN_READER_NICE: how much nicer than the rank's main thread the native loader's reading
     and prefetch threads run: 0-19 (added to the thread's nice value), or "idle" (SCHED_IDLE:
     they run only when no other thread of normal priority wants the core).
@@ -65,14 +65,16 @@ def reader_nice(environ=None):
     With many ranks on few cores, the ranks' main threads leave each step barrier one by one as
     the scheduler runs them, and the reading threads of the ranks that left first (starting the
     next batch) compete with those still to leave; a lower priority lets the main threads go
-    first. 0 (the default) changes nothing. Linux only (per-thread priorities).
+    first. Unset: "idle" where the node's ranks outnumber their CPUs (`oversubscribed`, the
+    emulated accelerators' step clock before the reads that fill their compute time; measured in
+    docs/benchmarks.md), else 0 (nothing changes). Linux only (per-thread priorities).
     """
     import os
     import sys
 
     raw = (os.environ if environ is None else environ).get("IOGEN_READER_NICE", "").strip()
     if not raw:
-        return 0
+        return "idle" if oversubscribed and sys.platform.startswith("linux") else 0
     if raw.lower() == "idle":
         value = "idle"
     else:
@@ -212,8 +214,9 @@ class NativeLoader(Loader):
         # reader threads (iogen's one pool); a slice's call and its result go through C-level queues
         # (queue.SimpleQueue): after a long emulated compute the caches are cold, and every line of
         # Python between "batch requested" and "batch in hand" shows up as wait
-        # IOGEN_READER_NICE: the reading threads yield the cores to the ranks' main threads
-        self._nice = reader_nice()
+        # IOGEN_READER_NICE (idle by default where ranks outnumber CPUs): the reading threads yield
+        # the cores to the ranks' main threads
+        self._nice = reader_nice(oversubscribed=bool(getattr(world, "oversubscribed", False)))
         self._pool = ThreadPool(self.threads, name="iogen-read",
                                 setup=lambda k: (lower_priority(self._nice),
                                                  self._thread_scratch() if self._stream or self._stream_groups

@@ -113,22 +113,30 @@ def _thread_priorities():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
-@pytest.mark.parametrize("value", ["7", "idle"])
+@pytest.mark.parametrize("value", ["7", "idle", None])
 def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, value):
     wl, layout, fmt = _setup(tmp_path, monkeypatch, "posix", "npz")
     plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
-    monkeypatch.setenv("IOGEN_READER_NICE", value)
+    world = SingleWorld()
+    if value is None:  # unset, on a node whose ranks outnumber its CPUs: idle
+        monkeypatch.delenv("IOGEN_READER_NICE", raising=False)
+        world.oversubscribed = True
+    else:
+        monkeypatch.setenv("IOGEN_READER_NICE", value)
     mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
     before = set(_thread_priorities()) - {threading.get_native_id()}  # earlier tests' threads
-    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+    with NativeLoader(wl, layout, fmt, world) as loader:
         batches = loader.epoch(plan)
         first = next(batches)  # the producer runs now
         found = {tid: p for tid, p in _thread_priorities().items() if tid not in before}
         assert first.samples == 3 and sum(1 for b in batches) == len(plan.batches) - 1
     assert found.pop(threading.get_native_id()) == mine  # the main thread keeps its priority
-    lowered = (os.SCHED_IDLE, mine[1]) if value == "idle" else (mine[0], min(19, mine[1] + 7))
+    lowered = (os.SCHED_IDLE, mine[1]) if value in ("idle", None) else (mine[0], min(19, mine[1] + 7))
     assert sorted(found.values()) == [lowered] * 3  # 2 readers, 1 producer
     for bad in ("20", "-1", "low"):
         with pytest.raises(ConfigError, match=f"IOGEN_READER_NICE='{bad}': must be an integer from 0 to 19"):
             reader_nice({"IOGEN_READER_NICE": bad})
     assert reader_nice({}) == 0 and reader_nice({"IOGEN_READER_NICE": "Idle"}) == "idle"
+    # unset: idle where the node's ranks outnumber its CPUs; a value set wins, 0 included
+    assert reader_nice({}, oversubscribed=True) == "idle"
+    assert reader_nice({"IOGEN_READER_NICE": "0"}, oversubscribed=True) == 0
