@@ -46,6 +46,19 @@ def _h5py():
     return h5py
 
 
+def _phil():
+    """h5py's own lock, which its calls take and h5py before 3.15 (h5py PR #2764) forgot in
+    read_direct_chunk / write_direct_chunk: H5_LOCK alone does not stop another thread's h5py
+    call that iogen does not make, an object freed by the garbage collector closing its HDF5 id,
+    from running inside a direct chunk call ("no VOL object wrap context" once in a full test run
+    under load). Held around those calls; a no-op lock where h5py has no such object."""
+    try:
+        from h5py._objects import phil  # h5py's private lock: the same one its own methods take
+    except ImportError:  # pragma: no cover - every h5py iogen supports has it
+        return contextlib.nullcontext()
+    return phil
+
+
 class HDF5Format(Format):
     """HDF5 files written with h5py (contiguous data streamed by pwrite)."""
 
@@ -163,7 +176,8 @@ class HDF5Format(Format):
                     # deflate outside the lock (zlib releases the GIL), hand h5py the finished chunk
                     packed = zlib.compress(payload_bytes(buf, seed, stream, j * rb), opts["compression_opts"])
                     with H5_LOCK:
-                        ds.id.write_direct_chunk((j,) + (0,) * len(rshape), packed)
+                        with _phil():
+                            ds.id.write_direct_chunk((j,) + (0,) * len(rshape), packed)
                     continue
                 self._write_sample_slabs(ds, j, rshape, chunks[1], rb, seed, stream, buf)
         finally:
@@ -221,7 +235,8 @@ class HDF5Format(Format):
             elif ds.chunks is not None and not ds.compression and not ds.shuffle and not ds.fletcher32 \
                     and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(ds.shape[1:]):
                 zeros = (0,) * (len(ds.shape) - 1)
-                info = [ds.id.get_chunk_info_by_coord((j,) + zeros) for j in range(n)]
+                with _phil():
+                    info = [ds.id.get_chunk_info_by_coord((j,) + zeros) for j in range(n)]
                 if any(c.byte_offset is None for c in info):
                     raise DataError(path, "records has unwritten chunks")
                 offsets = np.array([c.byte_offset for c in info], np.int64)
@@ -244,11 +259,12 @@ class HDF5Format(Format):
             direct = (ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.chunks is not None
                       and ds.chunks[0] == 1 and tuple(ds.chunks[1:]) == tuple(shape))
             try:
-                for i in ids:
-                    if direct:  # whole-sample gzip chunks: raw bytes now, inflated outside the lock
-                        raws.append(ds.id.read_direct_chunk((int(i),) + (0,) * len(shape)))
-                    else:
-                        raws.append(ds[int(i)])
+                with _phil() if direct else contextlib.nullcontext():
+                    for i in ids:
+                        if direct:  # whole-sample gzip chunks: raw bytes now, inflated outside the lock
+                            raws.append(ds.id.read_direct_chunk((int(i),) + (0,) * len(shape)))
+                        else:
+                            raws.append(ds[int(i)])
             except (OSError, RuntimeError, ValueError) as exc:
                 raise DataError(path, f"cannot read record {int(i)} ({exc})") from None
         if not direct:
