@@ -8,3 +8,5 @@ cdef uint64_t stream_key(uint64_t seed, uint64_t stream) noexcept nogil
 cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t offset_bytes) noexcept nogil
 # Choose the AVX-512 word loop (when the CPU has it) or the scalar one; returns the old choice (probes.pyx).
 cdef bint set_vector_fill(bint enabled) noexcept
+# Choose the JPEG scan's pack (2 the best the CPU has, 1 BMI2 at most, 0 portable); returns the level in use.
+cdef int set_jpeg_pack(int level) noexcept

@@ -165,10 +165,11 @@ DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of b
 
 cdef extern from "jpeg_pack.h" nogil:
     int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
-    void iogen_jpeg_pack_init(int enabled)
+    int iogen_jpeg_pack_init(int level)
     int iogen_jpeg_bmi2_ok
+    int iogen_jpeg_avx512_ok
 
-iogen_jpeg_pack_init(1)
+iogen_jpeg_pack_init(2)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -358,14 +359,21 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's BMI2
-    pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's AVX-512
+    VBMI or BMI2 pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
     benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_adler32_avx2_ok != 0
+    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_jpeg_avx512_ok != 0
+                     or iogen_adler32_avx2_ok != 0)
     iogen_fill_words_init()
-    iogen_jpeg_pack_init(1 if enabled else 0)
+    iogen_jpeg_pack_init(2 if enabled else 0)
     iogen_adler32_init(1 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old
+
+
+cdef int set_jpeg_pack(int level) noexcept:
+    """Choose the JPEG scan's pack: 2 the best the CPU has (AVX-512 VBMI, BMI2, portable), 1 BMI2 at most, 0 the
+    portable one; return the level now in use (for iogen/_core/probes.pyx: the tests compare all three)."""
+    return iogen_jpeg_pack_init(level)

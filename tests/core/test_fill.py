@@ -167,16 +167,17 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 # -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
 
 @pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
-                                          (545, 3), (4096, 123)])
-@pytest.mark.parametrize("vector", [True, False])  # the BMI2 pack (where the CPU has it) and the portable one
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
+                                          (545, 3), (4096, 123), (4, 0), (5, 1), (7, 2), (8, 3)])
+# the pack levels: 2 AVX-512 VBMI, 1 BMI2, 0 portable (a level the CPU lacks falls back to a lower one, tested too)
+@pytest.mark.parametrize("level", [2, 1, 0])
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, level):
     a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
     b = a.copy()
-    old = cython_core.probes.use_vector_fill(vector)
+    cython_core.probes.use_jpeg_pack(level)
     try:
         na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
     finally:
-        cython_core.probes.use_vector_fill(old)
+        cython_core.probes.use_jpeg_pack(2)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
     assert na == nb == (blocks * 108 + 7) // 8
     assert (a == b).all()  # what follows the scan is left as it was too
