@@ -142,7 +142,7 @@ static int iogen_jpeg_cpu_has_fast_pext(void) { return 0; }
 /* AVX-512 VBMI: four blocks (two pairs, 60 field bytes -> 54 bytes) an iteration. One vpermb puts
  * the field bytes of the eight numbers A, B, C, D of both pairs into eight 64-bit lanes in the order
  * the scalar loads and byte swaps give them (B's and D's top byte from a zero lane), the squeeze
- * runs on all eight lanes, B and D get their "10", and each pair's four output words
+ * runs on all eight lanes (two multiply-adds and a bit select), B and D get their "10", and each pair's four output words
  * (A<<7 | B>>44, B<<20 | C>>37, C<<27 | D>>24, D<<40) are one variable shift of a lane and of its
  * next lane; a second vpermb byte-swaps them and drops the gaps, and a masked store writes 54
  * bytes. The masked load reads the 61 bytes the four blocks need (the 61st is dropped, as in the
@@ -181,9 +181,9 @@ static int64_t iogen_jpeg_pack_avx512(unsigned char *dst, const unsigned char *f
     const __m512i g = _mm512_loadu_si512((const void *)iogen_jpeg_gather);
     const __m512i s = _mm512_loadu_si512((const void *)iogen_jpeg_scatter);
     const __m512i m6 = _mm512_set1_epi64(0x3F3F3F3F3F3F3F3FLL);
-    const __m512i m1a = _mm512_set1_epi64(0x007F007F007F007FLL), m1b = _mm512_set1_epi64(0x7F007F007F007F00LL);
-    const __m512i m2a = _mm512_set1_epi64(0x00003FFF00003FFFLL), m2b = _mm512_set1_epi64(0x3FFF00003FFF0000LL);
-    const __m512i m3a = _mm512_set1_epi64(0x000000000FFFFFFFLL), m3b = _mm512_set1_epi64(0x0FFFFFFF00000000LL);
+    const __m512i k7 = _mm512_set1_epi16(0x8001);      /* bytes 1, 128: maddubs' unsigned operand */
+    const __m512i k14 = _mm512_set1_epi32(0x40000001);  /* words 1, 16384 */
+    const __m512i m28 = _mm512_set1_epi64(0x000000000FFFFFFFLL);
     const __m512i eob_shift = _mm512_set_epi64(2, 0, 2, 0, 2, 0, 2, 0);
     const __m512i eob = _mm512_set_epi64(2, 0, 2, 0, 2, 0, 2, 0);
     const __m512i next = _mm512_set_epi64(7, 7, 6, 5, 3, 3, 2, 1);
@@ -192,9 +192,10 @@ static int64_t iogen_jpeg_pack_avx512(unsigned char *dst, const unsigned char *f
     for (; b + 4 <= blocks; b += 4, f += 60, out += 54) {
         __m512i x = _mm512_maskz_loadu_epi8((__mmask64)((1ULL << 61) - 1), (const void *)f);
         x = _mm512_and_si512(_mm512_permutexvar_epi8(g, x), m6);
-        x = _mm512_or_si512(_mm512_and_si512(x, m1a), _mm512_srli_epi64(_mm512_and_si512(x, m1b), 1));
-        x = _mm512_or_si512(_mm512_and_si512(x, m2a), _mm512_srli_epi64(_mm512_and_si512(x, m2b), 2));
-        x = _mm512_or_si512(_mm512_and_si512(x, m3a), _mm512_srli_epi64(_mm512_and_si512(x, m3b), 4));
+        /* the squeeze: byte pairs to 14-bit words (b0 + 128 b1), word pairs to 28-bit dwords
+         * (w0 + 16384 w1), then d0 | d1 << 28 (bits of x >> 4 where m28 is clear) */
+        x = _mm512_madd_epi16(_mm512_maddubs_epi16(k7, x), k14);
+        x = _mm512_ternarylogic_epi64(x, _mm512_srli_epi64(x, 4), m28, 0xE4);
         x = _mm512_or_si512(_mm512_sllv_epi64(x, eob_shift), eob);
         __m512i nx = _mm512_maskz_permutexvar_epi64((__mmask8)0x77, next, x);
         __m512i w = _mm512_or_si512(_mm512_sllv_epi64(x, left), _mm512_srlv_epi64(nx, right));
