@@ -212,10 +212,11 @@ cdef int64_t jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_
 
 cdef extern from "adler32.h" nogil:
     uint32_t iogen_adler32(uint32_t adler, const unsigned char *p, size_t n)
-    void iogen_adler32_init(int enabled)
+    int iogen_adler32_init(int level)
     int iogen_adler32_avx2_ok
+    int iogen_adler32_avx512_ok
 
-iogen_adler32_init(1)
+iogen_adler32_init(2)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
 # bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
@@ -381,14 +382,14 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 cdef bint set_vector_fill(bint enabled) noexcept:
     """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's AVX-512
-    VBMI or BMI2 pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
+    VBMI or BMI2 pack, Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
     benchmarks' switch)."""
     global iogen_fill_avx512_ok
     cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_jpeg_avx512_ok != 0
-                     or iogen_adler32_avx2_ok != 0)
+                     or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0)
     iogen_fill_words_init()
     iogen_jpeg_pack_init(2 if enabled else 0)
-    iogen_adler32_init(1 if enabled else 0)
+    iogen_adler32_init(2 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old
@@ -488,3 +489,9 @@ def build_image(buf, ops, blob, seed, stream):
         bad = image_ops(dst, view.shape[0], &o[0, 0], nops, bp, b.shape[0], key)
     if bad:
         raise image_ops_error(ops, bad - 1, view.shape[0], b.shape[0])
+
+
+cdef int set_adler32(int level) noexcept:
+    """Choose Adler-32's loop: 2 the best the CPU has (AVX-512BW, AVX2, SSE2), 1 AVX2 at most, 0 SSE2; return the
+    level now in use (for iogen/_core/probes.pyx: the tests compare every level with zlib)."""
+    return iogen_adler32_init(level)

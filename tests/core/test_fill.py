@@ -209,18 +209,21 @@ def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 5536, 5537, 5552 * 3 + 5, 200_001])
-@pytest.mark.parametrize("vector", [True, False])  # the compiled core's AVX2 loop (where the CPU has it) and SSE2
-def test_adler32_is_zlibs(core, n, vector):
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 5504, 5505, 5536, 5537, 5552 * 3 + 5,
+                               200_001])
+@pytest.mark.parametrize("level", [2, 1, 0])  # the compiled core's AVX-512BW, AVX2 and SSE2 loops (where the CPU has them)
+def test_adler32_is_zlibs(core, n, level):
     data = np.empty(n, np.uint8)
     core.fill.fill_random(data, 3, 4, 0)
     data[: n // 3] = 0xFF  # long runs of the largest byte: the sums' worst case
-    old = core.probes.use_vector_fill(vector)
+    core.probes.use_adler32(level)
     try:
         for start in (1, 0xFFF0FFF0, 123_456_789):
             assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+        full = np.full(n, 0xFF, np.uint8)  # every byte the largest: the lanes' worst case
+        assert core.fill.adler32(full, 0xFFF0FFF0) == zlib.adler32(full, 0xFFF0FFF0)
     finally:
-        core.probes.use_vector_fill(old)
+        core.probes.use_adler32(2)
 
 
 def _stored_reference(seed, stream, offset, row, raw, crc):
