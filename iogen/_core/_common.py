@@ -227,6 +227,26 @@ def check_png_stored_args(seed, stream, offset_bytes, row, raw, buf_bytes, block
     return row, raw, need
 
 
+# fill.build_image's operations: (kind, at, count, source, a, b) rows
+IMG_COPY, IMG_FILL, IMG_FILL_CRC32, IMG_JPEG_SCAN, IMG_PNG_STORED = 0, 1, 2, 3, 4
+
+
+def check_image_ops(ops):
+    """fill.build_image's operations as a C-contiguous (n, 6) int64 array (each row is checked as it is done)."""
+    if not (type(ops) is np.ndarray and ops.dtype == np.int64 and ops.flags.c_contiguous):
+        ops = np.ascontiguousarray(ops, dtype=np.int64)
+    if ops.ndim != 2 or ops.shape[1] != 6:
+        raise ValueError(f"ops must be an (n, 6) array, got shape {ops.shape}")
+    return ops
+
+
+def image_ops_error(ops, row: int, buf_bytes: int, blob_bytes: int) -> ValueError:
+    """The error for an image operation that does not fit the buffer or blob (or has an unknown kind)."""
+    op = [int(v) for v in np.asarray(ops, dtype=np.int64)[row]]
+    return ValueError(f"ops row {row} {op}: an unknown kind, a negative value, or it writes past the buffer's "
+                      f"{buf_bytes} bytes or copies past the blob's {blob_bytes}")
+
+
 # fill.parquet_pages's operations: (kind, destination offset, count, source offset) rows
 PQ_FILL, PQ_I8, PQ_U8, PQ_I16, PQ_U16, PQ_COPY = 0, 1, 2, 3, 4, 5
 

@@ -20,8 +20,8 @@ from libc.string cimport memcpy, memset
 
 from iogen._core.splitmix cimport mix64
 
-from iogen._core._common import (check_crc, check_fill_args, check_jpeg_scan_args, check_parquet_ops,
-                                 check_png_stored_args, writable_byte_view)
+from iogen._core._common import (check_crc, check_fill_args, check_image_ops, check_jpeg_scan_args, check_parquet_ops,
+                                 check_png_stored_args, image_ops_error, writable_byte_view)
 from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init
 
 cdef extern from "crc32.h" nogil:
@@ -37,7 +37,7 @@ iogen_crc32_init()
 iogen_crc32c_init()
 iogen_fill_words_init()
 
-__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
+__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -165,10 +165,11 @@ DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of b
 
 cdef extern from "jpeg_pack.h" nogil:
     int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
-    void iogen_jpeg_pack_init(int enabled)
+    int iogen_jpeg_pack_init(int level)
     int iogen_jpeg_bmi2_ok
+    int iogen_jpeg_avx512_ok
 
-iogen_jpeg_pack_init(1)
+iogen_jpeg_pack_init(2)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -186,27 +187,36 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef unsigned char *dst = &view[0]
+    cdef int64_t pos
+    with nogil:
+        pos = jpeg_scan_into(dst, n, key, start)
+    return pos
+
+
+@cython.cdivision(True)
+cdef int64_t jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_t start) noexcept nogil:
+    """jpeg_scan's work: the scan of n blocks at dst, fields from stream byte start; returns its bytes."""
     # + 8: the packer reads one word past a block's last field (and drops the extra byte)
     cdef unsigned char fields[JPEG_CHUNK_FIELDS + 8]
     cdef int64_t pos = 0, b = 0, take
     memset(fields + JPEG_CHUNK_FIELDS, 0, 8)
-    with nogil:
-        while b < n:
-            take = n - b
-            if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
-                take = JPEG_CHUNK_FIELDS // JPEG_COEFS
-            fill_bytes(fields, take * JPEG_COEFS, key, start + <uint64_t>(b * JPEG_COEFS))
-            pos += iogen_jpeg_pack(dst + pos, fields, take)
-            b += take
+    while b < n:
+        take = n - b
+        if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
+            take = JPEG_CHUNK_FIELDS // JPEG_COEFS
+        fill_bytes(fields, take * JPEG_COEFS, key, start + <uint64_t>(b * JPEG_COEFS))
+        pos += iogen_jpeg_pack(dst + pos, fields, take)
+        b += take
     return pos
 
 
 cdef extern from "adler32.h" nogil:
     uint32_t iogen_adler32(uint32_t adler, const unsigned char *p, size_t n)
-    void iogen_adler32_init(int enabled)
+    int iogen_adler32_init(int level)
     int iogen_adler32_avx2_ok
+    int iogen_adler32_avx512_ok
 
-iogen_adler32_init(1)
+iogen_adler32_init(2)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
 # bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
@@ -231,34 +241,47 @@ def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
     cdef int64_t rowb = r, total = nraw
     cdef unsigned char *dst = &view[0]
     cdef uint32_t adler = 1
-    cdef int64_t pos = 0, done = 0, take, piece, k, first
+    cdef int64_t pos
     with nogil:
-        while done < total:
-            take = total - done
-            if take > PNG_STORED_MAX:
-                take = PNG_STORED_MAX
-            dst[pos] = 1 if done + take == total else 0
-            dst[pos + 1] = <unsigned char>(take & 0xFF)
-            dst[pos + 2] = <unsigned char>(take >> 8)
-            dst[pos + 3] = <unsigned char>((take ^ 0xFFFF) & 0xFF)
-            dst[pos + 4] = <unsigned char>((take ^ 0xFFFF) >> 8)
-            c = iogen_crc32(c, dst + pos, 5)
-            pos += 5
-            first = done + take
-            while done < first:
-                piece = first - done
-                if piece > PNG_PIECE:
-                    piece = PNG_PIECE
-                fill_bytes(dst + pos, piece, key, start + <uint64_t>done)
-                k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
-                while k < piece:
-                    dst[pos + k] = 0
-                    k += rowb
-                adler = iogen_adler32(adler, dst + pos, <size_t>piece)
-                c = iogen_crc32(c, dst + pos, <size_t>piece)
-                pos += piece
-                done += piece
+        pos = png_stored_into(dst, rowb, total, key, start, &adler, &c)
     return pos, adler, c
+
+
+@cython.cdivision(True)
+cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, uint64_t key, uint64_t start,
+                             uint32_t *adler_io, uint32_t *crc_io) noexcept nogil:
+    """png_stored's work at dst: the stored blocks over total scanline bytes (rows of rowb); returns the bytes
+    written, *adler_io continued over the scanlines, *crc_io over the bytes written."""
+    cdef uint32_t adler = adler_io[0], c = crc_io[0]
+    cdef int64_t pos = 0, done = 0, take, piece, k, first
+    while done < total:
+        take = total - done
+        if take > PNG_STORED_MAX:
+            take = PNG_STORED_MAX
+        dst[pos] = 1 if done + take == total else 0
+        dst[pos + 1] = <unsigned char>(take & 0xFF)
+        dst[pos + 2] = <unsigned char>(take >> 8)
+        dst[pos + 3] = <unsigned char>((take ^ 0xFFFF) & 0xFF)
+        dst[pos + 4] = <unsigned char>((take ^ 0xFFFF) >> 8)
+        c = iogen_crc32(c, dst + pos, 5)
+        pos += 5
+        first = done + take
+        while done < first:
+            piece = first - done
+            if piece > PNG_PIECE:
+                piece = PNG_PIECE
+            fill_bytes(dst + pos, piece, key, start + <uint64_t>done)
+            k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
+            while k < piece:
+                dst[pos + k] = 0
+                k += rowb
+            adler = iogen_adler32(adler, dst + pos, <size_t>piece)
+            c = iogen_crc32(c, dst + pos, <size_t>piece)
+            pos += piece
+            done += piece
+    adler_io[0] = adler
+    crc_io[0] = c
+    return pos
 
 
 def adler32(data, value=1):
@@ -358,14 +381,117 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's BMI2
-    pack, Adler-32's AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's AVX-512
+    VBMI or BMI2 pack, Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
     benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_adler32_avx2_ok != 0
+    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_jpeg_avx512_ok != 0
+                     or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0)
     iogen_fill_words_init()
-    iogen_jpeg_pack_init(1 if enabled else 0)
-    iogen_adler32_init(1 if enabled else 0)
+    iogen_jpeg_pack_init(2 if enabled else 0)
+    iogen_adler32_init(2 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old
+
+
+cdef int set_jpeg_pack(int level) noexcept:
+    """Choose the JPEG scan's pack: 2 the best the CPU has (AVX-512 VBMI, BMI2, portable), 1 BMI2 at most, 0 the
+    portable one; return the level now in use (for iogen/_core/probes.pyx: the tests compare all three)."""
+    return iogen_jpeg_pack_init(level)
+
+
+# A whole image file (iogen/formats/jpeg.py, png.py) in one pass over a run of operations, rows of
+# (kind, at, count, source, a, b) in an int64 array, each writing bytes [at, ...) of the buffer:
+#   IMG_COPY       count bytes of blob from source (the headers: bytes of the size alone)
+#   IMG_FILL       count stream bytes from stream byte source
+#   IMG_FILL_CRC32 as IMG_FILL, then the CRC-32 of them continued from a, big-endian (a PNG chunk's)
+#   IMG_JPEG_SCAN  jpeg_scan of count blocks, fields from stream byte source
+#   IMG_PNG_STORED png_stored over count scanline bytes in rows of a, from stream byte source, then
+#                  the scanlines' Adler-32 and the CRC-32 continued from b over all of it, big-endian
+# Every operation is checked against the buffer and blob before it writes (image_ops returns the
+# first bad row + 1), so a caller's mistake is a ValueError, never a write outside the buffer.
+DEF IMG_COPY = 0
+DEF IMG_FILL = 1
+DEF IMG_FILL_CRC32 = 2
+DEF IMG_JPEG_SCAN = 3
+DEF IMG_PNG_STORED = 4
+cdef int64_t IMG_MAX_COUNT = 1LL << 40  # far past any file, small enough that no bound below overflows
+cdef int64_t U32_MAX = 0xFFFFFFFFLL
+
+
+cdef inline void store_be32(unsigned char *p, uint32_t v) noexcept nogil:
+    p[0] = <unsigned char>(v >> 24)
+    p[1] = <unsigned char>(v >> 16)
+    p[2] = <unsigned char>(v >> 8)
+    p[3] = <unsigned char>v
+
+
+@cython.cdivision(True)
+cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_t nops, const unsigned char *blob,
+                       int64_t blob_n, uint64_t key) noexcept nogil:
+    """Carry out the operations (see the comment above) in dst[0:n]; return 0, or the first bad row + 1."""
+    cdef int64_t r, kind, at, count, source, a, bb, need
+    cdef uint32_t c, adler
+    for r in range(nops):
+        kind, at, count, source, a, bb = ops[6 * r], ops[6 * r + 1], ops[6 * r + 2], ops[6 * r + 3], \
+            ops[6 * r + 4], ops[6 * r + 5]
+        if at < 0 or at > n or count < 0 or count > IMG_MAX_COUNT or source < 0 or source > IMG_MAX_COUNT:
+            return r + 1
+        if kind == IMG_COPY:
+            if count > n - at or count > blob_n - source:
+                return r + 1
+            memcpy(dst + at, blob + source, <size_t>count)
+        elif kind == IMG_FILL:
+            if count > n - at:
+                return r + 1
+            fill_bytes(dst + at, count, key, <uint64_t>source)
+        elif kind == IMG_FILL_CRC32:
+            if count + 4 > n - at or a < 0 or a > U32_MAX:
+                return r + 1
+            store_be32(dst + at + count, fill_crc32(dst + at, count, key, <uint64_t>source, <uint32_t>a))
+        elif kind == IMG_JPEG_SCAN:
+            if (count * JPEG_BLOCK_BITS + 7) // 8 > n - at:
+                return r + 1
+            jpeg_scan_into(dst + at, count, key, <uint64_t>source)
+        elif kind == IMG_PNG_STORED:
+            if count < 1 or a < 1 or bb < 0 or bb > U32_MAX:
+                return r + 1
+            need = count + 5 * ((count + PNG_STORED_MAX - 1) // PNG_STORED_MAX)
+            if need + 8 > n - at:
+                return r + 1
+            adler = 1
+            c = <uint32_t>bb
+            png_stored_into(dst + at, a, count, key, <uint64_t>source, &adler, &c)
+            store_be32(dst + at + need, adler)
+            c = iogen_crc32(c, dst + at + need, 4)
+            store_be32(dst + at + need + 4, c)
+        else:
+            return r + 1
+    return 0
+
+
+def build_image(buf, ops, blob, seed, stream):
+    """Carry out the image operations `ops` (an (n, 6) int64 array; see the comment above) in buf, copies
+    from blob, stream bytes of (seed, stream); GIL released. ValueError names a row that does not fit."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    cdef const int64_t[:, ::1] o = check_image_ops(ops)
+    cdef const unsigned char[::1] b = memoryview(blob).cast("B")
+    check_fill_args(seed, stream, 0, 0)
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef int64_t bad, nops = o.shape[0]
+    cdef unsigned char empty = 0
+    cdef unsigned char *dst = &view[0] if view.shape[0] > 0 else &empty
+    cdef const unsigned char *bp = &b[0] if b.shape[0] > 0 else &empty
+    if nops == 0:
+        return
+    with nogil:
+        bad = image_ops(dst, view.shape[0], &o[0, 0], nops, bp, b.shape[0], key)
+    if bad:
+        raise image_ops_error(ops, bad - 1, view.shape[0], b.shape[0])
+
+
+cdef int set_adler32(int level) noexcept:
+    """Choose Adler-32's loop: 2 the best the CPU has (AVX-512BW, AVX2, SSE2), 1 AVX2 at most, 0 SSE2; return the
+    level now in use (for iogen/_core/probes.pyx: the tests compare every level with zlib)."""
+    return iogen_adler32_init(level)

@@ -10,7 +10,8 @@
  * byte lanes squeezed to 7-bit lanes in three shift-and-mask steps, or, where the CPU has BMI2
  * (checked at run time: iogen_jpeg_pack_init; not on AMD before Zen 3, whose pext is microcoded),
  * by one pext with 0x7F7F...7F: the same bits, the pack about twice as fast.
- * The fields buffer must hold 8 readable bytes past the last block's field 14.
+ * The fields buffer must hold 8 readable bytes past the last block's field 14. Where the CPU has AVX-512 VBMI,
+ * four blocks at a time in vector registers (iogen_jpeg_pack_avx512 below), the same bytes.
  */
 #ifndef IOGEN_JPEG_PACK_H
 #define IOGEN_JPEG_PACK_H
@@ -138,14 +139,101 @@ static int64_t iogen_jpeg_pack_bmi2(unsigned char *dst, const unsigned char *f, 
 static int iogen_jpeg_cpu_has_fast_pext(void) { return 0; }
 #endif
 
-/* Choose the BMI2 pack where the CPU runs pext fast (enabled), else the portable one. */
-static void iogen_jpeg_pack_init(int enabled)
+/* AVX-512 VBMI: four blocks (two pairs, 60 field bytes -> 54 bytes) an iteration. One vpermb puts
+ * the field bytes of the eight numbers A, B, C, D of both pairs into eight 64-bit lanes in the order
+ * the scalar loads and byte swaps give them (B's and D's top byte from a zero lane), the squeeze
+ * runs on all eight lanes (two multiply-adds and a bit select), B and D get their "10", and each pair's four output words
+ * (A<<7 | B>>44, B<<20 | C>>37, C<<27 | D>>24, D<<40) are one variable shift of a lane and of its
+ * next lane; a second vpermb byte-swaps them and drops the gaps, and a masked store writes 54
+ * bytes. The masked load reads the 61 bytes the four blocks need (the 61st is dropped, as in the
+ * scalar B), so no byte past them is touched. What is left (fewer than four blocks) goes through
+ * the BMI2 or portable loop. */
+static int iogen_jpeg_avx512_ok = 0;
+static unsigned char iogen_jpeg_gather[64], iogen_jpeg_scatter[64];  /* the two vpermb tables (init) */
+
+static void iogen_jpeg_tables(void)
 {
-    iogen_jpeg_bmi2_ok = enabled && iogen_jpeg_cpu_has_fast_pext();
+    int j, lane;
+    /* lane 4p + k holds pair p's number k (A, B, C, D); byte j of a lane as the scalar code has it */
+    for (lane = 0; lane < 8; lane++) {
+        int p = lane / 4, k = lane % 4, base = 30 * p + (k >= 2 ? 15 : 0);
+        for (j = 0; j < 8; j++) {
+            if (k % 2 == 0)       /* A(f): byte j = f[7 - j] */
+                iogen_jpeg_gather[8 * lane + j] = (unsigned char)(base + 7 - j);
+            else if (j < 7)       /* B(f): byte j = f[14 - j], byte 7 = 0 */
+                iogen_jpeg_gather[8 * lane + j] = (unsigned char)(base + 14 - j);
+            else
+                iogen_jpeg_gather[8 * lane + j] = 63;  /* a byte past the 61 loaded: zero (masked load) */
+        }
+    }
+    for (j = 0; j < 64; j++) {  /* output byte i of the 54: pair i / 27, word r / 8, big-endian byte r % 8 */
+        int i = j < 54 ? j : 53, p = i / 27, r = i % 27;
+        iogen_jpeg_scatter[j] = (unsigned char)((4 * p + r / 8) * 8 + 7 - r % 8);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static int64_t iogen_jpeg_pack_avx512(unsigned char *dst, const unsigned char *f, int64_t blocks)
+{
+    unsigned char *out = dst;
+    int64_t b = 0;
+    const __m512i g = _mm512_loadu_si512((const void *)iogen_jpeg_gather);
+    const __m512i s = _mm512_loadu_si512((const void *)iogen_jpeg_scatter);
+    const __m512i m6 = _mm512_set1_epi64(0x3F3F3F3F3F3F3F3FLL);
+    const __m512i k7 = _mm512_set1_epi16(0x8001);      /* bytes 1, 128: maddubs' unsigned operand */
+    const __m512i k14 = _mm512_set1_epi32(0x40000001);  /* words 1, 16384 */
+    const __m512i m28 = _mm512_set1_epi64(0x000000000FFFFFFFLL);
+    const __m512i eob_shift = _mm512_set_epi64(2, 0, 2, 0, 2, 0, 2, 0);
+    const __m512i eob = _mm512_set_epi64(2, 0, 2, 0, 2, 0, 2, 0);
+    const __m512i next = _mm512_set_epi64(7, 7, 6, 5, 3, 3, 2, 1);
+    const __m512i left = _mm512_set_epi64(40, 27, 20, 7, 40, 27, 20, 7);
+    const __m512i right = _mm512_set_epi64(0, 24, 37, 44, 0, 24, 37, 44);
+    for (; b + 4 <= blocks; b += 4, f += 60, out += 54) {
+        __m512i x = _mm512_maskz_loadu_epi8((__mmask64)((1ULL << 61) - 1), (const void *)f);
+        x = _mm512_and_si512(_mm512_permutexvar_epi8(g, x), m6);
+        /* the squeeze: byte pairs to 14-bit words (b0 + 128 b1), word pairs to 28-bit dwords
+         * (w0 + 16384 w1), then d0 | d1 << 28 (bits of x >> 4 where m28 is clear) */
+        x = _mm512_madd_epi16(_mm512_maddubs_epi16(k7, x), k14);
+        x = _mm512_ternarylogic_epi64(x, _mm512_srli_epi64(x, 4), m28, 0xE4);
+        x = _mm512_or_si512(_mm512_sllv_epi64(x, eob_shift), eob);
+        __m512i nx = _mm512_maskz_permutexvar_epi64((__mmask8)0x77, next, x);
+        __m512i w = _mm512_or_si512(_mm512_sllv_epi64(x, left), _mm512_srlv_epi64(nx, right));
+        _mm512_mask_storeu_epi8((void *)out, (__mmask64)((1ULL << 54) - 1), _mm512_permutexvar_epi8(s, w));
+    }
+    if (b < blocks)
+        out += iogen_jpeg_bmi2_ok ? iogen_jpeg_pack_bmi2(out, f, blocks - b) : iogen_jpeg_pack_portable(out, f, blocks - b);
+    return (int64_t)(out - dst);
+}
+
+static int iogen_jpeg_cpu_has_avx512vbmi(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+           && __builtin_cpu_supports("avx512vbmi");
+}
+#else
+static int64_t iogen_jpeg_pack_avx512(unsigned char *dst, const unsigned char *f, int64_t blocks)
+{
+    return iogen_jpeg_pack_portable(dst, f, blocks);
+}
+static int iogen_jpeg_cpu_has_avx512vbmi(void) { return 0; }
+#endif
+
+/* Choose the pack: level 2 the best the CPU has (AVX-512 VBMI, else BMI2 where pext is fast, else
+ * portable), 1 BMI2 at most, 0 the portable one. Returns the level now in use (0, 1 or 2). */
+static int iogen_jpeg_pack_init(int level)
+{
+    iogen_jpeg_bmi2_ok = level >= 1 && iogen_jpeg_cpu_has_fast_pext();
+    iogen_jpeg_tables();
+    iogen_jpeg_avx512_ok = level >= 2 && iogen_jpeg_cpu_has_avx512vbmi();
+    return iogen_jpeg_avx512_ok ? 2 : iogen_jpeg_bmi2_ok ? 1 : 0;
 }
 
 static inline int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *f, int64_t blocks)
 {
+    if (iogen_jpeg_avx512_ok)
+        return iogen_jpeg_pack_avx512(dst, f, blocks);
     if (iogen_jpeg_bmi2_ok)
         return iogen_jpeg_pack_bmi2(dst, f, blocks);
     return iogen_jpeg_pack_portable(dst, f, blocks);

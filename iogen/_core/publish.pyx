@@ -11,25 +11,30 @@ bytes [crc_hex_at, crc_hex_at + 8) first set to the file's CRC-32C in lowercase 
 line that lists the file only once it is complete under its final name. A file descriptor opened
 with O_APPEND makes each line one atomic append, so threads need no lock.
 
+write_image does the same for a file it first builds in the caller's buffer from an image's operations
+(fill.build_image: JPEG, PNG), the build in the same call: one GIL release a file for all of it.
+
 Errors: OSError(errno, strerror, path) for the file's steps (the caller removes the temporary
 file), OSError with filename path and filename2 final_path for the rename, and OSError(errno, strerror)
 without a file name for the log line's write (the file is then complete under its final name).
 """
 cimport cython
 from libc.errno cimport errno
-from libc.stdint cimport int64_t, uint32_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport rename
 from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY, open
 from posix.unistd cimport close, fsync
 
 from iogen._core.sysio cimport write_all
 from iogen._core.crc cimport iogen_crc32c, iogen_crc32c_init
+from iogen._core.fill cimport image_ops, stream_key
 
-from iogen._core._common import check_publish_args, os_error
+from iogen._core._common import (check_fill_args, check_image_ops, check_publish_args, image_ops_error, os_error,
+                                 writable_byte_view)
 
 iogen_crc32c_init()
 
-__all__ = ["write_file"]
+__all__ = ["write_file", "write_image"]
 
 # Which step failed, for the error's file names.
 cdef enum Step:
@@ -115,6 +120,64 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     cdef int err
     with nogil:
         err = publish(cp, p, n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
+    if err != 0:
+        if step == STEP_FILE:
+            raise os_error(err, path)
+        if step == STEP_RENAME:
+            raise os_error(err, path, final_path)
+        raise os_error(err)
+    return crc
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False, log_fd=-1, log_line=None,
+                crc_hex_at=-1):
+    """Build buf (the whole file) from the image operations as fill.build_image(buf, ops, blob, seed, stream)
+    does, then write_file(path, buf, final_path, fsync, log_fd, log_line, crc_hex_at): all in one call with
+    the GIL released. Returns the file's CRC-32C. ValueError (before anything is written) for an operation
+    that does not fit; OSError as write_file's."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    cdef const int64_t[:, ::1] o = check_image_ops(ops)
+    cdef const unsigned char[::1] b = memoryview(blob).cast("B")
+    check_fill_args(seed, stream, 0, 0)
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
+    cdef bytes c_final = None
+    if final_path is not None:
+        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
+    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
+        raise ValueError("embedded null byte")
+    cdef unsigned char[::1] line_view
+    cdef unsigned char *line = NULL
+    cdef size_t line_n = 0
+    cdef int fd = check_publish_args(log_fd, log_line, crc_hex_at)
+    cdef int64_t hex_at = crc_hex_at
+    if fd >= 0:
+        line_view = log_line
+        line_n = line_view.shape[0]
+        if line_n > 0:
+            line = &line_view[0]
+    cdef unsigned char empty = 0
+    cdef unsigned char *p = &view[0] if view.shape[0] > 0 else &empty
+    cdef const unsigned char *bp = &b[0] if b.shape[0] > 0 else &empty
+    cdef const int64_t *op = &o[0, 0] if o.shape[0] > 0 else NULL
+    cdef int64_t nops = o.shape[0], n = view.shape[0], blob_n = b.shape[0], bad = 0
+    cdef const char *cp = c_path
+    cdef const char *cf = NULL
+    if c_final is not None:
+        cf = c_final
+    cdef bint do_fsync = bool(fsync)
+    cdef uint32_t crc = 0
+    cdef Step step = STEP_NONE
+    cdef int err = 0
+    with nogil:
+        if nops > 0:
+            bad = image_ops(p, n, op, nops, bp, blob_n, key)
+        if bad == 0:
+            err = publish(cp, p, <size_t>n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
+    if bad:
+        raise image_ops_error(ops, bad - 1, n, blob_n)
     if err != 0:
         if step == STEP_FILE:
             raise os_error(err, path)

@@ -242,9 +242,10 @@ def ensure_split_folders(layout, storage=None) -> None:
 # -- what bytes a file gets (the format's alone), apart from how it is published and recorded ------------
 
 def file_image(layout, fmt, i: int):
-    """File i's whole bytes in a buffer this thread owns (valid until its next call) when the format
-    builds the file in memory (Format.file_image), else None (file_writer writes it)."""
-    return fmt.file_image(layout.samples_per_file, int(layout.record_bytes[i]), layout.seed, layout.stream_of(i))
+    """File i's whole bytes in a buffer this thread owns (valid until its next call), or a recipe that builds
+    them there (Format.file_recipe), when the format builds the file in memory, else None (file_writer
+    writes it)."""
+    return fmt.file_recipe(layout.samples_per_file, int(layout.record_bytes[i]), layout.seed, layout.stream_of(i))
 
 
 def file_writer(layout, fmt, i: int):
@@ -375,7 +376,7 @@ def _publish_file(store, gen, layout, f, i: int, fsync: bool) -> dict:
     sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
     image = file_image(layout, f, i)
-    if image is not None:  # POSIX: one core call (write, rename, journal line); an object store: one PUT
+    if image is not None:  # POSIX: one core call (build, write, rename, journal line); an object store: one PUT
         size = len(image)
         line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
         crc = gen.publish_image(path, image, fsync, line, crc_at, needed, f"data file {i}")

@@ -196,6 +196,12 @@ class Format:
         hands the buffer to iogen.core_switch.publish, which writes, renames and journals it in one call."""
         return None
 
+    def file_recipe(self, num_samples: int, record_bytes: int, seed: int, stream: int):
+        """What datagen publishes of a file built in memory: file_image's buffer, or (the image formats) a
+        recipe not built yet, whose build() fills and returns it and which the POSIX backend builds and
+        publishes in one core call (iogen.core_switch.publish.write_image); None as file_image."""
+        return self.file_image(num_samples, record_bytes, seed, stream)
+
     def index_file(self, path) -> FileIndex | None:
         """Byte range of each sample, or None when samples are not byte-addressable."""
         raise NotImplementedError

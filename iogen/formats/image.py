@@ -36,6 +36,44 @@ def thread_buffer(nbytes: int) -> np.ndarray:
     return buf[:nbytes]
 
 
+_OP_KINDS = {"fill": 1, "fill_crc32": 2, "jpeg_scan": 3, "png_stored": 4}  # core.fill.build_image's; copy is 0
+
+
+def image_recipe(copies, fills) -> tuple[np.ndarray, bytes]:
+    """(ops, blob) for core.fill.build_image: copies [(offset, bytes)] gathered into one blob, then the
+    fills [(kind name, offset, count, stream byte, a, b)] (a and b default 0)."""
+    rows, blob = [], b""
+    for at, data in copies:
+        rows.append((0, at, len(data), len(blob), 0, 0))
+        blob += data
+    for kind, at, count, source, *ab in fills:
+        ab += [0] * (2 - len(ab))
+        rows.append((_OP_KINDS[kind], at, count, source, *ab))
+    ops = np.array(rows, np.int64)
+    ops.flags.writeable = False
+    return ops, blob
+
+
+class ImageRecipe:
+    """A file to build: its buffer (this thread's), the format's operations and blob, its seed and stream. The
+    POSIX backend builds and publishes it in one core call (core.publish.write_image); `build()` fills the
+    buffer and returns it (any other backend, file_image)."""
+
+    __slots__ = ("buf", "ops", "blob", "seed", "stream")
+
+    def __init__(self, buf, ops, blob, seed, stream):
+        self.buf, self.ops, self.blob, self.seed, self.stream = buf, ops, blob, seed, stream
+
+    def __len__(self):
+        return self.buf.size
+
+    def build(self):
+        from .. import core_switch as core
+
+        core.fill.build_image(self.buf, self.ops, self.blob, self.seed, self.stream)
+        return self.buf
+
+
 class ImageFormat(Format):
     """Base of the one-image-a-file formats (JPEG, PNG): see the module doc."""
 
@@ -86,16 +124,27 @@ class ImageFormat(Format):
 
     def file_image(self, num_samples, record_bytes, seed, stream):
         """The whole file in this thread's buffer (exactly record_bytes bytes)."""
-        if int(num_samples) != 1:
+        return self.file_recipe(num_samples, record_bytes, seed, stream).build()
+
+    def file_recipe(self, num_samples, record_bytes, seed, stream) -> ImageRecipe:
+        """The file to build in this thread's buffer (exactly record_bytes bytes), not built yet."""
+        if num_samples != 1 and int(num_samples) != 1:
             raise ValueError(f"a {self.name} file holds one sample, not {num_samples}")
         record_bytes = int(record_bytes)
-        self._check_size(record_bytes)
-        buf = thread_buffer(record_bytes)
-        self.build(buf, seed, stream)
-        return buf
+        if record_bytes < self.min_file_bytes:
+            self._check_size(record_bytes)
+        ops, blob = self.recipe(record_bytes)
+        return ImageRecipe(thread_buffer(record_bytes), ops, blob, seed, stream)
 
     def build(self, buf: np.ndarray, seed: int, stream: int) -> None:
         """Fill buf (the whole file, its length the file's size) with the image."""
+        from .. import core_switch as core
+
+        ops, blob = self.recipe(buf.size)
+        core.fill.build_image(buf, ops, blob, seed, stream)
+
+    def recipe(self, record_bytes: int) -> tuple[np.ndarray, bytes]:
+        """(ops, blob): core.fill.build_image's operations that build a file of record_bytes (image_recipe)."""
         raise NotImplementedError
 
     # -- reading ----------------------------------------------------------------------------

@@ -102,6 +102,21 @@ def _assembly(record_bytes: int):
     return tuple(pieces), tuple(noise), pos, scan, mcus * COMPONENTS, pos + scan
 
 
+@functools.lru_cache(maxsize=64)
+def _recipe(record_bytes: int):
+    """(ops, blob) for core.fill.build_image (see JpegFormat.recipe)."""
+    from .image import image_recipe
+
+    pieces, coms, scan_at, scan, blocks, eoi_at = _assembly(record_bytes)
+    copies = [(at, piece.tobytes()) for at, piece in pieces] + [(eoi_at, EOI)]
+    fills, noise_at = [], 0  # stream bytes: COM noise from 0, the scan's fields after it
+    for at, size in coms:
+        fills.append(("fill", at, size, noise_at))
+        noise_at += size
+    fills.append(("jpeg_scan", scan_at, blocks, noise_at))
+    return image_recipe(copies, fills)
+
+
 class JpegFormat(ImageFormat):
     """Baseline JPEG of seeded noise, exact size (see the module doc)."""
 
@@ -111,20 +126,10 @@ class JpegFormat(ImageFormat):
     tail_marker = EOI
     min_file_bytes = FIXED_BYTES + 41 + 4  # one MCU (324 bits) and room for a COM segment beside it
 
-    def build(self, buf, seed, stream):
-        from .. import core_switch as core
-
-        n = buf.size
-        pieces, coms, scan_at, scan, blocks, eoi_at = _assembly(n)
-        for at, piece in pieces:  # the headers, each COM segment's and SOS: bytes of the size alone
-            buf[at:at + piece.size] = piece
-        noise_at = 0  # stream bytes: COM noise from 0, the scan's fields after it
-        for at, size in coms:
-            core.fill.fill_random(buf[at:at + size], seed, stream, noise_at)
-            noise_at += size
-        written = core.fill.jpeg_scan(buf[scan_at:scan_at + scan], seed, stream, noise_at, blocks)
-        assert scan_at + written == eoi_at, (scan_at + written, eoi_at)
-        buf[eoi_at:eoi_at + 2] = _EOI
+    def recipe(self, record_bytes: int):
+        """The core's operations that build a file of record_bytes (cached per size): the headers, each COM
+        segment's and SOS copied, COM noise from stream byte 0, the scan's fields after it, EOI."""
+        return _recipe(record_bytes)
 
     def walk(self, data: bytes, name: str) -> tuple:
         """Segments from SOI to SOS (each length inside the file), a frame header, Huffman and

@@ -86,6 +86,24 @@ def _assembly(record_bytes: int):
             zlib.crc32(idat_head[4:]), 1 + 3 * width, raw, stored)
 
 
+@functools.lru_cache(maxsize=64)
+def _recipe(record_bytes: int):
+    """(ops, blob) for core.fill.build_image (see PngFormat.recipe)."""
+    from .image import image_recipe
+
+    head, padding, idat_at, idat_head, idat_crc, row, raw, zlib_len = _assembly(record_bytes)
+    copies, fills, noise_at = [(0, head.tobytes())], [], 0
+    if padding >= 0:  # the padding chunk's noise and its CRC-32 (of its type, then its data) in one pass
+        fills.append(("fill_crc32", head.size, padding, noise_at, _PAD_TYPE_CRC))
+        noise_at += padding
+    copies.append((idat_at, idat_head.tobytes()))
+    # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass
+    fills.append(("png_stored", idat_at + idat_head.size, raw, noise_at, row, idat_crc))
+    copies.append((record_bytes - len(IEND), IEND))
+    assert idat_at + idat_head.size + zlib_len + 8 == record_bytes - len(IEND)
+    return image_recipe(copies, fills)
+
+
 class PngFormat(ImageFormat):
     """8-bit RGB PNG of seeded noise, stored deflate blocks, exact size (see the module doc)."""
 
@@ -96,31 +114,11 @@ class PngFormat(ImageFormat):
     # one pixel (a filter byte and 3, one block header) and room for the padding chunk beside it
     min_file_bytes = FIXED_BYTES + 9 + CHUNK_OVERHEAD
 
-    def build(self, buf, seed, stream):
-        from .. import core_switch as core
-
-        n = buf.size
-        head, padding, idat_at, idat_head, idat_crc, row, raw, zlib_len = _assembly(n)
-        buf[:head.size] = head  # signature, IHDR and the padding chunk's length and type: the size's alone
-        pos = head.size
-        noise_at = 0
-        if padding >= 0:  # the padding chunk's noise and its CRC-32 (of its type, then its data) in one pass
-            crc = core.fill.fill_random_crc32(buf[pos:pos + padding], seed, stream, noise_at, _PAD_TYPE_CRC)
-            noise_at += padding
-            pos += padding
-            buf[pos:pos + 4] = np.frombuffer(struct.pack(">I", crc), np.uint8)
-            pos += 4
-        assert pos == idat_at, (pos, idat_at)
-        buf[pos:pos + idat_head.size] = idat_head
-        pos += idat_head.size
-        # the stored blocks, their scanlines' Adler-32 and the chunk's CRC-32 in one pass (the core)
-        written, adler, crc = core.fill.png_stored(buf[pos:pos + zlib_len], seed, stream, noise_at, row, raw,
-                                                   idat_crc)
-        pos += written
-        tail = struct.pack(">I", adler)
-        tail += struct.pack(">I", zlib.crc32(tail, crc)) + IEND
-        buf[pos:pos + len(tail)] = np.frombuffer(tail, np.uint8)
-        assert pos + len(tail) == n, (pos + len(tail), n)
+    def recipe(self, record_bytes: int):
+        """The core's operations that build a file of record_bytes (cached per size): the signature, IHDR and the
+        padding chunk's head copied, its noise and CRC-32, IDAT's head, the stored blocks with their Adler-32
+        and IDAT's CRC-32, IEND."""
+        return _recipe(record_bytes)
 
     def walk(self, data: bytes, name: str) -> tuple:
         """Signature, then chunks to IEND, each inside the file with its CRC-32 right; an IHDR first;

@@ -337,7 +337,9 @@ class Generation:
 
     def publish_image(self, path: str, image, fsync: bool, line: bytearray, crc_at: int, needed_bytes: int,
                       what: str) -> int:
-        """Publish a file held whole in memory (image: a buffer) at path, complete or not at all, and record it;
+        """Publish a file held whole in memory at path, complete or not at all, and record it; image: a buffer, or
+        a recipe (Format.file_recipe: build() fills and returns its buffer; buf, ops, blob, seed and stream are
+        core.publish.write_image's arguments, which builds and publishes it in one call);
         line: its record's JSON line with the CRC's eight hex digits at crc_at left to fill; return its CRC-32C.
         needed_bytes and what: as a full disk's message names them."""
         raise NotImplementedError

@@ -136,6 +136,7 @@ class JournalGeneration(Generation):
         self.journal: Journal | None = None
         self.tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
         self._write_file = core.publish.write_file
+        self._write_image = core.publish.write_image
 
     def check(self, overwrite: bool) -> None:
         for path in journal_paths(self.folder):
@@ -165,9 +166,12 @@ class JournalGeneration(Generation):
 
     def publish_image(self, path, image, fsync, line, crc_at, needed_bytes, what) -> int:
         """One core call with the GIL released: written under this process's temporary name, renamed into
-        place, journaled (the CRC patched into line as it is appended)."""
+        place, journaled (the CRC patched into line as it is appended); a recipe is built in the same call."""
         tmp = path + self.tmp_mark
         try:
+            if hasattr(image, "ops"):  # a recipe (Format.file_recipe): built and published in one call
+                return self._write_image(tmp, image.buf, image.ops, image.blob, image.seed, image.stream, path, fsync,
+                                         self.journal.fd, line, crc_at)
             return self._write_file(tmp, image, path, fsync, self.journal.fd, line, crc_at)
         except OSError as exc:
             if exc.filename is None:  # the journal's append failed: the file itself is in place

@@ -726,6 +726,8 @@ class MetadataGeneration(Generation):
     def publish_image(self, path, image, fsync, line, crc_at, needed_bytes, what) -> int:
         from ..common.checksum import crc32c
 
+        if hasattr(image, "ops"):  # a recipe (Format.file_recipe): built here
+            image = image.build()
         data = bytes(memoryview(image).cast("B"))
         crc = crc32c(data)
         self.store.put_bytes(path, data, metadata=self._metadata(crc))

@@ -167,16 +167,17 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 # -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
 
 @pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
-                                          (545, 3), (4096, 123)])
-@pytest.mark.parametrize("vector", [True, False])  # the BMI2 pack (where the CPU has it) and the portable one
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
+                                          (545, 3), (4096, 123), (4, 0), (5, 1), (7, 2), (8, 3)])
+# the pack levels: 2 AVX-512 VBMI, 1 BMI2, 0 portable (a level the CPU lacks falls back to a lower one, tested too)
+@pytest.mark.parametrize("level", [2, 1, 0])
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, level):
     a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
     b = a.copy()
-    old = cython_core.probes.use_vector_fill(vector)
+    cython_core.probes.use_jpeg_pack(level)
     try:
         na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
     finally:
-        cython_core.probes.use_vector_fill(old)
+        cython_core.probes.use_jpeg_pack(2)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
     assert na == nb == (blocks * 108 + 7) // 8
     assert (a == b).all()  # what follows the scan is left as it was too
@@ -208,18 +209,21 @@ def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 5536, 5537, 5552 * 3 + 5, 200_001])
-@pytest.mark.parametrize("vector", [True, False])  # the compiled core's AVX2 loop (where the CPU has it) and SSE2
-def test_adler32_is_zlibs(core, n, vector):
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 5504, 5505, 5536, 5537, 5552 * 3 + 5,
+                               200_001])
+@pytest.mark.parametrize("level", [2, 1, 0])  # the compiled core's AVX-512BW, AVX2 and SSE2 loops (where the CPU has them)
+def test_adler32_is_zlibs(core, n, level):
     data = np.empty(n, np.uint8)
     core.fill.fill_random(data, 3, 4, 0)
     data[: n // 3] = 0xFF  # long runs of the largest byte: the sums' worst case
-    old = core.probes.use_vector_fill(vector)
+    core.probes.use_adler32(level)
     try:
         for start in (1, 0xFFF0FFF0, 123_456_789):
             assert core.fill.adler32(data, start) == zlib.adler32(data, start)
+        full = np.full(n, 0xFF, np.uint8)  # every byte the largest: the lanes' worst case
+        assert core.fill.adler32(full, 0xFFF0FFF0) == zlib.adler32(full, 0xFFF0FFF0)
     finally:
-        core.probes.use_vector_fill(old)
+        core.probes.use_adler32(2)
 
 
 def _stored_reference(seed, stream, offset, row, raw, crc):

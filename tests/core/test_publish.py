@@ -1,4 +1,4 @@
-"""core.publish.write_file: a whole file written, renamed into place and logged in one call (both implementations)."""
+"""core.publish.write_file and write_image: a whole file (built, for an image) written, renamed into place and logged in one call (both implementations)."""
 import errno
 import json
 import os
@@ -119,3 +119,59 @@ def test_a_name_with_a_null_byte_is_refused(core, tmp_path):
         with pytest.raises(ValueError, match="null"):
             core.publish.write_file(path, b"data", final)
     assert os.listdir(tmp_path) == []
+
+
+# -- write_image: an image's build (fill.build_image) and the publish in one call ----------------------------
+
+@pytest.mark.parametrize("fmt_name,size", [("jpeg", 5000), ("png", 5000), ("png", 200_000)])
+def test_write_image_writes_what_build_image_builds(core, tmp_path, fmt_name, size):
+    from iogen.formats import make_format
+
+    ops, blob = make_format(fmt_name, samples_per_file=1).recipe(size)
+    want = np.zeros(size, np.uint8)
+    core.fill.build_image(want, ops, blob, 7, 11)
+    buf = np.zeros(size, np.uint8)
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        crc = core.publish.write_image(str(tmp_path / "f.tmp"), buf, ops, blob, 7, 11, str(tmp_path / "f"), False,
+                                       log, bytearray(b"crc 00000000\n"), 4)
+    finally:
+        os.close(log)
+    assert (tmp_path / "f").read_bytes() == want.tobytes() == buf.tobytes()
+    assert crc == core.crc.crc32c(want)
+    assert (tmp_path / "log").read_bytes() == b"crc %08x\n" % crc
+    assert sorted(os.listdir(tmp_path)) == ["f", "log"]
+
+
+def test_build_image_is_the_same_in_both_implementations(cython_core, python_core):
+    from iogen.formats import make_format
+
+    for fmt_name in ("jpeg", "png"):
+        for size in (3000, 140_001):
+            ops, blob = make_format(fmt_name, samples_per_file=1).recipe(size)
+            out = []
+            for core in (cython_core, python_core):
+                buf = np.full(size, 0xAA, np.uint8)
+                core.fill.build_image(buf, ops, blob, 3, 1 << 40)
+                out.append(buf)
+            assert np.array_equal(out[0], out[1]), (fmt_name, size)
+
+
+@pytest.mark.parametrize("row", [(0, 10, 4, 6, 0, 0),        # a copy past the blob
+                                 (0, 98, 4, 0, 0, 0),        # a copy past the buffer
+                                 (1, -1, 4, 0, 0, 0),        # a negative offset
+                                 (2, 0, 97, 0, 0, 0),        # no room for the CRC after the fill
+                                 (3, 0, 8, 0, 0, 0),         # 8 blocks need 108 bytes
+                                 (4, 0, 80, 0, 0, 0),        # a row of 0 bytes
+                                 (4, 0, 90, 0, 10, 0),       # 90 scanline bytes need 5 + 90 + 8
+                                 (9, 0, 1, 0, 0, 0)])        # an unknown kind
+def test_an_image_operation_that_does_not_fit_is_refused_before_anything_is_written(core, tmp_path, row):
+    ops = np.array([(1, 0, 4, 0, 0, 0), row], np.int64)
+    buf = np.zeros(100, np.uint8)
+    with pytest.raises(ValueError, match="ops row 1"):
+        core.fill.build_image(buf, ops, b"abcdefgh", 1, 2)
+    with pytest.raises(ValueError, match="ops row 1"):
+        core.publish.write_image(str(tmp_path / "f.tmp"), buf, ops, b"abcdefgh", 1, 2, str(tmp_path / "f"))
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match=r"\(n, 6\)"):
+        core.fill.build_image(buf, np.zeros((1, 4), np.int64), b"", 1, 2)

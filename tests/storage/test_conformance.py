@@ -279,6 +279,28 @@ def test_a_generation_publishes_whole_files_and_tells_a_rerun_which_are_complete
     assert sorted(st.list(folder + "/")) == [f"{folder}/{r}" for r in rels]  # no record left, no temporary
 
 
+def test_a_generation_publishes_an_image_recipe_as_its_built_bytes(backend):
+    """Format.file_recipe's recipe (JPEG, PNG): built and published (POSIX: one core call), the bytes file_image gives."""
+    from iogen.common.checksum import crc32c
+    from iogen.data.manifest import journal_line
+    from iogen.formats import make_format
+
+    st, root = backend
+    folder, fmt = root + "img", make_format("png", samples_per_file=1)
+    want = bytes(fmt.file_image(1, 5000, 3, 4))
+    st.make_folder(folder)
+    gen = st.generation(folder, {"seed": 3}, 0, 1)
+    gen.check(False)
+    gen.start([])
+    try:
+        line, crc_at = journal_line("f_0_of_1.png", 5000, 5000, 1)
+        crc = gen.publish_image(f"{folder}/f_0_of_1.png", fmt.file_recipe(1, 5000, 3, 4), False, line, crc_at, 5000,
+                                "data file 0")
+    finally:
+        gen.close()
+    assert st.get_bytes(f"{folder}/f_0_of_1.png") == want and crc == crc32c(want)
+
+
 def test_whole_bytes_crc_and_a_read_that_tells_the_size(backend):
     """get_bytes and crc32c (manifests and `iogen verify`), read_range (staging's parts)."""
     from iogen.common.checksum import crc32c

@@ -9,13 +9,14 @@ import zlib
 
 import numpy as np
 
-from iogen._core._common import (GAMMA, MASK64, MIX_C1, MIX_C2, PQ_COPY, PQ_FILL, PQ_I8, PQ_I16, PQ_U8, PQ_U16,
-                                 check_crc, check_fill_args, check_jpeg_scan_args, check_parquet_ops,
-                                 check_png_stored_args, mix64_array, writable_byte_view)
+from iogen._core._common import (GAMMA, IMG_COPY, IMG_FILL, IMG_FILL_CRC32, IMG_JPEG_SCAN, IMG_PNG_STORED, MASK64,
+                                 MIX_C1, MIX_C2, PQ_COPY, PQ_FILL, PQ_I8, PQ_I16, PQ_U8, PQ_U16, check_crc,
+                                 check_fill_args, check_image_ops, check_jpeg_scan_args, check_parquet_ops,
+                                 check_png_stored_args, image_ops_error, mix64_array, writable_byte_view)
 
 from .crc import crc32c
 
-__all__ = ["adler32", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
+__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
 
 # The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
 JPEG_COEFS = 15
@@ -147,3 +148,51 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 def adler32(data, value=1):
     """Return the Adler-32 of data continuing from value, as zlib.adler32(data, value)."""
     return zlib.adler32(memoryview(data).cast("B"), check_crc(value))
+
+
+IMG_MAX_COUNT = 1 << 40
+
+
+def _image_op_fits(kind, at, count, source, a, b, n, blob_n) -> bool:
+    """fill.pyx image_ops' checks of one row."""
+    if not (0 <= at <= n and 0 <= count <= IMG_MAX_COUNT and 0 <= source <= IMG_MAX_COUNT):
+        return False
+    if kind == IMG_COPY:
+        return count <= n - at and count <= blob_n - source
+    if kind == IMG_FILL:
+        return count <= n - at
+    if kind == IMG_FILL_CRC32:
+        return count + 4 <= n - at and 0 <= a <= 0xFFFFFFFF
+    if kind == IMG_JPEG_SCAN:
+        return (count * JPEG_BLOCK_BITS + 7) // 8 <= n - at
+    if kind == IMG_PNG_STORED:
+        need = count + 5 * -(-count // PNG_STORED_MAX)
+        return count >= 1 and a >= 1 and 0 <= b <= 0xFFFFFFFF and need + 8 <= n - at
+    return False
+
+
+def build_image(buf, ops, blob, seed, stream):
+    """Carry out the image operations in buf (see fill.pyx, "A whole image file"); ValueError names a bad row."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    o = check_image_ops(ops)
+    src = bytes(memoryview(blob).cast("B"))
+    check_fill_args(seed, stream, 0, 0)
+    n = out.shape[0]
+    for r, row in enumerate(o.tolist()):
+        kind, at, count, source, a, b = row
+        if not _image_op_fits(kind, at, count, source, a, b, n, len(src)):
+            raise image_ops_error(ops, r, n, len(src))
+        if kind == IMG_COPY:
+            out[at:at + count] = np.frombuffer(src, np.uint8, count, source)
+        elif kind == IMG_FILL:
+            fill_random(out[at:at + count], seed, stream, source)
+        elif kind == IMG_FILL_CRC32:
+            c = fill_random_crc32(out[at:at + count], seed, stream, source, a)
+            out[at + count:at + count + 4] = np.frombuffer(c.to_bytes(4, "big"), np.uint8)
+        elif kind == IMG_JPEG_SCAN:
+            jpeg_scan(out[at:], seed, stream, source, count)
+        else:
+            need, adler, c = png_stored(out[at:], seed, stream, source, a, count, b)
+            tail = adler.to_bytes(4, "big")
+            tail += zlib.crc32(tail, c).to_bytes(4, "big")
+            out[at + need:at + need + 8] = np.frombuffer(tail, np.uint8)

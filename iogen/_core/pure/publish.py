@@ -5,8 +5,9 @@ from iogen._core._common import check_publish_args, os_error
 
 from .sysio import write_all
 from .crc import crc32c
+from .fill import build_image
 
-__all__ = ["write_file"]
+__all__ = ["write_file", "write_image"]
 
 
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
@@ -41,3 +42,14 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
         if err:
             raise os_error(err)
     return crc
+
+
+def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False, log_fd=-1, log_line=None,
+                crc_hex_at=-1):
+    """fill.build_image(buf, ops, blob, seed, stream), then write_file(path, buf, ...); returns the CRC-32C."""
+    for name in (path, final_path):
+        if name is not None and "\0" in os.fsdecode(name):
+            raise ValueError("embedded null byte")
+    check_publish_args(log_fd, log_line, crc_hex_at)
+    build_image(buf, ops, blob, seed, stream)
+    return write_file(path, buf, final_path, fsync, log_fd, log_line, crc_hex_at)
