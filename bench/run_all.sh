@@ -22,7 +22,8 @@ run vs_dlio_tfrecord $PY bench/vs_dlio.py --format tfrecord --reps 3 --epochs 3 
 J="--format jpeg --record-bytes 322957 --files 2000 --batch 24 --threads 8 --compute 0 --reps 3 --epochs 3"
 run vs_dlio_jpeg $PY bench/vs_dlio.py $J --dir "$WORK/vs_dlio_jpeg"
 run vs_dlio_jpeg_decode $PY bench/vs_dlio.py $J --decode --dir "$WORK/vs_dlio_jpeg"
-run retinanet_headline $PY bench/retinanet_headline.py --files 20000 --max 32 --loaders native,pytorch --dlio-python "${IOGEN_DLIO_PYTHON:-}" --dir "$WORK/headline"
+run retinanet_headline $PY bench/retinanet_headline.py --files 20000 --max 32 --epochs 3 --loaders native,pytorch --dlio-max 2 --dlio-epochs 1 --dlio-python "${IOGEN_DLIO_PYTHON:-}" --dir "$WORK/headline"
+run step_barrier $PY bench/step_barrier.py --data "$WORK/headline/data" --files 20000 --ranks 16 --rounds 3 --reader-nice idle
 run sleep $PY bench/sleep_accuracy.py --reps 100,100,10
 run au_ceiling $PY bench/au_ceiling.py --compute 0.01 --reps 3 --files 128
 run au_ceiling_1ms $PY bench/au_ceiling.py --compute 0.001 --reps 3 --files 128
@@ -42,6 +43,7 @@ run small_files $PY bench/small_files.py --files 4000 --batch 24 --threads 8 --e
 run small_files_fio $PY bench/small_files_fio.py --files 4000 --batch 24 --threads 8 --reps 3 --dir "$WORK/small_fio"
 run datagen_images $PY bench/datagen_images.py --files 20000 --workers 2 --rounds 3 --folder "$WORK/dg_img"
 run parquet_dlrm $PY bench/parquet_reads.py --workload dlrm --files 8 --rows 49152 --batch 4096 --reps 3 --dir "$WORK/pq_dlrm"
+run parquet_dlrm_16k $PY bench/parquet_reads.py --workload dlrm --files 32 --rows 49152 --batch 16384 --reps 3 --native-only --dir "$WORK/pq_dlrm16k"
 run parquet_flux $PY bench/parquet_reads.py --workload flux --files 16 --rows 32 --batch 8 --threads 4 --reps 3 --dir "$WORK/pq_flux"
 run loaders $PY bench/loaders_compare.py --reps 2 --epochs 2 --dir "$WORK/loaders"
 run startup $PY bench/startup.py --reps 5
