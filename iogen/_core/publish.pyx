@@ -83,6 +83,18 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
     return 0
 
 
+cdef tuple _c_names(path, final_path):
+    """(path, final_path or None) as the bytes C is given; ValueError for a name with a null byte, as
+    os.open says (C would stop the name there)."""
+    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
+    cdef bytes c_final = None
+    if final_path is not None:
+        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
+    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
+        raise ValueError("embedded null byte")
+    return c_path, c_final
+
+
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited (check_publish_args bounds crc_hex_at), on in the debug build
 @cython.wraparound(IOGEN_DEBUG_BUILD)
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
@@ -90,12 +102,8 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex; all
     with the GIL released. Returns the file's CRC-32C. Raises OSError (see the module doc)."""
     cdef const unsigned char[::1] src = memoryview(data).cast("B")
-    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
-    cdef bytes c_final = None
-    if final_path is not None:
-        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
-    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
-        raise ValueError("embedded null byte")  # as os.open says: C would stop the name there
+    cdef bytes c_path, c_final
+    c_path, c_final = _c_names(path, final_path)
     cdef unsigned char[::1] line_view
     cdef unsigned char *line = NULL
     cdef size_t line_n = 0
@@ -142,12 +150,8 @@ def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False
     cdef const unsigned char[::1] b = memoryview(blob).cast("B")
     check_fill_args(seed, stream, 0, 0)
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
-    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
-    cdef bytes c_final = None
-    if final_path is not None:
-        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
-    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
-        raise ValueError("embedded null byte")
+    cdef bytes c_path, c_final
+    c_path, c_final = _c_names(path, final_path)
     cdef unsigned char[::1] line_view
     cdef unsigned char *line = NULL
     cdef size_t line_n = 0
