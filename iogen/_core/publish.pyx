@@ -83,16 +83,53 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
     return 0
 
 
-cdef tuple _c_names(path, final_path):
-    """(path, final_path or None) as the bytes C is given; ValueError for a name with a null byte, as
-    os.open says (C would stop the name there)."""
-    cdef bytes c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
-    cdef bytes c_final = None
-    if final_path is not None:
-        c_final = final_path if isinstance(final_path, bytes) else str(final_path).encode("utf-8", "surrogateescape")
-    if b"\0" in c_path or (c_final is not None and b"\0" in c_final):
-        raise ValueError("embedded null byte")
-    return c_path, c_final
+cdef class _Target:
+    """One publish's names, journal line and fsync as C is given them (kept alive across the nogil call),
+    and the OSError its failed step raises. ValueError for a name with a null byte, as os.open says (C
+    would stop the name there)."""
+    cdef object path, final_path
+    cdef bytes c_path, c_final
+    cdef unsigned char[::1] line_view
+    cdef const char *cp
+    cdef const char *cf
+    cdef unsigned char *line
+    cdef size_t line_n
+    cdef int fd
+    cdef int64_t hex_at
+    cdef bint do_fsync
+
+    def __cinit__(self, path, final_path, fsync, log_fd, log_line, crc_hex_at):
+        self.path, self.final_path = path, final_path
+        self.c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
+        self.c_final = None
+        if final_path is not None:
+            self.c_final = (final_path if isinstance(final_path, bytes)
+                            else str(final_path).encode("utf-8", "surrogateescape"))
+        if b"\0" in self.c_path or (self.c_final is not None and b"\0" in self.c_final):
+            raise ValueError("embedded null byte")
+        self.cp = self.c_path
+        self.cf = NULL if self.c_final is None else <const char *>self.c_final
+        self.fd = check_publish_args(log_fd, log_line, crc_hex_at)
+        self.hex_at = crc_hex_at
+        self.line = NULL
+        self.line_n = 0
+        if self.fd >= 0:
+            self.line_view = log_line
+            self.line_n = self.line_view.shape[0]
+            if self.line_n > 0:
+                self.line = &self.line_view[0]
+        self.do_fsync = bool(fsync)
+
+    cdef int run(self, const unsigned char *p, size_t n, uint32_t *crc, Step *step) noexcept nogil:
+        return publish(self.cp, p, n, self.cf, self.do_fsync, self.fd, self.line, self.line_n, self.hex_at,
+                       crc, step)
+
+    cdef error(self, int err, Step step):
+        if step == STEP_FILE:
+            return os_error(err, self.path)
+        if step == STEP_RENAME:
+            return os_error(err, self.path, self.final_path)
+        return os_error(err)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited (check_publish_args bounds crc_hex_at), on in the debug build
@@ -102,38 +139,18 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex; all
     with the GIL released. Returns the file's CRC-32C. Raises OSError (see the module doc)."""
     cdef const unsigned char[::1] src = memoryview(data).cast("B")
-    cdef bytes c_path, c_final
-    c_path, c_final = _c_names(path, final_path)
-    cdef unsigned char[::1] line_view
-    cdef unsigned char *line = NULL
-    cdef size_t line_n = 0
-    cdef int fd = check_publish_args(log_fd, log_line, crc_hex_at)
-    cdef int64_t hex_at = crc_hex_at
-    if fd >= 0:
-        line_view = log_line
-        line_n = line_view.shape[0]
-        if line_n > 0:
-            line = &line_view[0]
+    cdef _Target t = _Target(path, final_path, fsync, log_fd, log_line, crc_hex_at)
     cdef const unsigned char *p = NULL
     cdef size_t n = src.shape[0]
     if n > 0:
         p = &src[0]
-    cdef const char *cp = c_path
-    cdef const char *cf = NULL
-    if c_final is not None:
-        cf = c_final
-    cdef bint do_fsync = bool(fsync)
     cdef uint32_t crc = 0
     cdef Step step = STEP_NONE
     cdef int err
     with nogil:
-        err = publish(cp, p, n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
+        err = t.run(p, n, &crc, &step)
     if err != 0:
-        if step == STEP_FILE:
-            raise os_error(err, path)
-        if step == STEP_RENAME:
-            raise os_error(err, path, final_path)
-        raise os_error(err)
+        raise t.error(err, step)
     return crc
 
 
@@ -150,28 +167,12 @@ def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False
     cdef const unsigned char[::1] b = memoryview(blob).cast("B")
     check_fill_args(seed, stream, 0, 0)
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
-    cdef bytes c_path, c_final
-    c_path, c_final = _c_names(path, final_path)
-    cdef unsigned char[::1] line_view
-    cdef unsigned char *line = NULL
-    cdef size_t line_n = 0
-    cdef int fd = check_publish_args(log_fd, log_line, crc_hex_at)
-    cdef int64_t hex_at = crc_hex_at
-    if fd >= 0:
-        line_view = log_line
-        line_n = line_view.shape[0]
-        if line_n > 0:
-            line = &line_view[0]
+    cdef _Target t = _Target(path, final_path, fsync, log_fd, log_line, crc_hex_at)
     cdef unsigned char empty = 0
     cdef unsigned char *p = &view[0] if view.shape[0] > 0 else &empty
     cdef const unsigned char *bp = &b[0] if b.shape[0] > 0 else &empty
     cdef const int64_t *op = &o[0, 0] if o.shape[0] > 0 else NULL
     cdef int64_t nops = o.shape[0], n = view.shape[0], blob_n = b.shape[0], bad = 0
-    cdef const char *cp = c_path
-    cdef const char *cf = NULL
-    if c_final is not None:
-        cf = c_final
-    cdef bint do_fsync = bool(fsync)
     cdef uint32_t crc = 0
     cdef Step step = STEP_NONE
     cdef int err = 0
@@ -179,13 +180,9 @@ def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False
         if nops > 0:
             bad = image_ops(p, n, op, nops, bp, blob_n, key)
         if bad == 0:
-            err = publish(cp, p, <size_t>n, cf, do_fsync, fd, line, line_n, hex_at, &crc, &step)
+            err = t.run(p, <size_t>n, &crc, &step)
     if bad:
         raise image_ops_error(ops, bad - 1, n, blob_n)
     if err != 0:
-        if step == STEP_FILE:
-            raise os_error(err, path)
-        if step == STEP_RENAME:
-            raise os_error(err, path, final_path)
-        raise os_error(err)
+        raise t.error(err, step)
     return crc
