@@ -128,20 +128,12 @@ class ImageFormat(Format):
 
     def file_recipe(self, num_samples, record_bytes, seed, stream) -> ImageRecipe:
         """The file to build in this thread's buffer (exactly record_bytes bytes), not built yet."""
-        if num_samples != 1 and int(num_samples) != 1:
+        if int(num_samples) != 1:
             raise ValueError(f"a {self.name} file holds one sample, not {num_samples}")
         record_bytes = int(record_bytes)
-        if record_bytes < self.min_file_bytes:
-            self._check_size(record_bytes)
+        self._check_size(record_bytes)
         ops, blob = self.recipe(record_bytes)
         return ImageRecipe(thread_buffer(record_bytes), ops, blob, seed, stream)
-
-    def build(self, buf: np.ndarray, seed: int, stream: int) -> None:
-        """Fill buf (the whole file, its length the file's size) with the image."""
-        from .. import core_switch as core
-
-        ops, blob = self.recipe(buf.size)
-        core.fill.build_image(buf, ops, blob, seed, stream)
 
     def recipe(self, record_bytes: int) -> tuple[np.ndarray, bytes]:
         """(ops, blob): core.fill.build_image's operations that build a file of record_bytes (image_recipe)."""

@@ -105,16 +105,14 @@ def pixel_array(im) -> np.ndarray:
     is refused (an image in several memory blocks, or an older Pillow)."""
     try:
         import pyarrow  # a dependency already (Parquet); loaded once per process
-
+    except ImportError:
+        return np.asarray(im)
+    try:
         values = pyarrow.array(im)
         values = values.values if isinstance(values, pyarrow.FixedSizeListArray) else values
         return values.to_numpy(zero_copy_only=True)
-    except (ImportError, AttributeError, ValueError, TypeError, NotImplementedError, ArithmeticError):
+    except (pyarrow.ArrowException, AttributeError, ValueError, TypeError):  # the export refused
         return np.asarray(im)
-    except Exception as exc:  # pyarrow.ArrowException and its kin: the export is refused
-        if type(exc).__module__.startswith("pyarrow"):
-            return np.asarray(im)
-        raise
 
 
 def decode_block(world, train_cost: DecodeCost | None, eval_cost: DecodeCost | None = None) -> dict | None:

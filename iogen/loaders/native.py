@@ -22,7 +22,9 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import os
 import queue
+import sys
 import threading
 
 import numpy as np
@@ -69,9 +71,6 @@ def reader_nice(environ=None, oversubscribed: bool = False):
     emulated accelerators' step clock before the reads that fill their compute time; measured in
     docs/benchmarks.md), else 0 (nothing changes). Linux only (per-thread priorities).
     """
-    import os
-    import sys
-
     raw = (os.environ if environ is None else environ).get("IOGEN_READER_NICE", "").strip()
     if not raw:
         return "idle" if oversubscribed and sys.platform.startswith("linux") else 0
@@ -95,8 +94,6 @@ def lower_priority(nice) -> None:
     """Lower the calling thread's priority as reader_nice() says (Linux: a thread's own)."""
     if not nice:
         return
-    import os
-
     tid = threading.get_native_id()
     if nice == "idle":
         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
@@ -320,8 +317,7 @@ class NativeLoader(Loader):
 
     def _prepare(self, step: int, slot: int, gids: np.ndarray) -> _Job:
         """Turn a batch of sample ids into read pieces and start reading them."""
-        job = _Job(step, slot, int(gids.size))
-        job.preprocess_ns = self.preprocess.batch_ns(gids.size)
+        job = self._new_job(step, slot, gids)
         spf = self.layout.samples_per_file
         if self.groups is not None:
             # the groups the batch needs and the cache lacks; bytes and errors are per range
@@ -339,16 +335,14 @@ class NativeLoader(Loader):
         by_path = self._stream_files is not None
         fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf, open_files=not by_path)
         if by_path and lengths.max() <= self._scratch_bytes:
-            self._submit(*self._by_path(job, files, offsets, lengths))
+            self._submit(*self._streamed(job, files, offsets, lengths))
             return job
         if fds is None:  # larger files than the scratch holds: opened here, read kept
             fds, offsets, lengths, job.transient = self.table.ranges(files, gids % spf)
         if self._stream is not None and lengths.max() <= self._scratch_bytes:
             # nothing keeps the batch: each slice read through its thread's scratch, checked as it lands
             # (frames larger than the dataset's records, in files written elsewhere, go the kept way)
-            job.streamed = True
-            job.files, job.offsets, job.extent = files, offsets, 0
-            self._submit(job, None, fds, offsets, lengths, lengths, None, None)
+            self._submit(*self._streamed(job, files, offsets, lengths, fds))
             return job
         if self.direct:
             start = offsets & ~(ALIGN - 1)
@@ -377,14 +371,22 @@ class NativeLoader(Loader):
         self._submit(job, buf, fds, start, read_len, required, buf_off, owner)
         return job
 
-    def _by_path(self, job, files, offsets, lengths) -> tuple:
-        """A batch whose samples' files are each opened, read whole and closed by their reading thread, checked
-        as they land: its _submit arguments."""
+    def _new_job(self, step: int, slot: int, gids: np.ndarray) -> _Job:
+        """A batch's job, its preprocessing time drawn (in step order, whoever prepares it)."""
+        job = _Job(step, slot, int(gids.size))
+        job.preprocess_ns = self.preprocess.batch_ns(gids.size)
+        return job
+
+    def _streamed(self, job, files, offsets, lengths, fds=None) -> tuple:
+        """_submit's arguments for a batch nothing keeps, each slice read through its thread's scratch and
+        checked as it lands: through descriptors held open (fds), or, without fds, each sample's file opened,
+        read whole and closed by its reading thread (by path)."""
         job.streamed = True
         job.files, job.offsets, job.extent = files, offsets, 0
-        paths, ids = self.layout.paths, files.tolist()
-        paths = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
-        return job, None, paths, offsets, lengths, lengths, None, None
+        if fds is None:
+            paths, ids = self.layout.paths, files.tolist()
+            fds = paths.take(ids) if hasattr(paths, "take") else [paths[f] for f in ids]
+        return job, None, fds, offsets, lengths, lengths, None, None
 
     def _plan_streamed(self, step: int, gids: np.ndarray):
         """_prepare's work for a streamed batch (by path, or through descriptors held open) whose files are all
@@ -403,13 +405,7 @@ class NativeLoader(Loader):
         fds, offsets, lengths, transient = self.table.ranges(files, gids % spf, open_files=not by_path)
         if transient or lengths.max() > self._scratch_bytes:
             return None
-        job = _Job(step, -1, int(gids.size))
-        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
-        if by_path:
-            return self._by_path(job, files, offsets, lengths)
-        job.streamed = True
-        job.files, job.offsets, job.extent = files, offsets, 0
-        return job, None, fds, offsets, lengths, lengths, None, None
+        return self._streamed(self._new_job(step, -1, gids), files, offsets, lengths, None if by_path else fds)
 
     def _plan_groups(self, step: int, gids: np.ndarray):
         """_plan_streamed for a streamed row-group batch of consecutive rows of a file already indexed, its
@@ -421,8 +417,7 @@ class NativeLoader(Loader):
         if got is None:
             return None
         fds, offsets, lengths, files, _ = got  # no descriptor opened for the batch alone (not transient)
-        job = _Job(step, -1, int(gids.size))
-        job.preprocess_ns = self.preprocess.batch_ns(gids.size)  # drawn in step order, as _prepare draws it
+        job = self._new_job(step, -1, gids)
         job.streamed = True
         if not offsets.size:
             return (job,)

@@ -30,6 +30,7 @@ import os
 import pickle
 import socket
 import sys
+import time
 
 import numpy as np
 
@@ -329,8 +330,6 @@ class MPIWorld:
         policy's spin window); between waits, as `poll` does between tests, a failure notice
         raises RankFailure and the step timeout ends the wait.
         """
-        import time
-
         slice_ns = int(NODE_WAIT_SLICE_S * 1e9)
         spin_ns = self.policy.spin_s * 1e9  # may be inf
         start = time.monotonic_ns()
