@@ -98,12 +98,13 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # until the 1-minute load is below COOLDOWN_LOAD and no other process uses HEAVY_CPU_SHARE of a
 # CPU or more, for at most --cooldown-max seconds (default DEFAULT_MAX_WAIT_S), and at exit
 # prints one `cool-down:` line: the load before and after, what else ran, and whether the
-# figure counts. A benchmark raises the load itself, so the rule is about what ran beside it:
-# the start must be quiet, and no other process may be heavy at the start, at any look while the
-# benchmark runs (Watch, every WATCH_S), or at the end. --no-cooldown (or
+# figure counts. The start must be quiet, no other process may be heavy at the start, at any look
+# while the benchmark runs (Watch, every WATCH_S) or at the end, and the 1-minute load after it must
+# be below AFTER_LOAD, whatever raised it. --no-cooldown (or
 # IOGEN_BENCH_NO_COOLDOWN=1) skips the wait; the figure is then judged the same way.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
+AFTER_LOAD = 1.5  # ...and the 1-minute load average the figure may leave behind
 HEAVY_CPU_SHARE = 0.25  # another process using this share of one CPU or more is other work
 DEFAULT_MAX_WAIT_S = 900.0
 SAMPLE_S = 2.0  # how long one look at the other processes lasts
@@ -175,13 +176,17 @@ def other_work(sample_s: float = SAMPLE_S) -> list:
 
 
 def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool,
-          threshold: float = COOLDOWN_LOAD, heavy_during: list = ()) -> tuple[bool, str]:
+          threshold: float = COOLDOWN_LOAD, heavy_during: list = (), load_after: float | None = None
+          ) -> tuple[bool, str]:
     """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside
-    it: not at the start, not at any look while it ran (`heavy_during`, Watch), not at the end."""
+    it (not at the start, not at any look while it ran: `heavy_during`, Watch; not at the end) and a
+    1-minute load below AFTER_LOAD after it, whoever raised it (a benchmark's own ranks or workers too)."""
     why = []
     if load_start >= threshold:
         why.append(f"1-minute load {load_start:.2f} >= {threshold:g} at the start"
                    + (" (the cool-down wait ran out)" if timed_out else " (no cool-down wait)"))
+    if load_after is not None and load_after >= AFTER_LOAD:
+        why.append(f"1-minute load {load_after:.2f} >= {AFTER_LOAD:g} after it")
     for when, heavy in (("at the start", heavy_start), ("while it ran", heavy_during), ("at the end", heavy_end)):
         if heavy:
             shown = ", ".join(f"{name} (pid {pid}, {used:.0%} of a CPU)" for pid, name, used in heavy[:3])
@@ -278,7 +283,7 @@ def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
     """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
     watch = state.get("watch")
     counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"],
-                        heavy_during=watch.heavy() if watch is not None else ())
+                        heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0])
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
     return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "

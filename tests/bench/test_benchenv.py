@@ -41,6 +41,9 @@ def test_a_figure_counts_only_from_a_quiet_start_with_nothing_heavy_beside_it(be
     assert not counts and "1-minute load 1.00 >= 1 at the start (the cool-down wait ran out)" in why
     counts, why = benchenv.judge(0.2, [], [(7, "pytest", 0.9)], False)
     assert not counts and "other work running at the end: pytest (pid 7, 90% of a CPU)" in why
+    assert benchenv.judge(0.2, [], [], False, load_after=1.49)[0] is True
+    counts, why = benchenv.judge(0.2, [], [], False, load_after=1.5)
+    assert not counts and why == "1-minute load 1.50 >= 1.5 after it"
     line = benchenv.cooldown_line({"load_before": (3.0, 2.0, 1.0), "heavy_start": [], "waited_s": 0.0,
                                    "skipped": True, "timed_out": False}, (4.0, 2.5, 1.1), [])
     assert line.startswith("cool-down: wait skipped; load before 3.00 / 2.00 / 1.00, after 4.00 / 2.50 / 1.10")
