@@ -9,10 +9,10 @@ plain loop):
   file into its own buffer, GIL released) and closing files t, t+T, ...: the simplest reader there is;
 - iogen native: the whole run (`iogen run`: plan, loader, engine, step log, metrics), compute 0,
   `reader.reopen_files` on (one open and one close per sample, as the plain loop and a map-style
-  dataset do) and off (files opened once), with the default reader.prefetch_size (2 batches in
-  flight); and with reopen_files and reader.prefetch_size = --threads: the batches in flight that
-  the PyTorch loader (and DLIO 2.0's) keeps with that many workers and prefetch_size 2 (each worker
-  a batch: prefetch_factor = ceil(2 / workers)). samples/s from its own summary. Its first step is
+  dataset do) and off (files opened once), with the default reader.prefetch_size 2: the batches in
+  flight are the PyTorch loader's (and DLIO 2.0's) with --threads workers, read_threads x
+  ceil(prefetch_size / read_threads) (8 with 8 threads; config.limits.batches_ahead; until round 9
+  the native loader kept prefetch_size, 2). samples/s from its own summary. Its first step is
   left out of its figures (metric.exclude_start_steps), the plain loop times everything (its
   threads never wait for one another: no batches).
 
@@ -111,14 +111,13 @@ def main(argv=None) -> int:
     rows = []
     for _ in range(args.reps):
         row = []
-        for contender in ("plain", "reopen", "open once", "reopen deep"):
+        for contender in ("plain", "reopen", "open once"):
             for p in paths:
                 core.probes.pread_loop_baseline(p, 1 << 20, warm_buf)
             if contender == "plain":
                 row.append(plain_files_s(paths, args.threads, args.record_bytes, pool))
             else:
-                row.append(iogen_samples_s(base, [f"reader.reopen_files={contender != 'open once'}"]
-                                           + ([f"reader.prefetch_size={args.threads}"] if "deep" in contender else [])))
+                row.append(iogen_samples_s(base, [f"reader.reopen_files={contender != 'open once'}"]))
         rows.append(row)
     print(f"small files, bytes only: {len(paths)} {args.format} files x {args.record_bytes:,} B, {args.threads} threads "
           f"each, batch {args.batch} (iogen), compute 0, page cache warm, {args.reps} repetitions alternating "
@@ -127,9 +126,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|")
     labels = (f"plain open/os.readv/close loop ({args.threads} threads)",
               "iogen native, reader.reopen_files=True (open/read/close per sample)",
-              "iogen native, files opened once",
-              f"iogen native, reopen_files, reader.prefetch_size={args.threads} (the batches in flight of the "
-              f"PyTorch loader and DLIO's with {args.threads} workers and prefetch_size 2)")
+              "iogen native, files opened once")
     for k, label in enumerate(labels):
         vals = [r[k][0] for r in rows]
         ratios = [r[k][0] / r[0][0] for r in rows]

@@ -12,8 +12,8 @@ before it writes anything, that
 
 The memory estimate is a lower bound of what iogen holds, so a refusal is always right: the
 per-rank plan (one int64 sample id per sample the rank reads in an epoch), one int64 record
-size per file, the batch buffers in flight ((prefetch_size + 1) batches of records of the mean
-size), and the index of one file (two int64 per sample). Plans and file tables hold
+size per file, the batch buffers in flight (the batches read ahead, `batches_ahead`, plus the one
+in use, of records of the mean size), and the index of one file (two int64 per sample). Plans and file tables hold
 work per rank (tests/plan), so a dataset of 10^9 samples plans fine; only what cannot be held
 is refused. Problems name the key (exit 2).
 """
@@ -101,13 +101,34 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
     return {
         "plan": steps * rd.batch_size * PLAN_BYTES_PER_SAMPLE,
         "file table": files * BYTES_PER_FILE,
-        # the batch buffers: prefetch_size ahead plus the one in use, each at least batch x the
-        # mean record (the largest batch is larger when sizes vary)
-        "batches in flight": (rd.prefetch_size + 1) * batch * ds.record_length_bytes,
+        # the batch buffers: the batches read ahead (the native and PyTorch loaders: batches_ahead; tf.data
+        # prefetch_size) plus the one in use, each at least batch x the mean record (the largest batch is
+        # larger when sizes vary)
+        "batches in flight": (_ahead(rd) + 1) * batch * ds.record_length_bytes,
         "one file's index": ds.num_samples_per_file * INDEX_BYTES_PER_SAMPLE,
         "checkpoint buffers": _checkpoint_buffer_bytes(wl),
         "staging buffers": _staging_buffer_bytes(wl),
     }
+
+
+def _ahead(reader) -> int:
+    """The batches the configured loader reads ahead (tf.data: prefetch_size)."""
+    if reader.data_loader in ("native", "pytorch"):
+        return batches_ahead(reader)
+    return max(0, int(reader.prefetch_size))
+
+
+def batches_ahead(reader) -> int:
+    """Batches read ahead of the one in use by the native and PyTorch loaders: PyTorch's DataLoader with
+    `read_threads` workers and prefetch_factor = ceil(prefetch_size / read_threads) (DLIO's mapping) keeps
+    read_threads x ceil(prefetch_size / read_threads) batches in flight, prefetch_size rounded up to a
+    multiple of the workers (8 with 8 workers and prefetch_size 2), and the native loader keeps the same,
+    so the storage sees the same read-ahead with either. prefetch_size 0 (no read-ahead) stays 0, and
+    read_threads 0 (the main process reads) keeps prefetch_size."""
+    prefetch, threads = max(0, int(reader.prefetch_size)), max(0, int(reader.read_threads))
+    if prefetch == 0 or threads == 0:
+        return prefetch
+    return threads * -(-prefetch // threads)
 
 
 def _checkpoint_buffer_bytes(wl) -> int:
@@ -147,7 +168,8 @@ def _staging_buffer_bytes(wl) -> int:
 _KEYS = {
     "plan": "dataset.num_samples_per_file / dataset.num_files_train",
     "file table": "dataset.num_files_train",
-    "batches in flight": "reader.prefetch_size x reader.batch_size x dataset.record_length_bytes",
+    "batches in flight": "reader.prefetch_size (rounded up to a multiple of reader.read_threads) x reader.batch_size x "
+                         "dataset.record_length_bytes",
     "one file's index": "dataset.num_samples_per_file",
     "checkpoint buffers": "checkpoint.transfer_size x checkpoint.write_threads (read_threads, drain_threads)",
     "staging buffers": "staging.transfer_size x staging.threads",

@@ -4,8 +4,9 @@ Scheduling policy lives here; the byte-level work is the storage's. On this mach
 (POSIX) that is `iogen.core_switch.reader.pread_into`, which reads a whole slice of a batch in one call
 without the GIL, so `read_threads` Python threads really read in parallel. A producer thread
 prepares batch k+1.. (index look-ups, splitting, buffer assignment) while the engine computes on
-batch k, keeping `prefetch_size` batches in flight. Each in-flight batch owns a page-aligned
-buffer, so O_DIRECT needs no extra copy.
+batch k, keeping as many batches in flight as the PyTorch loader does for the same keys
+(config.limits.batches_ahead: read_threads x ceil(prefetch_size / read_threads), DLIO's mapping).
+Each in-flight batch owns a page-aligned buffer, so O_DIRECT needs no extra copy.
 
 On an object store (a backend without `core_reads`) the plan, batches, threads and buffers are
 the same; every range is a ranged GET straight into the batch buffer, ranges longer than
@@ -30,6 +31,7 @@ import threading
 import numpy as np
 
 from .. import core_switch as core
+from ..config.limits import batches_ahead
 from ..errors import ConfigError, DataError, ReadFailure
 from ..common.pool import Failed, ThreadPool
 from ..formats.base import RecordError
@@ -143,7 +145,7 @@ class NativeLoader(Loader):
         from ..storage import backend_class, get_storage
 
         self.threads = max(1, int(reader.read_threads))
-        self.prefetch = max(0, int(reader.prefetch_size))
+        self.prefetch = batches_ahead(reader)  # the PyTorch loader's depth for the same keys
         self.store = get_storage(wl, self.threads)  # an object store's bucket is checked here
         caps = type(self.store).capabilities
         self._core = caps.core_reads  # a batch slice is one core call (else one request per range)
@@ -665,7 +667,7 @@ class NativeLoader(Loader):
     # -- the epoch ---------------------------------------------------------------------
 
     def epoch(self, plan):
-        """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads ahead."""
+        """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads self.prefetch batches ahead."""
         if self.groups is not None:
             self.groups.new_epoch()
         try:

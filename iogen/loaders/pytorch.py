@@ -4,7 +4,8 @@
   exactly the plan, in the plan's order (DataLoader returns batches in sampler order whatever
   the number of workers).
 - `num_workers` = `reader.read_threads` (0: the main process reads), `prefetch_factor` =
-  ceil(prefetch_size / workers) so about `prefetch_size` batches are in flight in all,
+  ceil(prefetch_size / workers), so workers x prefetch_factor batches are in flight in all
+  (config.limits.batches_ahead; the native loader keeps the same),
   `persistent_workers` (workers live for the loader's lifetime, across epochs),
   `pin_memory` and `multiprocessing_context` as configured.
 - What a worker receives: the Dataset once, when it starts (with "fork": nothing is pickled;

@@ -173,3 +173,18 @@ def test_reproductions_exit_2_before_creating_anything(tmp_path, iogen_cmd, comm
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and res.stderr.startswith("iogen: error: ")
     assert os.listdir(work) == []
+
+
+@pytest.mark.parametrize("threads, prefetch, ahead", [(8, 2, 8), (4, 2, 4), (2, 4, 4), (3, 4, 6), (1, 2, 2),
+                                                      (0, 2, 2), (8, 0, 0)])
+def test_native_and_pytorch_loaders_read_ahead_as_pytorch_workers_do(threads, prefetch, ahead):
+    """read_threads x ceil(prefetch_size / read_threads): DLIO's prefetch_factor per worker, for both
+    loaders; tf.data prefetches prefetch_size. The memory estimate counts each loader's own depth."""
+    from iogen.config.limits import batches_ahead, _memory_need
+
+    base = {"reader.read_threads": threads, "reader.prefetch_size": prefetch, "reader.batch_size": 4,
+            "dataset.record_length_bytes": 1000}
+    for loader, depth in (("native", ahead), ("pytorch", ahead), ("tensorflow", prefetch)):
+        wl = wl_with(**base, **{"reader.data_loader": loader})
+        assert batches_ahead(wl.reader) == ahead
+        assert _memory_need(wl, 1)["batches in flight"] == (depth + 1) * 4 * 1000, loader

@@ -234,3 +234,15 @@ def test_images_stream_with_the_same_bytes_and_marker_checks_as_kept_batches(tmp
             assert err.value.path == victim
         else:
             assert sum(b.samples for b in loader.epoch(plan)) == 6  # read through the descriptor held open
+
+
+def test_the_native_loader_keeps_the_pytorch_loaders_batches_in_flight(tmp_path):
+    # 8 threads, prefetch_size 2: PyTorch's 8 workers with prefetch_factor 1 hold 8 batches, and so
+    # does the native loader (a buffer each, plus the batch in use), reading the plan as before
+    wl, layout, fmt = _setup(tmp_path, **{"reader.read_threads": 8, "reader.prefetch_size": 2,
+                                          "reader.batch_size": 2})
+    plan = plan_for(wl, layout, epoch=1, rank=0, world_size=1, seed=1)
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        assert loader.prefetch == 8 and len(loader._buffers) == 9
+        got = [b.samples for b in loader.epoch(plan)]
+    assert got == [g.size for g in plan.batches]
