@@ -100,8 +100,12 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # prints one `cool-down:` line: the load before and after, what else ran, and whether the
 # figure counts. The start must be quiet, no other process may be heavy at the start, at any look
 # while the benchmark runs (Watch, every WATCH_S) or at the end, and the 1-minute load after it must
-# be below AFTER_LOAD, whatever raised it. --no-cooldown (or
-# IOGEN_BENCH_NO_COOLDOWN=1) skips the wait; the figure is then judged the same way.
+# be below AFTER_LOAD. A benchmark that runs many processes of its own (16-32 ranks, 8 workers) leaves a
+# load above that however quiet the machine was; the load it left then has up to SETTLE_MAX_S, once
+# its processes are gone, to fall below AFTER_LOAD with nothing else heavy (settle): a load the
+# benchmark left decays (the kernel's 1-minute average: e^(-t/60)), one something else sustains does
+# not, and the line says how high it was and how long it took. --no-cooldown (or
+# IOGEN_BENCH_NO_COOLDOWN=1) skips the waits; the figure is then judged the same way.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
 AFTER_LOAD = 1.5  # ...and the 1-minute load average the figure may leave behind
@@ -110,6 +114,8 @@ DEFAULT_MAX_WAIT_S = 900.0
 SAMPLE_S = 2.0  # how long one look at the other processes lasts
 POLL_S = 15.0
 WATCH_S = 5.0  # while the benchmark runs, the other processes are looked at this often
+SETTLE_MAX_S = 300.0  # how long the load a benchmark's own processes left may take to fall below AFTER_LOAD
+SETTLE_POLL_S = 5.0
 
 
 def _proc_ticks() -> dict:
@@ -279,6 +285,22 @@ class Watch:
         return sorted(((pid, name, used) for (pid, name), used in self._seen.items()), key=lambda h: -h[2])
 
 
+def settle(load_end, max_s: float = SETTLE_MAX_S, poll_s: float = SETTLE_POLL_S, sample_s: float = SAMPLE_S,
+           getload=os.getloadavg, others=other_work, clock=time.monotonic) -> tuple:
+    """Once the benchmark's own processes have ended: wait, at most max_s, for the 1-minute load to fall below
+    AFTER_LOAD, looking at the other processes before each wait. (load, waited s, heavy others): a load the
+    benchmark's own ranks or workers left decays and falls; one that something else sustains does not (the
+    wait runs out), or that something is seen heavy (the wait stops there)."""
+    t0, load, heavy = clock(), load_end, []
+    while load[0] >= AFTER_LOAD and clock() - t0 < max_s:
+        heavy = others(sample_s)
+        if heavy:
+            break
+        time.sleep(poll_s)
+        load = getload()
+    return load, clock() - t0, heavy
+
+
 def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
     """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
     watch = state.get("watch")
@@ -286,13 +308,28 @@ def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
                         heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0])
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
+    if state.get("settled"):
+        at_end, waited = state["settled"]
+        why += (f"; the load at the end, {at_end:.2f}, was the benchmark's own: it fell below {AFTER_LOAD:g} in "
+                f"{waited:.0f} s with nothing else heavy" if a[0] < AFTER_LOAD else
+                f"; the load at the end was {at_end:.2f}, {a[0]:.2f} after {waited:.0f} s of settling")
     return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "
             f"{a[2]:.2f}; {'COUNTS toward a target' if counts else 'does NOT count toward a target'}: {why}")
 
 
 def _report_at_exit() -> None:
-    if COOLDOWN:
-        print(cooldown_line(COOLDOWN, os.getloadavg(), other_work(1.0)), flush=True)
+    if not COOLDOWN:
+        return
+    watch = COOLDOWN.get("watch")
+    during = watch.heavy() if watch is not None else []  # stopped: the settling below is not the benchmark
+    load, heavy_end = os.getloadavg(), other_work(1.0)
+    could_count = (COOLDOWN["load_before"][0] < COOLDOWN_LOAD and not COOLDOWN["heavy_start"] and not during
+                   and not heavy_end and not COOLDOWN["skipped"])
+    if load[0] >= AFTER_LOAD and could_count:
+        at_end = load[0]
+        load, waited, heavy_end = settle(load)
+        COOLDOWN["settled"] = (at_end, waited)
+    print(cooldown_line(COOLDOWN, load, heavy_end), flush=True)
 
 
 def _start() -> None:

@@ -70,6 +70,32 @@ def test_the_watch_names_other_work_seen_while_the_benchmark_ran(benchenv):
     assert not counts and "other work running while it ran: rsync (pid 50, 70% of a CPU)" in why
 
 
+def test_a_load_the_benchmark_left_may_settle_below_the_bound_after_it(benchenv, monkeypatch):
+    monkeypatch.setattr(benchenv.time, "sleep", lambda s: None)
+    ticks = iter(range(1000))
+    clock = lambda: float(next(ticks))  # noqa: E731  one second a reading
+    # the benchmark's own 16 ranks left 8.7: it decays, nothing else is heavy, and it falls below 1.5
+    loads = iter([(5.0, 3, 1), (2.1, 3, 1), (1.4, 3, 1)])
+    load, waited, heavy = benchenv.settle((8.7, 4, 2), getload=lambda: next(loads), others=lambda s: [],
+                                          clock=clock)
+    assert load[0] == 1.4 and heavy == [] and waited > 0
+    # something else keeps it up: seen heavy, the wait stops there
+    load, _, heavy = benchenv.settle((8.7, 4, 2), getload=lambda: (8.0, 4, 2), others=lambda s: [(9, "make", 1.0)],
+                                     clock=clock)
+    assert load[0] == 8.7 and heavy == [(9, "make", 1.0)]
+    # ...or light processes keep it up: the wait runs out (max_s) above the bound
+    load, waited, heavy = benchenv.settle((8.7, 4, 2), max_s=20, getload=lambda: (3.0, 3, 2), others=lambda s: [],
+                                          clock=clock)
+    assert load[0] == 3.0 and waited >= 20 and heavy == []
+    state = {"load_before": (0.8, 1.0, 1.0), "heavy_start": [], "waited_s": 0.0, "skipped": False,
+             "timed_out": False, "settled": (8.7, 104.0)}
+    line = benchenv.cooldown_line(state, (1.4, 3.0, 2.0), [])
+    assert "after 1.40 / 3.00 / 2.00; COUNTS toward a target" in line
+    assert "the load at the end, 8.70, was the benchmark's own: it fell below 1.5 in 104 s" in line
+    line = benchenv.cooldown_line(state, (3.0, 3.0, 2.0), [])
+    assert "does NOT count" in line and "the load at the end was 8.70, 3.00 after 104 s of settling" in line
+
+
 def test_the_cooldown_flags_leave_the_scripts_own_arguments(benchenv, monkeypatch):
     monkeypatch.delenv("IOGEN_BENCH_NO_COOLDOWN", raising=False)
     monkeypatch.delenv("IOGEN_BENCH_COOLDOWN_MAX", raising=False)
