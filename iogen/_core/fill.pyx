@@ -31,6 +31,7 @@ cdef extern from "crc32.h" nogil:
 cdef extern from "fill_words.h" nogil:
     void iogen_fill_words_init()
     void iogen_fill_words(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
+    void iogen_fill_words_scan(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
     int iogen_fill_avx512_ok
 
 iogen_crc32_init()
@@ -149,27 +150,18 @@ cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint6
     return c
 
 
-# A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is
-#   DC: Huffman code "0" (difference category 0)
-#   AC: JPEG_COEFS x (code "0" = run 0 / size JPEG_FIELD_BITS, then that many random bits)
-#   EOB: code "10"
-# so a block is JPEG_BLOCK_BITS bits, and no run of eight 1-bits can occur (a field's 6 ones, then
-# at most EOB's leading 1): the scan never holds a 0xFF byte and needs no byte stuffing, so its
-# length is arithmetic. Field i takes the low 6 bits of byte i of stream (seed, stream) from
-# offset_bytes. The last byte is padded with 1-bits, as JPEG asks. The fields are drawn a chunk at
-# a time into an L1-resident buffer and packed two blocks (27 bytes) at a time (jpeg_pack.h).
-DEF JPEG_COEFS = 15
-DEF JPEG_FIELD_BITS = 6
-DEF JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
-DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of blocks (136 pairs)
-
-cdef extern from "jpeg_pack.h" nogil:
-    int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
-    int iogen_jpeg_pack_init(int level)
-    int iogen_jpeg_bmi2_ok
-    int iogen_jpeg_avx512_ok
-
-iogen_jpeg_pack_init(2)
+# A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is 32 bytes,
+#   DC: the byte 0x00, the DC table's one code "00000000" (difference category 0: every DC stays 0)
+#   AC: 30 bytes, one coefficient each (zig-zag 1..30): k leading 1-bits and a 0 (the AC table's code
+#       of length k + 1, run 0 / size 7 - k, k = 0..6), then 7 - k bits of its value
+#   EOB: the byte 0xFE, the AC table's code of length 8, "11111110"
+# so the scan is byte-aligned. Any byte but 0xFE and 0xFF reads as one coefficient (0xFE is the end
+# of block, 0xFF a marker): a stream byte of 0xFE or 0xFF becomes 0xFD. Scan byte i is then
+# min(byte offset_bytes + i of stream (seed, stream), 0xFD), with a block's first byte 0x00 and its
+# last 0xFE: the stream's words, a vpminub and a blend in one pass (fill_words.h), offset_bytes a
+# multiple of 8. No 0xFF: no byte stuffing, and the scan's length is blocks * 32; it compresses as
+# little as an encoder's scan (zlib: 98.8%).
+DEF JPEG_BLOCK_BYTES = 32
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -177,37 +169,26 @@ iogen_jpeg_pack_init(2)
 @cython.cdivision(True)
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in
-    bytes, (blocks * JPEG_BLOCK_BITS + 7) // 8 (GIL released; see the comment above)."""
+    bytes, blocks * 32 (GIL released from NOGIL_MIN_BYTES; see the comment above)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
-    nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BITS,
-                                   JPEG_COEFS)
+    nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BYTES)
     cdef int64_t n = nblocks
     if n == 0:
         return 0
     cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef unsigned char *dst = &view[0]
-    cdef int64_t pos
-    with nogil:
-        pos = jpeg_scan_into(dst, n, key, start)
-    return pos
+    if n * JPEG_BLOCK_BYTES >= NOGIL_MIN_BYTES:
+        with nogil:
+            jpeg_scan_into(dst, n, key, start)
+    else:
+        jpeg_scan_into(dst, n, key, start)
+    return n * JPEG_BLOCK_BYTES
 
 
-@cython.cdivision(True)
-cdef int64_t jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_t start) noexcept nogil:
-    """jpeg_scan's work: the scan of n blocks at dst, fields from stream byte start; returns its bytes."""
-    # + 8: the packer reads one word past a block's last field (and drops the extra byte)
-    cdef unsigned char fields[JPEG_CHUNK_FIELDS + 8]
-    cdef int64_t pos = 0, b = 0, take
-    memset(fields + JPEG_CHUNK_FIELDS, 0, 8)
-    while b < n:
-        take = n - b
-        if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
-            take = JPEG_CHUNK_FIELDS // JPEG_COEFS
-        fill_bytes(fields, take * JPEG_COEFS, key, start + <uint64_t>(b * JPEG_COEFS))
-        pos += iogen_jpeg_pack(dst + pos, fields, take)
-        b += take
-    return pos
+cdef inline void jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_t start) noexcept nogil:
+    """jpeg_scan's work: the scan of n blocks at dst from stream byte start (a multiple of 8)."""
+    iogen_fill_words_scan(dst, start >> 3, <size_t>(n * (JPEG_BLOCK_BYTES // 8)), key)
 
 
 cdef extern from "adler32.h" nogil:
@@ -381,24 +362,16 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's AVX-512
-    VBMI or BMI2 pack, Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
-    benchmarks' switch)."""
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loops, plain and the JPEG scan's,
+    and Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for
+    iogen/_core/probes.pyx, the tests' and benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_jpeg_avx512_ok != 0
-                     or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0)
+    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0
     iogen_fill_words_init()
-    iogen_jpeg_pack_init(2 if enabled else 0)
     iogen_adler32_init(2 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old
-
-
-cdef int set_jpeg_pack(int level) noexcept:
-    """Choose the JPEG scan's pack: 2 the best the CPU has (AVX-512 VBMI, BMI2, portable), 1 BMI2 at most, 0 the
-    portable one; return the level now in use (for iogen/_core/probes.pyx: the tests compare all three)."""
-    return iogen_jpeg_pack_init(level)
 
 
 # A whole image file (iogen/formats/jpeg.py, png.py) in one pass over a run of operations, rows of
@@ -406,7 +379,7 @@ cdef int set_jpeg_pack(int level) noexcept:
 #   IMG_COPY       count bytes of blob from source (the headers: bytes of the size alone)
 #   IMG_FILL       count stream bytes from stream byte source
 #   IMG_FILL_CRC32 as IMG_FILL, then the CRC-32 of them continued from a, big-endian (a PNG chunk's)
-#   IMG_JPEG_SCAN  jpeg_scan of count blocks, fields from stream byte source
+#   IMG_JPEG_SCAN  jpeg_scan of count blocks from stream byte source (a multiple of 8)
 #   IMG_PNG_STORED png_stored over count scanline bytes in rows of a, from stream byte source, then
 #                  the scanlines' Adler-32 and the CRC-32 continued from b over all of it, big-endian
 # Every operation is checked against the buffer and blob before it writes (image_ops returns the
@@ -451,7 +424,7 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
                 return r + 1
             store_be32(dst + at + count, fill_crc32(dst + at, count, key, <uint64_t>source, <uint32_t>a))
         elif kind == IMG_JPEG_SCAN:
-            if (count * JPEG_BLOCK_BITS + 7) // 8 > n - at:
+            if count > (n - at) // JPEG_BLOCK_BYTES or source % 8 != 0:
                 return r + 1
             jpeg_scan_into(dst + at, count, key, <uint64_t>source)
         elif kind == IMG_PNG_STORED:

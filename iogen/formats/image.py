@@ -95,10 +95,11 @@ class ImageFormat(Format):
                               "its file's bytes (uint8)")
 
     def variant(self) -> dict:
-        """The settings that change a file's bytes, with the image layout's version."""
+        """The settings that change a file's bytes, with the image layout's version (each format's own: a
+        dataset written with another version of the format's layout is other settings, never mixed)."""
         return dict(super().variant(), image_layout=self.layout_version)
 
-    layout_version = 1
+    layout_version = 0  # set by each format, raised whenever the bytes it writes for the same settings change
 
     # -- writing ----------------------------------------------------------------------------
 

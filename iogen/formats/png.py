@@ -113,6 +113,7 @@ class PngFormat(ImageFormat):
     tail_marker = IEND
     # one pixel (a filter byte and 3, one block header) and room for the padding chunk beside it
     min_file_bytes = FIXED_BYTES + 9 + CHUNK_OVERHEAD
+    layout_version = 1  # see ImageFormat.variant
 
     def recipe(self, record_bytes: int):
         """The core's operations that build a file of record_bytes (cached per size): the signature, IHDR and the

@@ -166,45 +166,45 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 
 # -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
 
-@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
-                                          (545, 3), (4096, 123), (4, 0), (5, 1), (7, 2), (8, 3)])
-# the pack levels: 2 AVX-512 VBMI, 1 BMI2, 0 portable (a level the CPU lacks falls back to a lower one, tested too)
-@pytest.mark.parametrize("level", [2, 1, 0])
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, level):
-    a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
+@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 8), (3, 1 << 40), (5, 16), (7, 64), (301, 8 * 13),
+                                          (1024, 0), (1025, 8 * 77)])
+# the compiled core's AVX-512 word loop (where the CPU has it: two blocks a vector, odd counts end in the scalar
+# loop) and its scalar loop
+@pytest.mark.parametrize("vector", [True, False])
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
+    a = np.full(blocks * 32 + 16, 0xAA, np.uint8)
     b = a.copy()
-    cython_core.probes.use_jpeg_pack(level)
+    old = cython_core.probes.use_vector_fill(vector)
     try:
         na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
     finally:
-        cython_core.probes.use_jpeg_pack(2)
+        cython_core.probes.use_vector_fill(old)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
-    assert na == nb == (blocks * 108 + 7) // 8
+    assert na == nb == blocks * 32
     assert (a == b).all()  # what follows the scan is left as it was too
 
 
 def test_jpeg_scan_layout_and_no_marker_bytes(core):
-    """Per block: "0" (DC), 15 x ("0" + the low 6 bits of one stream byte), "10" (EOB); never 0xFF."""
-    buf = np.zeros(2000, np.uint8)
-    n = core.fill.jpeg_scan(buf, 1, 2, 0, 100)
-    bits = np.unpackbits(buf[:n])
-    fields = np.empty(1500, np.uint8)
-    core.fill.fill_random(fields, 1, 2, 0)
-    for blk in (0, 1, 57, 99):
-        b = bits[blk * 108:(blk + 1) * 108]
-        assert b[0] == 0 and list(b[-2:]) == [1, 0]
-        for c in range(15):
-            f = b[1 + 7 * c:8 + 7 * c]
-            assert f[0] == 0 and int("".join(map(str, f[1:])), 2) == fields[blk * 15 + c] & 0x3F
-    assert not (buf[:n] == 0xFF).any()
-    assert all(bits[100 * 108:]) and len(bits) - 100 * 108 < 8  # padded with 1-bits
+    """Per block: the byte 0x00 (DC), 30 stream bytes with 0xFE and 0xFF lowered to 0xFD, the byte 0xFE (end of
+    block); never 0xFF."""
+    buf = np.zeros(32 * 2000 + 8, np.uint8)
+    assert core.fill.jpeg_scan(buf, 1, 2, 24, 2000) == 32 * 2000
+    stream = np.empty(32 * 2000, np.uint8)
+    core.fill.fill_random(stream, 1, 2, 24)
+    blocks, want = buf[:32 * 2000].reshape(2000, 32), stream.reshape(2000, 32)
+    assert (blocks[:, 0] == 0).all() and (blocks[:, 31] == 0xFE).all()
+    assert (want[:, 1:31] >= 0xFE).any()  # the case the lowering is for occurs
+    assert (blocks[:, 1:31] == np.minimum(want[:, 1:31], 0xFD)).all()
+    assert not (buf == 0xFF).any() and not buf[32 * 2000:].any()
 
 
 def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
-    with pytest.raises(ValueError, match="needs 14 bytes"):
-        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, 1)
+    with pytest.raises(ValueError, match="needs 32 bytes"):
+        core.fill.jpeg_scan(np.zeros(31, np.uint8), 1, 2, 0, 1)
     with pytest.raises(ValueError, match="blocks must be >= 0"):
-        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, -1)
+        core.fill.jpeg_scan(np.zeros(32, np.uint8), 1, 2, 0, -1)
+    with pytest.raises(ValueError, match="offset_bytes must be a multiple of 8"):
+        core.fill.jpeg_scan(np.zeros(32, np.uint8), 1, 2, 4, 1)
 
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------

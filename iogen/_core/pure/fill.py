@@ -18,10 +18,8 @@ from .crc import crc32c
 
 __all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
 
-# The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
-JPEG_COEFS = 15
-JPEG_FIELD_BITS = 6
-JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
+# The JPEG noise scan (see fill.pyx): 32 bytes a block, the DC byte 0x00, 30 stream bytes (none above 0xFD), 0xFE.
+JPEG_BLOCK_BYTES = 32
 
 SEED_SALT = 0x6A09E667F3BCC909
 
@@ -77,21 +75,16 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in bytes."""
     out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
-    blocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, out.shape[0], JPEG_BLOCK_BITS, JPEG_COEFS)
-    if blocks == 0:
+    blocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, out.shape[0], JPEG_BLOCK_BYTES)
+    n = blocks * JPEG_BLOCK_BYTES
+    if n == 0:
         return 0
-    fields = np.empty(blocks * JPEG_COEFS, np.uint8)
-    fill_random(fields, seed, stream, offset_bytes)
-    field_bits = np.unpackbits((fields & 0x3F).reshape(blocks, JPEG_COEFS, 1), axis=2)[:, :, 8 - JPEG_FIELD_BITS:]
-    bits = np.zeros((blocks, JPEG_BLOCK_BITS), np.uint8)  # DC "0" and each field's leading "0"
-    coded = bits[:, 1:1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS)].reshape(blocks, JPEG_COEFS, 1 + JPEG_FIELD_BITS)
-    coded[:, :, 1:] = field_bits
-    bits[:, -2] = 1  # EOB "10"
-    flat = bits.reshape(-1)
-    pad = -flat.size % 8
-    packed = np.packbits(np.concatenate([flat, np.ones(pad, np.uint8)]))
-    out[:packed.size] = packed
-    return int(packed.size)
+    scan = out[:n]
+    fill_random(scan, seed, stream, offset_bytes)
+    np.minimum(scan, 0xFD, out=scan)  # AC: k leading 1-bits and a 0 (k < 7), then 7 - k bits of the value
+    scan[::JPEG_BLOCK_BYTES] = 0  # DC: code "00000000", difference 0
+    scan[JPEG_BLOCK_BYTES - 1::JPEG_BLOCK_BYTES] = 0xFE  # end of block: code "11111110"
+    return n
 
 
 PNG_STORED_MAX = 65535
@@ -164,7 +157,7 @@ def _image_op_fits(kind, at, count, source, a, b, n, blob_n) -> bool:
     if kind == IMG_FILL_CRC32:
         return count + 4 <= n - at and 0 <= a <= 0xFFFFFFFF
     if kind == IMG_JPEG_SCAN:
-        return (count * JPEG_BLOCK_BITS + 7) // 8 <= n - at
+        return count <= (n - at) // JPEG_BLOCK_BYTES and source % 8 == 0
     if kind == IMG_PNG_STORED:
         need = count + 5 * -(-count // PNG_STORED_MAX)
         return count >= 1 and a >= 1 and 0 <= b <= 0xFFFFFFFF and need + 8 <= n - at
