@@ -13,6 +13,10 @@ numpy; tests compare them.
 fill_random_crc32 fills and CRC-32s (the zip CRC, zlib.crc32's values; crc32.h) in one pass, a
 block at a time while the block is in the L1 cache: a stored zip member's CRC for the cost of
 reading bytes already there.
+
+image_noise is the image formats' stream of the same (seed, stream): two AES rounds of a counter a
+16-byte block (img_noise.h), a third less CPU where the CPU has VAES; jpeg_scan, png_stored and
+build_image take their noise from it.
 """
 cimport cython
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
@@ -31,14 +35,23 @@ cdef extern from "crc32.h" nogil:
 cdef extern from "fill_words.h" nogil:
     void iogen_fill_words_init()
     void iogen_fill_words(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
-    void iogen_fill_words_scan(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
     int iogen_fill_avx512_ok
+
+cdef extern from "img_noise.h" nogil:
+    ctypedef struct iogen_img_key:
+        pass
+    void iogen_img_key_make(iogen_img_key *ik, uint64_t key)
+    void iogen_img_blocks(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik, int scan)
+    void iogen_img_init(int enabled)
+    int iogen_img_vaes_ok
 
 iogen_crc32_init()
 iogen_crc32c_init()
 iogen_fill_words_init()
+iogen_img_init(1)
 
-__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
+__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "image_noise", "jpeg_scan", "parquet_pages",
+           "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -150,6 +163,68 @@ cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint6
     return c
 
 
+# The image formats' noise (JPEG, PNG): its own stream of (seed, stream), two AES rounds a 16-byte block
+# (img_noise.h has the definition), a third of the fill's cost where the CPU has VAES. Byte p is
+# byte p % 16 of block p // 16.
+@cython.cdivision(True)
+cdef void img_fill(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes) noexcept nogil:
+    """Bytes [offset_bytes, offset_bytes + nbytes) of the image stream to dst."""
+    cdef uint64_t block = offset_bytes >> 4
+    cdef int64_t skip = <int64_t>(offset_bytes & 15)
+    cdef int64_t pos = 0, head, nblocks
+    cdef unsigned char part[16]
+    if nbytes <= 0:
+        return
+    if skip:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        head = 16 - skip
+        if head > nbytes:
+            head = nbytes
+        memcpy(dst, part + skip, <size_t>head)
+        pos = head
+        block += 1
+    nblocks = (nbytes - pos) >> 4
+    iogen_img_blocks(dst + pos, block, <size_t>nblocks, ik, 0)
+    pos += nblocks * 16
+    block += <uint64_t>nblocks
+    if pos < nbytes:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        memcpy(dst + pos, part, <size_t>(nbytes - pos))
+
+
+cdef uint32_t img_fill_crc32(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t start,
+                             uint32_t c) noexcept nogil:
+    """img_fill and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
+    cdef int64_t pos = 0, n
+    while pos < nbytes:
+        n = nbytes - pos
+        if n > FUSED_BLOCK_BYTES:
+            n = FUSED_BLOCK_BYTES
+        img_fill(dst + pos, n, ik, start + <uint64_t>pos)
+        c = iogen_crc32(c, dst + pos, <size_t>n)
+        pos += n
+    return c
+
+
+def image_noise(buf, seed, stream, offset_bytes=0):
+    """Fill buf with the image stream of (seed, stream) at absolute offset_bytes (see img_noise.h; GIL released from
+    NOGIL_MIN_BYTES)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    check_fill_args(seed, stream, offset_bytes, view.shape[0])
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
+    cdef uint64_t start = <uint64_t>offset_bytes
+    cdef int64_t nbytes = view.shape[0]
+    if nbytes == 0:
+        return
+    cdef unsigned char *dst = &view[0]
+    if nbytes >= NOGIL_MIN_BYTES:
+        with nogil:
+            img_fill(dst, nbytes, &ik, start)
+    else:
+        img_fill(dst, nbytes, &ik, start)
+
+
 # A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is 32 bytes,
 #   DC: the byte 0x00, the DC table's one code "00000000" (difference category 0: every DC stays 0)
 #   AC: 30 bytes, one coefficient each (zig-zag 1..30): k leading 1-bits and a 0 (the AC table's code
@@ -157,10 +232,10 @@ cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint6
 #   EOB: the byte 0xFE, the AC table's code of length 8, "11111110"
 # so the scan is byte-aligned. Any byte but 0xFE and 0xFF reads as one coefficient (0xFE is the end
 # of block, 0xFF a marker): a stream byte of 0xFE or 0xFF becomes 0xFD. Scan byte i is then
-# min(byte offset_bytes + i of stream (seed, stream), 0xFD), with a block's first byte 0x00 and its
-# last 0xFE: the stream's words, a vpminub and a blend in one pass (fill_words.h), offset_bytes a
-# multiple of 8. No 0xFF: no byte stuffing, and the scan's length is blocks * 32; it compresses as
-# little as an encoder's scan (zlib: 98.8%).
+# min(byte offset_bytes + i of the image stream of (seed, stream), 0xFD), with a block's first byte
+# 0x00 and its last 0xFE: the stream's blocks, a vpminub and a blend in one pass (img_noise.h),
+# offset_bytes a multiple of 16. No 0xFF: no byte stuffing, and the scan's length is blocks * 32;
+# it compresses as little as an encoder's scan (zlib keeps 99%).
 DEF JPEG_BLOCK_BYTES = 32
 
 
@@ -175,20 +250,21 @@ def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     cdef int64_t n = nblocks
     if n == 0:
         return 0
-    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef unsigned char *dst = &view[0]
     if n * JPEG_BLOCK_BYTES >= NOGIL_MIN_BYTES:
         with nogil:
-            jpeg_scan_into(dst, n, key, start)
+            jpeg_scan_into(dst, n, &ik, start)
     else:
-        jpeg_scan_into(dst, n, key, start)
+        jpeg_scan_into(dst, n, &ik, start)
     return n * JPEG_BLOCK_BYTES
 
 
-cdef inline void jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_t start) noexcept nogil:
-    """jpeg_scan's work: the scan of n blocks at dst from stream byte start (a multiple of 8)."""
-    iogen_fill_words_scan(dst, start >> 3, <size_t>(n * (JPEG_BLOCK_BYTES // 8)), key)
+cdef inline void jpeg_scan_into(unsigned char *dst, int64_t n, const iogen_img_key *ik, uint64_t start) noexcept nogil:
+    """jpeg_scan's work: the scan of n blocks at dst from image stream byte start (a multiple of 16)."""
+    iogen_img_blocks(dst, start >> 4, <size_t>(n * (JPEG_BLOCK_BYTES // 16)), ik, 1)
 
 
 cdef extern from "adler32.h" nogil:
@@ -212,24 +288,25 @@ DEF PNG_PIECE = 16384
 def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
     """Write zlib's stored deflate blocks over `raw` scanline bytes to buf's start: rows of `row`
     bytes, each a filter byte 0 then the stream's bytes (scanline byte i is byte offset_bytes + i of
-    (seed, stream), filter bytes overwritten). Return (bytes written, the scanlines' Adler-32, the
-    CRC-32 of the bytes written continuing from crc) (GIL released)."""
+    (seed, stream)'s image stream, filter bytes overwritten). Return (bytes written, the scanlines' Adler-32, the
+    CRC-32 of the bytes written continuing from crc) (GIL released). The noise is the image stream (image_noise)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
     r, nraw, need = check_png_stored_args(seed, stream, offset_bytes, row, raw, view.shape[0], PNG_STORED_MAX)
     cdef uint32_t c = check_crc(crc)
-    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef int64_t rowb = r, total = nraw
     cdef unsigned char *dst = &view[0]
     cdef uint32_t adler = 1
     cdef int64_t pos
     with nogil:
-        pos = png_stored_into(dst, rowb, total, key, start, &adler, &c)
+        pos = png_stored_into(dst, rowb, total, &ik, start, &adler, &c)
     return pos, adler, c
 
 
 @cython.cdivision(True)
-cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, uint64_t key, uint64_t start,
+cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, const iogen_img_key *ik, uint64_t start,
                              uint32_t *adler_io, uint32_t *crc_io) noexcept nogil:
     """png_stored's work at dst: the stored blocks over total scanline bytes (rows of rowb); returns the bytes
     written, *adler_io continued over the scanlines, *crc_io over the bytes written."""
@@ -251,7 +328,7 @@ cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, ui
             piece = first - done
             if piece > PNG_PIECE:
                 piece = PNG_PIECE
-            fill_bytes(dst + pos, piece, key, start + <uint64_t>done)
+            img_fill(dst + pos, piece, ik, start + <uint64_t>done)
             k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
             while k < piece:
                 dst[pos + k] = 0
@@ -362,12 +439,14 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the CPU's vector paths (when it has them: the AVX-512 word loops, plain and the JPEG scan's,
-    and Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the image noise's VAES
+    loop and Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for
     iogen/_core/probes.pyx, the tests' and benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = iogen_fill_avx512_ok != 0 or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0
+    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_img_vaes_ok != 0 or iogen_adler32_avx2_ok != 0
+                     or iogen_adler32_avx512_ok != 0)
     iogen_fill_words_init()
+    iogen_img_init(1 if enabled else 0)
     iogen_adler32_init(2 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
@@ -377,9 +456,9 @@ cdef bint set_vector_fill(bint enabled) noexcept:
 # A whole image file (iogen/formats/jpeg.py, png.py) in one pass over a run of operations, rows of
 # (kind, at, count, source, a, b) in an int64 array, each writing bytes [at, ...) of the buffer:
 #   IMG_COPY       count bytes of blob from source (the headers: bytes of the size alone)
-#   IMG_FILL       count stream bytes from stream byte source
+#   IMG_FILL       count bytes of the image stream (image_noise) from its byte source
 #   IMG_FILL_CRC32 as IMG_FILL, then the CRC-32 of them continued from a, big-endian (a PNG chunk's)
-#   IMG_JPEG_SCAN  jpeg_scan of count blocks from stream byte source (a multiple of 8)
+#   IMG_JPEG_SCAN  jpeg_scan of count blocks from image stream byte source (a multiple of 16)
 #   IMG_PNG_STORED png_stored over count scanline bytes in rows of a, from stream byte source, then
 #                  the scanlines' Adler-32 and the CRC-32 continued from b over all of it, big-endian
 # Every operation is checked against the buffer and blob before it writes (image_ops returns the
@@ -406,6 +485,8 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
     """Carry out the operations (see the comment above) in dst[0:n]; return 0, or the first bad row + 1."""
     cdef int64_t r, kind, at, count, source, a, bb, need
     cdef uint32_t c, adler
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, key)
     for r in range(nops):
         kind, at, count, source, a, bb = ops[6 * r], ops[6 * r + 1], ops[6 * r + 2], ops[6 * r + 3], \
             ops[6 * r + 4], ops[6 * r + 5]
@@ -418,15 +499,15 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
         elif kind == IMG_FILL:
             if count > n - at:
                 return r + 1
-            fill_bytes(dst + at, count, key, <uint64_t>source)
+            img_fill(dst + at, count, &ik, <uint64_t>source)
         elif kind == IMG_FILL_CRC32:
             if count + 4 > n - at or a < 0 or a > U32_MAX:
                 return r + 1
-            store_be32(dst + at + count, fill_crc32(dst + at, count, key, <uint64_t>source, <uint32_t>a))
+            store_be32(dst + at + count, img_fill_crc32(dst + at, count, &ik, <uint64_t>source, <uint32_t>a))
         elif kind == IMG_JPEG_SCAN:
-            if count > (n - at) // JPEG_BLOCK_BYTES or source % 8 != 0:
+            if count > (n - at) // JPEG_BLOCK_BYTES or source % 16 != 0:
                 return r + 1
-            jpeg_scan_into(dst + at, count, key, <uint64_t>source)
+            jpeg_scan_into(dst + at, count, &ik, <uint64_t>source)
         elif kind == IMG_PNG_STORED:
             if count < 1 or a < 1 or bb < 0 or bb > U32_MAX:
                 return r + 1
@@ -435,7 +516,7 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
                 return r + 1
             adler = 1
             c = <uint32_t>bb
-            png_stored_into(dst + at, a, count, key, <uint64_t>source, &adler, &c)
+            png_stored_into(dst + at, a, count, &ik, <uint64_t>source, &adler, &c)
             store_be32(dst + at + need, adler)
             c = iogen_crc32(c, dst + at + need, 4)
             store_be32(dst + at + need + 4, c)

@@ -10,15 +10,18 @@ The file (iogen.formats.image has what JPEG and PNG share):
 The scan (iogen.core_switch.fill.jpeg_scan) codes every 8x8 block in 32 bytes: the byte 0x00 (its
 DC: difference 0, so every DC stays 0), 30 AC coefficients of one byte each, its code (k leading
 1-bits and a 0) and 7 - k bits of its value, and the byte 0xFE (end of block). Any byte but 0xFE
-and 0xFF reads as one coefficient: the scan is the stream's bytes with 0xFE and 0xFF lowered to
-0xFD and each block's first and last byte set, written in one pass; never 0xFF, so no byte
-stuffing and its length is arithmetic. It is seeded noise that decodes to a noise image and
-compresses as little as an encoder's scan (zlib: 98.8%). The image is about 4:3 and as large as the size
-allows (322,957 bytes: 584 x 384 pixels). The scan takes stream bytes from 0, the COM noise the
-bytes after it. Layout version 2 (version 1 coded 108-bit blocks of 15 6-bit AC coefficients and
-an end of block, bit-packed; a dataset of the other version is other settings: ImageFormat.variant). DLIO
-2.0's generator instead encodes a square of noise with Pillow and writes about 176 KB when asked
-for 322,957 B (docs/formats.md).
+and 0xFF reads as one coefficient, so the scan is the image stream's bytes (iogen.core_switch.fill
+.image_noise; iogen.formats.image) with 0xFE and 0xFF lowered to 0xFD and each block's first and
+last byte set, written in one pass; never 0xFF, so no byte stuffing and its length is arithmetic.
+It is seeded noise that decodes to a noise image and compresses as little as an encoder's scan
+(zlib keeps 99% of it). The image is about 4:3 and as large as the size allows (322,957 bytes:
+560 x 384 pixels). The scan takes stream bytes from 0, the COM noise the bytes after it.
+
+Layout version 2. Version 1 bit-packed 108-bit blocks (15 AC coefficients of 6 bits and an end of
+block) from fill_random's stream: 824 x 616 pixels at 322,957 bytes, and three times the CPU to
+build. A dataset of the other version is other settings (ImageFormat.variant). DLIO 2.0's
+generator instead encodes a square of noise with Pillow and writes about 176 KB when asked for
+322,957 B (docs/formats.md).
 """
 from __future__ import annotations
 

@@ -140,8 +140,8 @@ def test_a_dataset_of_another_layout_version_is_other_settings(tmp_path, workloa
     from iogen.formats import get_format
 
     cls = type(make_format(name))
-    assert {type(make_format(n)).layout_version for n in FORMATS} == {2, 1}  # JPEG's 32-byte blocks: 2
     now = cls.layout_version
+    assert "layout_version" in vars(cls) and now == 2  # its own; 2: the image noise (JPEG: 32-byte blocks too)
     wl = workload(data_folder=str(tmp_path / "d"), seed=7, format=name, num_files_train=2, num_samples_per_file=1,
                   record_length_bytes=3000)
     monkeypatch.setattr(cls, "layout_version", now - 1)
