@@ -132,8 +132,9 @@ static uint32_t iogen_adler32_avx2(uint32_t adler, const unsigned char *p, size_
  * the first part is weighted once a block, from v_s1's lane totals (no work a step); the second is vpmaddubsw with
  * the weights 8..1 (a pair at most 255 x 15), added as 16-bit lanes for 8 steps (at most 30,600: no overflow) and
  * widened by vpmaddwd once per 8 steps, not once a step. The running sum of s1 (v_ps) gives the 64 * s1 every
- * step adds to s2. 88 x 64 = 5,632-byte blocks keep every 32-bit lane far below 2^32. */
-#define IOGEN_ADLER_STEPS64 88
+ * step adds to s2. v_s1 and v_ps are 64-bit lanes, v_s2's 32-bit lanes take at most 61,200 per 8 steps: blocks of
+ * 1,024 steps (64 KiB; the sums reduced mod 65521 after each) keep every lane far from overflowing. */
+#define IOGEN_ADLER_STEPS64 1024
 
 __attribute__((target("avx512f,avx512bw")))
 static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, size_t n)

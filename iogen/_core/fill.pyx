@@ -44,6 +44,8 @@ cdef extern from "img_noise.h" nogil:
     void iogen_img_blocks(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik, int scan)
     void iogen_img_init(int enabled)
     int iogen_img_vaes_ok
+    uint32_t iogen_img_blocks_adler(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik,
+                                    uint32_t adler)
 
 iogen_crc32_init()
 iogen_crc32c_init()
@@ -192,6 +194,36 @@ cdef void img_fill(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, 
         memcpy(dst + pos, part, <size_t>(nbytes - pos))
 
 
+@cython.cdivision(True)
+cdef uint32_t img_fill_adler(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes,
+                             uint32_t adler) noexcept nogil:
+    """img_fill, and the Adler-32 of what it wrote continued from adler, in one pass (img_noise.h)."""
+    cdef uint64_t block = offset_bytes >> 4
+    cdef int64_t skip = <int64_t>(offset_bytes & 15)
+    cdef int64_t pos = 0, head, nblocks
+    cdef unsigned char part[16]
+    if nbytes <= 0:
+        return adler
+    if skip:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        head = 16 - skip
+        if head > nbytes:
+            head = nbytes
+        memcpy(dst, part + skip, <size_t>head)
+        adler = iogen_adler32(adler, dst, <size_t>head)
+        pos = head
+        block += 1
+    nblocks = (nbytes - pos) >> 4
+    adler = iogen_img_blocks_adler(dst + pos, block, <size_t>nblocks, ik, adler)
+    pos += nblocks * 16
+    block += <uint64_t>nblocks
+    if pos < nbytes:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        memcpy(dst + pos, part, <size_t>(nbytes - pos))
+        adler = iogen_adler32(adler, dst + pos, <size_t>(nbytes - pos))
+    return adler
+
+
 cdef uint32_t img_fill_crc32(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t start,
                              uint32_t c) noexcept nogil:
     """img_fill and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
@@ -276,10 +308,13 @@ cdef extern from "adler32.h" nogil:
 iogen_adler32_init(2)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
-# bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
-# it is in the L1 cache: fill, filter bytes, Adler-32 (adler32.h) and CRC-32 of what is written.
+# bytes over the scanlines, each row a filter byte 0 then noise. A piece at a time while it is in
+# the L1 cache: the noise and the Adler-32 of its bytes in one pass (img_noise.h: the sums taken
+# from the blocks in registers), the filter bytes set to 0 (the Adler-32 corrected for each: byte i
+# of n takes its value v off s1 and (n - i) v off s2), then the CRC-32 of what is written.
 DEF PNG_STORED_MAX = 65535
 DEF PNG_PIECE = 16384
+DEF ADLER_MOD = 65521
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -312,6 +347,7 @@ cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, co
     written, *adler_io continued over the scanlines, *crc_io over the bytes written."""
     cdef uint32_t adler = adler_io[0], c = crc_io[0]
     cdef int64_t pos = 0, done = 0, take, piece, k, first
+    cdef uint64_t off1 = 0, off2 = 0, v, s1, s2  # what the filter bytes' noise added to s1 and s2, mod 65521
     while done < total:
         take = total - done
         if take > PNG_STORED_MAX:
@@ -328,16 +364,20 @@ cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, co
             piece = first - done
             if piece > PNG_PIECE:
                 piece = PNG_PIECE
-            img_fill(dst + pos, piece, ik, start + <uint64_t>done)
+            adler = img_fill_adler(dst + pos, piece, ik, start + <uint64_t>done, adler)
             k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
             while k < piece:
+                v = dst[pos + k]
+                off1 += v
+                off2 = (off2 + v * (<uint64_t>(total - done - k) % ADLER_MOD)) % ADLER_MOD
                 dst[pos + k] = 0
                 k += rowb
-            adler = iogen_adler32(adler, dst + pos, <size_t>piece)
             c = iogen_crc32(c, dst + pos, <size_t>piece)
             pos += piece
             done += piece
-    adler_io[0] = adler
+    s1 = ((adler & 0xFFFF) + ADLER_MOD - off1 % ADLER_MOD) % ADLER_MOD
+    s2 = ((adler >> 16) + ADLER_MOD - off2) % ADLER_MOD
+    adler_io[0] = <uint32_t>((s2 << 16) | s1)
     crc_io[0] = c
     return pos
 

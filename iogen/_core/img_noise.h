@@ -12,7 +12,11 @@
  * about a third of fill_words.h's multiplies); otherwise the portable round below (the same bytes; tests
  * compare them and the pure twin, iogen/_core/pure/fill.py).
  *
- * iogen_img_scan: the same blocks in JPEG's scan form (fill.pyx "A JPEG scan"): bytes 0xFE and 0xFF lowered to
+ * iogen_img_blocks_adler: the blocks and the Adler-32 of their bytes (PNG's scanlines) in one pass; with VAES the
+ * sums are taken from the blocks in registers (adler32.h's AVX-512 steps): making the noise is bound by how fast
+ * the cache takes the writes, so the sums' vector work fits beside it.
+ *
+ * The scan form: the same blocks in JPEG's scan form (fill.pyx "A JPEG scan"): bytes 0xFE and 0xFF lowered to
  * 0xFD, and of each pair of blocks (a 32-byte JPEG block) the first byte 0x00 and the last 0xFE.
  */
 #ifndef IOGEN_IMG_NOISE_H
@@ -21,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "adler32.h"
 
 #define IOGEN_IMG_MIX_C1 0xBF58476D1CE4E5B9ULL
 #define IOGEN_IMG_MIX_C2 0x94D049BB133111EBULL
@@ -131,6 +137,65 @@ static void iogen_img_blocks_vaes(unsigned char *dst, uint64_t block, size_t n, 
     iogen_img_blocks_portable(dst + 16 * i, block + i, n - i, ik, scan);  /* i % 4 == 0: the same parity */
 }
 
+/* n blocks as iogen_img_blocks_vaes (not the scan form); returns adler continued over their 16 n bytes. The sums as
+ * adler32.h's iogen_adler32_avx512 takes them, on each vector before it is stored. */
+__attribute__((target("avx512f,avx512bw,vaes")))
+static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik,
+                                            uint32_t adler)
+{
+    uint64_t s1 = adler & 0xFFFF, s2 = adler >> 16;
+    const __m512i k0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ik->k[0]));
+    const __m512i k1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ik->k[1]));
+    const __m512i k2 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ik->k[2]));
+    const __m512i four = _mm512_setr_epi64(4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi16(1);
+    const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);
+    __m512i j = _mm512_setr_epi64((long long)block, 0, (long long)(block + 1), 0, (long long)(block + 2), 0,
+                                  (long long)(block + 3), 0);
+    size_t vecs = n / 4, done = 0;
+    uint64_t x[8];
+    while (done < vecs) {
+        size_t steps = vecs - done;
+        if (steps > IOGEN_ADLER_STEPS64)
+            steps = IOGEN_ADLER_STEPS64;
+        __m512i v_s1 = zero, v_ps = zero, v_s2 = zero;
+        for (size_t i = 0; i < steps;) {
+            size_t group = steps - i < 8 ? steps - i : 8;
+            __m512i acc = zero;
+            for (size_t g = 0; g < group; g++, dst += 64) {
+                __m512i v = _mm512_aesenc_epi128(_mm512_aesenc_epi128(_mm512_xor_si512(j, k0), k1), k2);
+                _mm512_storeu_si512((void *)dst, v);
+                j = _mm512_add_epi64(j, four);
+                v_ps = _mm512_add_epi64(v_ps, v_s1);
+                v_s1 = _mm512_add_epi64(v_s1, _mm512_sad_epu8(v, zero));
+                acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(v, weights));
+            }
+            v_s2 = _mm512_add_epi32(v_s2, _mm512_madd_epi16(acc, ones));
+            i += group;
+        }
+        done += steps;
+        uint64_t ps = 0, t2 = 0, t1 = 0, tg = 0;
+        _mm512_storeu_si512((void *)x, v_ps);
+        for (int q = 0; q < 8; q++) ps += x[q];
+        _mm512_storeu_si512((void *)x, v_s2);
+        for (int q = 0; q < 8; q++) t2 += (x[q] & 0xFFFFFFFFu) + (x[q] >> 32);
+        _mm512_storeu_si512((void *)x, v_s1);
+        for (int q = 0; q < 8; q++) {
+            t1 += x[q];
+            tg += (uint64_t)(8 * (7 - q)) * x[q];
+        }
+        s2 += 64 * (uint64_t)steps * s1 + 64 * ps + t2 + tg;
+        s1 += t1;
+        s1 %= IOGEN_ADLER_MOD;
+        s2 %= IOGEN_ADLER_MOD;
+    }
+    adler = (uint32_t)((s2 << 16) | s1);
+    size_t rest = n - 4 * vecs;  /* fewer than 4 blocks: the portable round, then their sums */
+    iogen_img_blocks_portable(dst, block + 4 * vecs, rest, ik, 0);
+    return iogen_adler32(adler, dst, 16 * rest);
+}
+
 static int iogen_img_cpu_has_vaes(void)
 {
     __builtin_cpu_init();
@@ -140,6 +205,12 @@ static int iogen_img_cpu_has_vaes(void)
 static void iogen_img_blocks_vaes(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik, int scan)
 {
     iogen_img_blocks_portable(dst, block, n, ik, scan);
+}
+static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik,
+                                            uint32_t adler)
+{
+    iogen_img_blocks_portable(dst, block, n, ik, 0);
+    return iogen_adler32(adler, dst, 16 * n);
 }
 static int iogen_img_cpu_has_vaes(void) { return 0; }
 #endif
@@ -179,6 +250,17 @@ static inline void iogen_img_blocks(unsigned char *dst, uint64_t block, size_t n
         iogen_img_blocks_vaes(dst, block, n, ik, scan);
     else
         iogen_img_blocks_portable(dst, block, n, ik, scan);
+}
+
+/* n blocks of the stream from block `block` to dst; returns adler continued over their bytes. The fused loop needs
+ * Adler-32's AVX-512 steps enabled too (probes.use_adler32 below 2 takes the two passes). */
+static inline uint32_t iogen_img_blocks_adler(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik,
+                                              uint32_t adler)
+{
+    if (iogen_img_vaes_ok && iogen_adler32_avx512_ok)
+        return iogen_img_blocks_adler_vaes(dst, block, n, ik, adler);
+    iogen_img_blocks(dst, block, n, ik, 0);
+    return iogen_adler32(adler, dst, 16 * n);
 }
 
 #endif

@@ -278,13 +278,19 @@ def _stored_reference(seed, stream, offset, row, raw, crc):
 
 
 @pytest.mark.parametrize("row,raw,offset", [(4, 4, 0), (7, 700, 3), (2473, 2473 * 130, 1 << 33),
-                                            (65536, 65536 * 2, 5), (100, 65535, 0), (10, 65540, 9)])
-def test_png_stored_blocks_are_the_reference_in_both_cores(cython_core, python_core, row, raw, offset):
+                                            (65536, 65536 * 2, 5), (100, 65535, 0), (10, 65540, 9), (1, 300, 16)])
+# the compiled core's fused noise + Adler-32 loop (VAES and AVX-512BW where the CPU has them), and its two passes
+@pytest.mark.parametrize("fused", [True, False])
+def test_png_stored_blocks_are_the_reference_in_both_cores(cython_core, python_core, row, raw, offset, fused):
     want, adler, crc = _stored_reference(9, 4, offset, row, raw, 77)
-    for impl in (cython_core, python_core):
-        buf = np.full(len(want) + 9, 0xAA, np.uint8)
-        assert impl.fill.png_stored(buf, 9, 4, offset, row, raw, 77) == (len(want), adler, crc)
-        assert buf[:len(want)].tobytes() == want and (buf[len(want):] == 0xAA).all()
+    cython_core.probes.use_adler32(2 if fused else 1)
+    try:
+        for impl in (cython_core, python_core):
+            buf = np.full(len(want) + 9, 0xAA, np.uint8)
+            assert impl.fill.png_stored(buf, 9, 4, offset, row, raw, 77) == (len(want), adler, crc)
+            assert buf[:len(want)].tobytes() == want and (buf[len(want):] == 0xAA).all()
+    finally:
+        cython_core.probes.use_adler32(2)
 
 
 def test_png_stored_refuses_a_short_buffer_and_bad_sizes(core):
