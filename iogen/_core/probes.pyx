@@ -3,10 +3,10 @@
 bounds_probe: an indexing under the audited functions' switch (@cython.boundscheck(IOGEN_DEBUG_BUILD)),
     which tests use to prove the debug build checks bounds.
 pread_loop_baseline: the plainest sequential pread loop in C, the benchmarks' baseline for reads.
-use_vector_fill: choose fill's vector paths (the AVX-512 word loops, plain and the JPEG scan's, Adler-32's
-AVX2 loop) or the portable ones (tests compare them; benchmarks time both).
-use_adler32: the same for Adler-32's loop (2 AVX-512BW, AVX2 or SSE2; 1 AVX2 at most; 0 SSE2); below 2, PNG's scanlines take the
-noise and their sums in two passes, not the fused VAES loop (img_noise.h).
+use_vector_fill: choose fill's vector paths (the AVX-512 word loop, the image noise's VAES loops, Adler-32's vector
+loops) or the portable ones (tests compare them; benchmarks time both).
+use_adler32: the same for Adler-32's loop (2 AVX-512BW, AVX2 or SSE2; 1 AVX2 at most; 0 SSE2); below 2, PNG's
+scanlines take the noise and their sums in two passes, not the fused VAES loop (img_noise.h).
 """
 cimport cython
 from libc.stdint cimport int64_t
