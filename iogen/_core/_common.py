@@ -202,13 +202,16 @@ def check_fill_args(seed, stream, offset_bytes, nbytes):
         raise ValueError("offset_bytes + len(buf) must not exceed 2**64")
 
 
-def check_jpeg_scan_args(seed, stream, offset_bytes, blocks, buf_bytes, block_bits, coefs) -> int:
-    """Validate fill.jpeg_scan's arguments; return blocks as an int (its scan fits in buf_bytes)."""
+def check_jpeg_scan_args(seed, stream, offset_bytes, blocks, buf_bytes, block_bytes) -> int:
+    """Validate fill.jpeg_scan's arguments; return blocks as an int (its scan fits in buf_bytes, and it starts at a
+    whole block of the image stream: offset_bytes a multiple of 16)."""
     blocks = _check_int("blocks", blocks)
     if blocks < 0:
         raise ValueError(f"blocks must be >= 0, got {blocks}")
-    check_fill_args(seed, stream, offset_bytes, blocks * coefs)
-    need = (blocks * block_bits + 7) // 8
+    check_fill_args(seed, stream, offset_bytes, blocks * block_bytes)
+    if int(offset_bytes) % 16:
+        raise ValueError(f"offset_bytes must be a multiple of 16 (a whole block of the stream), got {offset_bytes}")
+    need = blocks * block_bytes
     if need > buf_bytes:
         raise ValueError(f"a scan of {blocks} blocks needs {need} bytes, the buffer holds {buf_bytes}")
     return blocks

@@ -6,7 +6,8 @@
  * s1 gives the 16 * s1 every step adds to s2. Blocks of ADLER_BLOCK bytes keep every 32-bit lane
  * below 2^32; the totals are folded in 64-bit arithmetic and reduced mod 65521 per block. Where the
  * CPU has AVX2 (checked at run time: iogen_adler32_init), the same 32 bytes a step. Other CPUs take
- * the scalar loop (the same values). With AVX-512BW, 64 bytes a step (iogen_adler32_avx512).
+ * the scalar loop (the same values). With AVX-512BW, 64 bytes a step and one multiply a step fewer
+ * (iogen_adler32_avx512).
  */
 #ifndef IOGEN_ADLER32_H
 #define IOGEN_ADLER32_H
@@ -126,9 +127,14 @@ static uint32_t iogen_adler32_avx2(uint32_t adler, const unsigned char *p, size_
     return iogen_adler32_base((uint32_t)((s2 << 16) | s1), p, n);
 }
 
-/* AVX-512BW, the AVX2 loop at 64 bytes a step (weights 64..1: a pair's products at most
- * 255 x (64 + 63) < 2^15); 86 x 64 = 5,504-byte blocks keep every lane below 2^32. */
-#define IOGEN_ADLER_STEPS64 86
+/* AVX-512BW, 64 bytes a step. s1: vpsadbw sums each 8-byte group g into 64-bit lane g (v_s1 keeps the lanes apart).
+ * s2's share of a step, sum_i (64 - i) x_i, splits with i = 8g + j into sum_g 8 (7 - g) S_g + sum_i (8 - j) x_i:
+ * the first part is weighted once a block, from v_s1's lane totals (no work a step); the second is vpmaddubsw with
+ * the weights 8..1 (a pair at most 255 x 15), added as 16-bit lanes for 8 steps (at most 30,600: no overflow) and
+ * widened by vpmaddwd once per 8 steps, not once a step. The running sum of s1 (v_ps) gives the 64 * s1 every
+ * step adds to s2. v_s1 and v_ps are 64-bit lanes, v_s2's 32-bit lanes take at most 61,200 per 8 steps: blocks of
+ * 1,024 steps (64 KiB; the sums reduced mod 65521 after each) keep every lane far from overflowing. */
+#define IOGEN_ADLER_STEPS64 1024
 
 __attribute__((target("avx512f,avx512bw")))
 static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, size_t n)
@@ -136,31 +142,37 @@ static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, siz
     uint64_t s1 = adler & 0xFFFF, s2 = adler >> 16;
     const __m512i zero = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi16(1);
-    unsigned char w[64];
-    uint32_t x[16];
-    for (int i = 0; i < 64; i++)
-        w[i] = (unsigned char)(64 - i);
-    const __m512i weights = _mm512_loadu_si512((const void *)w);
+    const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);  /* byte j of each group: 8 - j */
+    uint64_t x[8];
     while (n >= 64) {
         size_t steps = n / 64;
         if (steps > IOGEN_ADLER_STEPS64)
             steps = IOGEN_ADLER_STEPS64;
         __m512i v_s1 = zero, v_ps = zero, v_s2 = zero;
-        for (size_t i = 0; i < steps; i++, p += 64) {
-            __m512i v = _mm512_loadu_si512((const void *)p);
-            v_ps = _mm512_add_epi32(v_ps, v_s1);
-            v_s1 = _mm512_add_epi32(v_s1, _mm512_sad_epu8(v, zero));
-            v_s2 = _mm512_add_epi32(v_s2, _mm512_madd_epi16(_mm512_maddubs_epi16(v, weights), ones));
+        for (size_t i = 0; i < steps;) {
+            size_t group = steps - i < 8 ? steps - i : 8;
+            __m512i acc = zero;
+            for (size_t k = 0; k < group; k++, p += 64) {
+                __m512i v = _mm512_loadu_si512((const void *)p);
+                v_ps = _mm512_add_epi64(v_ps, v_s1);
+                v_s1 = _mm512_add_epi64(v_s1, _mm512_sad_epu8(v, zero));
+                acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(v, weights));
+            }
+            v_s2 = _mm512_add_epi32(v_s2, _mm512_madd_epi16(acc, ones));
+            i += group;
         }
         n -= steps * 64;
-        uint64_t ps = 0, t2 = 0, t1 = 0;
+        uint64_t ps = 0, t2 = 0, t1 = 0, tg = 0;
         _mm512_storeu_si512((void *)x, v_ps);
-        for (int k = 0; k < 16; k++) ps += x[k];
+        for (int k = 0; k < 8; k++) ps += x[k];
         _mm512_storeu_si512((void *)x, v_s2);
-        for (int k = 0; k < 16; k++) t2 += x[k];
+        for (int k = 0; k < 8; k++) t2 += (x[k] & 0xFFFFFFFFu) + (x[k] >> 32);
         _mm512_storeu_si512((void *)x, v_s1);
-        for (int k = 0; k < 16; k++) t1 += x[k];
-        s2 += 64 * (uint64_t)steps * s1 + 64 * ps + t2;
+        for (int k = 0; k < 8; k++) {
+            t1 += x[k];
+            tg += (uint64_t)(8 * (7 - k)) * x[k];
+        }
+        s2 += 64 * (uint64_t)steps * s1 + 64 * ps + t2 + tg;
         s1 += t1;
         s1 %= IOGEN_ADLER_MOD;
         s2 %= IOGEN_ADLER_MOD;

@@ -13,6 +13,10 @@ numpy; tests compare them.
 fill_random_crc32 fills and CRC-32s (the zip CRC, zlib.crc32's values; crc32.h) in one pass, a
 block at a time while the block is in the L1 cache: a stored zip member's CRC for the cost of
 reading bytes already there.
+
+image_noise is the image formats' stream of the same (seed, stream): two AES rounds of a counter a
+16-byte block (img_noise.h), a third less CPU where the CPU has VAES; jpeg_scan, png_stored and
+build_image take their noise from it.
 """
 cimport cython
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
@@ -33,11 +37,23 @@ cdef extern from "fill_words.h" nogil:
     void iogen_fill_words(unsigned char *dst, uint64_t block, size_t nwords, uint64_t key)
     int iogen_fill_avx512_ok
 
+cdef extern from "img_noise.h" nogil:
+    ctypedef struct iogen_img_key:
+        pass
+    void iogen_img_key_make(iogen_img_key *ik, uint64_t key)
+    void iogen_img_blocks(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik, int scan)
+    void iogen_img_init(int enabled)
+    int iogen_img_vaes_ok
+    uint32_t iogen_img_blocks_adler(unsigned char *dst, uint64_t block, size_t n, const iogen_img_key *ik,
+                                    uint32_t adler)
+
 iogen_crc32_init()
 iogen_crc32c_init()
 iogen_fill_words_init()
+iogen_img_init(1)
 
-__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
+__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "image_noise", "jpeg_scan", "parquet_pages",
+           "png_stored"]
 
 # Bytes filled then CRC'd per step of fill_random_crc32: well inside a 32 KiB L1 data cache.
 cdef int64_t FUSED_BLOCK_BYTES = 16384
@@ -149,27 +165,110 @@ cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint6
     return c
 
 
-# A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is
-#   DC: Huffman code "0" (difference category 0)
-#   AC: JPEG_COEFS x (code "0" = run 0 / size JPEG_FIELD_BITS, then that many random bits)
-#   EOB: code "10"
-# so a block is JPEG_BLOCK_BITS bits, and no run of eight 1-bits can occur (a field's 6 ones, then
-# at most EOB's leading 1): the scan never holds a 0xFF byte and needs no byte stuffing, so its
-# length is arithmetic. Field i takes the low 6 bits of byte i of stream (seed, stream) from
-# offset_bytes. The last byte is padded with 1-bits, as JPEG asks. The fields are drawn a chunk at
-# a time into an L1-resident buffer and packed two blocks (27 bytes) at a time (jpeg_pack.h).
-DEF JPEG_COEFS = 15
-DEF JPEG_FIELD_BITS = 6
-DEF JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
-DEF JPEG_CHUNK_FIELDS = 4080  # random bytes drawn per step: an even number of blocks (136 pairs)
+# The image formats' noise (JPEG, PNG): its own stream of (seed, stream), two AES rounds a 16-byte block
+# (img_noise.h has the definition), a third of the fill's cost where the CPU has VAES. Byte p is
+# byte p % 16 of block p // 16.
+@cython.cdivision(True)
+cdef void img_fill(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes) noexcept nogil:
+    """Bytes [offset_bytes, offset_bytes + nbytes) of the image stream to dst."""
+    cdef uint64_t block = offset_bytes >> 4
+    cdef int64_t skip = <int64_t>(offset_bytes & 15)
+    cdef int64_t pos = 0, head, nblocks
+    cdef unsigned char part[16]
+    if nbytes <= 0:
+        return
+    if skip:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        head = 16 - skip
+        if head > nbytes:
+            head = nbytes
+        memcpy(dst, part + skip, <size_t>head)
+        pos = head
+        block += 1
+    nblocks = (nbytes - pos) >> 4
+    iogen_img_blocks(dst + pos, block, <size_t>nblocks, ik, 0)
+    pos += nblocks * 16
+    block += <uint64_t>nblocks
+    if pos < nbytes:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        memcpy(dst + pos, part, <size_t>(nbytes - pos))
 
-cdef extern from "jpeg_pack.h" nogil:
-    int64_t iogen_jpeg_pack(unsigned char *dst, const unsigned char *fields, int64_t blocks)
-    int iogen_jpeg_pack_init(int level)
-    int iogen_jpeg_bmi2_ok
-    int iogen_jpeg_avx512_ok
 
-iogen_jpeg_pack_init(2)
+@cython.cdivision(True)
+cdef uint32_t img_fill_adler(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes,
+                             uint32_t adler) noexcept nogil:
+    """img_fill, and the Adler-32 of what it wrote continued from adler, in one pass (img_noise.h)."""
+    cdef uint64_t block = offset_bytes >> 4
+    cdef int64_t skip = <int64_t>(offset_bytes & 15)
+    cdef int64_t pos = 0, head, nblocks
+    cdef unsigned char part[16]
+    if nbytes <= 0:
+        return adler
+    if skip:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        head = 16 - skip
+        if head > nbytes:
+            head = nbytes
+        memcpy(dst, part + skip, <size_t>head)
+        adler = iogen_adler32(adler, dst, <size_t>head)
+        pos = head
+        block += 1
+    nblocks = (nbytes - pos) >> 4
+    adler = iogen_img_blocks_adler(dst + pos, block, <size_t>nblocks, ik, adler)
+    pos += nblocks * 16
+    block += <uint64_t>nblocks
+    if pos < nbytes:
+        iogen_img_blocks(part, block, 1, ik, 0)
+        memcpy(dst + pos, part, <size_t>(nbytes - pos))
+        adler = iogen_adler32(adler, dst + pos, <size_t>(nbytes - pos))
+    return adler
+
+
+cdef uint32_t img_fill_crc32(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t start,
+                             uint32_t c) noexcept nogil:
+    """img_fill and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
+    cdef int64_t pos = 0, n
+    while pos < nbytes:
+        n = nbytes - pos
+        if n > FUSED_BLOCK_BYTES:
+            n = FUSED_BLOCK_BYTES
+        img_fill(dst + pos, n, ik, start + <uint64_t>pos)
+        c = iogen_crc32(c, dst + pos, <size_t>n)
+        pos += n
+    return c
+
+
+def image_noise(buf, seed, stream, offset_bytes=0):
+    """Fill buf with the image stream of (seed, stream) at absolute offset_bytes (see img_noise.h; GIL released from
+    NOGIL_MIN_BYTES)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    check_fill_args(seed, stream, offset_bytes, view.shape[0])
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
+    cdef uint64_t start = <uint64_t>offset_bytes
+    cdef int64_t nbytes = view.shape[0]
+    if nbytes == 0:
+        return
+    cdef unsigned char *dst = &view[0]
+    if nbytes >= NOGIL_MIN_BYTES:
+        with nogil:
+            img_fill(dst, nbytes, &ik, start)
+    else:
+        img_fill(dst, nbytes, &ik, start)
+
+
+# A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is 32 bytes,
+#   DC: the byte 0x00, the DC table's one code "00000000" (difference category 0: every DC stays 0)
+#   AC: 30 bytes, one coefficient each (zig-zag 1..30): k leading 1-bits and a 0 (the AC table's code
+#       of length k + 1, run 0 / size 7 - k, k = 0..6), then 7 - k bits of its value
+#   EOB: the byte 0xFE, the AC table's code of length 8, "11111110"
+# so the scan is byte-aligned. Any byte but 0xFE and 0xFF reads as one coefficient (0xFE is the end
+# of block, 0xFF a marker): a stream byte of 0xFE or 0xFF becomes 0xFD. Scan byte i is then
+# min(byte offset_bytes + i of the image stream of (seed, stream), 0xFD), with a block's first byte
+# 0x00 and its last 0xFE: the stream's blocks, a vpminub and a blend in one pass (img_noise.h),
+# offset_bytes a multiple of 16. No 0xFF: no byte stuffing, and the scan's length is blocks * 32;
+# it compresses as little as an encoder's scan (zlib keeps 99%).
+DEF JPEG_BLOCK_BYTES = 32
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -177,37 +276,27 @@ iogen_jpeg_pack_init(2)
 @cython.cdivision(True)
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in
-    bytes, (blocks * JPEG_BLOCK_BITS + 7) // 8 (GIL released; see the comment above)."""
+    bytes, blocks * 32 (GIL released from NOGIL_MIN_BYTES; see the comment above)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
-    nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BITS,
-                                   JPEG_COEFS)
+    nblocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, view.shape[0], JPEG_BLOCK_BYTES)
     cdef int64_t n = nblocks
     if n == 0:
         return 0
-    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef unsigned char *dst = &view[0]
-    cdef int64_t pos
-    with nogil:
-        pos = jpeg_scan_into(dst, n, key, start)
-    return pos
+    if n * JPEG_BLOCK_BYTES >= NOGIL_MIN_BYTES:
+        with nogil:
+            jpeg_scan_into(dst, n, &ik, start)
+    else:
+        jpeg_scan_into(dst, n, &ik, start)
+    return n * JPEG_BLOCK_BYTES
 
 
-@cython.cdivision(True)
-cdef int64_t jpeg_scan_into(unsigned char *dst, int64_t n, uint64_t key, uint64_t start) noexcept nogil:
-    """jpeg_scan's work: the scan of n blocks at dst, fields from stream byte start; returns its bytes."""
-    # + 8: the packer reads one word past a block's last field (and drops the extra byte)
-    cdef unsigned char fields[JPEG_CHUNK_FIELDS + 8]
-    cdef int64_t pos = 0, b = 0, take
-    memset(fields + JPEG_CHUNK_FIELDS, 0, 8)
-    while b < n:
-        take = n - b
-        if take > JPEG_CHUNK_FIELDS // JPEG_COEFS:
-            take = JPEG_CHUNK_FIELDS // JPEG_COEFS
-        fill_bytes(fields, take * JPEG_COEFS, key, start + <uint64_t>(b * JPEG_COEFS))
-        pos += iogen_jpeg_pack(dst + pos, fields, take)
-        b += take
-    return pos
+cdef inline void jpeg_scan_into(unsigned char *dst, int64_t n, const iogen_img_key *ik, uint64_t start) noexcept nogil:
+    """jpeg_scan's work: the scan of n blocks at dst from image stream byte start (a multiple of 16)."""
+    iogen_img_blocks(dst, start >> 4, <size_t>(n * (JPEG_BLOCK_BYTES // 16)), ik, 1)
 
 
 cdef extern from "adler32.h" nogil:
@@ -219,10 +308,13 @@ cdef extern from "adler32.h" nogil:
 iogen_adler32_init(2)
 
 # PNG's IDAT payload (iogen/formats/png.py): zlib's stored deflate blocks of at most PNG_STORED_MAX
-# bytes over the scanlines, each row a filter byte 0 then noise. One pass, a piece at a time while
-# it is in the L1 cache: fill, filter bytes, Adler-32 (adler32.h) and CRC-32 of what is written.
+# bytes over the scanlines, each row a filter byte 0 then noise. A piece at a time while it is in
+# the L1 cache: the noise and the Adler-32 of its bytes in one pass (img_noise.h: the sums taken
+# from the blocks in registers), the filter bytes set to 0 (the Adler-32 corrected for each: byte i
+# of n takes its value v off s1 and (n - i) v off s2), then the CRC-32 of what is written.
 DEF PNG_STORED_MAX = 65535
 DEF PNG_PIECE = 16384
+DEF ADLER_MOD = 65521
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -231,29 +323,31 @@ DEF PNG_PIECE = 16384
 def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
     """Write zlib's stored deflate blocks over `raw` scanline bytes to buf's start: rows of `row`
     bytes, each a filter byte 0 then the stream's bytes (scanline byte i is byte offset_bytes + i of
-    (seed, stream), filter bytes overwritten). Return (bytes written, the scanlines' Adler-32, the
-    CRC-32 of the bytes written continuing from crc) (GIL released)."""
+    (seed, stream)'s image stream, filter bytes overwritten). Return (bytes written, the scanlines' Adler-32, the
+    CRC-32 of the bytes written continuing from crc) (GIL released). The noise is the image stream (image_noise)."""
     cdef unsigned char[::1] view = writable_byte_view(buf)
     r, nraw, need = check_png_stored_args(seed, stream, offset_bytes, row, raw, view.shape[0], PNG_STORED_MAX)
     cdef uint32_t c = check_crc(crc)
-    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
     cdef uint64_t start = <uint64_t>offset_bytes
     cdef int64_t rowb = r, total = nraw
     cdef unsigned char *dst = &view[0]
     cdef uint32_t adler = 1
     cdef int64_t pos
     with nogil:
-        pos = png_stored_into(dst, rowb, total, key, start, &adler, &c)
+        pos = png_stored_into(dst, rowb, total, &ik, start, &adler, &c)
     return pos, adler, c
 
 
 @cython.cdivision(True)
-cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, uint64_t key, uint64_t start,
+cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, const iogen_img_key *ik, uint64_t start,
                              uint32_t *adler_io, uint32_t *crc_io) noexcept nogil:
     """png_stored's work at dst: the stored blocks over total scanline bytes (rows of rowb); returns the bytes
     written, *adler_io continued over the scanlines, *crc_io over the bytes written."""
     cdef uint32_t adler = adler_io[0], c = crc_io[0]
     cdef int64_t pos = 0, done = 0, take, piece, k, first
+    cdef uint64_t off1 = 0, off2 = 0, v, s1, s2  # what the filter bytes' noise added to s1 and s2, mod 65521
     while done < total:
         take = total - done
         if take > PNG_STORED_MAX:
@@ -270,16 +364,20 @@ cdef int64_t png_stored_into(unsigned char *dst, int64_t rowb, int64_t total, ui
             piece = first - done
             if piece > PNG_PIECE:
                 piece = PNG_PIECE
-            fill_bytes(dst + pos, piece, key, start + <uint64_t>done)
+            adler = img_fill_adler(dst + pos, piece, ik, start + <uint64_t>done, adler)
             k = (rowb - done % rowb) % rowb  # the first scanline start in this piece
             while k < piece:
+                v = dst[pos + k]
+                off1 += v
+                off2 = (off2 + v * (<uint64_t>(total - done - k) % ADLER_MOD)) % ADLER_MOD
                 dst[pos + k] = 0
                 k += rowb
-            adler = iogen_adler32(adler, dst + pos, <size_t>piece)
             c = iogen_crc32(c, dst + pos, <size_t>piece)
             pos += piece
             done += piece
-    adler_io[0] = adler
+    s1 = ((adler & 0xFFFF) + ADLER_MOD - off1 % ADLER_MOD) % ADLER_MOD
+    s2 = ((adler >> 16) + ADLER_MOD - off2) % ADLER_MOD
+    adler_io[0] = <uint32_t>((s2 << 16) | s1)
     crc_io[0] = c
     return pos
 
@@ -381,32 +479,26 @@ def parquet_pages(buf, seed, stream, ops, heads, crc=0):
 
 
 cdef bint set_vector_fill(bint enabled) noexcept:
-    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the JPEG scan's AVX-512
-    VBMI or BMI2 pack, Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for iogen/_core/probes.pyx, the tests' and
-    benchmarks' switch)."""
+    """Choose the CPU's vector paths (when it has them: the AVX-512 word loop, the image noise's VAES
+    loop and Adler-32's AVX-512 or AVX2 loop) or the portable ones; return the old choice (for
+    iogen/_core/probes.pyx, the tests' and benchmarks' switch)."""
     global iogen_fill_avx512_ok
-    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_jpeg_bmi2_ok != 0 or iogen_jpeg_avx512_ok != 0
-                     or iogen_adler32_avx2_ok != 0 or iogen_adler32_avx512_ok != 0)
+    cdef bint old = (iogen_fill_avx512_ok != 0 or iogen_img_vaes_ok != 0 or iogen_adler32_avx2_ok != 0
+                     or iogen_adler32_avx512_ok != 0)
     iogen_fill_words_init()
-    iogen_jpeg_pack_init(2 if enabled else 0)
+    iogen_img_init(1 if enabled else 0)
     iogen_adler32_init(2 if enabled else 0)
     if not enabled:
         iogen_fill_avx512_ok = 0
     return old
 
 
-cdef int set_jpeg_pack(int level) noexcept:
-    """Choose the JPEG scan's pack: 2 the best the CPU has (AVX-512 VBMI, BMI2, portable), 1 BMI2 at most, 0 the
-    portable one; return the level now in use (for iogen/_core/probes.pyx: the tests compare all three)."""
-    return iogen_jpeg_pack_init(level)
-
-
 # A whole image file (iogen/formats/jpeg.py, png.py) in one pass over a run of operations, rows of
 # (kind, at, count, source, a, b) in an int64 array, each writing bytes [at, ...) of the buffer:
 #   IMG_COPY       count bytes of blob from source (the headers: bytes of the size alone)
-#   IMG_FILL       count stream bytes from stream byte source
+#   IMG_FILL       count bytes of the image stream (image_noise) from its byte source
 #   IMG_FILL_CRC32 as IMG_FILL, then the CRC-32 of them continued from a, big-endian (a PNG chunk's)
-#   IMG_JPEG_SCAN  jpeg_scan of count blocks, fields from stream byte source
+#   IMG_JPEG_SCAN  jpeg_scan of count blocks from image stream byte source (a multiple of 16)
 #   IMG_PNG_STORED png_stored over count scanline bytes in rows of a, from stream byte source, then
 #                  the scanlines' Adler-32 and the CRC-32 continued from b over all of it, big-endian
 # Every operation is checked against the buffer and blob before it writes (image_ops returns the
@@ -433,6 +525,8 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
     """Carry out the operations (see the comment above) in dst[0:n]; return 0, or the first bad row + 1."""
     cdef int64_t r, kind, at, count, source, a, bb, need
     cdef uint32_t c, adler
+    cdef iogen_img_key ik
+    iogen_img_key_make(&ik, key)
     for r in range(nops):
         kind, at, count, source, a, bb = ops[6 * r], ops[6 * r + 1], ops[6 * r + 2], ops[6 * r + 3], \
             ops[6 * r + 4], ops[6 * r + 5]
@@ -445,15 +539,15 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
         elif kind == IMG_FILL:
             if count > n - at:
                 return r + 1
-            fill_bytes(dst + at, count, key, <uint64_t>source)
+            img_fill(dst + at, count, &ik, <uint64_t>source)
         elif kind == IMG_FILL_CRC32:
             if count + 4 > n - at or a < 0 or a > U32_MAX:
                 return r + 1
-            store_be32(dst + at + count, fill_crc32(dst + at, count, key, <uint64_t>source, <uint32_t>a))
+            store_be32(dst + at + count, img_fill_crc32(dst + at, count, &ik, <uint64_t>source, <uint32_t>a))
         elif kind == IMG_JPEG_SCAN:
-            if (count * JPEG_BLOCK_BITS + 7) // 8 > n - at:
+            if count > (n - at) // JPEG_BLOCK_BYTES or source % 16 != 0:
                 return r + 1
-            jpeg_scan_into(dst + at, count, key, <uint64_t>source)
+            jpeg_scan_into(dst + at, count, &ik, <uint64_t>source)
         elif kind == IMG_PNG_STORED:
             if count < 1 or a < 1 or bb < 0 or bb > U32_MAX:
                 return r + 1
@@ -462,7 +556,7 @@ cdef int64_t image_ops(unsigned char *dst, int64_t n, const int64_t *ops, int64_
                 return r + 1
             adler = 1
             c = <uint32_t>bb
-            png_stored_into(dst + at, a, count, key, <uint64_t>source, &adler, &c)
+            png_stored_into(dst + at, a, count, &ik, <uint64_t>source, &adler, &c)
             store_be32(dst + at + need, adler)
             c = iogen_crc32(c, dst + at + need, 4)
             store_be32(dst + at + need + 4, c)

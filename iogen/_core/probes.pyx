@@ -3,22 +3,21 @@
 bounds_probe: an indexing under the audited functions' switch (@cython.boundscheck(IOGEN_DEBUG_BUILD)),
     which tests use to prove the debug build checks bounds.
 pread_loop_baseline: the plainest sequential pread loop in C, the benchmarks' baseline for reads.
-use_vector_fill: choose fill's vector paths (the AVX-512 word loop, the JPEG scan's AVX-512 or BMI2 pack, Adler-32's AVX2
-loop) or the portable ones (tests compare them; benchmarks time both).
-use_jpeg_pack: choose the JPEG scan's pack alone (2 the best the CPU has: AVX-512 VBMI, BMI2 or portable; 1 BMI2 at
-most; 0 portable); tests compare every level the CPU has.
-use_adler32: the same for Adler-32's loop (2 AVX-512BW, AVX2 or SSE2; 1 AVX2 at most; 0 SSE2).
+use_vector_fill: choose fill's vector paths (the AVX-512 word loop, the image noise's VAES loops, Adler-32's vector
+loops) or the portable ones (tests compare them; benchmarks time both).
+use_adler32: the same for Adler-32's loop (2 AVX-512BW, AVX2 or SSE2; 1 AVX2 at most; 0 SSE2); below 2, PNG's
+scanlines take the noise and their sums in two passes, not the fused VAES loop (img_noise.h).
 """
 cimport cython
 from libc.stdint cimport int64_t
 
-from iogen._core.fill cimport set_adler32, set_jpeg_pack, set_vector_fill
+from iogen._core.fill cimport set_adler32, set_vector_fill
 from iogen._core.reader cimport pread_full
 
 from iogen._core._common import os_error, writable_byte_view
 from iogen._core.reader import close_file, open_file
 
-__all__ = ["bounds_probe", "pread_loop_baseline", "use_adler32", "use_jpeg_pack", "use_vector_fill"]
+__all__ = ["bounds_probe", "pread_loop_baseline", "use_adler32", "use_vector_fill"]
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
@@ -60,12 +59,6 @@ def pread_loop_baseline(path, int64_t block_bytes, buf):
 def use_vector_fill(enabled):
     """Choose the AVX-512 (when the CPU has it) or the scalar word loop of fill; return the old choice."""
     return set_vector_fill(bool(enabled))
-
-
-def use_jpeg_pack(int level):
-    """Choose the JPEG scan's pack: 2 the best the CPU has, 1 BMI2 at most, 0 portable; return the level in use
-    (lower than asked where the CPU lacks the instructions)."""
-    return set_jpeg_pack(level)
 
 
 def use_adler32(int level):

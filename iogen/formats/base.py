@@ -7,7 +7,8 @@ threads and processes.
 Content: sample j of a file holds bytes [j * record_bytes, (j + 1) * record_bytes) of the
 pseudo-random stream (seed, stream) of `iogen.core_switch.fill.fill_random`; the stream is the file's
 (see DatasetLayout.stream_of). So a file is a pure function of (seed, stream, sizes): byte
-identical across reruns, incompressible, and no two files share content.
+identical across reruns, incompressible, and no two files share content. (The image formats take
+their noise from `image_noise`, the same (seed, stream)'s image stream: iogen.formats.image.)
 """
 from __future__ import annotations
 

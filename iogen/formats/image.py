@@ -5,7 +5,11 @@ sample here is the whole file: index [0, size), payload = the file. The formats 
 exactly `record_bytes` (the drawn size) that Pillow, torchvision and tf.io.decode_image open and
 decode completely: the image's pixel data is seeded noise (unique per file, incompressible), and
 the bytes an image of whole rows cannot take go into a comment (JPEG COM) or a private ancillary
-chunk (PNG) of seeded noise, which decoders skip. A file is assembled in one buffer per writer
+chunk (PNG) of seeded noise, which decoders skip. The noise is not fill_random's stream (the other
+formats') but the image stream of the same (seed, stream), iogen.core_switch.fill.image_noise: 16-byte
+block j is two AES rounds of j under keys made from the stream's (iogen/_core/img_noise.h), which
+the CPU's VAES makes at the speed the buffer's cache takes writes, a third less CPU than the
+fill's multiplies; an image is noise nearly to its last byte, so this is most of its build. A file is assembled in one buffer per writer
 thread and handed to datagen's one-call publish (Format.file_image).
 
 What each check costs (docs/formats.md): a read checks the size and the start and end markers
@@ -95,10 +99,11 @@ class ImageFormat(Format):
                               "its file's bytes (uint8)")
 
     def variant(self) -> dict:
-        """The settings that change a file's bytes, with the image layout's version."""
+        """The settings that change a file's bytes, with the image layout's version (each format's own: a
+        dataset written with another version of the format's layout is other settings, never mixed)."""
         return dict(super().variant(), image_layout=self.layout_version)
 
-    layout_version = 1
+    layout_version = 0  # set by each format, raised whenever the bytes it writes for the same settings change
 
     # -- writing ----------------------------------------------------------------------------
 

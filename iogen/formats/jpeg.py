@@ -3,15 +3,25 @@
 The file (iogen.formats.image has what JPEG and PNG share):
 
     SOI, APP0 (JFIF 1.01), DQT (all 1), SOF0 (8-bit, W x H, 3 components 4:4:4),
-    DHT DC (one code: "0" = difference 0), DHT AC ("0" = run 0 / 6 bits, "10" = end of block),
+    DHT DC (one code: "00000000" = difference 0),
+    DHT AC (k 1-bits and a 0 = run 0 / size 7 - k for k = 0..6, "11111110" = end of block),
     COM segments of seeded noise (the bytes whole rows of blocks cannot take), SOS, the scan, EOI
 
-The scan (iogen.core_switch.fill.jpeg_scan) codes every 8x8 block as its DC, 15 AC coefficients of 6
-random bits and an end of block: 108 bits a block, seeded noise that decodes to a noise image,
-never a 0xFF byte, so no byte stuffing and the scan's length is arithmetic. The image is about
-4:3 and as large as the size allows (322,957 bytes: 824 x 616 pixels). DLIO 2.0's generator
-instead encodes a square of noise with Pillow and writes about 176 KB when asked for 322,957 B
-(docs/formats.md).
+The scan (iogen.core_switch.fill.jpeg_scan) codes every 8x8 block in 32 bytes: the byte 0x00 (its
+DC: difference 0, so every DC stays 0), 30 AC coefficients of one byte each, its code (k leading
+1-bits and a 0) and 7 - k bits of its value, and the byte 0xFE (end of block). Any byte but 0xFE
+and 0xFF reads as one coefficient, so the scan is the image stream's bytes (iogen.core_switch.fill
+.image_noise; iogen.formats.image) with 0xFE and 0xFF lowered to 0xFD and each block's first and
+last byte set, written in one pass; never 0xFF, so no byte stuffing and its length is arithmetic.
+It is seeded noise that decodes to a noise image and compresses as little as an encoder's scan
+(zlib keeps 99% of it). The image is about 4:3 and as large as the size allows (322,957 bytes:
+560 x 384 pixels). The scan takes stream bytes from 0, the COM noise the bytes after it.
+
+Layout version 2. Version 1 bit-packed 108-bit blocks (15 AC coefficients of 6 bits and an end of
+block) from fill_random's stream: 824 x 616 pixels at 322,957 bytes, and three times the CPU to
+build. A dataset of the other version is other settings (ImageFormat.variant). DLIO 2.0's
+generator instead encodes a square of noise with Pillow and writes about 176 KB when asked for
+322,957 B (docs/formats.md).
 """
 from __future__ import annotations
 
@@ -25,15 +35,18 @@ from ..errors import DataError
 from .image import ImageFormat
 
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"
-BLOCK_BITS = 108  # iogen.core_switch.fill.jpeg_scan: "0", 15 x ("0" + 6 bits), "10"
+BLOCK_BYTES = 32  # iogen.core_switch.fill.jpeg_scan: 0x00 (DC), 30 coefficients of a byte each, 0xFE (EOB)
 COMPONENTS = 3
-MCU_BITS = BLOCK_BITS * COMPONENTS
+MCU_BYTES = BLOCK_BYTES * COMPONENTS
 COM_MAX_PAYLOAD = 65533  # a segment's length field counts itself: 65535 - 2
 
 _APP0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
 _DQT = b"\xff\xdb" + struct.pack(">H", 67) + b"\x00" + b"\x01" * 64
-_DHT_DC = b"\xff\xc4" + struct.pack(">H", 20) + b"\x00" + bytes([1] + [0] * 15) + b"\x00"
-_DHT_AC = b"\xff\xc4" + struct.pack(">H", 21) + b"\x10" + bytes([1, 1] + [0] * 14) + b"\x06\x00"
+# DC: one code of 8 bits, "00000000", for category 0. AC: one code of each length 1..8, canonically "0", "10",
+# ..., "1111110" (k 1-bits and a 0) for run 0 / size 7 - k (a code and its value bits make one byte), and
+# "11111110" for the end of block (0x00).
+_DHT_DC = b"\xff\xc4" + struct.pack(">H", 20) + b"\x00" + bytes([0] * 7 + [1] + [0] * 8) + b"\x00"
+_DHT_AC = b"\xff\xc4" + struct.pack(">H", 27) + b"\x10" + bytes([1] * 8 + [0] * 8) + bytes(range(7, -1, -1))
 _SOS = b"\xff\xda" + struct.pack(">HB", 12, COMPONENTS) + b"\x01\x00\x02\x00\x03\x00" + b"\x00\x3f\x00"
 _SOF_BYTES = 2 + 2 + 6 + 3 * COMPONENTS
 FIXED_BYTES = len(SOI) + len(_APP0) + len(_DQT) + _SOF_BYTES + len(_DHT_DC) + len(_DHT_AC) + len(_SOS) + len(EOI)
@@ -46,7 +59,7 @@ def _sof(width: int, height: int) -> bytes:
 
 def scan_bytes(mcus: int) -> int:
     """Bytes of the scan of `mcus` MCUs (3 blocks each)."""
-    return (mcus * MCU_BITS + 7) // 8
+    return mcus * MCU_BYTES
 
 
 def com_bytes(padding: int) -> list[int]:
@@ -61,14 +74,27 @@ def com_bytes(padding: int) -> list[int]:
     return out
 
 
+def _grid(mcus: int) -> tuple[int, int]:
+    """(columns, rows) of at most mcus MCUs, about 4:3: of the widths within 4 MCUs of 4:3's that keep the image
+    between square and 3:2 (or 4:3's own), the one that leaves the fewest MCUs over (the fewest bytes for COM
+    segments), then the one nearest 4:3."""
+    c0 = max(1, min(8191, round(math.sqrt(mcus * 4 / 3))))
+    best = None
+    for cols in range(max(1, c0 - 4), min(8191, c0 + 4) + 1):
+        rows = min(8191, max(1, mcus // cols))
+        if cols * rows <= mcus and (cols == c0 or rows <= cols <= 1.5 * rows):
+            key = (cols * rows, -abs(cols / rows - 4 / 3))
+            if best is None or key > best[0]:
+                best = (key, cols, rows)
+    return best[1], best[2]
+
+
 def plan(record_bytes: int) -> tuple[int, int, list[int]]:
     """(width, height, COM payload sizes) of the largest ~4:3 image whose file is exactly record_bytes."""
     budget = record_bytes - FIXED_BYTES
-    mcus = max(1, (budget * 8) // MCU_BITS)
+    mcus = max(1, budget // MCU_BYTES)
     while True:
-        cols = max(1, min(8191, round(math.sqrt(mcus * 4 / 3))))
-        rows = max(1, mcus // cols)
-        rows = min(rows, 8191)
+        cols, rows = _grid(mcus)
         padding = budget - scan_bytes(cols * rows)
         if padding == 0 or padding >= 4:
             return cols * 8, rows * 8, com_bytes(padding)
@@ -109,11 +135,10 @@ def _recipe(record_bytes: int):
 
     pieces, coms, scan_at, scan, blocks, eoi_at = _assembly(record_bytes)
     copies = [(at, piece.tobytes()) for at, piece in pieces] + [(eoi_at, EOI)]
-    fills, noise_at = [], 0  # stream bytes: COM noise from 0, the scan's fields after it
+    fills, noise_at = [("jpeg_scan", scan_at, blocks, 0)], scan  # stream bytes: the scan from 0, COM noise after it
     for at, size in coms:
         fills.append(("fill", at, size, noise_at))
         noise_at += size
-    fills.append(("jpeg_scan", scan_at, blocks, noise_at))
     return image_recipe(copies, fills)
 
 
@@ -124,11 +149,12 @@ class JpegFormat(ImageFormat):
     suffix = "jpeg"
     head_marker = SOI
     tail_marker = EOI
-    min_file_bytes = FIXED_BYTES + 41 + 4  # one MCU (324 bits) and room for a COM segment beside it
+    min_file_bytes = FIXED_BYTES + MCU_BYTES + 4  # one MCU and room for a COM segment beside it
+    layout_version = 2  # 32-byte blocks (1: 108-bit blocks; see the module doc)
 
     def recipe(self, record_bytes: int):
         """The core's operations that build a file of record_bytes (cached per size): the headers, each COM
-        segment's and SOS copied, COM noise from stream byte 0, the scan's fields after it, EOI."""
+        segment's and SOS copied, the scan from stream byte 0, COM noise after it, EOI."""
         return _recipe(record_bytes)
 
     def walk(self, data: bytes, name: str) -> tuple:

@@ -8,7 +8,11 @@ The file (iogen.formats.image has what JPEG and PNG share):
 IDAT holds a zlib stream of stored deflate blocks (no compression: the noise would not shrink),
 each at most 65,535 bytes, over the scanlines: filter byte 0 then W x 3 bytes of seeded noise.
 The zlib stream carries its Adler-32 and every chunk its CRC-32, so the file is what any PNG
-reader accepts; the image is about 4:3 and as large as the size allows.
+reader accepts; the image is about 4:3 and as large as the size allows. The noise is the image
+stream of (seed, stream) (iogen.core_switch.fill.image_noise: two AES rounds a 16-byte block, see
+iogen.formats.image), the padding chunk's from byte 0, the scanlines' after it. Layout version 2
+(version 1 took the same bytes from fill_random's stream; a dataset of the other version is other
+settings: ImageFormat.variant).
 """
 from __future__ import annotations
 
@@ -113,6 +117,7 @@ class PngFormat(ImageFormat):
     tail_marker = IEND
     # one pixel (a filter byte and 3, one block header) and room for the padding chunk beside it
     min_file_bytes = FIXED_BYTES + 9 + CHUNK_OVERHEAD
+    layout_version = 2  # the image noise (1: the fill's stream; see the module doc and ImageFormat.variant)
 
     def recipe(self, record_bytes: int):
         """The core's operations that build a file of record_bytes (cached per size): the signature, IHDR and the

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from iogen._core.pure.fill import fill_random as fill_random_pure
+from iogen._core.pure.fill import image_noise as image_noise_pure
 
 
 def filled(impl, nbytes, seed, stream, offset_bytes=0):
@@ -166,45 +167,80 @@ def test_vector_and_scalar_word_loops_give_identical_bytes(cython_core, nbytes, 
 
 # -- the JPEG noise scan (iogen.formats.jpeg) ------------------------------------------------------
 
-@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 5), (3, 1 << 40), (301, 7), (272, 0), (273, 9),
-                                          (545, 3), (4096, 123), (4, 0), (5, 1), (7, 2), (8, 3)])
-# the pack levels: 2 AVX-512 VBMI, 1 BMI2, 0 portable (a level the CPU lacks falls back to a lower one, tested too)
-@pytest.mark.parametrize("level", [2, 1, 0])
-def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, level):
-    a = np.full(blocks * 14 + 16, 0xAA, np.uint8)
+@pytest.mark.parametrize("nbytes,offset", [(0, 0), (1, 0), (15, 1), (16, 0), (17, 15), (63, 16), (64, 0), (65, 3),
+                                           (1000, 7), (70_001, 123), (5, 1 << 40)])
+# the compiled core's VAES loop (where the CPU has it: four blocks a vector) and its portable AES round
+@pytest.mark.parametrize("vector", [True, False])
+def test_image_noise_implementations_agree(cython_core, python_core, nbytes, offset, vector):
+    a = np.full(nbytes, 0xAA, np.uint8)
     b = a.copy()
-    cython_core.probes.use_jpeg_pack(level)
+    old = cython_core.probes.use_vector_fill(vector)
+    try:
+        cython_core.fill.image_noise(a, 9, 4, offset)
+    finally:
+        cython_core.probes.use_vector_fill(old)
+    python_core.fill.image_noise(b, 9, 4, offset)
+    assert (a == b).all()
+
+
+def test_image_noise_is_its_own_stream_and_incompressible(core):
+    """Two AES rounds a block (img_noise.h): seeded, a stream per (seed, stream), any piece the same bytes at
+    its offset, and nothing zlib can shrink; the AES round is the x86 AESENC (FIPS-197's first round vector)."""
+    a = np.empty(1 << 16, np.uint8)
+    core.fill.image_noise(a, 1, 2)
+    b = np.empty(1 << 16, np.uint8)
+    core.fill.image_noise(b, 1, 3)
+    assert not (a[:4096] == b[:4096]).all() and len(zlib.compress(a.tobytes(), 9)) > a.size
+    piece = np.empty(1000, np.uint8)
+    core.fill.image_noise(piece, 1, 2, 4099)
+    assert (piece == a[4099:5099]).all()
+    from iogen._core.pure.fill import _aesenc
+
+    # FIPS-197 appendix B: the state after round 1's MixColumns, and round 1's key
+    state = np.frombuffer(bytes.fromhex("193de3bea0f4e22b9ac68d2ae9f84808"), np.uint8).reshape(1, 16)
+    rk = np.frombuffer(bytes.fromhex("a0fafe1788542cb123a339392a6c7605"), np.uint8)
+    assert _aesenc(state, rk).tobytes().hex() == "a49c7ff2689f352b6b5bea43026a5049"
+
+
+@pytest.mark.parametrize("blocks,offset", [(0, 0), (1, 0), (2, 16), (3, 1 << 40), (5, 16), (7, 64), (301, 16 * 13),
+                                          (1024, 0), (1025, 16 * 77)])
+# the compiled core's VAES loop (where the CPU has it: two JPEG blocks a vector, odd counts end in the portable
+# round) and its portable round
+@pytest.mark.parametrize("vector", [True, False])
+def test_jpeg_scan_implementations_agree(cython_core, python_core, blocks, offset, vector):
+    a = np.full(blocks * 32 + 16, 0xAA, np.uint8)
+    b = a.copy()
+    old = cython_core.probes.use_vector_fill(vector)
     try:
         na = cython_core.fill.jpeg_scan(a, 9, 4, offset, blocks)
     finally:
-        cython_core.probes.use_jpeg_pack(2)
+        cython_core.probes.use_vector_fill(old)
     nb = python_core.fill.jpeg_scan(b, 9, 4, offset, blocks)
-    assert na == nb == (blocks * 108 + 7) // 8
+    assert na == nb == blocks * 32
     assert (a == b).all()  # what follows the scan is left as it was too
 
 
 def test_jpeg_scan_layout_and_no_marker_bytes(core):
-    """Per block: "0" (DC), 15 x ("0" + the low 6 bits of one stream byte), "10" (EOB); never 0xFF."""
-    buf = np.zeros(2000, np.uint8)
-    n = core.fill.jpeg_scan(buf, 1, 2, 0, 100)
-    bits = np.unpackbits(buf[:n])
-    fields = np.empty(1500, np.uint8)
-    core.fill.fill_random(fields, 1, 2, 0)
-    for blk in (0, 1, 57, 99):
-        b = bits[blk * 108:(blk + 1) * 108]
-        assert b[0] == 0 and list(b[-2:]) == [1, 0]
-        for c in range(15):
-            f = b[1 + 7 * c:8 + 7 * c]
-            assert f[0] == 0 and int("".join(map(str, f[1:])), 2) == fields[blk * 15 + c] & 0x3F
-    assert not (buf[:n] == 0xFF).any()
-    assert all(bits[100 * 108:]) and len(bits) - 100 * 108 < 8  # padded with 1-bits
+    """Per block: the byte 0x00 (DC), 30 image stream bytes with 0xFE and 0xFF lowered to 0xFD, the byte 0xFE (end
+    of block); never 0xFF."""
+    buf = np.zeros(32 * 2000 + 8, np.uint8)
+    assert core.fill.jpeg_scan(buf, 1, 2, 32, 2000) == 32 * 2000
+    stream = np.empty(32 * 2000, np.uint8)
+    core.fill.image_noise(stream, 1, 2, 32)
+    blocks, want = buf[:32 * 2000].reshape(2000, 32), stream.reshape(2000, 32)
+    assert (blocks[:, 0] == 0).all() and (blocks[:, 31] == 0xFE).all()
+    assert (want[:, 1:31] >= 0xFE).any()  # the case the lowering is for occurs
+    assert (blocks[:, 1:31] == np.minimum(want[:, 1:31], 0xFD)).all()
+    assert not (buf == 0xFF).any() and not buf[32 * 2000:].any()
 
 
 def test_jpeg_scan_refuses_a_short_buffer_and_bad_counts(core):
-    with pytest.raises(ValueError, match="needs 14 bytes"):
-        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, 1)
+    with pytest.raises(ValueError, match="needs 32 bytes"):
+        core.fill.jpeg_scan(np.zeros(31, np.uint8), 1, 2, 0, 1)
     with pytest.raises(ValueError, match="blocks must be >= 0"):
-        core.fill.jpeg_scan(np.zeros(13, np.uint8), 1, 2, 0, -1)
+        core.fill.jpeg_scan(np.zeros(32, np.uint8), 1, 2, 0, -1)
+    with pytest.raises(ValueError, match="offset_bytes must be a multiple of 16"):
+        core.fill.jpeg_scan(np.zeros(32, np.uint8), 1, 2, 8, 1)
 
 
 # -- PNG's stored deflate blocks and Adler-32 (iogen.formats.png) ----------------------------------
@@ -227,13 +263,13 @@ def test_adler32_is_zlibs(core, n, level):
 
 
 def _stored_reference(seed, stream, offset, row, raw, crc):
-    """PNG's stored blocks as png.py built them before the core did (fill, filter bytes, zlib's sums)."""
+    """PNG's stored blocks as png.py built them before the core did (the image stream, filter bytes, zlib's sums)."""
     out, adler, noise = bytearray(), 1, offset
     for first in range(0, raw, 65535):
         take = min(65535, raw - first)
         out += struct.pack("<BHH", 1 if first + take == raw else 0, take, take ^ 0xFFFF)
         body = np.empty(take, np.uint8)
-        fill_random_pure(body, seed, stream, noise)
+        image_noise_pure(body, seed, stream, noise)
         body[(-first) % row::row] = 0
         adler = zlib.adler32(body, adler)
         out += body.tobytes()
@@ -242,13 +278,19 @@ def _stored_reference(seed, stream, offset, row, raw, crc):
 
 
 @pytest.mark.parametrize("row,raw,offset", [(4, 4, 0), (7, 700, 3), (2473, 2473 * 130, 1 << 33),
-                                            (65536, 65536 * 2, 5), (100, 65535, 0), (10, 65540, 9)])
-def test_png_stored_blocks_are_the_reference_in_both_cores(cython_core, python_core, row, raw, offset):
+                                            (65536, 65536 * 2, 5), (100, 65535, 0), (10, 65540, 9), (1, 300, 16)])
+# the compiled core's fused noise + Adler-32 loop (VAES and AVX-512BW where the CPU has them), and its two passes
+@pytest.mark.parametrize("fused", [True, False])
+def test_png_stored_blocks_are_the_reference_in_both_cores(cython_core, python_core, row, raw, offset, fused):
     want, adler, crc = _stored_reference(9, 4, offset, row, raw, 77)
-    for impl in (cython_core, python_core):
-        buf = np.full(len(want) + 9, 0xAA, np.uint8)
-        assert impl.fill.png_stored(buf, 9, 4, offset, row, raw, 77) == (len(want), adler, crc)
-        assert buf[:len(want)].tobytes() == want and (buf[len(want):] == 0xAA).all()
+    cython_core.probes.use_adler32(2 if fused else 1)
+    try:
+        for impl in (cython_core, python_core):
+            buf = np.full(len(want) + 9, 0xAA, np.uint8)
+            assert impl.fill.png_stored(buf, 9, 4, offset, row, raw, 77) == (len(want), adler, crc)
+            assert buf[:len(want)].tobytes() == want and (buf[len(want):] == 0xAA).all()
+    finally:
+        cython_core.probes.use_adler32(2)
 
 
 def test_png_stored_refuses_a_short_buffer_and_bad_sizes(core):

@@ -161,7 +161,8 @@ def test_build_image_is_the_same_in_both_implementations(cython_core, python_cor
                                  (0, 98, 4, 0, 0, 0),        # a copy past the buffer
                                  (1, -1, 4, 0, 0, 0),        # a negative offset
                                  (2, 0, 97, 0, 0, 0),        # no room for the CRC after the fill
-                                 (3, 0, 8, 0, 0, 0),         # 8 blocks need 108 bytes
+                                 (3, 0, 4, 0, 0, 0),         # 4 JPEG blocks need 128 bytes
+                                 (3, 0, 1, 8, 0, 0),         # a scan from a stream byte not a multiple of 16
                                  (4, 0, 80, 0, 0, 0),        # a row of 0 bytes
                                  (4, 0, 90, 0, 10, 0),       # 90 scanline bytes need 5 + 90 + 8
                                  (9, 0, 1, 0, 0, 0)])        # an unknown kind

@@ -36,17 +36,18 @@ CASES = {
                        "2134555c94f5c64e5268fd3a883457d7b79a73852a4510bd71ddc82bcf0cd99f"),
     # JPEG and PNG (one image a file, built whole in the core): headers, COM / padding segments, the
     # scan or the stored deflate blocks with their Adler-32 and chunk CRC-32s; small, and one of
-    # retinanet's size (several 64 KiB stored blocks, the CRC's 512-bit path)
+    # retinanet's size (several 64 KiB stored blocks, the CRC's 512-bit path). Both at their layout version 2 (the
+    # image noise; JPEG's 32-byte blocks): a format's bytes change only with its ImageFormat.layout_version
     "jpeg": (dict(format="jpeg", num_files_train=3, num_files_eval=1, num_samples_per_file=1,
                   record_length_bytes=5000, record_length_bytes_stdev=300),
-             "4e9144f6b91d84f623892705fa5a59c6800a8406bf8a9bf3c459ce2961e9b24e"),
+             "d3cdb046b0b2cbc0698366b064927ac62987f8745a64f997eba99575ce5a20b8"),
     "jpeg-retinanet": (dict(format="jpeg", num_files_train=1, num_samples_per_file=1, record_length_bytes=322957),
-                       "5a5d13fcf0899244ad55d2aa13e9971a45f77dcc8d0e0532e8d9756cb2e9e12d"),
+                       "a2b5a4b80a5a08c360a6338d4baf312aca7a4daa0f6096268e0d67fdb3da1a3f"),
     "png": (dict(format="png", num_files_train=3, num_files_eval=1, num_samples_per_file=1,
                  record_length_bytes=5000, record_length_bytes_stdev=300),
-            "fde0d8f1e3177561874d5a3e5ef66def62ee0e7c66aedb03b6b1edc1d1ccb546"),
+            "1f34a9e7f8dfbe6544d6218e35077570179cbfbd2c74afe9ecd2ee2924319743"),
     "png-retinanet": (dict(format="png", num_files_train=1, num_samples_per_file=1, record_length_bytes=322957),
-                      "afeb3495ae4b149d4af15d641cef28d6cf3092914cf9ed77e2f22df9e7c56b44"),
+                      "44bd9c408fc2c56c409b403740ed7d642e69ad8b0ce2472ccf28cbcb28a82794"),
     # indexed_binary: the data file and its .off.idx / .sz.idx index files, listed in the manifest
     "indexed_binary": (dict(format="indexed_binary", num_files_train=2, num_samples_per_file=3,
                             record_length_bytes=2000, record_length_bytes_stdev=100),

@@ -125,7 +125,29 @@ def test_jpeg_header_numbers():
     from iogen.formats.jpeg import plan
 
     width, height, coms = plan(322_957)
-    assert (width, height) == (824, 616) and sum(c + 4 for c in coms) == 1582
+    assert (width, height) == (560, 384) and sum(c + 4 for c in coms) == 222
     data = image("jpeg", 322_957)
     sof = data.index(b"\xff\xc0")
-    assert struct.unpack_from(">HH", data, sof + 5) == (616, 824)
+    assert struct.unpack_from(">HH", data, sof + 5) == (384, 560)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_dataset_of_another_layout_version_is_other_settings(tmp_path, workload, monkeypatch, name):
+    """Each format has its own layout version in the manifest's variant: a dataset written with the format's old
+    layout is refused by datagen (never mixed with new files) and named by verify."""
+    from iogen.data.generate import generate, verify
+    from iogen.data.layout import DatasetLayout
+    from iogen.formats import get_format
+
+    cls = type(make_format(name))
+    now = cls.layout_version
+    assert "layout_version" in vars(cls) and now == 2  # its own; 2: the image noise (JPEG: 32-byte blocks too)
+    wl = workload(data_folder=str(tmp_path / "d"), seed=7, format=name, num_files_train=2, num_samples_per_file=1,
+                  record_length_bytes=3000)
+    monkeypatch.setattr(cls, "layout_version", now - 1)
+    generate(wl, workers=1)  # written as the old version would
+    monkeypatch.setattr(cls, "layout_version", now)
+    with pytest.raises(DataError, match=f"other settings \\(format: .*'image_layout': {now - 1}.*'image_layout': {now}"):
+        generate(wl, workers=1)
+    problems = verify(DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset))
+    assert [p.kind for p in problems] == ["manifest"] and "image_layout" in problems[0].message

@@ -3,7 +3,8 @@
 Byte p of stream (seed, stream) is byte p % 8 (little-endian) of the 64-bit word
     word(b) = mix64((b * GAMMA) ^ key),  b = p // 8,  key = mix64(mix64(seed ^ SEED_SALT) ^ stream)
 with mix64 the splitmix64 finaliser (Steele, Lea, Flood, OOPSLA 2014). See fill.pyx for why.
-The CRC-32 (zip) is zlib's.
+The CRC-32 (zip) is zlib's. image_noise (the image formats' stream, two AES rounds a 16-byte block:
+img_noise.h) is computed with numpy table lookups, the same bytes as the compiled core's.
 """
 import zlib
 
@@ -16,12 +17,90 @@ from iogen._core._common import (GAMMA, IMG_COPY, IMG_FILL, IMG_FILL_CRC32, IMG_
 
 from .crc import crc32c
 
-__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "jpeg_scan", "parquet_pages", "png_stored"]
+__all__ = ["adler32", "build_image", "fill_random", "fill_random_crc32", "image_noise", "jpeg_scan", "parquet_pages",
+           "png_stored"]
 
-# The JPEG noise scan (see fill.pyx): per block "0", JPEG_COEFS x ("0" + 6 bits), "10".
-JPEG_COEFS = 15
-JPEG_FIELD_BITS = 6
-JPEG_BLOCK_BITS = 1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS) + 2
+# The JPEG noise scan (see fill.pyx): 32 bytes a block, the DC byte 0x00, 30 image stream bytes (none above 0xFD),
+# 0xFE.
+JPEG_BLOCK_BYTES = 32
+
+
+# -- the image formats' noise (img_noise.h): two AES rounds (AESENC) of j ^ K0 a 16-byte block ---------------------
+
+def _xtime(a):
+    return ((a << 1) ^ np.where(a & 0x80, 0x1B, 0)).astype(np.uint8)
+
+
+def _sbox():
+    """AES's S-box from its definition: the inverse in GF(2^8) mod x^8 + x^4 + x^3 + x + 1, then the affine map."""
+    def mul(x, y):
+        p = 0
+        while y:
+            if y & 1:
+                p ^= x
+            x = ((x << 1) ^ (0x1B if x & 0x80 else 0)) & 0xFF
+            y >>= 1
+        return p
+    box = []
+    for a in range(256):
+        inv = next((b for b in range(1, 256) if mul(a, b) == 1), 0)
+        s = inv
+        for r in range(1, 5):
+            s ^= ((inv << r) | (inv >> (8 - r))) & 0xFF
+        box.append(s ^ 0x63)
+    return np.array(box, np.uint8)
+
+
+_SBOX = _sbox()
+# ShiftRows: byte r + 4c from byte r + 4 ((c + r) % 4)
+_SHIFT = np.array([r + 4 * ((c + r) % 4) for c in range(4) for r in range(4)], np.intp)[
+    np.argsort([r + 4 * c for c in range(4) for r in range(4)])]
+
+
+def _aesenc(state, rk):
+    """One AES round (the x86 AESENC) on each row of an (n, 16) uint8 array."""
+    t = _SBOX[state][:, _SHIFT].reshape(-1, 4, 4)  # [block, column, row]
+    a0, a1, a2, a3 = t[:, :, 0], t[:, :, 1], t[:, :, 2], t[:, :, 3]
+    x0, x1, x2, x3 = _xtime(a0), _xtime(a1), _xtime(a2), _xtime(a3)
+    out = np.stack([x0 ^ x1 ^ a1 ^ a2 ^ a3, a0 ^ x1 ^ x2 ^ a2 ^ a3, a0 ^ a1 ^ x2 ^ x3 ^ a3, x0 ^ a0 ^ a1 ^ a2 ^ x3],
+                   axis=2).reshape(-1, 16)
+    return out ^ rk
+
+
+def _image_keys(seed, stream):
+    """K0, K1, K2 (img_noise.h iogen_img_key_make) as three 16-byte arrays."""
+    key = stream_key(seed, stream)
+    words = [_mix64_scalar(key ^ (((i + 1) * GAMMA) & MASK64)) for i in range(6)]
+    raw = np.array(words, "<u8").view(np.uint8)
+    return raw[0:16], raw[16:32], raw[32:48]
+
+
+def _image_blocks(first, count, keys):
+    """Blocks first .. first + count - 1 of the image stream, as an (count, 16) uint8 array."""
+    k0, k1, k2 = keys
+    j = np.zeros((count, 2), "<u8")
+    j[:, 0] = np.arange(first, first + count, dtype=np.uint64)
+    state = j.view(np.uint8).reshape(count, 16) ^ k0
+    return _aesenc(_aesenc(state, k1), k2)
+
+
+def image_noise(buf, seed, stream, offset_bytes=0):
+    """Fill buf with the image stream of (seed, stream) at absolute offset_bytes (fill.pyx, img_noise.h)."""
+    out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
+    nbytes = out.shape[0]
+    check_fill_args(seed, stream, offset_bytes, nbytes)
+    if nbytes == 0:
+        return
+    keys = _image_keys(seed, stream)
+    start = int(offset_bytes)
+    pos = 0
+    while pos < nbytes:
+        abs_pos = start + pos
+        skip = abs_pos & 15
+        take = min(nbytes - pos, CHUNK_WORDS * 8 - skip)
+        count = (skip + take + 15) >> 4
+        out[pos:pos + take] = _image_blocks(abs_pos >> 4, count, keys).reshape(-1)[skip:skip + take]
+        pos += take
 
 SEED_SALT = 0x6A09E667F3BCC909
 
@@ -77,21 +156,16 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
 def jpeg_scan(buf, seed, stream, offset_bytes, blocks):
     """Write the entropy-coded data of `blocks` noise blocks to buf's start; return its length in bytes."""
     out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
-    blocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, out.shape[0], JPEG_BLOCK_BITS, JPEG_COEFS)
-    if blocks == 0:
+    blocks = check_jpeg_scan_args(seed, stream, offset_bytes, blocks, out.shape[0], JPEG_BLOCK_BYTES)
+    n = blocks * JPEG_BLOCK_BYTES
+    if n == 0:
         return 0
-    fields = np.empty(blocks * JPEG_COEFS, np.uint8)
-    fill_random(fields, seed, stream, offset_bytes)
-    field_bits = np.unpackbits((fields & 0x3F).reshape(blocks, JPEG_COEFS, 1), axis=2)[:, :, 8 - JPEG_FIELD_BITS:]
-    bits = np.zeros((blocks, JPEG_BLOCK_BITS), np.uint8)  # DC "0" and each field's leading "0"
-    coded = bits[:, 1:1 + JPEG_COEFS * (1 + JPEG_FIELD_BITS)].reshape(blocks, JPEG_COEFS, 1 + JPEG_FIELD_BITS)
-    coded[:, :, 1:] = field_bits
-    bits[:, -2] = 1  # EOB "10"
-    flat = bits.reshape(-1)
-    pad = -flat.size % 8
-    packed = np.packbits(np.concatenate([flat, np.ones(pad, np.uint8)]))
-    out[:packed.size] = packed
-    return int(packed.size)
+    scan = out[:n]
+    image_noise(scan, seed, stream, offset_bytes)
+    np.minimum(scan, 0xFD, out=scan)  # AC: k leading 1-bits and a 0 (k < 7), then 7 - k bits of the value
+    scan[::JPEG_BLOCK_BYTES] = 0  # DC: code "00000000", difference 0
+    scan[JPEG_BLOCK_BYTES - 1::JPEG_BLOCK_BYTES] = 0xFE  # end of block: code "11111110"
+    return n
 
 
 PNG_STORED_MAX = 65535
@@ -103,7 +177,7 @@ def png_stored(buf, seed, stream, offset_bytes, row, raw, crc=0):
     row, raw, need = check_png_stored_args(seed, stream, offset_bytes, row, raw, out.shape[0], PNG_STORED_MAX)
     c = check_crc(crc)
     lines = np.empty(raw, np.uint8)
-    fill_random(lines, seed, stream, offset_bytes)
+    image_noise(lines, seed, stream, offset_bytes)
     lines[::row] = 0
     pos = 0
     for first in range(0, raw, PNG_STORED_MAX):
@@ -164,7 +238,7 @@ def _image_op_fits(kind, at, count, source, a, b, n, blob_n) -> bool:
     if kind == IMG_FILL_CRC32:
         return count + 4 <= n - at and 0 <= a <= 0xFFFFFFFF
     if kind == IMG_JPEG_SCAN:
-        return (count * JPEG_BLOCK_BITS + 7) // 8 <= n - at
+        return count <= (n - at) // JPEG_BLOCK_BYTES and source % 16 == 0
     if kind == IMG_PNG_STORED:
         need = count + 5 * -(-count // PNG_STORED_MAX)
         return count >= 1 and a >= 1 and 0 <= b <= 0xFFFFFFFF and need + 8 <= n - at
@@ -185,9 +259,10 @@ def build_image(buf, ops, blob, seed, stream):
         if kind == IMG_COPY:
             out[at:at + count] = np.frombuffer(src, np.uint8, count, source)
         elif kind == IMG_FILL:
-            fill_random(out[at:at + count], seed, stream, source)
+            image_noise(out[at:at + count], seed, stream, source)
         elif kind == IMG_FILL_CRC32:
-            c = fill_random_crc32(out[at:at + count], seed, stream, source, a)
+            image_noise(out[at:at + count], seed, stream, source)
+            c = zlib.crc32(out[at:at + count], a)
             out[at + count:at + count + 4] = np.frombuffer(c.to_bytes(4, "big"), np.uint8)
         elif kind == IMG_JPEG_SCAN:
             jpeg_scan(out[at:], seed, stream, source, count)

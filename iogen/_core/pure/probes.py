@@ -3,7 +3,7 @@ from iogen._core._common import os_error, writable_byte_view
 
 from .reader import pread_full, close_file, open_file
 
-__all__ = ["bounds_probe", "pread_loop_baseline", "use_adler32", "use_jpeg_pack", "use_vector_fill"]
+__all__ = ["bounds_probe", "pread_loop_baseline", "use_adler32", "use_vector_fill"]
 
 
 def bounds_probe(values, i):
@@ -38,11 +38,6 @@ def pread_loop_baseline(path, block_bytes, buf):
 def use_vector_fill(enabled):
     """The twin has one fill (numpy's); there is no vector loop to choose. Returns False."""
     return False
-
-
-def use_jpeg_pack(level):
-    """The twin packs the JPEG scan one way (numpy's); there is no level to choose. Returns 0."""
-    return 0
 
 
 def use_adler32(level):
