@@ -2,11 +2,13 @@
 
 The file (iogen.formats.image has what JPEG and PNG share):
 
-    SOI, APP0 (JFIF 1.01), DQT (all 1), SOF0 (8-bit, W x H, 3 components 4:4:4),
+    SOI, APP0 (JFIF 1.01), DQT (all 1), SOF0 (8-bit, W x H, 3 components, 4:2:0 as cameras write them),
     DHT DC (one code: "00000000" = difference 0),
     DHT AC (k 1-bits and a 0 = run 0 / size 7 - k for k = 0..6, "11111110" = end of block),
     COM segments of seeded noise (the bytes whole rows of blocks cannot take), SOS, the scan, EOI
 
+4:2:0: an MCU is 16 x 16 pixels, four luma blocks then one Cb and one Cr block (as cameras write
+photos: 6 bits a pixel here, so 322,957 bytes give 768 x 560 pixels, where 4:4:4 gave 560 x 384).
 The scan (iogen.core_switch.fill.jpeg_scan) codes every 8x8 block in 32 bytes: the byte 0x00 (its
 DC: difference 0, so every DC stays 0), 30 AC coefficients of one byte each, its code (k leading
 1-bits and a 0) and 7 - k bits of its value, and the byte 0xFE (end of block). Any byte but 0xFE
@@ -15,7 +17,7 @@ and 0xFF reads as one coefficient, so the scan is the image stream's bytes (ioge
 last byte set, written in one pass; never 0xFF, so no byte stuffing and its length is arithmetic.
 It is seeded noise that decodes to a noise image and compresses as little as an encoder's scan
 (zlib keeps 99% of it). The image is about 4:3 and as large as the size allows (322,957 bytes:
-560 x 384 pixels). The scan takes stream bytes from 0, the COM noise the bytes after it.
+768 x 560 pixels). The scan takes stream bytes from 0, the COM noise the bytes after it.
 
 Layout version 2. Version 1 bit-packed 108-bit blocks (15 AC coefficients of 6 bits and an end of
 block) from fill_random's stream: 824 x 616 pixels at 322,957 bytes, and three times the CPU to
@@ -37,7 +39,11 @@ from .image import ImageFormat
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"
 BLOCK_BYTES = 32  # iogen.core_switch.fill.jpeg_scan: 0x00 (DC), 30 coefficients of a byte each, 0xFE (EOB)
 COMPONENTS = 3
-MCU_BYTES = BLOCK_BYTES * COMPONENTS
+# 4:2:0: an MCU is 16 x 16 pixels, four luma blocks and one block of each chroma component
+MCU_PIXELS = 16
+BLOCKS_PER_MCU = 6
+MCU_BYTES = BLOCK_BYTES * BLOCKS_PER_MCU
+MAX_MCUS_PER_SIDE = 65535 // MCU_PIXELS  # SOF's 16-bit width and height
 COM_MAX_PAYLOAD = 65533  # a segment's length field counts itself: 65535 - 2
 
 _APP0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
@@ -53,12 +59,12 @@ FIXED_BYTES = len(SOI) + len(_APP0) + len(_DQT) + _SOF_BYTES + len(_DHT_DC) + le
 
 
 def _sof(width: int, height: int) -> bytes:
-    comps = b"".join(bytes([i + 1, 0x11, 0]) for i in range(COMPONENTS))
+    comps = bytes([1, 0x22, 0, 2, 0x11, 0, 3, 0x11, 0])  # Y sampled 2 x 2, Cb and Cr 1 x 1: 4:2:0
     return b"\xff\xc0" + struct.pack(">HBHHB", 8 + 3 * COMPONENTS, 8, height, width, COMPONENTS) + comps
 
 
 def scan_bytes(mcus: int) -> int:
-    """Bytes of the scan of `mcus` MCUs (3 blocks each)."""
+    """Bytes of the scan of `mcus` MCUs (6 blocks each)."""
     return mcus * MCU_BYTES
 
 
@@ -78,10 +84,10 @@ def _grid(mcus: int) -> tuple[int, int]:
     """(columns, rows) of at most mcus MCUs, about 4:3: of the widths within 4 MCUs of 4:3's that keep the image
     between square and 3:2 (or 4:3's own), the one that leaves the fewest MCUs over (the fewest bytes for COM
     segments), then the one nearest 4:3."""
-    c0 = max(1, min(8191, round(math.sqrt(mcus * 4 / 3))))
+    c0 = max(1, min(MAX_MCUS_PER_SIDE, round(math.sqrt(mcus * 4 / 3))))
     best = None
-    for cols in range(max(1, c0 - 4), min(8191, c0 + 4) + 1):
-        rows = min(8191, max(1, mcus // cols))
+    for cols in range(max(1, c0 - 4), min(MAX_MCUS_PER_SIDE, c0 + 4) + 1):
+        rows = min(MAX_MCUS_PER_SIDE, max(1, mcus // cols))
         if cols * rows <= mcus and (cols == c0 or rows <= cols <= 1.5 * rows):
             key = (cols * rows, -abs(cols / rows - 4 / 3))
             if best is None or key > best[0]:
@@ -97,7 +103,7 @@ def plan(record_bytes: int) -> tuple[int, int, list[int]]:
         cols, rows = _grid(mcus)
         padding = budget - scan_bytes(cols * rows)
         if padding == 0 or padding >= 4:
-            return cols * 8, rows * 8, com_bytes(padding)
+            return cols * MCU_PIXELS, rows * MCU_PIXELS, com_bytes(padding)
         if cols * rows == 1:  # below min_file_bytes
             raise ValueError(f"no JPEG of exactly {record_bytes} bytes")
         mcus = cols * rows - 1  # 1-3 bytes left over: fewer MCUs leave a COM segment room
@@ -111,7 +117,7 @@ def _assembly(record_bytes: int):
     """What a file of record_bytes holds where: ([(offset, fixed bytes)], [(offset, COM noise bytes)], the scan's
     offset, its bytes, its blocks, EOI's offset); the fixed bytes depend on the size alone."""
     width, height, coms = plan(record_bytes)
-    mcus = (width // 8) * (height // 8)
+    mcus = (width // MCU_PIXELS) * (height // MCU_PIXELS)
     pieces, noise = [], []
     start, fixed = 0, SOI + _APP0 + _DQT + _sof(width, height) + _DHT_DC + _DHT_AC
     pos = len(fixed)
@@ -125,7 +131,7 @@ def _assembly(record_bytes: int):
     pieces.append((start, np.frombuffer(fixed + _SOS, np.uint8)))
     pos += len(_SOS)
     scan = scan_bytes(mcus)
-    return tuple(pieces), tuple(noise), pos, scan, mcus * COMPONENTS, pos + scan
+    return tuple(pieces), tuple(noise), pos, scan, mcus * BLOCKS_PER_MCU, pos + scan
 
 
 @functools.lru_cache(maxsize=64)

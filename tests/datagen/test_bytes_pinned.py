@@ -37,12 +37,12 @@ CASES = {
     # JPEG and PNG (one image a file, built whole in the core): headers, COM / padding segments, the
     # scan or the stored deflate blocks with their Adler-32 and chunk CRC-32s; small, and one of
     # retinanet's size (several 64 KiB stored blocks, the CRC's 512-bit path). Both at their layout version 2 (the
-    # image noise; JPEG's 32-byte blocks): a format's bytes change only with its ImageFormat.layout_version
+    # image noise; JPEG's 32-byte blocks, 4:2:0): a format's bytes change only with its ImageFormat.layout_version
     "jpeg": (dict(format="jpeg", num_files_train=3, num_files_eval=1, num_samples_per_file=1,
                   record_length_bytes=5000, record_length_bytes_stdev=300),
-             "d3cdb046b0b2cbc0698366b064927ac62987f8745a64f997eba99575ce5a20b8"),
+             "781ad216d1ac8490511397d46f0f1be27872ffc7f3fc9175af44ebb8193daf74"),
     "jpeg-retinanet": (dict(format="jpeg", num_files_train=1, num_samples_per_file=1, record_length_bytes=322957),
-                       "a2b5a4b80a5a08c360a6338d4baf312aca7a4daa0f6096268e0d67fdb3da1a3f"),
+                       "c26232a4757e117e5ed89e24ff2afa7b5537914a2b35fea29d2ece50a97b6a68"),
     "png": (dict(format="png", num_files_train=3, num_files_eval=1, num_samples_per_file=1,
                  record_length_bytes=5000, record_length_bytes_stdev=300),
             "1f34a9e7f8dfbe6544d6218e35077570179cbfbd2c74afe9ecd2ee2924319743"),

@@ -125,10 +125,11 @@ def test_jpeg_header_numbers():
     from iogen.formats.jpeg import plan
 
     width, height, coms = plan(322_957)
-    assert (width, height) == (560, 384) and sum(c + 4 for c in coms) == 222
+    assert (width, height) == (768, 560) and sum(c + 4 for c in coms) == 222
     data = image("jpeg", 322_957)
     sof = data.index(b"\xff\xc0")
-    assert struct.unpack_from(">HH", data, sof + 5) == (384, 560)
+    assert struct.unpack_from(">HH", data, sof + 5) == (560, 768)
+    assert data[sof + 10:sof + 19] == bytes([1, 0x22, 0, 2, 0x11, 0, 3, 0x11, 0])  # 4:2:0, as cameras write
 
 
 @pytest.mark.parametrize("name", FORMATS)
