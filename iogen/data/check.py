@@ -128,6 +128,11 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool =
             continue  # no chunks: the size is not used
         if name in evar and fvar.get(name) != evar[name]:
             problems.append(_mismatch(_key(layout, name), evar[name], fvar.get(name), where))
+    if "image_layout" in evar and fvar.get("image_layout") != evar["image_layout"]:  # no key sets it: iogen's own
+        problems.append(f"dataset.format: the data in {where} was generated with {fmt.name} image layout "
+                        f"{fvar.get('image_layout')}, this iogen reads and writes layout {evar['image_layout']} "
+                        "(docs/formats.md: the pixels a file holds differ); regenerate it with `iogen datagen "
+                        "--overwrite`, or into another dataset.data_folder")
     if found.get("num_subfolders") == 1:  # 0 and 1 both mean no subfolders
         found = {**found, "num_subfolders": 0}
     for name, key in _PARAM_KEYS.items():

@@ -152,3 +152,9 @@ def test_a_dataset_of_another_layout_version_is_other_settings(tmp_path, workloa
         generate(wl, workers=1)
     problems = verify(DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset))
     assert [p.kind for p in problems] == ["manifest"] and "image_layout" in problems[0].message
+    # and a run does not read it as this layout's data (decode mode would decode other pixels)
+    from iogen.data.check import check_dataset
+
+    with pytest.raises(ConfigError, match=f"generated with {name} image layout {now - 1}, this iogen reads and writes "
+                                        f"layout {now}.*iogen datagen --overwrite"):
+        check_dataset(DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset))
