@@ -6,9 +6,10 @@ each round, the contenders alternating (a round starts with the next one):
 
 - `mpi`: IOGEN_MPI_NODE_BARRIER=off, every step barrier is the polled MPI Ibarrier;
 - `node`: the default, the node's ranks meet in a shared segment (docs/mpi.md, "The step barrier");
-- `mpi+idle`, `node+idle` (with `--reader-nice idle`, or another value): each barrier with the native
-  loader's reading threads at that priority (IOGEN_READER_NICE); `mpi` and `node` set it to 0 (unset,
-  it is idle where ranks outnumber CPUs, the default this bench measured).
+- `mpi+idle`, `node+idle` (with `--reader-nice idle`, or other values, comma-separated: `idle,19`):
+  each barrier with the native loader's reading threads at that priority (IOGEN_READER_NICE); `mpi`
+  and `node` set it to 0 (unset, it is idle where ranks outnumber CPUs, the default this bench
+  measured). `--node-only` leaves the MPI barrier's contenders out.
 
 Per contender, medians over its rounds: AU; `comm` (t_step_end - t_compute_end, the median over
 steps of each rank, then the median over ranks); the leave spread (per step, the last rank's
@@ -158,7 +159,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--reader-nice", default=None, help="also run the node barrier with IOGEN_READER_NICE=this")
+    ap.add_argument("--reader-nice", default=None,
+                    help="also run each barrier with IOGEN_READER_NICE=this (several: comma-separated, e.g. idle,19)")
+    ap.add_argument("--node-only", action="store_true", help="leave out the MPI barrier's contenders")
     ap.add_argument("--mpiexec", default=os.path.join(os.path.dirname(sys.executable), "mpiexec"))
     ap.add_argument("extra", nargs="*", help="more iogen overrides (key=value)")
     args = ap.parse_args(argv)
@@ -178,9 +181,12 @@ def main(argv=None) -> int:
                         f"dataset.num_files_train={args.files}", "-q"], check=True, env=_env())
     # the reading threads' priority is set for every contender: unset, it is idle where ranks outnumber CPUs
     contenders = {"mpi": _env(IOGEN_MPI_NODE_BARRIER="off", IOGEN_READER_NICE="0"), "node": _env(IOGEN_READER_NICE="0")}
-    if args.reader_nice:
-        contenders[f"mpi+{args.reader_nice}"] = _env(IOGEN_MPI_NODE_BARRIER="off", IOGEN_READER_NICE=args.reader_nice)
-        contenders[f"node+{args.reader_nice}"] = _env(IOGEN_READER_NICE=args.reader_nice)
+    for nice in (args.reader_nice or "").split(","):
+        if nice:
+            contenders[f"mpi+{nice}"] = _env(IOGEN_MPI_NODE_BARRIER="off", IOGEN_READER_NICE=nice)
+            contenders[f"node+{nice}"] = _env(IOGEN_READER_NICE=nice)
+    if args.node_only:
+        contenders = {name: env for name, env in contenders.items() if not name.startswith("mpi")}
     names = list(contenders)
     got = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="iogen-bench-barrier-") as work:
