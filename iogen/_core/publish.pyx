@@ -38,7 +38,7 @@ from iogen._core.fill cimport image_ops, stream_key
 
 import numpy as np
 
-from iogen._core._common import (check_fill_args, check_image_ops, check_publish_args, image_ops_error, os_error,
+from iogen._core._common import (MASK64, check_fill_args, check_image_ops, check_publish_args, image_ops_error, os_error,
                                  writable_byte_view)
 
 iogen_crc32c_init()
@@ -237,25 +237,43 @@ def _files_error(exc, int64_t done):
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)
 @cython.wraparound(IOGEN_DEBUG_BUILD)
-def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=None, crc_hex_at=None):
+def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=None, line_ends=None, crc_hex_at=None):
     """write_image(paths[k], image.buf, image.ops, image.blob, image.seed, image.stream, finals[k], fsync, log_fd,
-    log_lines[k], crc_hex_at[k]) for each file k in turn (images[k] is a recipe: buf, ops, blob, seed, stream, as
+    line k, its CRC's offset) for each file k in turn (images[k] is a recipe: buf, ops, blob, seed, stream, as
     Format.file_recipe gives; several may share one buffer, each built just before it is written), all with the
-    GIL released once. finals None: no renames; log_lines None: no log (log_fd must then be -1). Returns the
-    files' CRC-32Cs (a list). Every argument is checked before anything is written (ValueError, TypeError); a
-    file that fails raises write_image's error for it with files_done set (the files before it are complete)."""
+    GIL released once. log_lines: one writable buffer holding the files' log lines back to back, line k ending at
+    line_ends[k], its CRC's eight hex digits at crc_hex_at[k] (an offset into log_lines, or -1); None: no log
+    (log_fd must then be -1). finals None: no renames. Returns the files' CRC-32Cs (a list). Every argument is
+    checked before anything is written (ValueError, TypeError); a file that fails raises write_image's error for
+    it with files_done set (the files before it are complete and logged)."""
     cdef Py_ssize_t count = len(paths), k
     if len(images) != count or (finals is not None and len(finals) != count):
         raise ValueError("paths, images and finals must have one entry per file")
     cdef int fd = -1
-    cdef bint logged = log_lines is not None
-    if logged:
-        if crc_hex_at is None or len(log_lines) != count or len(crc_hex_at) != count:
-            raise ValueError("log_lines and crc_hex_at must have one entry per file")
+    cdef unsigned char *lines_p = NULL
+    cdef const int64_t[::1] ends
+    cdef const int64_t[::1] hex_at
+    cdef int64_t start = 0, end, at
+    cdef unsigned char empty = 0
+    lines_view = None
+    if log_lines is not None:
+        fd = check_publish_args(log_fd, log_lines, -1)
+        if line_ends is None or crc_hex_at is None or len(line_ends) != count or len(crc_hex_at) != count:
+            raise ValueError("line_ends and crc_hex_at must have one entry per file")
+        lines_view = writable_byte_view(log_lines)
+        lines_p = _wptr(lines_view, &empty)
+        ends = np.ascontiguousarray(line_ends, np.int64)
+        hex_at = np.ascontiguousarray(crc_hex_at, np.int64)
+        for k in range(count):
+            end, at = ends[k], hex_at[k]
+            if end < start or end > len(lines_view):
+                raise ValueError(f"line_ends[{k}] = {end}: the lines must follow each other inside log_lines")
+            if at != -1 and not start <= at <= end - 8:
+                raise ValueError(f"crc_hex_at[{k}] = {at}: not -1 or 8 bytes inside line {k}")
+            start = end
     elif log_fd != -1:
         raise ValueError("a log_fd needs its log_lines")
     cdef bint do_fsync = bool(fsync)
-    cdef unsigned char empty = 0
     cdef Item *items = <Item *>PyMem_Calloc(count if count > 0 else 1, sizeof(Item))
     if items == NULL:
         raise MemoryError()
@@ -273,6 +291,7 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
     cdef int err = 0
     cdef unsigned int[::1] crcs
     try:
+        start = 0
         for k in range(count):
             it = &items[k]
             image = images[k]
@@ -306,16 +325,15 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
                 blobp, blob_n, last_blob = _rptr(blob_view, &empty), len(blob_view), blob
             it.blob, it.blob_n = blobp, blob_n
             seed, stream = image.seed, image.stream
-            check_fill_args(seed, stream, 0, 0)
+            if not (type(seed) is int and type(stream) is int and 0 <= seed <= MASK64 and 0 <= stream <= MASK64):
+                check_fill_args(seed, stream, 0, 0)
             it.key = stream_key(<uint64_t>seed, <uint64_t>stream)
             it.line, it.line_n, it.hex_at = NULL, 0, -1
-            if logged:
-                line, at = log_lines[k], crc_hex_at[k]
-                fd = check_publish_args(log_fd, line, at)
-                if fd >= 0:
-                    line_view = writable_byte_view(line)
-                    keep.append(line_view)
-                    it.line, it.line_n, it.hex_at = _wptr(line_view, &empty), len(line_view), at
+            if fd >= 0:
+                end = ends[k]
+                it.line, it.line_n = lines_p + start, <size_t>(end - start)
+                it.hex_at = hex_at[k] - start if hex_at[k] >= 0 else -1
+                start = end
         out = np.zeros(count, np.uint32)
         crcs = out
         with nogil:

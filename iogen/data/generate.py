@@ -410,27 +410,34 @@ def _publish_run(store, gen, layout, f, files: list, fsync: bool, entries: dict)
     paths = layout.paths
     paths = paths.take(files) if hasattr(paths, "take") else [paths[i] for i in files]
     cut = len(layout.folder) + 1
+    rels = [path[cut:] for path in paths]
     seed, stream_of = layout.seed, layout.stream_of
     recipes = {sizes[0]: image}  # one recipe a size (its buffer, operations and blob), each file its own stream
-    images, lines, ats, needed, whats, rels, file_sizes = [], [], [], [], [], [], []
-    for i, path, record_bytes in zip(files, paths, sizes):
+    images = []
+    for i, record_bytes in zip(files, sizes):
         recipe = recipes.get(record_bytes)
         if recipe is None:
             recipe = recipes[record_bytes] = f.file_recipe(spf, record_bytes, seed, stream_of(i))
         images.append(ImageRecipe(recipe.buf, recipe.ops, recipe.blob, seed, stream_of(i)))
-        rel = path[cut:]
-        size = len(recipe)
-        line, at = mf.journal_line(rel, size, record_bytes, spf)
-        rels.append(rel)
-        file_sizes.append(size)
-        lines.append(line)
-        ats.append(at)
-        needed.append(spf * record_bytes)  # a full disk names what it needed: the payload, about
-        whats.append(f"data file {i}")
-    crcs = gen.publish_images(paths, images, fsync, lines, ats, needed, whats)
+    file_sizes = [len(recipe) for recipe in recipes.values()]
+    file_sizes = file_sizes * len(files) if len(recipes) == 1 else [len(recipes[rb]) for rb in sizes]
+    lines, ends, ats = mf.journal_lines(rels, file_sizes, sizes, spf)
+    crcs = gen.publish_images(paths, images, fsync, lines, ends, ats, [spf * rb for rb in sizes], _FileNames(files))
     for i, rel, size, record_bytes, crc in zip(files, rels, file_sizes, sizes, crcs):
-        entries[i] = mf.file_entry(rel, size, format_crc(crc), record_bytes, spf)
+        # mf.file_entry's dict (every value an int or a str already); one dict store a file: atomic under the GIL
+        entries[i] = {"file": rel, "size_bytes": size, "crc32c": f"{crc:08x}", "record_bytes": record_bytes,
+                      "samples": spf}
     return sum(file_sizes), payload
+
+
+class _FileNames:
+    """"data file <i>" of each file of a run (what a full disk's message names), made only when asked for."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def __getitem__(self, k):
+        return f"data file {self.files[k]}"
 
 
 def _run_files(layout, count: int, workers: int) -> int:

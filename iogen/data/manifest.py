@@ -169,6 +169,20 @@ def manifest_text(data: dict) -> str:
 def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> tuple[bytearray, int]:
     """(json.dumps(file_entry(...)) + newline as bytes with the CRC's eight hex digits left as zeros,
     where they start): iogen.core_switch.publish writes the file's CRC-32C there as it appends the line."""
-    head = f'{{"file": {_ascii(rel)}, "size_bytes": {int(size_bytes)}, "crc32c": "'
-    tail = f'", "record_bytes": {int(record_bytes)}, "samples": {int(samples)}}}\n'
-    return bytearray(f"{head}00000000{tail}".encode("ascii")), len(head)
+    lines, _ends, ats = journal_lines([rel], [int(size_bytes)], [int(record_bytes)], int(samples))
+    return lines, ats[0]
+
+
+def journal_lines(rels, sizes, record_bytes, samples: int) -> tuple[bytearray, list[int], list[int]]:
+    """journal_line of each file (rels, sizes and record_bytes: one each, ints), back to back in one buffer:
+    (the lines, where each ends, where each one's CRC digits start)."""
+    parts, ends, ats = [], [], []
+    pos = 0
+    for rel, size, rb in zip(rels, sizes, record_bytes):
+        head = f'{{"file": {_ascii(rel)}, "size_bytes": {size:d}, "crc32c": "'
+        line = f'{head}00000000", "record_bytes": {rb:d}, "samples": {samples:d}}}\n'
+        ats.append(pos + len(head))
+        pos += len(line)
+        ends.append(pos)
+        parts.append(line)
+    return bytearray("".join(parts).encode("ascii")), ends, ats

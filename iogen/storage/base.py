@@ -344,13 +344,20 @@ class Generation:
         needed_bytes and what: as a full disk's message names them."""
         raise NotImplementedError
 
-    def publish_images(self, paths, images, fsync: bool, lines, crc_ats, needed_bytes, whats) -> list[int]:
-        """publish_image(paths[k], images[k], fsync, lines[k], crc_ats[k], needed_bytes[k], whats[k]) for each file
-        k in turn (images: recipes that may share one buffer, each built just before it is published); return their
-        CRC-32Cs. A backend may publish the run in fewer calls (POSIX: one core call), each file still complete and
-        recorded before the next; the first failure stops the run and is raised as publish_image raises it."""
-        return [self.publish_image(path, image, fsync, line, at, need, what)
-                for path, image, line, at, need, what in zip(paths, images, lines, crc_ats, needed_bytes, whats)]
+    def publish_images(self, paths, images, fsync: bool, lines: bytearray, line_ends, crc_ats, needed_bytes,
+                       whats) -> list[int]:
+        """publish_image of each file k in turn: paths[k], images[k] (recipes that may share one buffer, each built
+        just before it is published), its record's line lines[line_ends[k - 1]:line_ends[k]] (the run's lines back
+        to back) with the CRC's digits at crc_ats[k] of lines, needed_bytes[k], whats[k]; return their CRC-32Cs.
+        A backend may publish the run in fewer calls (POSIX: one core call), each file still complete and recorded
+        before the next; the first failure stops the run and is raised as publish_image raises it."""
+        crcs, start = [], 0
+        for k, (path, image) in enumerate(zip(paths, images)):
+            end = line_ends[k]
+            crcs.append(self.publish_image(path, image, fsync, lines[start:end], crc_ats[k] - start, needed_bytes[k],
+                                           whats[k]))
+            start = end
+        return crcs
 
     def publish_written(self, path: str, write, needed_bytes: int, what: str, fsync: bool) -> tuple[int, int]:
         """Publish a file that write(local path) -> (size, CRC-32C) writes, complete or not at all; return

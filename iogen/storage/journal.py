@@ -183,19 +183,19 @@ class JournalGeneration(Generation):
                 raise full_disk_error(exc, path, needed_bytes, what, approx=True) from None
             raise
 
-    def publish_images(self, paths, images, fsync, lines, crc_ats, needed_bytes, whats) -> list[int]:
+    def publish_images(self, paths, images, fsync, lines, line_ends, crc_ats, needed_bytes, whats) -> list[int]:
         """A run of recipes in one core call with the GIL released (core.publish.write_images): each file built,
         written under its temporary name, renamed into place and journaled before the next one starts."""
         if not all(hasattr(image, "ops") for image in images):
-            return super().publish_images(paths, images, fsync, lines, crc_ats, needed_bytes, whats)
+            return super().publish_images(paths, images, fsync, lines, line_ends, crc_ats, needed_bytes, whats)
         mark = self.tmp_mark
         tmps = [path + mark for path in paths]
         try:
-            return self._write_images(tmps, images, paths, fsync, self.journal.fd, lines, crc_ats)
+            return self._write_images(tmps, images, paths, fsync, self.journal.fd, lines, line_ends, crc_ats)
         except OSError as exc:
             k = getattr(exc, "files_done", 0)  # the files before it are complete and journaled
             if exc.filename is None:  # the journal's append failed: the file itself is in place
-                raise self.journal.error(exc, len(lines[k])) from None
+                raise self.journal.error(exc, line_ends[k] - (line_ends[k - 1] if k else 0)) from None
             unlink_quietly(tmps[k])
             if is_full_disk(exc):
                 raise full_disk_error(exc, paths[k], needed_bytes[k], whats[k], approx=True) from None

@@ -197,11 +197,15 @@ def _recipes(sizes, streams, fmt_name="jpeg"):
 def _run(core, tmp_path, images, finals=True, names=None):
     names = names or [f"f{k}" for k in range(len(images))]
     log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    lines = [bytearray(b'{"f": %d, "crc32c": "00000000"}\n' % k) for k in range(len(images))]
+    lines, ends, ats = bytearray(), [], []
+    for k in range(len(images)):
+        ats.append(len(lines) + len(b'{"f": %d, "crc32c": "' % k))
+        lines += b'{"f": %d, "crc32c": "00000000"}\n' % k
+        ends.append(len(lines))
     try:
         return core.publish.write_images([str(tmp_path / (n + ".tmp")) for n in names], images,
                                          [str(tmp_path / n) for n in names] if finals else None, False, log, lines,
-                                         [len(b'{"f": %d, "crc32c": "' % k) for k in range(len(images))])
+                                         ends, ats)
     finally:
         os.close(log)
 
@@ -241,6 +245,14 @@ def test_write_images_checks_every_file_before_writing_any(core, tmp_path):
         core.publish.write_images([str(tmp_path / "a")], images)  # one path, two images
     with pytest.raises(ValueError):
         core.publish.write_images([str(tmp_path / "a"), str(tmp_path / "b")], images, None, False, 3)  # no lines
+    two = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for ends, ats in (([4, 3], [-1, -1]),      # line 1 ends before it starts
+                      ([4, 20], [-1, -1]),     # past the buffer's 16 bytes
+                      ([8, 16], [0, 9]),       # line 1's digits run past its end
+                      ([8, 16], [4, -1]),      # line 0's too
+                      ([16], [-1])):           # one line for two files
+        with pytest.raises(ValueError):
+            core.publish.write_images(two, images, None, False, 3, bytearray(16), ends, ats)
     assert os.listdir(tmp_path) == ["log"]
 
 

@@ -187,6 +187,30 @@ def test_image_and_streamed_writes_journal_the_same_entries(tmp_path):
     assert lines["image"] == lines["streamed"] and len(lines["image"]) == 5
 
 
+@pytest.mark.parametrize("fmt_name", ["jpeg", "png"])
+def test_images_published_in_runs_match_images_published_one_at_a_time(tmp_path, fmt_name):
+    # runs of recipes (one core call a run) against built buffers published file by file: same files, journals
+    # and manifest; sizes drawn per file (a recipe per size inside a run)
+    one = type(make_format(fmt_name, samples_per_file=1))
+
+    class OneAtATime(one):
+        def file_recipe(self, *args):
+            return super().file_recipe(*args).build()  # a built buffer, not a recipe
+
+    out = {}
+    for name, fmt in (("runs", one(samples_per_file=1)), ("single", OneAtATime(samples_per_file=1))):
+        layout = DatasetLayout(tmp_path / name, "train", 23, 1, 6000, 700, 1, fmt.suffix)
+        generate(layout, fmt, workers=2, finalize_manifest=False)
+        (journal,) = journal_paths(layout.folder)
+        with open(journal, "rb") as f:
+            lines = sorted(f.read().splitlines()[1:])
+        finalize(layout, fmt)
+        manifest = json.loads((tmp_path / name / "train" / MANIFEST_NAME).read_text())
+        manifest.pop("written_utc")
+        out[name] = (tree_bytes(tmp_path / name / "train"), lines, manifest)
+    assert out["runs"] == out["single"] and len(out["runs"][1]) == 23
+
+
 def test_a_failing_file_stops_the_writer_threads_and_names_its_error(tmp_path):
     layout = DatasetLayout(tmp_path / "d", "train", 40, 1, 100, 0, 1, "npz")
     npz = type(make_format("npz"))

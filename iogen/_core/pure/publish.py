@@ -56,21 +56,34 @@ def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False
     return write_file(path, buf, final_path, fsync, log_fd, log_line, crc_hex_at)
 
 
-def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=None, crc_hex_at=None):
+def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=None, line_ends=None, crc_hex_at=None):
     """write_image(paths[k], image.buf, image.ops, image.blob, image.seed, image.stream, finals[k], fsync, log_fd,
-    log_lines[k], crc_hex_at[k]) for each file k in turn; returns the CRC-32Cs (a list). Arguments are checked
-    before anything is written; a failing file's error carries files_done, as the compiled core's."""
+    line k, its CRC's offset) for each file k in turn (log_lines: the lines back to back, line k ending at
+    line_ends[k], its CRC's hex digits at crc_hex_at[k] in log_lines, or -1); returns the CRC-32Cs (a list).
+    Arguments are checked before anything is written; a failing file's error carries files_done, as the
+    compiled core's."""
     count = len(paths)
     if len(images) != count or (finals is not None and len(finals) != count):
         raise ValueError("paths, images and finals must have one entry per file")
+    logs = [(-1, None, -1)] * count
     if log_lines is not None:
-        if crc_hex_at is None or len(log_lines) != count or len(crc_hex_at) != count:
-            raise ValueError("log_lines and crc_hex_at must have one entry per file")
+        fd = check_publish_args(log_fd, log_lines, -1)
+        if line_ends is None or crc_hex_at is None or len(line_ends) != count or len(crc_hex_at) != count:
+            raise ValueError("line_ends and crc_hex_at must have one entry per file")
+        view = writable_byte_view(log_lines)
+        start = 0
+        for k in range(count):
+            end, at = int(line_ends[k]), int(crc_hex_at[k])
+            if end < start or end > len(view):
+                raise ValueError(f"line_ends[{k}] = {end}: the lines must follow each other inside log_lines")
+            if at != -1 and not start <= at <= end - 8:
+                raise ValueError(f"crc_hex_at[{k}] = {at}: not -1 or 8 bytes inside line {k}")
+            if fd >= 0:
+                logs[k] = (fd, view[start:end], at - start if at >= 0 else -1)
+            start = end
     elif log_fd != -1:
         raise ValueError("a log_fd needs its log_lines")
     finals = finals if finals is not None else [None] * count
-    logs = [(log_fd, log_lines[k], crc_hex_at[k]) for k in range(count)] if log_lines is not None \
-        else [(-1, None, -1)] * count
     for k in range(count):  # everything checked before the first file is written
         for name in (paths[k], finals[k]):
             if name is not None and "\0" in os.fsdecode(name):
@@ -80,7 +93,6 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
         check_image_ops(image.ops)
         memoryview(image.blob)
         check_fill_args(image.seed, image.stream, 0, 0)
-        check_publish_args(*logs[k])
     crcs = []
     for k in range(count):
         image = images[k]
