@@ -138,8 +138,17 @@ def write_manifest(layout, fmt, entries: list[dict], storage=None, extra: dict |
 _ascii = json.encoder.encode_basestring_ascii  # json.dumps' own string encoder (C)
 
 
+_ENTRY_KEYS = ("file", "size_bytes", "crc32c", "record_bytes", "samples")  # file_entry's, in its order
+
+
 def _entry_text(entry) -> str:
     """One file entry as json.dumps(..., indent=1) writes it inside the manifest's "files" list."""
+    if type(entry) is dict and len(entry) == 5:  # file_entry's own shape: one format string
+        rel, size, crc, rb, samples = entry.values()
+        if (type(rel) is str and type(size) is int and type(crc) is str and type(rb) is int and type(samples) is int
+                and tuple(entry) == _ENTRY_KEYS):
+            return (f'  {{\n   "file": {_ascii(rel)},\n   "size_bytes": {size:d},\n   "crc32c": {_ascii(crc)},\n'
+                    f'   "record_bytes": {rb:d},\n   "samples": {samples:d}\n  }}')
     if type(entry) is dict:
         parts = []
         for key, value in entry.items():

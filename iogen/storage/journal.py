@@ -12,7 +12,7 @@ are removed once the manifest is written (iogen/data/generate.py).
 """
 from __future__ import annotations
 
-import glob
+import fnmatch
 import json
 import os
 
@@ -22,6 +22,7 @@ from ..errors import DataError
 from .base import Generation
 
 JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
+_JOURNAL_START = JOURNAL_GLOB.split("*")[0]
 
 
 def journal_path(folder: str, rank: int, world_size: int) -> str:
@@ -31,7 +32,12 @@ def journal_path(folder: str, rank: int, world_size: int) -> str:
 
 def journal_paths(folder: str) -> list[str]:
     """All journals of a split's folder (any rank, any world size)."""
-    return sorted(glob.glob(f"{glob.escape(folder)}/{JOURNAL_GLOB}"))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    # what glob.glob(JOURNAL_GLOB) in the folder finds, without a pattern match for each of its data files
+    return sorted(f"{folder}/{n}" for n in names if n.startswith(_JOURNAL_START) and fnmatch.fnmatchcase(n, JOURNAL_GLOB))
 
 
 class Journal:
