@@ -147,8 +147,8 @@ def _entry_text(entry) -> str:
         rel, size, crc, rb, samples = entry.values()
         if (type(rel) is str and type(size) is int and type(crc) is str and type(rb) is int and type(samples) is int
                 and tuple(entry) == _ENTRY_KEYS):
-            return (f'  {{\n   "file": {_ascii(rel)},\n   "size_bytes": {size:d},\n   "crc32c": {_ascii(crc)},\n'
-                    f'   "record_bytes": {rb:d},\n   "samples": {samples:d}\n  }}')
+            return (f'  {{\n   "file": {_ascii(rel)},\n   "size_bytes": {size},\n   "crc32c": {_ascii(crc)},\n'
+                    f'   "record_bytes": {rb},\n   "samples": {samples}\n  }}')
     if type(entry) is dict:
         parts = []
         for key, value in entry.items():
@@ -183,13 +183,13 @@ def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> 
 
 
 def journal_lines(rels, sizes, record_bytes, samples: int) -> tuple[bytearray, list[int], list[int]]:
-    """journal_line of each file (rels, sizes and record_bytes: one each, ints), back to back in one buffer:
+    """journal_line of each file (rels, sizes and record_bytes: one each, Python ints, as samples), back to back in one buffer:
     (the lines, where each ends, where each one's CRC digits start)."""
     parts, ends, ats = [], [], []
     pos = 0
     for rel, size, rb in zip(rels, sizes, record_bytes):
-        head = f'{{"file": {_ascii(rel)}, "size_bytes": {size:d}, "crc32c": "'
-        line = f'{head}00000000", "record_bytes": {rb:d}, "samples": {samples:d}}}\n'
+        head = f'{{"file": {_ascii(rel)}, "size_bytes": {size}, "crc32c": "'
+        line = f'{head}00000000", "record_bytes": {rb}, "samples": {samples}}}\n'
         ats.append(pos + len(head))
         pos += len(line)
         ends.append(pos)
