@@ -371,17 +371,19 @@ def _remove_leftovers(store, layout, f, existing: dict, mine) -> None:
 _UNBUILT = object()
 
 
-def _publish_file(store, gen, layout, f, i: int, fsync: bool, image=_UNBUILT) -> dict:
+def _publish_file(store, gen, layout, f, i: int, fsync: bool, image=_UNBUILT, path=None, record_bytes=None) -> dict:
     """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
     complete; return its manifest entry. The format's sidecars (index files) are published first, through the
     storage (a file's before it takes its final name, an object's before it is uploaded): a data file in place
-    has its sidecars. image: file_image's result when the caller has it already."""
-    path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+    has its sidecars. image, path, record_bytes: file_image's result, the file's path and record size when the
+    caller has them already."""
+    if path is None:
+        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
     rel = path[len(layout.folder) + 1:]
     sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
     if image is _UNBUILT:
-        image = file_image(layout, f, i)
+        image = f.file_recipe(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))  # file_image
     if image is not None:  # POSIX: one core call (build, write, rename, journal line); an object store: one PUT
         size = len(image)
         line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
@@ -400,15 +402,17 @@ def _publish_run(store, gen, layout, f, files: list, fsync: bool, entries: dict)
     spf = layout.samples_per_file
     sizes = layout.record_bytes[files].tolist()
     payload = sum(sizes) * spf
-    image = file_image(layout, f, files[0]) if not sidecars.suffixes(f) else _UNBUILT
-    if not hasattr(image, "ops"):  # not a recipe: built and published one file at a time
-        total = 0
-        for n, i in enumerate(files):
-            entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync, image if n == 0 else _UNBUILT)
-            total += entry["size_bytes"]  # one dict store a file: atomic under the GIL
-        return total, payload
     paths = layout.paths
     paths = paths.take(files) if hasattr(paths, "take") else [paths[i] for i in files]
+    image = f.file_recipe(spf, sizes[0], layout.seed, layout.stream_of(files[0])) if not sidecars.suffixes(f) \
+        else _UNBUILT  # file_image of the first file
+    if not hasattr(image, "ops"):  # not a recipe: built and published one file at a time
+        total = 0
+        for n, (i, path, record_bytes) in enumerate(zip(files, paths, sizes)):
+            entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync, image if n == 0 else _UNBUILT, path,
+                                               record_bytes)
+            total += entry["size_bytes"]  # one dict store a file: atomic under the GIL
+        return total, payload
     cut = len(layout.folder) + 1
     rels = [path[cut:] for path in paths]
     seed, stream_of = layout.seed, layout.stream_of

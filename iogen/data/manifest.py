@@ -178,8 +178,9 @@ def manifest_text(data: dict) -> str:
 def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> tuple[bytearray, int]:
     """(json.dumps(file_entry(...)) + newline as bytes with the CRC's eight hex digits left as zeros,
     where they start): iogen.core_switch.publish writes the file's CRC-32C there as it appends the line."""
-    lines, _ends, ats = journal_lines([rel], [int(size_bytes)], [int(record_bytes)], int(samples))
-    return lines, ats[0]
+    head = f'{{"file": {_ascii(rel)}, "size_bytes": {int(size_bytes)}, "crc32c": "'
+    tail = f'", "record_bytes": {int(record_bytes)}, "samples": {int(samples)}}}\n'
+    return bytearray(f"{head}00000000{tail}".encode("ascii")), len(head)
 
 
 def journal_lines(rels, sizes, record_bytes, samples: int) -> tuple[bytearray, list[int], list[int]]:
