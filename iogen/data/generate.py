@@ -21,7 +21,9 @@ written, and iogen's own temporary files of those files (`<name>.tmp.<pid>`, whe
 are visible) are removed first.
 
 Write: `workers` threads (the fill, the CRCs and the writes run without the GIL, so threads write in
-parallel). What bytes a file gets is the format's alone (file_image: the whole file in memory, e.g.
+parallel), each taking a run of files at a time (_run_files: up to 64 files or 16 MiB); images (JPEG, PNG:
+recipes) go to the backend a run at a time (Generation.publish_images: on POSIX one core call a run, each
+file built, written, renamed and journaled before the next), other files one at a time. What bytes a file gets is the format's alone (file_image: the whole file in memory, e.g.
 stored NPZ up to 4 MiB; else file_writer streams it to a path), kept apart from how it is published:
 on POSIX a file in memory is written under `<path>.tmp.<pid>`, renamed into place and journaled by
 one core call with the GIL released (iogen.core_switch.publish); a streamed one is written under its
