@@ -194,7 +194,7 @@ def _recipes(sizes, streams, fmt_name="jpeg"):
     return out
 
 
-def _run(core, tmp_path, images, finals=True, names=None):
+def _run(core, tmp_path, images, finals=True, names=None, fsync=False):
     names = names or [f"f{k}" for k in range(len(images))]
     log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     lines, ends, ats = bytearray(), [], []
@@ -204,7 +204,7 @@ def _run(core, tmp_path, images, finals=True, names=None):
         ends.append(len(lines))
     try:
         return core.publish.write_images([str(tmp_path / (n + ".tmp")) for n in names], images,
-                                         [str(tmp_path / n) for n in names] if finals else None, False, log, lines,
+                                         [str(tmp_path / n) for n in names] if finals else None, fsync, log, lines,
                                          ends, ats)
     finally:
         os.close(log)
@@ -261,6 +261,6 @@ def test_write_images_is_the_same_in_both_implementations(cython_core, python_co
     for core in (cython_core, python_core):
         folder = tmp_path / core.name
         folder.mkdir()
-        crcs = _run(core, folder, _recipes([4000, 9000, 4000], [7, 8, 9], "png"), finals=False)
+        crcs = _run(core, folder, _recipes([4000, 9000, 4000], [7, 8, 9], "png"), finals=False, fsync=True)
         out.append((crcs, {n: (folder / n).read_bytes() for n in sorted(os.listdir(folder))}))
     assert out[0] == out[1]
