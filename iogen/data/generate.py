@@ -21,9 +21,10 @@ written, and iogen's own temporary files of those files (`<name>.tmp.<pid>`, whe
 are visible) are removed first.
 
 Write: `workers` threads (the fill, the CRCs and the writes run without the GIL, so threads write in
-parallel), each taking a run of files at a time (_run_files: up to 64 files or 16 MiB); images (JPEG, PNG:
-recipes) go to the backend a run at a time (Generation.publish_images: on POSIX one core call a run, each
-file built, written, renamed and journaled before the next), other files one at a time. What bytes a file gets is the format's alone (file_image: the whole file in memory, e.g.
+parallel), each taking a run of files at a time (_run_files: up to 64 files or 16 MiB); images (JPEG,
+PNG: recipes) go to the backend a run at a time (Generation.publish_images: on POSIX one core call a
+run, each file built, written, renamed and journaled before the next), other files one at a time.
+What bytes a file gets is the format's alone (Format.file_image / file_recipe: the whole file in memory, e.g.
 stored NPZ up to 4 MiB; else file_writer streams it to a path), kept apart from how it is published:
 on POSIX a file in memory is written under `<path>.tmp.<pid>`, renamed into place and journaled by
 one core call with the GIL released (iogen.core_switch.publish); a streamed one is written under its
@@ -244,13 +245,6 @@ def ensure_split_folders(layout, storage=None) -> None:
 
 # -- what bytes a file gets (the format's alone), apart from how it is published and recorded ------------
 
-def file_image(layout, fmt, i: int):
-    """File i's whole bytes in a buffer this thread owns (valid until its next call), or a recipe that builds
-    them there (Format.file_recipe), when the format builds the file in memory, else None (file_writer
-    writes it)."""
-    return fmt.file_recipe(layout.samples_per_file, int(layout.record_bytes[i]), layout.seed, layout.stream_of(i))
-
-
 def file_writer(layout, fmt, i: int):
     """A function that writes file i's bytes to a local path and returns (size, CRC-32C) (Format.write_file_crc)."""
     record_bytes, stream = int(layout.record_bytes[i]), layout.stream_of(i)
@@ -374,10 +368,10 @@ _UNBUILT = object()
 
 
 def _publish_file(store, gen, layout, f, i: int, fsync: bool, image=_UNBUILT, path=None, record_bytes=None) -> dict:
-    """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
+    """Publish file i (its bytes: Format.file_recipe's buffer or recipe, else file_writer) through the backend's Generation, which records it
     complete; return its manifest entry. The format's sidecars (index files) are published first, through the
     storage (a file's before it takes its final name, an object's before it is uploaded): a data file in place
-    has its sidecars. image, path, record_bytes: file_image's result, the file's path and record size when the
+    has its sidecars. image, path, record_bytes: file_recipe's result, the file's path and record size when the
     caller has them already."""
     if path is None:
         path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
@@ -385,7 +379,7 @@ def _publish_file(store, gen, layout, f, i: int, fsync: bool, image=_UNBUILT, pa
     sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
     if image is _UNBUILT:
-        image = f.file_recipe(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))  # file_image
+        image = f.file_recipe(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
     if image is not None:  # POSIX: one core call (build, write, rename, journal line); an object store: one PUT
         size = len(image)
         line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
@@ -407,7 +401,7 @@ def _publish_run(store, gen, layout, f, files: list, fsync: bool, entries: dict)
     paths = layout.paths
     paths = paths.take(files) if hasattr(paths, "take") else [paths[i] for i in files]
     image = f.file_recipe(spf, sizes[0], layout.seed, layout.stream_of(files[0])) if not sidecars.suffixes(f) \
-        else _UNBUILT  # file_image of the first file
+        else _UNBUILT  # the first file's buffer (built) or recipe
     if not hasattr(image, "ops"):  # not a recipe: built and published one file at a time
         total = 0
         for n, (i, path, record_bytes) in enumerate(zip(files, paths, sizes)):
