@@ -308,8 +308,8 @@ class Generation:
     """How a backend records which generated files/objects of one folder are complete, for one rank.
 
     Dataset generation (iogen/data/generate.py) runs one path over every backend: it plans from the
-    manifest, from `listed()` and from `marks()`, publishes each file through `publish_image` or
-    `publish_written`, and writes the manifest last. What differs is how completion is recorded,
+    manifest, from `listed()` and from `marks()`, publishes each file through `publish_image` (a run of
+    image recipes through `publish_images`) or `publish_written`, and writes the manifest last. What differs is how completion is recorded,
     and it stays in the backend: on POSIX, per-rank journals beside the files (iogen/storage/journal.py;
     the core's publish call writes, renames and journals a file at once); on an object store, each
     object's user metadata (a digest of the settings and its CRC-32C: iogen/storage/s3.py). Every
