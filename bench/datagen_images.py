@@ -10,8 +10,8 @@ microseconds a file (issue 23's goal: iogen >= 0.8x the plain write). The
 plain writer is datagen_vs_dd.py's: thread t opens, writes and closes files t, t+W, ... from one
 buffer of random bytes with os.write (GIL released), each under a temporary name renamed into
 place, the work iogen does for every file (never a half-written file under a final name). iogen builds every file whole in memory (the
-JPEG scan and PNG's stored blocks in the core) and publishes it, build and publish in one core call
-with the GIL released (core.publish.write_image), as `iogen datagen` does. A second table gives the in-memory build alone (no write), one thread, per file.
+JPEG scan and PNG's stored blocks in the core) and publishes it, build and publish of a run of files
+(up to 64) in one core call with the GIL released (core.publish.write_images), as `iogen datagen` does. A second table gives the in-memory build alone (no write), one thread, per file.
 
     python bench/datagen_images.py --folder /scratch/iogen-bench --files 2000 --workers 2
 """

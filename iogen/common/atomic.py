@@ -70,7 +70,7 @@ def stale_temps(folder: str, final_names=None) -> list[str]:
     else:
         wanted = set(final_names).__contains__
     out = []
-    for name in sorted(names):
+    for name in sorted(n for n in names if TMP_MARK in n):  # a folder of 10^6 data files: no pattern match each
         parsed = parse_temp(name)
         if parsed is None or (wanted is not None and not wanted(parsed[0])):
             continue

@@ -21,7 +21,10 @@ written, and iogen's own temporary files of those files (`<name>.tmp.<pid>`, whe
 are visible) are removed first.
 
 Write: `workers` threads (the fill, the CRCs and the writes run without the GIL, so threads write in
-parallel). What bytes a file gets is the format's alone (file_image: the whole file in memory, e.g.
+parallel), each taking a run of files at a time (_run_files: up to 64 files or 16 MiB); images (JPEG,
+PNG: recipes) go to the backend a run at a time (Generation.publish_images: on POSIX one core call a
+run, each file built, written, renamed and journaled before the next), other files one at a time.
+What bytes a file gets is the format's alone (Format.file_image / file_recipe: the whole file in memory, e.g.
 stored NPZ up to 4 MiB; else file_writer streams it to a path), kept apart from how it is published:
 on POSIX a file in memory is written under `<path>.tmp.<pid>`, renamed into place and journaled by
 one core call with the GIL released (iogen.core_switch.publish); a streamed one is written under its
@@ -51,6 +54,7 @@ from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
 from ..errors import DataError
 from ..formats import get_format
 from ..formats.base import error_text
+from ..formats.image import ImageRecipe
 from ..formats import DATA_NAME
 from ..common.checksum import format_crc
 from ..common.pool import ThreadPool, run_on_threads
@@ -241,13 +245,6 @@ def ensure_split_folders(layout, storage=None) -> None:
 
 # -- what bytes a file gets (the format's alone), apart from how it is published and recorded ------------
 
-def file_image(layout, fmt, i: int):
-    """File i's whole bytes in a buffer this thread owns (valid until its next call), or a recipe that builds
-    them there (Format.file_recipe), when the format builds the file in memory, else None (file_writer
-    writes it)."""
-    return fmt.file_recipe(layout.samples_per_file, int(layout.record_bytes[i]), layout.seed, layout.stream_of(i))
-
-
 def file_writer(layout, fmt, i: int):
     """A function that writes file i's bytes to a local path and returns (size, CRC-32C) (Format.write_file_crc)."""
     record_bytes, stream = int(layout.record_bytes[i]), layout.stream_of(i)
@@ -264,7 +261,8 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     None); see the module doc.
 
     progress(files_done, files_total, bytes_done, bytes_total, elapsed_s) is called from the
-    calling thread after each file; totals count only the files this call writes. check_target
+    calling thread after each run of files a thread publishes (_run_files: at most 64 files or 16 MiB, and a
+    quarter of a thread's share); totals count only the files this call writes. check_target
     runs first (default: in a world of one; with several ranks the caller runs it once, on one
     rank, before any rank writes). known_marks: {split folder: marks} check_target returned (not asked again).
     """
@@ -280,12 +278,12 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
         for layout, f in splits:
             known_marks[layout.folder] = check_target(layout, f, overwrite, store)
     result = GenerateResult()
-    tasks, gens = [], []
+    jobs, gens = [], []
     try:
         for layout, f in splits:
-            tasks += _files_to_write(store, layout, f, rank, world_size, overwrite, gens, result,
-                                     known_marks.get(layout.folder, {}))
-        _write_files(tasks, workers or default_workers(), fsync, progress, result, t0)
+            jobs.append(_files_to_write(store, layout, f, rank, world_size, overwrite, gens, result,
+                                        known_marks.get(layout.folder, {})))
+        _write_files(jobs, workers or default_workers(), fsync, progress, result, t0)
     finally:
         for gen in gens:
             gen.close()
@@ -297,8 +295,8 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
 
 
 def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: bool, gens: list, result,
-                    known_marks: dict) -> list[tuple]:
-    """This rank's files of one split that must be written, as (layout, fmt, i, generation, entries) tasks.
+                    known_marks: dict) -> tuple:
+    """This rank's files of one split that must be written: (layout, fmt, generation, entries, storage, file indices).
 
     Files the manifest or the backend's records list at their sizes, and files the data marks complete
     with these settings (not with overwrite), are kept (recorded again as they are) and skipped; this
@@ -352,7 +350,7 @@ def _files_to_write(store, layout, f, rank: int, world_size: int, overwrite: boo
     entries = result.entries.setdefault(layout.folder, {})
     gen.start([kept[i] for i in sorted(kept)])
     entries.update(kept)
-    return [(layout, f, i, gen, entries, store) for i in todo]
+    return (layout, f, gen, entries, store, todo)
 
 
 def _remove_leftovers(store, layout, f, existing: dict, mine) -> None:
@@ -366,16 +364,22 @@ def _remove_leftovers(store, layout, f, existing: dict, mine) -> None:
                 store.remove(f"{layout.folder}/{rel}")
 
 
-def _publish_file(store, gen, layout, f, i: int, fsync: bool) -> dict:
-    """Publish file i (its bytes: file_image, else file_writer) through the backend's Generation, which records it
+_UNBUILT = object()
+
+
+def _publish_file(store, gen, layout, f, i: int, fsync: bool, image=_UNBUILT, path=None, record_bytes=None) -> dict:
+    """Publish file i (its bytes: Format.file_recipe's buffer or recipe, else file_writer) through the backend's Generation, which records it
     complete; return its manifest entry. The format's sidecars (index files) are published first, through the
     storage (a file's before it takes its final name, an object's before it is uploaded): a data file in place
-    has its sidecars."""
-    path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
+    has its sidecars. image, path, record_bytes: file_recipe's result, the file's path and record size when the
+    caller has them already."""
+    if path is None:
+        path, record_bytes = layout.paths[i], int(layout.record_bytes[i])
     rel = path[len(layout.folder) + 1:]
     sidecars.publish_sidecars(store, f, path, layout.samples_per_file, record_bytes, fsync)
     needed = layout.samples_per_file * record_bytes  # a full disk names what it needed: the payload, about
-    image = file_image(layout, f, i)
+    if image is _UNBUILT:
+        image = f.file_recipe(layout.samples_per_file, record_bytes, layout.seed, layout.stream_of(i))
     if image is not None:  # POSIX: one core call (build, write, rename, journal line); an object store: one PUT
         size = len(image)
         line, crc_at = mf.journal_line(rel, size, record_bytes, layout.samples_per_file)
@@ -387,44 +391,97 @@ def _publish_file(store, gen, layout, f, i: int, fsync: bool) -> dict:
     return entry
 
 
-def _write_files(tasks, workers: int, fsync: bool, progress, result, t0: float) -> None:
-    """Publish and record every task's file on `workers` threads, counting into result."""
-    bytes_total = sum(_payload_bytes(tasks))
+def _publish_run(store, gen, layout, f, files: list, fsync: bool, entries: dict) -> tuple[int, int]:
+    """Publish files (indices of one split, in order) and set their manifest entries; return (file bytes, payload
+    bytes). Images (recipes) go to the backend as one run (Generation.publish_images: on POSIX one core call for
+    the run); other files one at a time (_publish_file)."""
+    spf = layout.samples_per_file
+    sizes = layout.record_bytes[files].tolist()
+    payload = sum(sizes) * spf
+    paths = layout.paths
+    paths = paths.take(files) if hasattr(paths, "take") else [paths[i] for i in files]
+    image = f.file_recipe(spf, sizes[0], layout.seed, layout.stream_of(files[0])) if not sidecars.suffixes(f) \
+        else _UNBUILT  # the first file's buffer (built) or recipe
+    if not hasattr(image, "ops"):  # not a recipe: built and published one file at a time
+        total = 0
+        for n, (i, path, record_bytes) in enumerate(zip(files, paths, sizes)):
+            entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync, image if n == 0 else _UNBUILT, path,
+                                               record_bytes)
+            total += entry["size_bytes"]  # one dict store a file: atomic under the GIL
+        return total, payload
+    cut = len(layout.folder) + 1
+    rels = [path[cut:] for path in paths]
+    seed, stream_of = layout.seed, layout.stream_of
+    recipes = {sizes[0]: image}  # one recipe a size (its buffer, operations and blob), each file its own stream
+    images = []
+    for i, record_bytes in zip(files, sizes):
+        recipe = recipes.get(record_bytes)
+        if recipe is None:
+            recipe = recipes[record_bytes] = f.file_recipe(spf, record_bytes, seed, stream_of(i))
+        images.append(ImageRecipe(recipe.buf, recipe.ops, recipe.blob, seed, stream_of(i)))
+    file_sizes = [len(recipe) for recipe in recipes.values()]
+    file_sizes = file_sizes * len(files) if len(recipes) == 1 else [len(recipes[rb]) for rb in sizes]
+    lines, ends, ats = mf.journal_lines(rels, file_sizes, sizes, spf)
+    crcs = gen.publish_images(paths, images, fsync, lines, ends, ats, [spf * rb for rb in sizes], _FileNames(files))
+    for i, rel, size, record_bytes, crc in zip(files, rels, file_sizes, sizes, crcs):
+        # mf.file_entry's dict (every value an int or a str already); one dict store a file: atomic under the GIL
+        entries[i] = {"file": rel, "size_bytes": size, "crc32c": f"{crc:08x}", "record_bytes": record_bytes,
+                      "samples": spf}
+    return sum(file_sizes), payload
+
+
+class _FileNames:
+    """"data file <i>" of each file of a run (what a full disk's message names), made only when asked for."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def __getitem__(self, k):
+        return f"data file {self.files[k]}"
+
+
+def _run_files(layout, count: int, workers: int) -> int:
+    """Files a thread publishes in one go: at most 64 and about 16 MiB (a stop waits for a run to end), and at
+    most a quarter of each thread's share (the threads stay balanced to the end)."""
+    file_bytes = max(1, layout.max_record_bytes * layout.samples_per_file)
+    return max(1, min(64, (16 << 20) // file_bytes, -(-count // (4 * workers))))
+
+
+def _write_files(jobs, workers: int, fsync: bool, progress, result, t0: float) -> None:
+    """Publish and record every job's files on `workers` threads, a run of files at a time, counting into result."""
+    runs = []
+    bytes_total = 0
+    for layout, f, gen, entries, store, todo in jobs:
+        if not todo:
+            continue
+        bytes_total += int(layout.record_bytes[todo].sum()) * layout.samples_per_file
+        step = _run_files(layout, len(todo), workers)
+        runs += [(layout, f, gen, entries, store, todo[k:k + step]) for k in range(0, len(todo), step)]
+    files_total = sum(len(run[5]) for run in runs)
     files_done = bytes_done = 0
 
-    def run(task):
-        """Publish one file; return (file bytes, payload bytes)."""
-        layout, f, i, gen, entries, store = task
-        entry = entries[i] = _publish_file(store, gen, layout, f, i, fsync)  # one dict store: atomic under the GIL
-        return entry["size_bytes"], layout.samples_per_file * int(layout.record_bytes[i])
+    def run(job):
+        """Publish one run of files; return (files, file bytes, payload bytes)."""
+        layout, f, gen, entries, store, files = job
+        return (len(files),) + _publish_run(store, gen, layout, f, files, fsync, entries)
 
-    if workers == 1 or len(tasks) <= 1:
-        done_iter, stop = (run(t) for t in tasks), None
+    if workers == 1 or len(runs) <= 1:
+        done_iter, stop = (run(r) for r in runs), None
     else:
-        # results in batches: the calling thread (progress, counting) wakes once per 32 files
-        done_iter, stop = run_on_threads(run, tasks, workers, name="iogen-gen", batch_items=32)
+        done_iter, stop = run_on_threads(run, runs, workers, name="iogen-gen")
     try:
-        for size, payload in done_iter:
-            files_done += 1
+        for files, size, payload in done_iter:
+            files_done += files
             bytes_done += payload
-            result.files_written += 1
+            result.files_written += files
             result.bytes_written += size
             result.payload_bytes_written += payload
             if progress is not None:
-                progress(files_done, len(tasks), bytes_done, bytes_total, time.perf_counter() - t0)
+                progress(files_done, files_total, bytes_done, bytes_total, time.perf_counter() - t0)
     finally:
         if stop is not None:
             # An error or Ctrl-C: let running files finish or fail, start no new ones.
             stop()
-
-
-def _payload_bytes(tasks):
-    """Payload bytes of each task's file: one array operation per split, not one look-up per file."""
-    by_split = {}
-    for task in tasks:
-        by_split.setdefault(id(task[0]), (task[0], []))[1].append(task[2])
-    for layout, files in by_split.values():
-        yield int(layout.record_bytes[files].sum()) * layout.samples_per_file
 
 
 def _still_valid(layout, i: int, entry: dict, size: int | None) -> bool:

@@ -138,8 +138,17 @@ def write_manifest(layout, fmt, entries: list[dict], storage=None, extra: dict |
 _ascii = json.encoder.encode_basestring_ascii  # json.dumps' own string encoder (C)
 
 
+_ENTRY_KEYS = ("file", "size_bytes", "crc32c", "record_bytes", "samples")  # file_entry's, in its order
+
+
 def _entry_text(entry) -> str:
     """One file entry as json.dumps(..., indent=1) writes it inside the manifest's "files" list."""
+    if type(entry) is dict and len(entry) == 5:  # file_entry's own shape: one format string
+        rel, size, crc, rb, samples = entry.values()
+        if (type(rel) is str and type(size) is int and type(crc) is str and type(rb) is int and type(samples) is int
+                and tuple(entry) == _ENTRY_KEYS):
+            return (f'  {{\n   "file": {_ascii(rel)},\n   "size_bytes": {size},\n   "crc32c": {_ascii(crc)},\n'
+                    f'   "record_bytes": {rb},\n   "samples": {samples}\n  }}')
     if type(entry) is dict:
         parts = []
         for key, value in entry.items():
@@ -172,3 +181,18 @@ def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> 
     head = f'{{"file": {_ascii(rel)}, "size_bytes": {int(size_bytes)}, "crc32c": "'
     tail = f'", "record_bytes": {int(record_bytes)}, "samples": {int(samples)}}}\n'
     return bytearray(f"{head}00000000{tail}".encode("ascii")), len(head)
+
+
+def journal_lines(rels, sizes, record_bytes, samples: int) -> tuple[bytearray, list[int], list[int]]:
+    """journal_line of each file (rels, sizes and record_bytes: one each, Python ints, as samples), back to back in one buffer:
+    (the lines, where each ends, where each one's CRC digits start)."""
+    parts, ends, ats = [], [], []
+    pos = 0
+    for rel, size, rb in zip(rels, sizes, record_bytes):
+        head = f'{{"file": {_ascii(rel)}, "size_bytes": {size}, "crc32c": "'
+        line = f'{head}00000000", "record_bytes": {rb}, "samples": {samples}}}\n'
+        ats.append(pos + len(head))
+        pos += len(line)
+        ends.append(pos)
+        parts.append(line)
+    return bytearray("".join(parts).encode("ascii")), ends, ats

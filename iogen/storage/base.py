@@ -308,8 +308,8 @@ class Generation:
     """How a backend records which generated files/objects of one folder are complete, for one rank.
 
     Dataset generation (iogen/data/generate.py) runs one path over every backend: it plans from the
-    manifest, from `listed()` and from `marks()`, publishes each file through `publish_image` or
-    `publish_written`, and writes the manifest last. What differs is how completion is recorded,
+    manifest, from `listed()` and from `marks()`, publishes each file through `publish_image` (a run of
+    image recipes through `publish_images`) or `publish_written`, and writes the manifest last. What differs is how completion is recorded,
     and it stays in the backend: on POSIX, per-rank journals beside the files (iogen/storage/journal.py;
     the core's publish call writes, renames and journals a file at once); on an object store, each
     object's user metadata (a digest of the settings and its CRC-32C: iogen/storage/s3.py). Every
@@ -343,6 +343,21 @@ class Generation:
         line: its record's JSON line with the CRC's eight hex digits at crc_at left to fill; return its CRC-32C.
         needed_bytes and what: as a full disk's message names them."""
         raise NotImplementedError
+
+    def publish_images(self, paths, images, fsync: bool, lines: bytearray, line_ends, crc_ats, needed_bytes,
+                       whats) -> list[int]:
+        """publish_image of each file k in turn: paths[k], images[k] (recipes that may share one buffer, each built
+        just before it is published), its record's line lines[line_ends[k - 1]:line_ends[k]] (the run's lines back
+        to back) with the CRC's digits at crc_ats[k] of lines, needed_bytes[k], whats[k]; return their CRC-32Cs.
+        A backend may publish the run in fewer calls (POSIX: one core call), each file still complete and recorded
+        before the next; the first failure stops the run and is raised as publish_image raises it."""
+        crcs, start = [], 0
+        for k, (path, image) in enumerate(zip(paths, images)):
+            end = line_ends[k]
+            crcs.append(self.publish_image(path, image, fsync, lines[start:end], crc_ats[k] - start, needed_bytes[k],
+                                           whats[k]))
+            start = end
+        return crcs
 
     def publish_written(self, path: str, write, needed_bytes: int, what: str, fsync: bool) -> tuple[int, int]:
         """Publish a file that write(local path) -> (size, CRC-32C) writes, complete or not at all; return

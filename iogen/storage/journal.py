@@ -3,7 +3,8 @@
 While generation runs, each rank appends one JSON line per finished file to its journal
 `.iogen-journal.r<rank>-of-<world>.jsonl` beside the files, in the split's folder; the first line
 holds the generation settings. A file built in memory is written under a temporary name, renamed
-into place and journaled by one core call with the GIL released (`iogen.core_switch.publish.write_file`);
+into place and journaled by one core call with the GIL released (`iogen.core_switch.publish.write_file`;
+a run of images: `write_images`, one call for the run, each file journaled after its rename);
 a streamed file is written under its temporary name, renamed, then journaled. A rerun trusts a file
 only when a manifest or journal with the same settings lists it at its size; journals of other
 settings are refused (a typo in one setting must not wipe a dataset) unless --overwrite; the journals
@@ -11,7 +12,7 @@ are removed once the manifest is written (iogen/data/generate.py).
 """
 from __future__ import annotations
 
-import glob
+import fnmatch
 import json
 import os
 
@@ -21,6 +22,7 @@ from ..errors import DataError
 from .base import Generation
 
 JOURNAL_GLOB = ".iogen-journal.r*.jsonl"
+_JOURNAL_START = JOURNAL_GLOB.split("*")[0]
 
 
 def journal_path(folder: str, rank: int, world_size: int) -> str:
@@ -30,7 +32,12 @@ def journal_path(folder: str, rank: int, world_size: int) -> str:
 
 def journal_paths(folder: str) -> list[str]:
     """All journals of a split's folder (any rank, any world size)."""
-    return sorted(glob.glob(f"{glob.escape(folder)}/{JOURNAL_GLOB}"))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    # what glob.glob(JOURNAL_GLOB) in the folder finds, without a pattern match for each of its data files
+    return sorted(f"{folder}/{n}" for n in names if n.startswith(_JOURNAL_START) and fnmatch.fnmatchcase(n, JOURNAL_GLOB))
 
 
 class Journal:
@@ -137,6 +144,7 @@ class JournalGeneration(Generation):
         self.tmp_mark = temp_path("")  # this process's temporary suffix, formatted once
         self._write_file = core.publish.write_file
         self._write_image = core.publish.write_image
+        self._write_images = core.publish.write_images
 
     def check(self, overwrite: bool) -> None:
         for path in journal_paths(self.folder):
@@ -179,6 +187,24 @@ class JournalGeneration(Generation):
             unlink_quietly(tmp)
             if is_full_disk(exc):
                 raise full_disk_error(exc, path, needed_bytes, what, approx=True) from None
+            raise
+
+    def publish_images(self, paths, images, fsync, lines, line_ends, crc_ats, needed_bytes, whats) -> list[int]:
+        """A run of recipes in one core call with the GIL released (core.publish.write_images): each file built,
+        written under its temporary name, renamed into place and journaled before the next one starts."""
+        if not all(hasattr(image, "ops") for image in images):
+            return super().publish_images(paths, images, fsync, lines, line_ends, crc_ats, needed_bytes, whats)
+        mark = self.tmp_mark
+        tmps = [path + mark for path in paths]
+        try:
+            return self._write_images(tmps, images, paths, fsync, self.journal.fd, lines, line_ends, crc_ats)
+        except OSError as exc:
+            k = getattr(exc, "files_done", 0)  # the files before it are complete and journaled
+            if exc.filename is None:  # the journal's append failed: the file itself is in place
+                raise self.journal.error(exc, line_ends[k] - (line_ends[k - 1] if k else 0)) from None
+            unlink_quietly(tmps[k])
+            if is_full_disk(exc):
+                raise full_disk_error(exc, paths[k], needed_bytes[k], whats[k], approx=True) from None
             raise
 
     def publish_written(self, path, write, needed_bytes, what, fsync) -> tuple[int, int]:

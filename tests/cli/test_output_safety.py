@@ -65,13 +65,15 @@ def assert_one_clear_line(res, *needles):
         assert needle in res.stderr, res.stderr
 
 
-def test_datagen_on_a_full_disk_names_the_file_and_leaves_no_temporaries(small_disk):
-    over = [f"dataset.data_folder={small_disk / 'data'}", "dataset.num_files_train=4", "dataset.format=npz",
-            "dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0", "dataset.num_samples_per_file=1"]
+@pytest.mark.parametrize("fmt, files, size", [("npz", 4, 1048576),
+                                               ("jpeg", 8, 400000)])  # runs of 2 images: one fails inside a run
+def test_datagen_on_a_full_disk_names_the_file_and_leaves_no_temporaries(small_disk, fmt, files, size):
+    over = [f"dataset.data_folder={small_disk / 'data'}", f"dataset.num_files_train={files}", f"dataset.format={fmt}",
+            f"dataset.record_length_bytes={size}", "dataset.record_length_bytes_stdev=0", "dataset.num_samples_per_file=1"]
     for attempt in range(2):  # a rerun fails the same way: nothing accumulates
         res = run_iogen("datagen", "default", "-j", "1", "--quiet", *over)
         assert_one_clear_line(res, str(small_disk / "data" / "train"), "no space left on the device",
-                              "1,048,576 bytes needed", "bytes free")
+                              f"{size:,} bytes needed", "bytes free")
         assert temporaries(small_disk) == [], attempt
 
 

@@ -117,3 +117,17 @@ def test_long_publish_releases_the_gil(cython_core, tmp_path):
     buf = np.zeros(64 << 20, dtype=np.uint8)
     call = lambda: cython_core.publish.write_file(str(tmp_path / "f.tmp"), buf, str(tmp_path / "f"))  # noqa: E731
     assert python_progress_during(call) == LIMIT
+
+
+def test_a_run_of_images_releases_the_gil(cython_core, tmp_path):
+    # 16 JPEG files of 2 MiB, each built, CRC-32C'd, written and renamed, in one call
+    from iogen.formats import make_format
+    from iogen.formats.image import ImageRecipe
+
+    size = 2 << 20
+    ops, blob = make_format("jpeg", samples_per_file=1).recipe(size)
+    buf = np.empty(size, np.uint8)
+    images = [ImageRecipe(buf, ops, blob, 1, k) for k in range(16)]
+    paths = [str(tmp_path / f"f{k}.tmp") for k in range(16)]
+    call = lambda: cython_core.publish.write_images(paths, images, [p[:-4] for p in paths])  # noqa: E731
+    assert python_progress_during(call) == LIMIT

@@ -176,3 +176,92 @@ def test_an_image_operation_that_does_not_fit_is_refused_before_anything_is_writ
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match=r"\(n, 6\)"):
         core.fill.build_image(buf, np.zeros((1, 4), np.int64), b"", 1, 2)
+
+
+# -- write_images: a run of images, one call, each file built, written, renamed and logged in turn -------------
+
+def _recipes(sizes, streams, fmt_name="jpeg"):
+    """One recipe a file; files of one size share its buffer (built one at a time), as datagen's runs do."""
+    from iogen.formats import make_format
+    from iogen.formats.image import ImageRecipe
+
+    fmt = make_format(fmt_name, samples_per_file=1)
+    bufs = {}
+    out = []
+    for size, stream in zip(sizes, streams):
+        ops, blob = fmt.recipe(size)
+        buf = bufs.setdefault(size, np.zeros(size, np.uint8))
+        out.append(ImageRecipe(buf, ops, blob, 5, stream))
+    return out
+
+
+def _run(core, tmp_path, images, finals=True, names=None, fsync=False):
+    names = names or [f"f{k}" for k in range(len(images))]
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    lines, ends, ats = bytearray(), [], []
+    for k in range(len(images)):
+        ats.append(len(lines) + len(b'{"f": %d, "crc32c": "' % k))
+        lines += b'{"f": %d, "crc32c": "00000000"}\n' % k
+        ends.append(len(lines))
+    try:
+        return core.publish.write_images([str(tmp_path / (n + ".tmp")) for n in names], images,
+                                         [str(tmp_path / n) for n in names] if finals else None, fsync, log, lines,
+                                         ends, ats)
+    finally:
+        os.close(log)
+
+
+@pytest.mark.parametrize("fmt_name", ["jpeg", "png"])
+def test_write_images_writes_each_file_as_write_image_does_and_logs_it_in_order(core, tmp_path, fmt_name):
+    sizes, streams = [5000, 5000, 7001, 5000], [3, 4, 5, 1 << 40]
+    crcs = _run(core, tmp_path, _recipes(sizes, streams, fmt_name))
+    assert sorted(os.listdir(tmp_path)) == ["f0", "f1", "f2", "f3", "log"]
+    want = []
+    for k, (size, stream) in enumerate(zip(sizes, streams)):
+        (image,) = _recipes([size], [stream], fmt_name)
+        core.fill.build_image(image.buf, image.ops, image.blob, 5, stream)
+        assert (tmp_path / f"f{k}").read_bytes() == image.buf.tobytes()
+        want.append(core.crc.crc32c(image.buf))
+    assert crcs == want
+    assert [json.loads(x) for x in (tmp_path / "log").read_text().splitlines()] == [
+        {"f": k, "crc32c": f"{c:08x}"} for k, c in enumerate(want)]
+    assert core.publish.write_images([], []) == []
+
+
+def test_write_images_stops_at_the_first_failing_file_and_says_how_many_are_done(core, tmp_path):
+    (tmp_path / "f1" / "inside").mkdir(parents=True)  # file 1's final name: a folder that is not empty
+    with pytest.raises(OSError) as info:
+        _run(core, tmp_path, _recipes([3000] * 3, [1, 2, 3]))
+    assert info.value.files_done == 1
+    assert info.value.filename == str(tmp_path / "f1.tmp") and info.value.filename2 == str(tmp_path / "f1")
+    assert sorted(os.listdir(tmp_path)) == ["f0", "f1", "f1.tmp", "log"]  # file 2 never started
+    assert [json.loads(x)["f"] for x in (tmp_path / "log").read_text().splitlines()] == [0]
+
+
+def test_write_images_checks_every_file_before_writing_any(core, tmp_path):
+    images = _recipes([3000] * 2, [1, 2])
+    with pytest.raises(ValueError, match="null"):
+        _run(core, tmp_path, images, names=["a", "b\0c"])
+    with pytest.raises(ValueError):
+        core.publish.write_images([str(tmp_path / "a")], images)  # one path, two images
+    with pytest.raises(ValueError):
+        core.publish.write_images([str(tmp_path / "a"), str(tmp_path / "b")], images, None, False, 3)  # no lines
+    two = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for ends, ats in (([4, 3], [-1, -1]),      # line 1 ends before it starts
+                      ([4, 20], [-1, -1]),     # past the buffer's 16 bytes
+                      ([8, 16], [0, 9]),       # line 1's digits run past its end
+                      ([8, 16], [4, -1]),      # line 0's too
+                      ([16], [-1])):           # one line for two files
+        with pytest.raises(ValueError):
+            core.publish.write_images(two, images, None, False, 3, bytearray(16), ends, ats)
+    assert os.listdir(tmp_path) == ["log"]
+
+
+def test_write_images_is_the_same_in_both_implementations(cython_core, python_core, tmp_path):
+    out = []
+    for core in (cython_core, python_core):
+        folder = tmp_path / core.name
+        folder.mkdir()
+        crcs = _run(core, folder, _recipes([4000, 9000, 4000], [7, 8, 9], "png"), finals=False, fsync=True)
+        out.append((crcs, {n: (folder / n).read_bytes() for n in sorted(os.listdir(folder))}))
+    assert out[0] == out[1]

@@ -91,6 +91,17 @@ def test_manifest_text_is_json_dumps_indent_1(tmp_path, workload):
     assert text == json.dumps(json.loads(text), indent=1) + "\n"
 
 
+def test_manifest_text_of_unusual_entries_is_json_dumps_indent_1():
+    from iogen.data.manifest import file_entry, manifest_text
+
+    entries = [file_entry("0/img_1_of_2.jpg", 10, "0000abcd", 10, 1), file_entry("ünï \"q\"\n.npz", 1, "x", 2, 3),
+               {"size_bytes": 1, "file": "a", "crc32c": "b", "record_bytes": 2, "samples": 3},  # other order
+               {"file": "a", "size_bytes": True, "crc32c": "b", "record_bytes": 2, "samples": 3},  # a bool
+               dict(file_entry("a", 1, "b", 2, 3), sidecars={".idx": {"size_bytes": 8, "crc32c": "c"}})]
+    doc = {"num_files": len(entries), "files": entries}
+    assert manifest_text(doc) == json.dumps(doc, indent=1) + "\n"
+
+
 def test_hdf5_payload_and_manifest_are_pinned(tmp_path, workload):
     from iogen.formats import get_format
     from iogen.common.checksum import file_crc32c, format_crc

@@ -74,12 +74,17 @@ def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
     wl = workload(data_folder=str(tmp_path / "d"), num_files_train=6, record_length_bytes=20000)
     layout = DatasetLayout.from_workload(wl, "train")
 
-    def interrupt(files_done, *_):
-        if files_done == 3:
+    stopped_at = []
+
+    def interrupt(files_done, *_):  # called once a run of files (at least 3 done, some still to do)
+        if files_done >= 3:
+            stopped_at.append(files_done)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         generate(wl, workers=1, progress=interrupt)
+    (done,) = stopped_at
+    assert done < 6
     assert not os.path.exists(os.path.join(layout.folder, MANIFEST_NAME))
     assert journal_paths(layout.folder)
     # damage the interrupted dataset further: truncate a finished file, leave a temporary file
@@ -88,7 +93,7 @@ def test_resume_after_interruption_gives_identical_files(tmp_path, workload):
     with open(layout.paths[4] + ".tmp.999", "wb") as f:
         f.write(b"half a file")
     res = generate(wl, workers=2)
-    assert res.files_skipped == 2 and res.files_written == 4
+    assert res.files_skipped == done - 1 and res.files_written == 6 - (done - 1)
     generate(workload(data_folder=str(tmp_path / "fresh"), num_files_train=6, record_length_bytes=20000))
     assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "fresh")
     assert os.path.exists(os.path.join(layout.folder, MANIFEST_NAME)) and not journal_paths(layout.folder)
@@ -149,12 +154,13 @@ def test_failed_write_leaves_no_temporary_file(tmp_path):
     assert [n for n in os.listdir(layout.folder) if not n.startswith(".iogen-")] == []
 
 
-def test_a_file_whose_rename_fails_leaves_no_temporary_and_is_not_journaled(tmp_path):
+@pytest.mark.parametrize("fmt_name", ["npz", "jpeg"])  # jpeg: runs of 2 images, file 3 the second of its run
+def test_a_file_whose_rename_fails_leaves_no_temporary_and_is_not_journaled(tmp_path, fmt_name):
     # file 3's final name is taken by a folder: the core's rename fails after the write
-    layout = DatasetLayout(tmp_path / "d", "train", 6, 1, 1000, 0, 1, "npz")
+    layout = DatasetLayout(tmp_path / "d", "train", 6, 1, 1000, 0, 1, make_format(fmt_name).suffix)
     os.makedirs(layout.paths[3] + "/x")
     with pytest.raises(OSError) as info:
-        generate(layout, make_format("npz"), workers=1, check=False)
+        generate(layout, make_format(fmt_name), workers=1, check=False)
     assert info.value.filename.endswith(".tmp.%d" % os.getpid()) and info.value.filename2 == layout.paths[3]
     assert not [n for n in os.listdir(layout.folder) if ".tmp." in n]
     (journal,) = journal_paths(layout.folder)
@@ -179,6 +185,30 @@ def test_image_and_streamed_writes_journal_the_same_entries(tmp_path):
         with open(journal, "rb") as f:
             lines[name] = sorted(f.read().splitlines()[1:])
     assert lines["image"] == lines["streamed"] and len(lines["image"]) == 5
+
+
+@pytest.mark.parametrize("fmt_name", ["jpeg", "png"])
+def test_images_published_in_runs_match_images_published_one_at_a_time(tmp_path, fmt_name):
+    # runs of recipes (one core call a run) against built buffers published file by file: same files, journals
+    # and manifest; sizes drawn per file (a recipe per size inside a run)
+    one = type(make_format(fmt_name, samples_per_file=1))
+
+    class OneAtATime(one):
+        def file_recipe(self, *args):
+            return super().file_recipe(*args).build()  # a built buffer, not a recipe
+
+    out = {}
+    for name, fmt in (("runs", one(samples_per_file=1)), ("single", OneAtATime(samples_per_file=1))):
+        layout = DatasetLayout(tmp_path / name, "train", 23, 1, 6000, 700, 1, fmt.suffix)
+        generate(layout, fmt, workers=2, finalize_manifest=False)
+        (journal,) = journal_paths(layout.folder)
+        with open(journal, "rb") as f:
+            lines = sorted(f.read().splitlines()[1:])
+        finalize(layout, fmt)
+        manifest = json.loads((tmp_path / name / "train" / MANIFEST_NAME).read_text())
+        manifest.pop("written_utc")
+        out[name] = (tree_bytes(tmp_path / name / "train"), lines, manifest)
+    assert out["runs"] == out["single"] and len(out["runs"][1]) == 23
 
 
 def test_a_failing_file_stops_the_writer_threads_and_names_its_error(tmp_path):
@@ -207,8 +237,8 @@ def test_a_failing_file_stops_the_writer_threads_and_names_its_error(tmp_path):
 def test_interrupt_with_threads_keeps_every_finished_file_journaled(tmp_path, workload):
     wl = workload(data_folder=str(tmp_path / "d"), num_files_train=30, record_length_bytes=5000)
 
-    def interrupt(files_done, *_):
-        if files_done == 10:
+    def interrupt(files_done, *_):  # called once a run of files
+        if files_done >= 10:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -296,9 +296,21 @@ def test_a_generation_publishes_an_image_recipe_as_its_built_bytes(backend):
         line, crc_at = journal_line("f_0_of_1.png", 5000, 5000, 1)
         crc = gen.publish_image(f"{folder}/f_0_of_1.png", fmt.file_recipe(1, 5000, 3, 4), False, line, crc_at, 5000,
                                 "data file 0")
+        # a run of recipes sharing one buffer (publish_images: POSIX one core call), each its own stream
+        from iogen.data.manifest import journal_lines
+
+        names = [f"r_{k}_of_3.png" for k in range(3)]
+        lines, ends, ats = journal_lines(names, [5000] * 3, [5000] * 3, 1)
+        first = fmt.file_recipe(1, 5000, 3, 10)
+        run = [type(first)(first.buf, first.ops, first.blob, 3, 10 + k) for k in range(3)]
+        crcs = gen.publish_images([f"{folder}/{n}" for n in names], run, False, lines, ends, ats, [5000] * 3,
+                                  ["data file 0", "data file 1", "data file 2"])
     finally:
         gen.close()
     assert st.get_bytes(f"{folder}/f_0_of_1.png") == want and crc == crc32c(want)
+    for k, name in enumerate(names):
+        data = bytes(fmt.file_image(1, 5000, 3, 10 + k))
+        assert st.get_bytes(f"{folder}/{name}") == data and crcs[k] == crc32c(data)
 
 
 def test_whole_bytes_crc_and_a_read_that_tells_the_size(backend):

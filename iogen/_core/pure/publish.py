@@ -1,13 +1,14 @@
 """Pure-Python twin of iogen._core.publish: same API and results, built on os.open/os.write/os.replace."""
 import os
 
-from iogen._core._common import check_publish_args, os_error
+from iogen._core._common import (check_fill_args, check_image_ops, check_publish_args, os_error,
+                                 writable_byte_view)
 
 from .sysio import write_all
 from .crc import crc32c
 from .fill import build_image
 
-__all__ = ["write_file", "write_image"]
+__all__ = ["write_file", "write_image", "write_images"]
 
 
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
@@ -53,3 +54,52 @@ def write_image(path, buf, ops, blob, seed, stream, final_path=None, fsync=False
     check_publish_args(log_fd, log_line, crc_hex_at)
     build_image(buf, ops, blob, seed, stream)
     return write_file(path, buf, final_path, fsync, log_fd, log_line, crc_hex_at)
+
+
+def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=None, line_ends=None, crc_hex_at=None):
+    """write_image(paths[k], image.buf, image.ops, image.blob, image.seed, image.stream, finals[k], fsync, log_fd,
+    line k, its CRC's offset) for each file k in turn (log_lines: the lines back to back, line k ending at
+    line_ends[k], its CRC's hex digits at crc_hex_at[k] in log_lines, or -1); returns the CRC-32Cs (a list).
+    Arguments are checked before anything is written; a failing file's error carries files_done, as the
+    compiled core's."""
+    count = len(paths)
+    if len(images) != count or (finals is not None and len(finals) != count):
+        raise ValueError("paths, images and finals must have one entry per file")
+    logs = [(-1, None, -1)] * count
+    if log_lines is not None:
+        fd = check_publish_args(log_fd, log_lines, -1)
+        if line_ends is None or crc_hex_at is None or len(line_ends) != count or len(crc_hex_at) != count:
+            raise ValueError("line_ends and crc_hex_at must have one entry per file")
+        view = writable_byte_view(log_lines)
+        start = 0
+        for k in range(count):
+            end, at = int(line_ends[k]), int(crc_hex_at[k])
+            if end < start or end > len(view):
+                raise ValueError(f"line_ends[{k}] = {end}: the lines must follow each other inside log_lines")
+            if at != -1 and not start <= at <= end - 8:
+                raise ValueError(f"crc_hex_at[{k}] = {at}: not -1 or 8 bytes inside line {k}")
+            if fd >= 0:
+                logs[k] = (fd, view[start:end], at - start if at >= 0 else -1)
+            start = end
+    elif log_fd != -1:
+        raise ValueError("a log_fd needs its log_lines")
+    finals = finals if finals is not None else [None] * count
+    for k in range(count):  # everything checked before the first file is written
+        for name in (paths[k], finals[k]):
+            if name is not None and "\0" in os.fsdecode(name):
+                raise ValueError("embedded null byte")
+        image = images[k]
+        writable_byte_view(image.buf)
+        check_image_ops(image.ops)
+        memoryview(image.blob)
+        check_fill_args(image.seed, image.stream, 0, 0)
+    crcs = []
+    for k in range(count):
+        image = images[k]
+        try:
+            crcs.append(write_image(paths[k], image.buf, image.ops, image.blob, image.seed, image.stream, finals[k],
+                                    fsync, *logs[k]))
+        except (OSError, ValueError) as exc:
+            exc.files_done = k
+            raise
+    return crcs
