@@ -136,6 +136,26 @@ static uint32_t iogen_adler32_avx2(uint32_t adler, const unsigned char *p, size_
  * 1,024 steps (64 KiB; the sums reduced mod 65521 after each) keep every lane far from overflowing. */
 #define IOGEN_ADLER_STEPS64 1024
 
+/* One block of `steps` steps' vector sums (v_s1, v_ps, v_s2 as above) added to s1 and s2, both then reduced mod
+ * 65521: the lane totals, v_s1's lanes weighted by their groups, and the 64 * s1 each step adds to s2. */
+__attribute__((target("avx512f,avx512bw")))
+static inline void iogen_adler_fold512(__m512i v_s1, __m512i v_ps, __m512i v_s2, size_t steps, uint64_t *s1,
+                                       uint64_t *s2)
+{
+    uint64_t x[8], ps = 0, t2 = 0, t1 = 0, tg = 0;
+    _mm512_storeu_si512((void *)x, v_ps);
+    for (int k = 0; k < 8; k++) ps += x[k];
+    _mm512_storeu_si512((void *)x, v_s2);
+    for (int k = 0; k < 8; k++) t2 += (x[k] & 0xFFFFFFFFu) + (x[k] >> 32);
+    _mm512_storeu_si512((void *)x, v_s1);
+    for (int k = 0; k < 8; k++) {
+        t1 += x[k];
+        tg += (uint64_t)(8 * (7 - k)) * x[k];
+    }
+    *s2 = (*s2 + 64 * (uint64_t)steps * *s1 + 64 * ps + t2 + tg) % IOGEN_ADLER_MOD;
+    *s1 = (*s1 + t1) % IOGEN_ADLER_MOD;
+}
+
 __attribute__((target("avx512f,avx512bw")))
 static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, size_t n)
 {
@@ -143,7 +163,6 @@ static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, siz
     const __m512i zero = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi16(1);
     const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);  /* byte j of each group: 8 - j */
-    uint64_t x[8];
     while (n >= 64) {
         size_t steps = n / 64;
         if (steps > IOGEN_ADLER_STEPS64)
@@ -162,20 +181,7 @@ static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, siz
             i += group;
         }
         n -= steps * 64;
-        uint64_t ps = 0, t2 = 0, t1 = 0, tg = 0;
-        _mm512_storeu_si512((void *)x, v_ps);
-        for (int k = 0; k < 8; k++) ps += x[k];
-        _mm512_storeu_si512((void *)x, v_s2);
-        for (int k = 0; k < 8; k++) t2 += (x[k] & 0xFFFFFFFFu) + (x[k] >> 32);
-        _mm512_storeu_si512((void *)x, v_s1);
-        for (int k = 0; k < 8; k++) {
-            t1 += x[k];
-            tg += (uint64_t)(8 * (7 - k)) * x[k];
-        }
-        s2 += 64 * (uint64_t)steps * s1 + 64 * ps + t2 + tg;
-        s1 += t1;
-        s1 %= IOGEN_ADLER_MOD;
-        s2 %= IOGEN_ADLER_MOD;
+        iogen_adler_fold512(v_s1, v_ps, v_s2, steps, &s1, &s2);
     }
     return iogen_adler32_avx2((uint32_t)((s2 << 16) | s1), p, n);
 }

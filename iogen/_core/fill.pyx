@@ -197,31 +197,20 @@ cdef void img_fill(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, 
 @cython.cdivision(True)
 cdef uint32_t img_fill_adler(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes,
                              uint32_t adler) noexcept nogil:
-    """img_fill, and the Adler-32 of what it wrote continued from adler, in one pass (img_noise.h)."""
-    cdef uint64_t block = offset_bytes >> 4
-    cdef int64_t skip = <int64_t>(offset_bytes & 15)
-    cdef int64_t pos = 0, head, nblocks
-    cdef unsigned char part[16]
+    """img_fill, and the Adler-32 of what it wrote continued from adler, in one pass (img_noise.h) over the whole
+    16-byte blocks; a partial block at either end is filled by img_fill, then summed."""
+    cdef int64_t head = <int64_t>((16 - (offset_bytes & 15)) & 15), pos, nblocks
     if nbytes <= 0:
         return adler
-    if skip:
-        iogen_img_blocks(part, block, 1, ik, 0)
-        head = 16 - skip
-        if head > nbytes:
-            head = nbytes
-        memcpy(dst, part + skip, <size_t>head)
-        adler = iogen_adler32(adler, dst, <size_t>head)
-        pos = head
-        block += 1
-    nblocks = (nbytes - pos) >> 4
-    adler = iogen_img_blocks_adler(dst + pos, block, <size_t>nblocks, ik, adler)
-    pos += nblocks * 16
-    block += <uint64_t>nblocks
-    if pos < nbytes:
-        iogen_img_blocks(part, block, 1, ik, 0)
-        memcpy(dst + pos, part, <size_t>(nbytes - pos))
-        adler = iogen_adler32(adler, dst + pos, <size_t>(nbytes - pos))
-    return adler
+    if head > nbytes:
+        head = nbytes
+    img_fill(dst, head, ik, offset_bytes)
+    adler = iogen_adler32(adler, dst, <size_t>head)
+    nblocks = (nbytes - head) >> 4
+    adler = iogen_img_blocks_adler(dst + head, (offset_bytes + <uint64_t>head) >> 4, <size_t>nblocks, ik, adler)
+    pos = head + nblocks * 16
+    img_fill(dst + pos, nbytes - pos, ik, offset_bytes + <uint64_t>pos)
+    return iogen_adler32(adler, dst + pos, <size_t>(nbytes - pos))
 
 
 cdef uint32_t img_fill_crc32(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t start,

@@ -154,7 +154,6 @@ static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, 
     __m512i j = _mm512_setr_epi64((long long)block, 0, (long long)(block + 1), 0, (long long)(block + 2), 0,
                                   (long long)(block + 3), 0);
     size_t vecs = n / 4, done = 0;
-    uint64_t x[8];
     while (done < vecs) {
         size_t steps = vecs - done;
         if (steps > IOGEN_ADLER_STEPS64)
@@ -175,20 +174,7 @@ static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, 
             i += group;
         }
         done += steps;
-        uint64_t ps = 0, t2 = 0, t1 = 0, tg = 0;
-        _mm512_storeu_si512((void *)x, v_ps);
-        for (int q = 0; q < 8; q++) ps += x[q];
-        _mm512_storeu_si512((void *)x, v_s2);
-        for (int q = 0; q < 8; q++) t2 += (x[q] & 0xFFFFFFFFu) + (x[q] >> 32);
-        _mm512_storeu_si512((void *)x, v_s1);
-        for (int q = 0; q < 8; q++) {
-            t1 += x[q];
-            tg += (uint64_t)(8 * (7 - q)) * x[q];
-        }
-        s2 += 64 * (uint64_t)steps * s1 + 64 * ps + t2 + tg;
-        s1 += t1;
-        s1 %= IOGEN_ADLER_MOD;
-        s2 %= IOGEN_ADLER_MOD;
+        iogen_adler_fold512(v_s1, v_ps, v_s2, steps, &s1, &s2);
     }
     adler = (uint32_t)((s2 << 16) | s1);
     size_t rest = n - 4 * vecs;  /* fewer than 4 blocks: the portable round, then their sums */

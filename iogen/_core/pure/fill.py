@@ -87,19 +87,22 @@ def _image_blocks(first, count, keys):
 def image_noise(buf, seed, stream, offset_bytes=0):
     """Fill buf with the image stream of (seed, stream) at absolute offset_bytes (fill.pyx, img_noise.h)."""
     out = np.frombuffer(writable_byte_view(buf), dtype=np.uint8)
-    nbytes = out.shape[0]
-    check_fill_args(seed, stream, offset_bytes, nbytes)
-    if nbytes == 0:
-        return
-    keys = _image_keys(seed, stream)
-    start = int(offset_bytes)
-    pos = 0
+    check_fill_args(seed, stream, offset_bytes, out.shape[0])
+    if out.shape[0]:
+        keys = _image_keys(seed, stream)
+        _fill_blocks(out, int(offset_bytes), 16, lambda first, count: _image_blocks(first, count, keys).reshape(-1))
+
+
+def _fill_blocks(out, start: int, block_bytes: int, blocks) -> None:
+    """out = the stream's bytes [start, start + len(out)), its blocks of block_bytes made by blocks(first, count) (a
+    uint8 array), CHUNK_WORDS x 8 bytes at a time (bounded temporaries)."""
+    nbytes, pos = out.shape[0], 0
     while pos < nbytes:
         abs_pos = start + pos
-        skip = abs_pos & 15
+        skip = abs_pos % block_bytes
         take = min(nbytes - pos, CHUNK_WORDS * 8 - skip)
-        count = (skip + take + 15) >> 4
-        out[pos:pos + take] = _image_blocks(abs_pos >> 4, count, keys).reshape(-1)[skip:skip + take]
+        count = (skip + take + block_bytes - 1) // block_bytes
+        out[pos:pos + take] = blocks(abs_pos // block_bytes, count)[skip:skip + take]
         pos += take
 
 SEED_SALT = 0x6A09E667F3BCC909
@@ -134,16 +137,7 @@ def fill_random(buf, seed, stream, offset_bytes=0):
     if nbytes == 0:
         return
     key = stream_key(seed, stream)
-    start = int(offset_bytes)
-    pos = 0
-    while pos < nbytes:
-        abs_pos = start + pos
-        first_block = abs_pos >> 3
-        skip = abs_pos & 7
-        take = min(nbytes - pos, CHUNK_WORDS * 8 - skip)
-        count = (skip + take + 7) >> 3
-        out[pos:pos + take] = _words_le_bytes(first_block, count, key)[skip:skip + take]
-        pos += take
+    _fill_blocks(out, int(offset_bytes), 8, lambda first, count: _words_le_bytes(first, count, key))
 
 
 def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
