@@ -11,8 +11,8 @@ Each in-flight batch owns a page-aligned buffer, so O_DIRECT needs no extra copy
 On an object store (a backend without `core_reads`) the plan, batches, threads and buffers are
 the same; every range is a ranged GET straight into the batch buffer, ranges longer than
 `reader.transfer_size` (8 MiB by default) cut into parts of it, the batch's slices spread over
-`reader.read_threads` threads whatever the batch's size (a request's latency always pays for the
-hand-off). TFRecord frames are CRC-checked after the read. Objects whose samples are not byte
+the threads whatever the batch's size (a request's latency always pays for the hand-off): as on
+files, a batch is cut for read_threads / batches-in-flight of them (one each at the default depth). TFRecord frames are CRC-checked after the read. Objects whose samples are not byte
 ranges (compressed variants) are decoded by their format through an ObjectFile
 (iogen/storage/objectfile.py). Indexing (iogen/loaders/filetable.py) is lazy there and its requests go
 through a store of their own: the loader reports the bucket check (`setup_figures`), the
@@ -223,9 +223,14 @@ class NativeLoader(Loader):
             if self.threads > 1 else None
         if self._pool is not None:
             self.table.run_all = self._run_all
-        # where a batch's slices end, in shares of its bytes (floats: a batch's cuts are a few bisections)
-        self._shares = [k / self.threads for k in range(1, self.threads)]
-        self._fewer_shares = [None] + [[j / k for j in range(1, k)] for k in range(1, self.threads + 1)]  # ...in k slices
+        # where a batch's slices end, in shares of its bytes (floats: a batch's cuts are a few bisections), in k slices
+        self._fewer_shares = [None] + [[j / k for j in range(1, k)] for k in range(1, self.threads + 1)]
+        # threads a batch is cut for: all of them without read-ahead; with batches in flight, the threads share
+        # them, a batch cut for threads / in-flight of them (one thread a batch when there are as many batches in
+        # flight as threads, as a DataLoader worker reads a whole batch): every thread still reads, and a batch
+        # costs that many hand-offs and wake-ups, not one a thread
+        self._per_batch = self.threads if self.prefetch == 0 else max(1, -(-self.threads // self.prefetch))
+        self._shares = self._fewer_shares[self._per_batch]
         # below this a batch is read by one call; requests always pay for the hand-off
         self._min_parallel = _MIN_PARALLEL_BYTES if self._core else 0
         self._buffers = self._preallocate(wl, layout)
@@ -490,13 +495,13 @@ class NativeLoader(Loader):
             job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
                                           job.preprocess_ns)
             return
-        # split into `threads` slices of about equal bytes (of at least slice_min bytes each, on this
+        # split into _per_batch slices of about equal bytes (of at least slice_min bytes each, on this
         # machine's files, where given; a few ints and bisections: numpy's calls on arrays of a batch's
         # size cost more than the arithmetic, and release and retake the GIL)
         cum = list(itertools.accumulate(lens))
         total = cum[-1]
         shares = self._shares
-        if slice_min and self._core and total < slice_min * self.threads:
+        if slice_min and self._core and total < slice_min * self._per_batch:
             shares = self._fewer_shares[max(1, total // slice_min)]
         bounds = sorted({0, n, *(min(bisect.bisect_left(cum, total * share) + 1, n) for share in shares)})
         slices = len(bounds) - 1
