@@ -201,7 +201,8 @@ def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool
         why.append("the cool-down wait ran out before the machine was quiet")
     if why:
         return False, "; ".join(why)
-    return True, f"quiet start (1-minute load {load_start:.2f} < {threshold:g}) and nothing else heavy ran"
+    shown = f"{load_start:.2f}" if round(load_start, 2) < threshold else f"{load_start:.4f}"  # 0.995 is not "1.00"
+    return True, f"quiet start (1-minute load {shown} < {threshold:g}) and nothing else heavy ran"
 
 
 def _pop_flags(argv: list) -> tuple[bool, float]:

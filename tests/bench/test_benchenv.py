@@ -37,6 +37,7 @@ def test_heavy_processes_are_the_others_using_a_quarter_of_a_cpu(benchenv):
 
 def test_a_figure_counts_only_from_a_quiet_start_with_nothing_heavy_beside_it(benchenv):
     assert benchenv.judge(0.4, [], [], False)[0] is True
+    assert "(1-minute load 0.9960 < 1)" in benchenv.judge(0.996, [], [], False)[1]  # not shown as 1.00
     counts, why = benchenv.judge(1.0, [], [], True)
     assert not counts and "1-minute load 1.00 >= 1 at the start (the cool-down wait ran out)" in why
     counts, why = benchenv.judge(0.2, [], [(7, "pytest", 0.9)], False)
