@@ -69,13 +69,14 @@ def reader_nice(environ=None, oversubscribed: bool = False):
     With many ranks on few cores, the ranks' main threads leave each step barrier one by one as
     the scheduler runs them, and the reading threads of the ranks that left first (starting the
     next batch) compete with those still to leave; a lower priority lets the main threads go
-    first. Unset: "idle" where the node's ranks outnumber their CPUs (`oversubscribed`, the
-    emulated accelerators' step clock before the reads that fill their compute time; measured in
-    docs/benchmarks.md), else 0 (nothing changes). Linux only (per-thread priorities).
+    first. Unset: 19 where the node's ranks outnumber their CPUs (`oversubscribed`, the emulated
+    accelerators' step clock before the reads that fill their compute time), else 0 (nothing
+    changes). 19 gave the same AU as "idle" in one sitting (docs/mpi.md) and, unlike SCHED_IDLE,
+    still gets a share of a core that other jobs keep busy. Linux only (per-thread priorities).
     """
     raw = (os.environ if environ is None else environ).get("IOGEN_READER_NICE", "").strip()
     if not raw:
-        return "idle" if oversubscribed and sys.platform.startswith("linux") else 0
+        return 19 if oversubscribed and sys.platform.startswith("linux") else 0
     if raw.lower() == "idle":
         value = "idle"
     else:

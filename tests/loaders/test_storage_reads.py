@@ -118,7 +118,7 @@ def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, valu
     wl, layout, fmt = _setup(tmp_path, monkeypatch, "posix", "npz")
     plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
     world = SingleWorld()
-    if value is None:  # unset, on a node whose ranks outnumber its CPUs: idle
+    if value is None:  # unset, on a node whose ranks outnumber its CPUs: 19
         monkeypatch.delenv("IOGEN_READER_NICE", raising=False)
         world.oversubscribed = True
     else:
@@ -131,12 +131,13 @@ def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, valu
         found = {tid: p for tid, p in _thread_priorities().items() if tid not in before}
         assert first.samples == 3 and sum(1 for b in batches) == len(plan.batches) - 1
     assert found.pop(threading.get_native_id()) == mine  # the main thread keeps its priority
-    lowered = (os.SCHED_IDLE, mine[1]) if value in ("idle", None) else (mine[0], min(19, mine[1] + 7))
+    lowered = ((os.SCHED_IDLE, mine[1]) if value == "idle" else
+               (mine[0], min(19, mine[1] + (19 if value is None else 7))))
     assert sorted(found.values()) == [lowered] * 3  # 2 readers, 1 producer
     for bad in ("20", "-1", "low"):
         with pytest.raises(ConfigError, match=f"IOGEN_READER_NICE='{bad}': must be an integer from 0 to 19"):
             reader_nice({"IOGEN_READER_NICE": bad})
     assert reader_nice({}) == 0 and reader_nice({"IOGEN_READER_NICE": "Idle"}) == "idle"
-    # unset: idle where the node's ranks outnumber its CPUs; a value set wins, 0 included
-    assert reader_nice({}, oversubscribed=True) == "idle"
+    # unset: 19 where the node's ranks outnumber its CPUs; a value set wins, 0 included
+    assert reader_nice({}, oversubscribed=True) == 19
     assert reader_nice({"IOGEN_READER_NICE": "0"}, oversubscribed=True) == 0
