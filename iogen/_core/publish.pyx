@@ -92,6 +92,13 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
     return 0
 
 
+cdef bytes _c_name(name):
+    cdef bytes c = name if isinstance(name, bytes) else str(name).encode("utf-8", "surrogateescape")
+    if b"\0" in c:
+        raise ValueError("embedded null byte")
+    return c
+
+
 cdef class _Target:
     """One publish's names, journal line and fsync as C is given them (kept alive across the nogil call),
     and the OSError its failed step raises. ValueError for a name with a null byte, as os.open says (C
@@ -109,13 +116,8 @@ cdef class _Target:
 
     def __cinit__(self, path, final_path, fsync, log_fd, log_line, crc_hex_at):
         self.path, self.final_path = path, final_path
-        self.c_path = path if isinstance(path, bytes) else str(path).encode("utf-8", "surrogateescape")
-        self.c_final = None
-        if final_path is not None:
-            self.c_final = (final_path if isinstance(final_path, bytes)
-                            else str(final_path).encode("utf-8", "surrogateescape"))
-        if b"\0" in self.c_path or (self.c_final is not None and b"\0" in self.c_final):
-            raise ValueError("embedded null byte")
+        self.c_path = _c_name(path)
+        self.c_final = None if final_path is None else _c_name(final_path)
         self.cp = self.c_path
         self.cf = NULL if self.c_final is None else <const char *>self.c_final
         self.fd = check_publish_args(log_fd, log_line, crc_hex_at)
@@ -134,11 +136,16 @@ cdef class _Target:
                        crc, step)
 
     cdef error(self, int err, Step step):
-        if step == STEP_FILE:
-            return os_error(err, self.path)
-        if step == STEP_RENAME:
-            return os_error(err, self.path, self.final_path)
-        return os_error(err)
+        return _step_error(err, step, self.path, self.final_path)
+
+
+cdef _step_error(int err, Step step, path, final_path):
+    """The OSError of a publish's failed step: the file's (its path), the rename's (both names), the log's (none)."""
+    if step == STEP_FILE:
+        return os_error(err, path)
+    if step == STEP_RENAME:
+        return os_error(err, path, final_path)
+    return os_error(err)
 
 
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited (check_publish_args bounds crc_hex_at), on in the debug build
@@ -221,13 +228,6 @@ cdef unsigned char *_wptr(object view, unsigned char *empty):
 cdef const unsigned char *_rptr(object view, unsigned char *empty):
     cdef const unsigned char[::1] v = view
     return &v[0] if v.shape[0] > 0 else empty
-
-
-cdef bytes _c_name(name):
-    cdef bytes c = name if isinstance(name, bytes) else str(name).encode("utf-8", "surrogateescape")
-    if b"\0" in c:
-        raise ValueError("embedded null byte")
-    return c
 
 
 def _files_error(exc, int64_t done):
@@ -352,11 +352,7 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
         if bad:
             raise _files_error(image_ops_error(images[done].ops, bad - 1, items[done].n, items[done].blob_n), done)
         if err != 0:
-            if step == STEP_FILE:
-                raise _files_error(os_error(err, paths[done]), done)
-            if step == STEP_RENAME:
-                raise _files_error(os_error(err, paths[done], finals[done]), done)
-            raise _files_error(os_error(err), done)
+            raise _files_error(_step_error(err, step, paths[done], None if finals is None else finals[done]), done)
         return out.tolist()
     finally:
         PyMem_Free(items)

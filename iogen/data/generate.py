@@ -419,8 +419,7 @@ def _publish_run(store, gen, layout, f, files: list, fsync: bool, entries: dict)
         if recipe is None:
             recipe = recipes[record_bytes] = f.file_recipe(spf, record_bytes, seed, stream_of(i))
         images.append(ImageRecipe(recipe.buf, recipe.ops, recipe.blob, seed, stream_of(i)))
-    file_sizes = [len(recipe) for recipe in recipes.values()]
-    file_sizes = file_sizes * len(files) if len(recipes) == 1 else [len(recipes[rb]) for rb in sizes]
+    file_sizes = [len(recipes[rb]) for rb in sizes]
     lines, ends, ats = mf.journal_lines(rels, file_sizes, sizes, spf)
     crcs = gen.publish_images(paths, images, fsync, lines, ends, ats, [spf * rb for rb in sizes], _FileNames(files))
     for i, rel, size, record_bytes, crc in zip(files, rels, file_sizes, sizes, crcs):

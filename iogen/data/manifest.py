@@ -175,23 +175,27 @@ def manifest_text(data: dict) -> str:
     return head[:-4] + "[\n" + ",\n".join(map(_entry_text, files)) + "\n ]\n}\n"
 
 
+def _journal_text(rel: str, size_bytes: int, record_bytes: int, samples: int) -> tuple[str, int]:
+    """journal_line's text and where its CRC's digits start (the ints already Python ints)."""
+    head = f'{{"file": {_ascii(rel)}, "size_bytes": {size_bytes}, "crc32c": "'
+    return f'{head}00000000", "record_bytes": {record_bytes}, "samples": {samples}}}\n', len(head)
+
+
 def journal_line(rel: str, size_bytes: int, record_bytes: int, samples: int) -> tuple[bytearray, int]:
     """(json.dumps(file_entry(...)) + newline as bytes with the CRC's eight hex digits left as zeros,
     where they start): iogen.core_switch.publish writes the file's CRC-32C there as it appends the line."""
-    head = f'{{"file": {_ascii(rel)}, "size_bytes": {int(size_bytes)}, "crc32c": "'
-    tail = f'", "record_bytes": {int(record_bytes)}, "samples": {int(samples)}}}\n'
-    return bytearray(f"{head}00000000{tail}".encode("ascii")), len(head)
+    text, at = _journal_text(rel, int(size_bytes), int(record_bytes), int(samples))
+    return bytearray(text.encode("ascii")), at
 
 
 def journal_lines(rels, sizes, record_bytes, samples: int) -> tuple[bytearray, list[int], list[int]]:
-    """journal_line of each file (rels, sizes and record_bytes: one each, Python ints, as samples), back to back in one buffer:
-    (the lines, where each ends, where each one's CRC digits start)."""
+    """journal_line of each file (rels, sizes and record_bytes: one each, Python ints, as samples), back to back in
+    one buffer: (the lines, where each ends, where each one's CRC digits start)."""
     parts, ends, ats = [], [], []
     pos = 0
     for rel, size, rb in zip(rels, sizes, record_bytes):
-        head = f'{{"file": {_ascii(rel)}, "size_bytes": {size}, "crc32c": "'
-        line = f'{head}00000000", "record_bytes": {rb}, "samples": {samples}}}\n'
-        ats.append(pos + len(head))
+        line, at = _journal_text(rel, size, rb, samples)
+        ats.append(pos + at)
         pos += len(line)
         ends.append(pos)
         parts.append(line)

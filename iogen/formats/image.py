@@ -10,7 +10,8 @@ formats') but the image stream of the same (seed, stream), iogen.core_switch.fil
 block j is two AES rounds of j under keys made from the stream's (iogen/_core/img_noise.h), which
 the CPU's VAES makes at the speed the buffer's cache takes writes, a third less CPU than the
 fill's multiplies; an image is noise nearly to its last byte, so this is most of its build. A file is assembled in one buffer per writer
-thread and handed to datagen's one-call publish (Format.file_image).
+thread: datagen hands its recipe (Format.file_recipe) to the backend, which on POSIX builds and publishes
+it in one core call (core.publish.write_image, write_images for a run).
 
 What each check costs (docs/formats.md): a read checks the size and the start and end markers
 (payload_spans: a few bytes of what was read; stream_records: the same, each file read through a

@@ -182,12 +182,7 @@ class JournalGeneration(Generation):
                                          self.journal.fd, line, crc_at)
             return self._write_file(tmp, image, path, fsync, self.journal.fd, line, crc_at)
         except OSError as exc:
-            if exc.filename is None:  # the journal's append failed: the file itself is in place
-                raise self.journal.error(exc, len(line)) from None
-            unlink_quietly(tmp)
-            if is_full_disk(exc):
-                raise full_disk_error(exc, path, needed_bytes, what, approx=True) from None
-            raise
+            raise self._publish_error(exc, tmp, path, len(line), needed_bytes, what) from None
 
     def publish_images(self, paths, images, fsync, lines, line_ends, crc_ats, needed_bytes, whats) -> list[int]:
         """A run of recipes in one core call with the GIL released (core.publish.write_images): each file built,
@@ -200,12 +195,19 @@ class JournalGeneration(Generation):
             return self._write_images(tmps, images, paths, fsync, self.journal.fd, lines, line_ends, crc_ats)
         except OSError as exc:
             k = getattr(exc, "files_done", 0)  # the files before it are complete and journaled
-            if exc.filename is None:  # the journal's append failed: the file itself is in place
-                raise self.journal.error(exc, line_ends[k] - (line_ends[k - 1] if k else 0)) from None
-            unlink_quietly(tmps[k])
-            if is_full_disk(exc):
-                raise full_disk_error(exc, paths[k], needed_bytes[k], whats[k], approx=True) from None
-            raise
+            raise self._publish_error(exc, tmps[k], paths[k], line_ends[k] - (line_ends[k - 1] if k else 0),
+                                      needed_bytes[k], whats[k]) from None
+
+    def _publish_error(self, exc: OSError, tmp: str, path: str, line_bytes: int, needed_bytes: int,
+                       what: str) -> Exception:
+        """What a failed core publish of one file raises: the journal's append failing names the journal (the file
+        itself is in place); otherwise its temporary file is removed and a full disk names the file and its bytes."""
+        if exc.filename is None:
+            return self.journal.error(exc, line_bytes)
+        unlink_quietly(tmp)
+        if is_full_disk(exc):
+            return full_disk_error(exc, path, needed_bytes, what, approx=True)
+        return exc
 
     def publish_written(self, path, write, needed_bytes, what, fsync) -> tuple[int, int]:
         with replacing(path, needed_bytes=needed_bytes, what=what, approx=True) as tmp:
