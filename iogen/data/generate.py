@@ -289,7 +289,7 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
             gen.close()
     if finalize_manifest:
         for layout, f in splits:
-            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder), store))
+            result.manifests.append(finalize(layout, f, result.entries.get(layout.folder), store, fsync=fsync))
     result.elapsed_s = time.perf_counter() - t0
     return result
 
@@ -490,8 +490,12 @@ def _still_valid(layout, i: int, entry: dict, size: int | None) -> bool:
     return size is not None and size == entry.get("size_bytes")
 
 
-def finalize(layout, fmt, journaled: dict | None = None, storage=None) -> str:
+def finalize(layout, fmt, journaled: dict | None = None, storage=None, fsync: bool = False) -> str:
     """Write a split's manifest (last, whole or not at all) and remove the backend's records; return its path.
+
+    fsync: fsync the manifest (a file) before its rename, as generate(fsync=True) does its files. Without it
+    the manifest goes through the page cache as the files it lists did: a manifest is no more durable than
+    its files, and an fsync there would wait behind the write-back of every file before it.
 
     journaled: {file index: entry} of the files this generation wrote or kept (GenerateResult.entries,
     every rank's when gathered); those files are taken as they are, the others come from the manifest
@@ -515,7 +519,7 @@ def finalize(layout, fmt, journaled: dict | None = None, storage=None) -> str:
                                              storage=store):
                 raise DataError(layout.paths[i], "was not generated completely; rerun `iogen datagen` to finish")
         entries.append(entry)
-    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries), store)
+    path = mf.write_manifest(layout, fmt, sidecars.with_sidecars(fmt, entries), store, fsync=fsync)
     gen.finish()
     return path
 

@@ -110,9 +110,10 @@ def manifest_problem(data) -> str | None:
     return None
 
 
-def write_manifest(layout, fmt, entries: list[dict], storage=None, extra: dict | None = None) -> str:
+def write_manifest(layout, fmt, entries: list[dict], storage=None, extra: dict | None = None,
+                   fsync: bool = True) -> str:
     """Write the manifest to `storage` (local files when None) whole or not at all (a file: temporary name,
-    fsync, rename; an object: one PUT); return its path."""
+    fsync when asked, rename; an object: one PUT); return its path."""
     if storage is None:
         from ..storage.posix import PosixStorage
 
@@ -131,7 +132,7 @@ def write_manifest(layout, fmt, entries: list[dict], storage=None, extra: dict |
     # A killed writer's temporary manifest would hold space (and, on a full disk, fail every
     # rerun): remove those of dead processes, then write; a failure leaves no temporary file.
     storage.remove_stale(layout.folder, [MANIFEST_NAME])
-    storage.publish(path, manifest_text(data).encode("utf-8"), fsync=True, what="the dataset manifest")
+    storage.publish(path, manifest_text(data).encode("utf-8"), fsync=fsync, what="the dataset manifest")
     return path
 
 

@@ -129,6 +129,25 @@ def test_ranks_split_the_files_and_finalize_writes_the_manifest(tmp_path, worklo
     assert tree_bytes(tmp_path / "d") == tree_bytes(tmp_path / "one")
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_the_manifest_is_fsynced_when_the_files_are(tmp_path, monkeypatch, fsync):
+    """A manifest is no more durable than the files it lists: fsynced with them, else through the page cache."""
+    import iogen.core_switch as core
+
+    calls = []
+    real = core.publish.write_file
+
+    def write_file(path, data, final_path=None, fsync=False, *args, **kw):
+        calls.append((os.path.basename(final_path or path), bool(fsync)))
+        return real(path, data, final_path, fsync, *args, **kw)
+
+    monkeypatch.setattr(core.publish, "write_file", write_file)
+    layout = DatasetLayout(str(tmp_path / "d"), "train", 3, 1, 4096, 0, 1, ".npz")
+    generate(layout, make_format("npz", samples_per_file=1), fsync=fsync)
+    assert (MANIFEST_NAME, fsync) in calls and (MANIFEST_NAME, not fsync) not in calls
+    assert len(calls) == 4 and all(synced == fsync for _, synced in calls)  # the data files too
+
+
 def test_subfolders(tmp_path, workload):
     wl = workload(data_folder=str(tmp_path / "d"), num_files_train=5, num_subfolders_train=2)
     generate(wl)
