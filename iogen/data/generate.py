@@ -113,6 +113,13 @@ def _splits(source, fmt) -> list[tuple[DatasetLayout, object]]:
     return out
 
 
+def check_sizes(layout, fmt) -> None:
+    """ConfigError, before anything is written, when the smallest record size of the split (drawn with
+    record_length_bytes_stdev, or the one size) makes a file the format cannot write (an image below one block)."""
+    if layout.num_files:
+        fmt.check_sizes(layout.min_record_bytes, layout.record_length_bytes_stdev > 0)
+
+
 def _local_files():
     """The storage of local files (the posix backend), where no storage is given."""
     from ..storage.posix import PosixStorage
@@ -273,6 +280,8 @@ def generate(source, fmt=None, *, workers: int | None = None, progress=None, ran
     if check is None:
         check = world_size == 1
     splits = _splits(source, fmt)
+    for layout, f in splits:
+        check_sizes(layout, f)
     known_marks = dict(known_marks or {})
     if check:
         for layout, f in splits:
@@ -533,6 +542,8 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
     (world.fail), so nobody waits at the barrier for it.
     """
     try:
+        for layout in layouts:
+            check_sizes(layout, fmt)
         marks = {}
         if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
             for layout in layouts:

@@ -222,6 +222,15 @@ class DatasetLayout:
             return int(self.record_bytes[0])
         return max(int(c.max()) for c in self._chunks())
 
+    @functools.cached_property
+    def min_record_bytes(self) -> int:
+        """The smallest record size of the split (0 without files), without keeping every size."""
+        if self.num_files == 0:
+            return 0
+        if self.record_length_bytes_stdev <= 0:
+            return int(self.record_bytes[0])
+        return min(int(c.min()) for c in self._chunks())
+
     @classmethod
     def from_workload(cls, wl, split: str) -> "DatasetLayout":
         """The layout of split "train" or "eval" of a workload (reads only wl.dataset and wl.train.seed)."""
@@ -318,7 +327,7 @@ class DatasetLayout:
     def __getstate__(self):
         # pickles as its parameters: sizes are drawn again where they are needed
         state = dict(self.__dict__)
-        for lazy in ("record_bytes", "max_record_bytes", "total_bytes"):
+        for lazy in ("record_bytes", "max_record_bytes", "min_record_bytes", "total_bytes"):
             state.pop(lazy, None)
         return state
 

@@ -191,6 +191,10 @@ class Format:
         """Like write_file, also returning the CRC-32C of the whole file (for the manifest)."""
         raise NotImplementedError
 
+    def check_sizes(self, smallest: int, drawn: bool) -> None:
+        """ConfigError when the smallest record size a split has (`drawn`: drawn with
+        record_length_bytes_stdev) makes a file this format cannot write; checked before any file is written."""
+
     def file_image(self, num_samples: int, record_bytes: int, seed: int, stream: int):
         """The whole file's bytes in a buffer this thread owns (valid until its next call), when the
         format builds such a file in memory; None otherwise (write_file_crc writes it). Datagen

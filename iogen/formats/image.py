@@ -114,6 +114,13 @@ class ImageFormat(Format):
                               f"(an image of one block needs at least {self.min_file_bytes}; with "
                               "record_length_bytes_stdev, every drawn size must reach it)")
 
+    def check_sizes(self, smallest: int, drawn: bool) -> None:
+        if drawn and smallest < self.min_file_bytes:
+            raise ConfigError(f"dataset.record_length_bytes_stdev: the smallest file size it draws is {smallest} "
+                              f"bytes, below the {self.min_file_bytes} a {self.name} image of one block needs; lower "
+                              "the stdev or raise dataset.record_length_bytes")
+        self._check_size(smallest)
+
     def write_file_crc(self, path, num_samples, record_bytes, seed, stream):
         """Write the image whole (it is built in memory); return (bytes, CRC-32C)."""
         image = self.file_image(num_samples, record_bytes, seed, stream)

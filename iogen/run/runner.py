@@ -119,8 +119,26 @@ def check_workload(wl, nodes=None) -> None:
         check_config(wl, nodes)
     except ConfigError as exc:
         problems += exc.problems
+    problems += _size_problems(wl)
     if problems:
         raise ConfigError(problems)
+
+
+def _size_problems(wl) -> list[str]:
+    """A split whose smallest drawn record size makes a file the format cannot write (iogen.data.generate.check_sizes)."""
+    if not (wl.workflow.train or wl.workflow.evaluation or wl.workflow.generate_data):
+        return []
+    from ..data.generate import check_sizes
+    from ..data.layout import SPLITS, DatasetLayout
+    from ..formats import get_format
+
+    fmt = get_format(wl.dataset)
+    for split in SPLITS:
+        try:
+            check_sizes(DatasetLayout.from_workload(wl, split), fmt)
+        except ConfigError as exc:
+            return exc.problems
+    return []
 
 
 def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunOutcome:

@@ -95,6 +95,20 @@ def test_validate_shows_steps_without_io(iogen_cmd, tiny, tmp_path):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("command", ["datagen", "validate"])
+def test_a_stdev_that_draws_an_image_below_one_block_is_refused_before_anything_is_written(iogen_cmd, tmp_path,
+                                                                                          command):
+    res = iogen_cmd(command, "retinanet", "--accelerator", "b200", "dataset.format=png",
+                    "dataset.num_files_train=200", "dataset.record_length_bytes=2000",
+                    "dataset.record_length_bytes_stdev=1000", f"dataset.data_folder={tmp_path / 'data'}",
+                    f"output.folder={tmp_path / 'out'}")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+    assert "dataset.record_length_bytes_stdev: the smallest file size it draws is" in res.stderr
+    assert "84 a png image of one block needs" in res.stderr
+    assert not (tmp_path / "data" / "train").exists() or not list((tmp_path / "data" / "train").iterdir())
+
+
 def test_workloads_lists_bundled(iogen_cmd):
     res = iogen_cmd("workloads")
     assert res.returncode == 0, res.stderr

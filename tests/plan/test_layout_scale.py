@@ -22,7 +22,7 @@ def test_paths_of_a_hundred_million_files_cost_nothing_until_asked():
     assert len(pickle.dumps(layout)) < 2048
     assert layout.total_bytes == 4096 * 10**8
     assert layout.record_bytes.shape == (10**8,) and layout.record_bytes.nbytes == 8 * 10**8  # a broadcast view
-    assert layout.record_bytes.base is not None and layout.max_record_bytes == 4096
+    assert layout.record_bytes.base is not None and layout.max_record_bytes == layout.min_record_bytes == 4096
 
 
 def test_paths_are_a_sequence_equal_to_the_list():
@@ -50,6 +50,7 @@ def test_varying_sizes_are_summed_in_pieces_with_the_same_values():
     whole = draw_record_bytes(n, 5000, 4000, 7, "train")
     assert layout.total_bytes == int(whole.sum()) * 3
     assert layout.max_record_bytes == int(whole.max())
+    assert layout.min_record_bytes == int(whole.min()) < 1000  # found in pieces too
     assert "record_bytes" not in layout.__dict__, "the sizes were kept to add them up"
     assert np.array_equal(layout.record_bytes, whole)
     assert not layout.record_bytes.flags.writeable
