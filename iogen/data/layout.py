@@ -216,20 +216,20 @@ class DatasetLayout:
     @functools.cached_property
     def max_record_bytes(self) -> int:
         """The largest record size of the split (0 without files), without keeping every size."""
-        if self.num_files == 0:
-            return 0
-        if self.record_length_bytes_stdev <= 0:
-            return int(self.record_bytes[0])
-        return max(int(c.max()) for c in self._chunks())
+        return self._extreme(np.max)
 
     @functools.cached_property
     def min_record_bytes(self) -> int:
         """The smallest record size of the split (0 without files), without keeping every size."""
+        return self._extreme(np.min)
+
+    def _extreme(self, reduce) -> int:
+        """reduce (np.max or np.min) over the record sizes, drawn a piece at a time; 0 without files."""
         if self.num_files == 0:
             return 0
         if self.record_length_bytes_stdev <= 0:
             return int(self.record_bytes[0])
-        return min(int(c.min()) for c in self._chunks())
+        return int(reduce([reduce(c) for c in self._chunks()]))
 
     @classmethod
     def from_workload(cls, wl, split: str) -> "DatasetLayout":
