@@ -102,6 +102,45 @@ class MPIHarness:
             return json.load(fh)
 
 
+SHM = "/dev/shm"
+MPICH_SEGMENT = "mpich_shm_"
+
+
+def _segments() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM) if n.startswith(MPICH_SEGMENT)}
+    except OSError:
+        return set()
+
+
+def _mapped() -> set[str]:
+    """The /dev/shm files some live process maps (MPICH's segments while their job runs)."""
+    names = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                names.update(line.rsplit("/", 1)[-1].strip() for line in fh if f" {SHM}/" in line)
+        except OSError:
+            continue
+    return names
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_mpich_segments():
+    """A job whose rank a test kills (SIGKILL, an abort, a timeout) leaves MPICH's shared-memory segment
+    (2 MiB in /dev/shm, which is memory) behind, a few each suite run: after each test, the segments that
+    appeared during it and that no live process maps are removed, and no other file."""
+    before = _segments()
+    yield
+    new = _segments() - before
+    if new:
+        for name in new - _mapped():
+            try:
+                os.unlink(os.path.join(SHM, name))
+            except OSError:
+                pass
+
+
 @pytest.fixture
 def mpi(tmp_path):
     """An MPIHarness for this test (skips when mpiexec or mpi4py is missing)."""
