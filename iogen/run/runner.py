@@ -125,8 +125,10 @@ def check_workload(wl, nodes=None) -> None:
 
 
 def _size_problems(wl) -> list[str]:
-    """A split whose smallest drawn record size makes a file the format cannot write (iogen.data.generate.check_sizes)."""
-    if not (wl.workflow.train or wl.workflow.evaluation or wl.workflow.generate_data):
+    """With workflow.generate_data: a split whose smallest drawn record size makes a file the format cannot write
+    (iogen.data.generate.check_sizes). A run of data already there reads the sizes it has (another tool's files
+    included), so the draws are not its concern."""
+    if not wl.workflow.generate_data:
         return []
     from ..data.generate import check_sizes
     from ..data.layout import SPLITS, DatasetLayout

@@ -95,10 +95,11 @@ def test_validate_shows_steps_without_io(iogen_cmd, tiny, tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-@pytest.mark.parametrize("command", ["datagen", "validate"])
+@pytest.mark.parametrize("command", [["datagen"], ["validate", "workflow.generate_data=True"],
+                                     ["run", "--generate"]])
 def test_a_stdev_that_draws_an_image_below_one_block_is_refused_before_anything_is_written(iogen_cmd, tmp_path,
                                                                                           command):
-    res = iogen_cmd(command, "retinanet", "--accelerator", "b200", "dataset.format=png",
+    res = iogen_cmd(command[0], "retinanet", "--accelerator", "b200", *command[1:], "dataset.format=png",
                     "dataset.num_files_train=200", "dataset.record_length_bytes=2000",
                     "dataset.record_length_bytes_stdev=1000", f"dataset.data_folder={tmp_path / 'data'}",
                     f"output.folder={tmp_path / 'out'}")
@@ -107,6 +108,15 @@ def test_a_stdev_that_draws_an_image_below_one_block_is_refused_before_anything_
     assert "dataset.record_length_bytes_stdev: the smallest file size it draws is" in res.stderr
     assert "84 a png image of one block needs" in res.stderr
     assert not (tmp_path / "data" / "train").exists() or not list((tmp_path / "data" / "train").iterdir())
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_stdev_that_would_draw_tiny_images_does_not_refuse_reading_data_already_there(iogen_cmd, tmp_path):
+    """Only generation draws sizes: validating a run of existing data (another tool's, say) is not refused."""
+    res = iogen_cmd("validate", "retinanet", "--accelerator", "b200", "dataset.format=png",
+                    "dataset.num_files_train=200", "dataset.record_length_bytes=2000",
+                    "dataset.record_length_bytes_stdev=1000", f"dataset.data_folder={tmp_path / 'data'}")
+    assert res.returncode == 0, res.stderr
 
 
 def test_workloads_lists_bundled(iogen_cmd):
