@@ -100,11 +100,11 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # prints one `cool-down:` line: the load before and after, what else ran, and whether the
 # figure counts. The start must be quiet, no other process may be heavy at the start, at any look
 # while the benchmark runs (Watch, every WATCH_S) or at the end, and the 1-minute load after it must
-# be below AFTER_LOAD. A benchmark that runs many processes of its own (16-32 ranks, 8 workers) leaves a
-# load above that however quiet the machine was; the load it left then has up to SETTLE_MAX_S, once
-# its processes are gone, to fall below AFTER_LOAD with nothing else heavy (settle): a load the
-# benchmark left decays (the kernel's 1-minute average: e^(-t/60)), one something else sustains does
-# not, and the line says how high it was and how long it took. --no-cooldown (or
+# be below AFTER_LOAD, whoever raised it. A benchmark that runs many processes of its own (16-32 ranks,
+# 8 workers) leaves a load above that however quiet the machine was, so its figure does not count; the
+# line then also says whose load it was (settle: up to SETTLE_MAX_S, once its processes are gone, for
+# the load to fall below AFTER_LOAD with nothing else heavy: a load the benchmark left decays, the
+# kernel's 1-minute average as e^(-t/60), one something else sustains does not). --no-cooldown (or
 # IOGEN_BENCH_NO_COOLDOWN=1) skips the waits; the figure is then judged the same way.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
@@ -309,11 +309,11 @@ def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
                         heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0])
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
-    if state.get("settled"):
-        at_end, waited = state["settled"]
-        why += (f"; the load at the end, {at_end:.2f}, was the benchmark's own: it fell below {AFTER_LOAD:g} in "
-                f"{waited:.0f} s with nothing else heavy" if a[0] < AFTER_LOAD else
-                f"; the load at the end was {at_end:.2f}, {a[0]:.2f} after {waited:.0f} s of settling")
+    if state.get("settled"):  # a reading of whose load it was, not a pass
+        settled, waited = state["settled"]
+        why += (f"; the load at the end was the benchmark's own: it fell below {AFTER_LOAD:g} in {waited:.0f} s "
+                f"with nothing else heavy" if settled < AFTER_LOAD else
+                f"; {settled:.2f} after {waited:.0f} s of settling")
     return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "
             f"{a[2]:.2f}; {'COUNTS toward a target' if counts else 'does NOT count toward a target'}: {why}")
 
@@ -326,10 +326,10 @@ def _report_at_exit() -> None:
     load, heavy_end = os.getloadavg(), other_work(1.0)
     could_count = (COOLDOWN["load_before"][0] < COOLDOWN_LOAD and not COOLDOWN["heavy_start"] and not during
                    and not heavy_end and not COOLDOWN["skipped"])
-    if load[0] >= AFTER_LOAD and could_count:
-        at_end = load[0]
-        load, waited, heavy_end = settle(load)
-        COOLDOWN["settled"] = (at_end, waited)
+    if load[0] >= AFTER_LOAD and could_count:  # it does not count; say whether the load was its own
+        settled, waited, heavy_after = settle(load)
+        COOLDOWN["settled"] = (settled[0], waited)
+        heavy_end = heavy_end or heavy_after
     print(cooldown_line(COOLDOWN, load, heavy_end), flush=True)
 
 
