@@ -152,17 +152,31 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
     return c
 
 
-cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t start, uint32_t c) noexcept nogil:
-    """fill_bytes and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
+# A stream's fill of bytes [start, start + n) to dst (fill_bytes, img_fill), its key behind ctx.
+ctypedef void (*stream_fill)(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil
+
+
+cdef uint32_t fill_then_crc32(unsigned char *dst, int64_t nbytes, stream_fill fill, const void *ctx, uint64_t start,
+                              uint32_t c) noexcept nogil:
+    """fill's bytes and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
     cdef int64_t pos = 0, n
     while pos < nbytes:
         n = nbytes - pos
         if n > FUSED_BLOCK_BYTES:
             n = FUSED_BLOCK_BYTES
-        fill_bytes(dst + pos, n, key, start + <uint64_t>pos)
+        fill(dst + pos, n, ctx, start + <uint64_t>pos)
         c = iogen_crc32(c, dst + pos, <size_t>n)
         pos += n
     return c
+
+
+cdef void _fill_words_at(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil:
+    fill_bytes(dst, n, (<const uint64_t *>ctx)[0], start)
+
+
+cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t start, uint32_t c) noexcept nogil:
+    """fill_bytes and the CRC-32 of what it wrote (fill_then_crc32)."""
+    return fill_then_crc32(dst, nbytes, _fill_words_at, &key, start, c)
 
 
 # The image formats' noise (JPEG, PNG): its own stream of (seed, stream), two AES rounds a 16-byte block
@@ -213,18 +227,14 @@ cdef uint32_t img_fill_adler(unsigned char *dst, int64_t nbytes, const iogen_img
     return iogen_adler32(adler, dst + pos, <size_t>(nbytes - pos))
 
 
+cdef void _img_fill_at(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil:
+    img_fill(dst, n, <const iogen_img_key *>ctx, start)
+
+
 cdef uint32_t img_fill_crc32(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t start,
                              uint32_t c) noexcept nogil:
-    """img_fill and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
-    cdef int64_t pos = 0, n
-    while pos < nbytes:
-        n = nbytes - pos
-        if n > FUSED_BLOCK_BYTES:
-            n = FUSED_BLOCK_BYTES
-        img_fill(dst + pos, n, ik, start + <uint64_t>pos)
-        c = iogen_crc32(c, dst + pos, <size_t>n)
-        pos += n
-    return c
+    """img_fill and the CRC-32 of what it wrote (fill_then_crc32)."""
+    return fill_then_crc32(dst, nbytes, _img_fill_at, ik, start, c)
 
 
 def image_noise(buf, seed, stream, offset_bytes=0):
