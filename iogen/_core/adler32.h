@@ -156,13 +156,23 @@ static inline void iogen_adler_fold512(__m512i v_s1, __m512i v_ps, __m512i v_s2,
     *s1 = (*s1 + t1) % IOGEN_ADLER_MOD;
 }
 
+/* One 64-byte step's sums (v_s1, v_ps, and the group's 16-bit acc, as above): shared by the loop below over bytes
+ * loaded and by img_noise.h's over the noise it makes in registers. */
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline void iogen_adler_step512(__m512i v, __m512i *v_s1, __m512i *v_ps, __m512i *acc)
+{
+    const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);  /* byte j of each group: 8 - j */
+    *v_ps = _mm512_add_epi64(*v_ps, *v_s1);
+    *v_s1 = _mm512_add_epi64(*v_s1, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+    *acc = _mm512_add_epi16(*acc, _mm512_maddubs_epi16(v, weights));
+}
+
 __attribute__((target("avx512f,avx512bw")))
 static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, size_t n)
 {
     uint64_t s1 = adler & 0xFFFF, s2 = adler >> 16;
     const __m512i zero = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi16(1);
-    const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);  /* byte j of each group: 8 - j */
     while (n >= 64) {
         size_t steps = n / 64;
         if (steps > IOGEN_ADLER_STEPS64)
@@ -171,12 +181,8 @@ static uint32_t iogen_adler32_avx512(uint32_t adler, const unsigned char *p, siz
         for (size_t i = 0; i < steps;) {
             size_t group = steps - i < 8 ? steps - i : 8;
             __m512i acc = zero;
-            for (size_t k = 0; k < group; k++, p += 64) {
-                __m512i v = _mm512_loadu_si512((const void *)p);
-                v_ps = _mm512_add_epi64(v_ps, v_s1);
-                v_s1 = _mm512_add_epi64(v_s1, _mm512_sad_epu8(v, zero));
-                acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(v, weights));
-            }
+            for (size_t k = 0; k < group; k++, p += 64)
+                iogen_adler_step512(_mm512_loadu_si512((const void *)p), &v_s1, &v_ps, &acc);
             v_s2 = _mm512_add_epi32(v_s2, _mm512_madd_epi16(acc, ones));
             i += group;
         }

@@ -150,7 +150,6 @@ static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, 
     const __m512i four = _mm512_setr_epi64(4, 0, 4, 0, 4, 0, 4, 0);
     const __m512i zero = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi16(1);
-    const __m512i weights = _mm512_set1_epi64(0x0102030405060708LL);
     __m512i j = _mm512_setr_epi64((long long)block, 0, (long long)(block + 1), 0, (long long)(block + 2), 0,
                                   (long long)(block + 3), 0);
     size_t vecs = n / 4, done = 0;
@@ -166,9 +165,7 @@ static uint32_t iogen_img_blocks_adler_vaes(unsigned char *dst, uint64_t block, 
                 __m512i v = _mm512_aesenc_epi128(_mm512_aesenc_epi128(_mm512_xor_si512(j, k0), k1), k2);
                 _mm512_storeu_si512((void *)dst, v);
                 j = _mm512_add_epi64(j, four);
-                v_ps = _mm512_add_epi64(v_ps, v_s1);
-                v_s1 = _mm512_add_epi64(v_s1, _mm512_sad_epu8(v, zero));
-                acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(v, weights));
+                iogen_adler_step512(v, &v_s1, &v_ps, &acc);
             }
             v_s2 = _mm512_add_epi32(v_s2, _mm512_madd_epi16(acc, ones));
             i += group;
