@@ -61,75 +61,84 @@ cdef int64_t FUSED_BLOCK_BYTES = 16384
 # writer threads each release is likely a hand-off, a futex wake and wait, ~5-10 us of system time).
 cdef Py_ssize_t NOGIL_MIN_BYTES = 65536
 
-cdef uint64_t GAMMA = 0x9E3779B97F4A7C15ULL
 cdef uint64_t SEED_SALT = 0x6A09E667F3BCC909ULL
-
-
-cdef inline uint64_t word(uint64_t block, uint64_t key) noexcept nogil:
-    return mix64((block * GAMMA) ^ key)
-
-
-cdef inline void store_le64(unsigned char *p, uint64_t w) noexcept nogil:
-    # Byte k of the word is byte k in memory whatever the CPU's byte order, as in the pure twin's
-    # explicit "<u8"; gcc and clang merge the eight stores into one store on little-endian CPUs.
-    p[0] = <unsigned char>w
-    p[1] = <unsigned char>(w >> 8)
-    p[2] = <unsigned char>(w >> 16)
-    p[3] = <unsigned char>(w >> 24)
-    p[4] = <unsigned char>(w >> 32)
-    p[5] = <unsigned char>(w >> 40)
-    p[6] = <unsigned char>(w >> 48)
-    p[7] = <unsigned char>(w >> 56)
 
 
 cdef uint64_t stream_key(uint64_t seed, uint64_t stream) noexcept nogil:
     return mix64(mix64(seed ^ SEED_SALT) ^ stream)
 
 
+# A stream's fill of `count` whole units from unit `first` (fill_words.h's 8-byte words, img_noise.h's 16-byte
+# blocks), its key behind ctx.
+ctypedef void (*unit_fill)(unsigned char *dst, uint64_t first, size_t count, const void *ctx) noexcept nogil
+
+
 @cython.cdivision(True)
-cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t offset_bytes) noexcept nogil:
-    cdef uint64_t block = offset_bytes >> 3
-    cdef int64_t skip = <int64_t>(offset_bytes & 7)
-    cdef int64_t pos = 0
-    cdef int64_t head, nwords
-    cdef unsigned char part[8]
+cdef void fill_in_units(unsigned char *dst, int64_t nbytes, uint64_t offset_bytes, int64_t unit, unit_fill fill,
+                        const void *ctx) noexcept nogil:
+    """Bytes [offset_bytes, offset_bytes + nbytes) of a stream made `unit` bytes (a power of 2, at most 16) at a
+    time: a unit cut at either end is made whole in a scratch unit and its bytes copied."""
+    cdef uint64_t first = offset_bytes // <uint64_t>unit
+    cdef int64_t skip = <int64_t>(offset_bytes % <uint64_t>unit)
+    cdef int64_t pos = 0, head, count
+    cdef unsigned char part[16]
     if nbytes <= 0:
         return
     if skip:
-        # Unaligned start: the tail of the first word.
-        store_le64(part, word(block, key))
-        head = 8 - skip
+        fill(part, first, 1, ctx)
+        head = unit - skip
         if head > nbytes:
             head = nbytes
         memcpy(dst, part + skip, <size_t>head)
         pos = head
-        block += 1
-    # the whole words: fill_words.h (AVX-512 where the CPU has it; the same values as word())
-    nwords = (nbytes - pos) >> 3
-    iogen_fill_words(dst + pos, block, <size_t>nwords, key)
-    pos += nwords * 8
-    block += <uint64_t>nwords
+        first += 1
+    count = (nbytes - pos) // unit
+    fill(dst + pos, first, <size_t>count, ctx)
+    pos += count * unit
+    first += <uint64_t>count
     if pos < nbytes:
-        store_le64(part, word(block, key))
+        fill(part, first, 1, ctx)
         memcpy(dst + pos, part, <size_t>(nbytes - pos))
 
 
-def fill_random(buf, seed, stream, offset_bytes=0):
-    """Fill buf with the pseudo-random bytes of (seed, stream) at absolute offset_bytes (GIL released from
-    NOGIL_MIN_BYTES: an image's small segments keep it, each release being a hand-off between writer threads)."""
-    cdef unsigned char[::1] view = writable_byte_view(buf)
-    check_fill_args(seed, stream, offset_bytes, view.shape[0])
-    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
-    cdef uint64_t start = <uint64_t>offset_bytes
+cdef void _words(unsigned char *dst, uint64_t first, size_t count, const void *ctx) noexcept nogil:
+    # fill_words.h: AVX-512 where the CPU has it; word(b) of the module doc
+    iogen_fill_words(dst, first, count, (<const uint64_t *>ctx)[0])
+
+
+cdef void fill_bytes(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t offset_bytes) noexcept nogil:
+    fill_in_units(dst, nbytes, offset_bytes, 8, _words, &key)
+
+
+# A stream's fill of bytes [start, start + n) to dst (fill_bytes, img_fill), its key behind ctx.
+ctypedef void (*stream_fill)(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil
+
+
+cdef void _fill_words_at(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil:
+    fill_bytes(dst, n, (<const uint64_t *>ctx)[0], start)
+
+
+cdef void _fill_view(unsigned char[::1] view, uint64_t start, stream_fill fill, const void *ctx):
+    """fill's bytes [start, start + len) into view, the GIL released from NOGIL_MIN_BYTES (an image's small
+    segments keep it: each release is likely a hand-off between writer threads)."""
     cdef int64_t nbytes = view.shape[0]
     if nbytes == 0:
         return
     cdef unsigned char *dst = &view[0]
     if nbytes >= NOGIL_MIN_BYTES:
         with nogil:
-            fill_bytes(dst, nbytes, key, start)
+            fill(dst, nbytes, ctx, start)
     else:
-        fill_bytes(dst, nbytes, key, start)
+        fill(dst, nbytes, ctx, start)
+
+
+def fill_random(buf, seed, stream, offset_bytes=0):
+    """Fill buf with the pseudo-random bytes of (seed, stream) at absolute offset_bytes (GIL released from
+    NOGIL_MIN_BYTES: _fill_view)."""
+    cdef unsigned char[::1] view = writable_byte_view(buf)
+    check_fill_args(seed, stream, offset_bytes, view.shape[0])
+    cdef uint64_t key = stream_key(<uint64_t>seed, <uint64_t>stream)
+    _fill_view(view, <uint64_t>offset_bytes, _fill_words_at, &key)
 
 
 def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
@@ -152,10 +161,6 @@ def fill_random_crc32(buf, seed, stream, offset_bytes=0, crc=0):
     return c
 
 
-# A stream's fill of bytes [start, start + n) to dst (fill_bytes, img_fill), its key behind ctx.
-ctypedef void (*stream_fill)(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil
-
-
 cdef uint32_t fill_then_crc32(unsigned char *dst, int64_t nbytes, stream_fill fill, const void *ctx, uint64_t start,
                               uint32_t c) noexcept nogil:
     """fill's bytes and the CRC-32 of what it wrote, FUSED_BLOCK_BYTES at a time (still in L1 when CRC'd)."""
@@ -170,10 +175,6 @@ cdef uint32_t fill_then_crc32(unsigned char *dst, int64_t nbytes, stream_fill fi
     return c
 
 
-cdef void _fill_words_at(unsigned char *dst, int64_t n, const void *ctx, uint64_t start) noexcept nogil:
-    fill_bytes(dst, n, (<const uint64_t *>ctx)[0], start)
-
-
 cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint64_t start, uint32_t c) noexcept nogil:
     """fill_bytes and the CRC-32 of what it wrote (fill_then_crc32)."""
     return fill_then_crc32(dst, nbytes, _fill_words_at, &key, start, c)
@@ -182,30 +183,13 @@ cdef uint32_t fill_crc32(unsigned char *dst, int64_t nbytes, uint64_t key, uint6
 # The image formats' noise (JPEG, PNG): its own stream of (seed, stream), two AES rounds a 16-byte block
 # (img_noise.h has the definition), a third of the fill's cost where the CPU has VAES. Byte p is
 # byte p % 16 of block p // 16.
-@cython.cdivision(True)
+cdef void _img_blocks(unsigned char *dst, uint64_t first, size_t count, const void *ctx) noexcept nogil:
+    iogen_img_blocks(dst, first, count, <const iogen_img_key *>ctx, 0)
+
+
 cdef void img_fill(unsigned char *dst, int64_t nbytes, const iogen_img_key *ik, uint64_t offset_bytes) noexcept nogil:
     """Bytes [offset_bytes, offset_bytes + nbytes) of the image stream to dst."""
-    cdef uint64_t block = offset_bytes >> 4
-    cdef int64_t skip = <int64_t>(offset_bytes & 15)
-    cdef int64_t pos = 0, head, nblocks
-    cdef unsigned char part[16]
-    if nbytes <= 0:
-        return
-    if skip:
-        iogen_img_blocks(part, block, 1, ik, 0)
-        head = 16 - skip
-        if head > nbytes:
-            head = nbytes
-        memcpy(dst, part + skip, <size_t>head)
-        pos = head
-        block += 1
-    nblocks = (nbytes - pos) >> 4
-    iogen_img_blocks(dst + pos, block, <size_t>nblocks, ik, 0)
-    pos += nblocks * 16
-    block += <uint64_t>nblocks
-    if pos < nbytes:
-        iogen_img_blocks(part, block, 1, ik, 0)
-        memcpy(dst + pos, part, <size_t>(nbytes - pos))
+    fill_in_units(dst, nbytes, offset_bytes, 16, _img_blocks, ik)
 
 
 @cython.cdivision(True)
@@ -244,16 +228,7 @@ def image_noise(buf, seed, stream, offset_bytes=0):
     check_fill_args(seed, stream, offset_bytes, view.shape[0])
     cdef iogen_img_key ik
     iogen_img_key_make(&ik, stream_key(<uint64_t>seed, <uint64_t>stream))
-    cdef uint64_t start = <uint64_t>offset_bytes
-    cdef int64_t nbytes = view.shape[0]
-    if nbytes == 0:
-        return
-    cdef unsigned char *dst = &view[0]
-    if nbytes >= NOGIL_MIN_BYTES:
-        with nogil:
-            img_fill(dst, nbytes, &ik, start)
-    else:
-        img_fill(dst, nbytes, &ik, start)
+    _fill_view(view, <uint64_t>offset_bytes, _img_fill_at, &ik)
 
 
 # A JPEG scan of seeded noise (iogen/formats/jpeg.py holds the format): every 8x8 block is 32 bytes,
