@@ -200,9 +200,14 @@ class JpegFormat(ImageFormat):
             raise DataError(name, "no Huffman table (DHT) before the scan", pos)
         if data[-2:] != EOI:
             raise DataError(name, "does not end with ffd9 (EOI): truncated?", max(0, n - 2))
-        scan = np.frombuffer(data, np.uint8, n - 2 - pos, pos)
-        for at in np.flatnonzero(scan == 0xFF).tolist():
-            nxt = int(scan[at + 1]) if at + 1 < scan.size else -1
-            if nxt != 0 and not 0xD0 <= nxt <= 0xD7:
-                raise DataError(name, f"marker ff{nxt & 0xFF:02x} inside the scan (corrupt or truncated)", pos + at)
+        # every 0xFF of the scan is followed by 0x00 (stuffed) or a restart marker (0xD0-0xD7), all at
+        # once: the byte after each 0xFF (the scan's last byte is followed by EOI's 0xFF, never valid)
+        scan = np.frombuffer(data, np.uint8, n - 1 - pos, pos)
+        at = np.flatnonzero(scan[:-1] == 0xFF)
+        after = scan[at + 1]
+        bad = np.flatnonzero((after != 0) & ((after < 0xD0) | (after > 0xD7)))
+        if bad.size:
+            first = int(at[bad[0]])
+            raise DataError(name, f"marker ff{int(after[bad[0]]):02x} inside the scan (corrupt or truncated)",
+                            pos + first)
         return frame
