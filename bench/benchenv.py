@@ -9,6 +9,7 @@ figures count toward a target (`cool-down:` line; docs/benchmarks.md).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import platform
 import resource
@@ -105,7 +106,9 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # line then also says whose load it was (settle: up to SETTLE_MAX_S, once its processes are gone, for
 # the load to fall below AFTER_LOAD with nothing else heavy: a load the benchmark left decays, the
 # kernel's 1-minute average as e^(-t/60), one something else sustains does not). --no-cooldown (or
-# IOGEN_BENCH_NO_COOLDOWN=1) skips the waits; the figure is then judged the same way.
+# IOGEN_BENCH_NO_COOLDOWN=1) skips the waits; the figure is then judged the same way. A script that
+# alternates contenders which each load the machine (decoding workers) runs each in contender_run: its
+# own wait first, and its own loads judged by the same bounds.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
 AFTER_LOAD = 1.5  # ...and the 1-minute load average the figure may leave behind
@@ -182,12 +185,23 @@ def other_work(sample_s: float = SAMPLE_S) -> list:
 
 
 def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool,
-          threshold: float = COOLDOWN_LOAD, heavy_during: list = (), load_after: float | None = None
-          ) -> tuple[bool, str]:
+          threshold: float = COOLDOWN_LOAD, heavy_during: list = (), load_after: float | None = None,
+          runs: list = ()) -> tuple[bool, str]:
     """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside
     it (not at the start, not at any look while it ran: `heavy_during`, Watch; not at the end) and a
-    1-minute load below AFTER_LOAD after it, whoever raised it (a benchmark's own ranks or workers too)."""
+    1-minute load below AFTER_LOAD after it, whoever raised it (a benchmark's own ranks or workers too).
+    `runs` (contender_run's records): each contender's run is held to the same bounds on its own,
+    a quiet start (its own cool-down) and a load below AFTER_LOAD at its end."""
     why = []
+    for run in runs:
+        if run["before"] >= threshold:
+            why.append(f"{run['label']} started at 1-minute load {run['before']:.2f} >= {threshold:g}"
+                       + (" (its cool-down wait ran out)" if run.get("timed_out") else ""))
+        if run["after"] >= AFTER_LOAD:
+            why.append(f"{run['label']} left 1-minute load {run['after']:.2f} >= {AFTER_LOAD:g}")
+        if run.get("heavy"):
+            pid, name, used = run["heavy"][0]
+            why.append(f"other work running at the start of {run['label']}: {name} (pid {pid}, {used:.0%} of a CPU)")
     if load_start >= threshold:
         why.append(f"1-minute load {load_start:.2f} >= {threshold:g} at the start"
                    + (" (the cool-down wait ran out)" if timed_out else " (no cool-down wait)"))
@@ -202,7 +216,10 @@ def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool
     if why:
         return False, "; ".join(why)
     shown = f"{load_start:.2f}" if round(load_start, 2) < threshold else f"{load_start:.4f}"  # 0.995 is not "1.00"
-    return True, f"quiet start (1-minute load {shown} < {threshold:g}) and nothing else heavy ran"
+    each = (f"; each of its {len(runs)} contender runs started below {threshold:g} after its own cool-down and "
+            f"ended below {AFTER_LOAD:g} (loads {min(r['before'] for r in runs):.2f}-{max(r['before'] for r in runs):.2f}"
+            f" before, {min(r['after'] for r in runs):.2f}-{max(r['after'] for r in runs):.2f} after)") if runs else ""
+    return True, f"quiet start (1-minute load {shown} < {threshold:g}) and nothing else heavy ran{each}"
 
 
 def _pop_flags(argv: list) -> tuple[bool, float]:
@@ -245,6 +262,38 @@ def cool_down(skip: bool, max_wait_s: float, poll_s: float = POLL_S, sample_s: f
         print(f"cool-down: waiting for a quiet machine (1-minute load {load[0]:.2f}, {len(heavy)} other busy "
               f"process(es)), {waited:.0f} of at most {max_wait_s:.0f} s", file=sys.stderr, flush=True)
         time.sleep(max(0.0, min(poll_s, max_wait_s - waited)))
+
+
+RUNS: list = []  # each contender's own run (contender_run): label, loads before and after, its wait
+
+
+@contextlib.contextmanager
+def contender_run(label: str, runs: list = RUNS, wait=None):
+    """One contender's run held to the cool-down rule on its own: before it, a wait for a quiet machine
+    (the script's --cooldown-max and --no-cooldown apply); its 1-minute loads before and after are kept
+    in `runs`, and the script's figure counts only if every run started quiet and ended below
+    AFTER_LOAD. For benchmarks that alternate contenders which each load the machine themselves (decoding
+    workers): the load one contender leaves is not the next one's start, and each run's own end is judged,
+    not only the last one's. `wait`: the cool-down to call (default: cool_down with the script's settings;
+    none when this module was imported by a test or a tool)."""
+    if wait is None:
+        wait = ((lambda: cool_down(False, COOLDOWN["max_wait_s"])) if COOLDOWN and not COOLDOWN["skipped"]
+                else (lambda: {"load_before": os.getloadavg(), "heavy_start": [], "timed_out": False}))
+    state = wait()
+    before = os.getloadavg()
+    try:
+        yield
+    finally:
+        runs.append({"label": label, "before": before[0], "after": os.getloadavg()[0],
+                     "waited_s": state.get("waited_s", 0.0), "timed_out": state["timed_out"],
+                     "heavy": state["heavy_start"]})
+
+
+def runs_table(runs: list = RUNS) -> str:
+    """The contender runs' own loads as a Markdown table (printed by the script beside its figures)."""
+    lines = ["| run | waited s | 1-minute load before | after |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['label']} | {r['waited_s']:.0f} | {r['before']:.2f} | {r['after']:.2f} |" for r in runs]
+    return "\n".join(lines)
 
 
 class Watch:
@@ -306,7 +355,8 @@ def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
     """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
     watch = state.get("watch")
     counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"],
-                        heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0])
+                        heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0],
+                        runs=state.get("runs", ()))
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
     if state.get("settled"):  # a reading of whose load it was, not a pass
@@ -343,7 +393,7 @@ def _start() -> None:
     if any(a in ("-h", "--help") for a in sys.argv[1:]) or os.environ.get(_INSIDE):
         return  # --help; or a helper process a bench script started (its parent waited and reports)
     os.environ[_INSIDE] = "1"
-    COOLDOWN.update(cool_down(skip, max_wait))
+    COOLDOWN.update(cool_down(skip, max_wait), max_wait_s=max_wait, runs=RUNS)
     COOLDOWN["watch"] = Watch().start()
     atexit.register(_report_at_exit)
 

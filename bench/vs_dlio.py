@@ -1,8 +1,9 @@
 """iogen against DLIO, side by side on the same files, in the same run.
 
 iogen generates one dataset (NPZ, TFRecord with --format tfrecord, or JPEG with --format jpeg: MLPerf
-Storage v3.0's retinanet files, one image a file); then, alternating in each repetition with the page cache warmed
-before every contender, DLIO (`dlio_benchmark`, run from its own Python: --dlio-python or
+Storage v3.0's retinanet files, one image a file); then, alternating in each repetition, each contender after its own
+cool-down (benchenv.contender_run: its own quiet start and its own load at its end judged) and with the page cache
+warmed before it, DLIO (`dlio_benchmark`, run from its own Python: --dlio-python or
 $IOGEN_DLIO_PYTHON) and iogen read it with the same loader, read threads, batch size, compute
 time and epochs. Every figure is what each tool reports in its own summary.json, under DLIO's
 keys: AU %, samples/s, and DLIO's "MB/s" (which DLIO 2.0 computes as samples/s x record length
@@ -50,7 +51,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchenv import machine_line, print_footer, run_measured  # noqa: E402
+from benchenv import contender_run, machine_line, print_footer, run_measured, runs_table  # noqa: E402
 
 WORKLOAD_YAML = """\
 model: iogen_vs_dlio
@@ -194,11 +195,12 @@ def main(argv=None) -> int:
     results = {c: [] for c in contenders}
     for rep in range(args.reps):
         for c in contenders:
-            warm(paths, buf, core)
-            if c == "DLIO 2.0":
-                results[c].append(run_dlio(args.dlio_python, work, rep, args.ranks))
-            else:
-                results[c].append(run_iogen(base, c.split()[1], args.ranks))
+            with contender_run(f"{c}, repetition {rep + 1}"):  # each from a quiet machine, judged on its own
+                warm(paths, buf, core)
+                if c == "DLIO 2.0":
+                    results[c].append(run_dlio(args.dlio_python, work, rep, args.ranks))
+                else:
+                    results[c].append(run_iogen(base, c.split()[1], args.ranks))
         print(f"repetition {rep + 1} done", file=sys.stderr, flush=True)
 
     keys = (("train_au_mean_percentage", "AU %", ".2f"),
@@ -244,6 +246,11 @@ def main(argv=None) -> int:
     print()
     if why_not:
         print(f"DLIO was not measured: {why_not}.")
+    print("Each contender's run waited for its own cool-down (1-minute load below 1) and is judged by its own "
+          "load at its end (below 1.5), as the whole script is:")
+    print()
+    print(runs_table())
+    print()
     print("DLIO 2.0 counts each epoch's first step (loader start-up) in its throughput but leaves it out of its AU; "
           "iogen leaves it out of both (metric.exclude_start_steps=1).")
     print_footer(before, __file__, argv)

@@ -116,6 +116,32 @@ def test_the_wait_is_bounded_and_says_it_ran_out(benchenv):
     assert "waited " in line and "does NOT count toward a target" in line
 
 
+def test_each_contender_run_is_judged_by_its_own_loads(benchenv, monkeypatch):
+    loads = iter([(0.7, 1, 1), (1.2, 1, 1), (0.9, 1, 1), (1.7, 1, 1), (0.5, 1, 1), (0.8, 1, 1)])
+    monkeypatch.setattr(benchenv.os, "getloadavg", lambda: next(loads))
+    runs = []
+    waited = {"heavy_start": [], "timed_out": False, "waited_s": 12.0}
+    with benchenv.contender_run("DLIO 2.0, repetition 1", runs, wait=lambda: waited):
+        pass
+    with pytest.raises(RuntimeError):  # a contender that fails is still recorded, and the error goes on
+        with benchenv.contender_run("iogen native, repetition 1", runs, wait=lambda: waited):
+            raise RuntimeError("x")
+    assert [(r["label"], r["before"], r["after"]) for r in runs] == [
+        ("DLIO 2.0, repetition 1", 0.7, 1.2), ("iogen native, repetition 1", 0.9, 1.7)]
+    # the second run left 1.7: the figure does not count, though the script's own start and end were quiet
+    counts, why = benchenv.judge(0.4, [], [], False, load_after=0.8, runs=runs)
+    assert not counts and why == "iogen native, repetition 1 left 1-minute load 1.70 >= 1.5"
+    with benchenv.contender_run("iogen pytorch, repetition 1", runs,
+                                wait=lambda: {**waited, "timed_out": True, "heavy_start": [(9, "make", 0.9)]}):
+        pass
+    counts, why = benchenv.judge(0.4, [], [], False, load_after=0.8, runs=runs[2:])
+    assert not counts and why == "other work running at the start of iogen pytorch, repetition 1: make (pid 9, 90% of a CPU)"
+    counts, why = benchenv.judge(0.4, [], [], False, load_after=0.8, runs=runs[:1])
+    assert counts and why.endswith("each of its 1 contender runs started below 1 after its own cool-down and ended "
+                                   "below 1.5 (loads 0.70-0.70 before, 1.20-1.20 after)")
+    assert "| DLIO 2.0, repetition 1 | 12 | 0.70 | 1.20 |" in benchenv.runs_table(runs)
+
+
 # A child that burns CPU until its own clock says 0.3 s.
 BURN = "import os\nwhile sum(os.times()[:2]) < 0.3:\n    pass\n"
 
@@ -145,6 +171,9 @@ def test_vs_dlio_prints_both_tables_and_says_dlio_was_not_measured(tmp_path):
     assert [r[0] for r in rows] == ["iogen pytorch", "iogen native"], out
     for _, per_run, per_k, window in rows:
         assert float(per_run) > 0 and float(per_k) > 0 and float(window) > 0
+    # each contender's run is listed with its own loads
+    assert re.findall(r"^\| (iogen \w+), repetition 1 \| 0 \| [\d.]+ \| [\d.]+ \|$", out, re.M) == [
+        "iogen pytorch", "iogen native"], out
     # the verdict depends on the machine at that moment: either way the line says whether the figure counts
     assert re.search(r"^cool-down: wait skipped; load before .*(COUNTS|does NOT count) toward a target", out, re.M)
 
