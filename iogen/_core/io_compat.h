@@ -5,6 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef O_DIRECT
@@ -16,6 +19,49 @@
 #ifndef O_CLOEXEC
 #define O_CLOEXEC 0
 #endif
+
+#ifndef O_DIRECTORY
+#define O_DIRECTORY 0
+#endif
+
+/* A relative path of stat_sizes is at most this long (a longer one is refused before the loop). */
+#define IOGEN_STAT_NAME_MAX 4095
+
+/* The size of each file named by a row of `names` (n rows of `width` bytes: paths relative to `dir`,
+ * without NUL), into out[i]: -1 where it does not exist (ENOENT, as os.stat's FileNotFoundError).
+ * Links are followed, as os.stat follows them. Returns -1 once every row is stat'ed, else the row
+ * whose stat failed otherwise, its errno in *err (a `dir` that cannot be opened but exists: row 0). */
+static inline int64_t iogen_stat_sizes(const char *dir, const unsigned char *names, int64_t n, int64_t width,
+                                       int64_t *out, int *err)
+{
+    char path[IOGEN_STAT_NAME_MAX + 1];
+    struct stat st;
+    int64_t i;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno != ENOENT || n == 0) {
+            *err = errno;
+            return n ? 0 : -1;
+        }
+        for (i = 0; i < n; i++) out[i] = -1; /* no folder: no file in it */
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        memcpy(path, names + i * width, (size_t)width);
+        path[width] = 0;
+        if (fstatat(dfd, path, &st, 0) == 0) {
+            out[i] = (int64_t)st.st_size;
+        } else if (errno == ENOENT) {
+            out[i] = -1;
+        } else {
+            *err = errno;
+            close(dfd);
+            return i;
+        }
+    }
+    close(dfd);
+    return -1;
+}
 
 /* Drop the whole file from the page cache; returns 0 or an error number (not -1/errno).
  * POSIX_FADV_DONTNEED skips dirty pages, so a freshly generated file would stay cached: write

@@ -26,6 +26,9 @@ cdef extern from "io_compat.h" nogil:
     int c_close "close"(int fd)
     ssize_t pread(int fd, void *buf, size_t count, long offset)
     int iogen_evict(int fd)
+    enum: IOGEN_STAT_NAME_MAX
+    int64_t iogen_stat_sizes(const char *dir, const unsigned char *names, int64_t n, int64_t width, int64_t *out,
+                             int *err)
 
 # One pread asks for at most this much (the pure twin uses the same cap).
 cdef int64_t MAX_CHUNK_BYTES = _MAX_CHUNK_BYTES
@@ -278,6 +281,32 @@ def evict_file(int fd):
         rc = iogen_evict(fd)
     if rc != 0:
         raise os_error(rc, None)
+
+
+def stat_sizes(folder, const unsigned char[:, ::1] names, int64_t[::1] out):
+    """out[i] = the size of the file folder/<row i of names> (each row a path relative to folder, in the file
+    system's encoding, without NUL), -1 where it does not exist (os.stat's FileNotFoundError); links are
+    followed, as os.stat follows them. Any other failure is raised as os.stat would raise it, naming that
+    file. One fstatat per row against the folder opened once, without the GIL (the run's data check)."""
+    cdef Py_ssize_t n = names.shape[0]
+    cdef int64_t width = names.shape[1]
+    cdef int err = 0
+    cdef int64_t failed
+    if out.shape[0] != n:
+        raise ValueError(f"out holds {out.shape[0]} sizes for {n} names")
+    if width < 1 or width > IOGEN_STAT_NAME_MAX:
+        raise ValueError(f"names of {width} bytes: 1 to {IOGEN_STAT_NAME_MAX}")
+    cdef bytes encoded = _fspath_bytes(folder)
+    cdef const char *c_dir = encoded
+    if n == 0:
+        return
+    cdef const unsigned char *rows = &names[0, 0]
+    cdef int64_t *sizes = &out[0]
+    with nogil:
+        failed = iogen_stat_sizes(c_dir, rows, n, width, sizes, &err)
+    if failed >= 0:
+        import os
+        raise os_error(err, os.path.join(folder, os.fsdecode(bytes(names[failed]))))
 
 
 cdef bytes _fspath_bytes(path):

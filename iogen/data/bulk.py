@@ -105,6 +105,8 @@ class _NamePattern:
         self.width = len(first)
         self.index_at = (self.sub_digits + 1 if self.num_subfolders else 0) + len(layout.file_prefix) + 1
         self.expected = np.array([first]).view(np.uint32)  # numpy's str: one code point per 4 bytes
+        # the names as bytes, where they are ASCII (a byte a character: rows())
+        self.ascii = first.isascii()
         self.constant = np.ones(self.width, bool)
         self.constant[:self.sub_digits] = False
         self.constant[self.index_at:self.index_at + self.index_digits] = False
@@ -123,6 +125,24 @@ class _NamePattern:
             ok &= sub == index % self.num_subfolders
         ok &= index < self.num_files
         return rows[ok], index[ok]
+
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """The relative names of files start..stop-1 as a (files, width) uint8 array, a row each (ASCII
+        names only): the template's bytes with each file's index digits, and its subfolder's, written in."""
+        index = np.arange(start, stop, dtype=np.int64)
+        out = np.empty((index.size, self.width), np.uint8)
+        out[:] = self.expected.astype(np.uint8)
+        out[:, self.index_at:self.index_at + self.index_digits] = _digits(index, self.index_digits)
+        if self.num_subfolders:
+            out[:, :self.sub_digits] = _digits(index % self.num_subfolders, self.sub_digits)
+        return out
+
+
+def _digits(values: np.ndarray, width: int) -> np.ndarray:
+    """(len, width) uint8 ASCII digits of non-negative values, zero-padded to width."""
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    return (values[:, None] // powers % 10 + ord("0")).astype(np.uint8)
 
 
 def _decimal(digits: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -168,28 +188,51 @@ def _stat_into(out: np.ndarray, start: int, paths) -> None:
             raise DataError(path, f"cannot be stat'ed: {exc.strerror}") from None
 
 
-def _stat_blocks(num: int, block) -> np.ndarray:
-    """Run block(out, start) over blocks of STAT_BLOCK files: in this thread while the stats are
-    answered from cached metadata, in the pool of STAT_THREADS from the first slow block on."""
+def _stat_blocks(num: int, block, cached_threads: int = 1) -> np.ndarray:
+    """Run block(out, start) over blocks of STAT_BLOCK files: the first in this thread; the rest, from
+    the first slow block on, in the pool of STAT_THREADS, and while the stats are answered from cached
+    metadata, in `cached_threads` (1: Python-bound work, which more threads only make contend for the
+    GIL; the core's stat loop releases it, so it gets a thread per CPU)."""
     out = np.empty(num, np.int64)
     for start in range(0, num, STAT_BLOCK):
         t0_ns = time.perf_counter_ns()
         block(out, start)
-        if time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start):
+        slow = time.perf_counter_ns() - t0_ns > STAT_POOL_MIN_NS * min(STAT_BLOCK, num - start)
+        if slow or cached_threads > 1:
             rest = range(start + STAT_BLOCK, num, STAT_BLOCK)
             if len(rest):
                 from ..common.pool import ThreadPool
 
-                with ThreadPool(STAT_THREADS, name="iogen-stat") as pool:
+                threads = STAT_THREADS if slow else min(cached_threads, len(rest))
+                with ThreadPool(threads, name="iogen-stat") as pool:
                     pool.run(lambda s, _state: block(out, s), rest)
             break
     return out
 
 
+def _stat_rows(out: np.ndarray, start: int, layout, names: np.ndarray) -> None:
+    from .. import core_switch as core
+
+    try:
+        core.reader.stat_sizes(layout.folder, names, out[start:start + len(names)])
+    except OSError as exc:
+        raise DataError(exc.filename, f"cannot be stat'ed: {exc.strerror}") from None
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def stat_layout_sizes(layout) -> np.ndarray:
-    """Size of each file of a layout (int64), -1 for a missing one: each block formats its own paths
-    where it is stat'ed and drops them (no list of every path; os.stat releases the GIL)."""
+    """Size of each file of a layout (int64), -1 for a missing one. Each block's names are made as a block of
+    bytes and stat'ed by one core call without the GIL (core.reader.stat_sizes: no path string per file);
+    names that are not ASCII are formatted as paths a block at a time and stat'ed by os.stat."""
     n = layout.num_files
+    pattern = _NamePattern(layout) if n else None
+    if pattern is not None and pattern.ascii:
+        return _stat_blocks(n, lambda out, s: _stat_rows(out, s, layout, pattern.rows(s, min(s + STAT_BLOCK, n))),
+                            cached_threads=min(STAT_THREADS, _cpus()))
     return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 
 

@@ -297,3 +297,36 @@ def test_open_pread_marked_opens_reads_and_closes_each_path(core, tmp_path):
     with pytest.raises(ValueError, match="scratch"):
         core.reader.open_pread_marked([str(good)], i64(0), i64(129), scratch, b"AB", b"YZ")
     assert len(os.listdir("/proc/self/fd")) == before  # every file it opened, closed (failures too)
+
+
+def _names(*rels: str) -> np.ndarray:
+    width = max(len(r) for r in rels)
+    assert all(len(r) == width for r in rels)
+    return np.frombuffer("".join(rels).encode(), np.uint8).reshape(len(rels), width).copy()
+
+
+def test_stat_sizes_gives_each_files_size_and_minus_one_where_missing(core, tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a1").write_bytes(b"x" * 7)
+    (tmp_path / "bb22").write_bytes(b"")
+    (tmp_path / "cc33").symlink_to(tmp_path / "s" / "a1")  # a link is followed, as os.stat follows it
+    out = np.zeros(5, np.int64)
+    core.reader.stat_sizes(str(tmp_path), _names("s/a1", "bb22", "cc33", "dd44", "q/zz"), out)
+    assert out.tolist() == [7, 0, 7, -1, -1]
+    # a folder that is not there holds no file: every size -1, as os.stat of each path says
+    out[:] = 0
+    core.reader.stat_sizes(str(tmp_path / "nope"), _names("a1", "b2"), out[:2])
+    assert out[:2].tolist() == [-1, -1]
+    core.reader.stat_sizes(str(tmp_path), np.zeros((0, 3), np.uint8), np.zeros(0, np.int64))  # nothing to stat
+
+
+def test_stat_sizes_raises_other_failures_naming_the_file(core, tmp_path):
+    (tmp_path / "f").write_bytes(b"1")
+    # a component that is a file, not a folder: os.stat's NotADirectoryError, naming the path
+    with pytest.raises(NotADirectoryError) as info:
+        core.reader.stat_sizes(str(tmp_path), _names("f/a1", "f/b2"), np.zeros(2, np.int64))
+    assert info.value.filename == str(tmp_path / "f/a1")
+    with pytest.raises(ValueError, match="out holds 1 sizes for 2 names"):
+        core.reader.stat_sizes(str(tmp_path), _names("a1", "b2"), np.zeros(1, np.int64))
+    with pytest.raises(ValueError, match="names of 4096 bytes"):
+        core.reader.stat_sizes(str(tmp_path), np.full((1, 4096), ord("a"), np.uint8), np.zeros(1, np.int64))

@@ -6,7 +6,7 @@ import pytest
 
 from iogen.config import load_workload
 from iogen.data.check import check_dataset
-from iogen.data.bulk import DLIO_NAME, all_paths, dlio_name_counts, listed_files, path_block, stat_layout_sizes
+from iogen.data.bulk import DLIO_NAME, _NamePattern, all_paths, dlio_name_counts, listed_files, path_block, stat_layout_sizes
 from iogen.data.generate import generate
 from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
@@ -42,6 +42,9 @@ def test_path_block_is_the_layouts_paths(num_files, subfolders, on_disk, prefix)
     layout = DatasetLayout("/data%", "train", num_files, 1, 64, 0, 0, "npz", prefix, subfolders, files_on_disk=on_disk)
     assert all_paths(layout) == list(layout.paths)
     assert path_block(layout, 3, 5) == list(layout.paths[3:5])
+    # the names the core's stat loop takes: a row of bytes each, the same text
+    rows = _NamePattern(layout).rows(0, num_files)
+    assert [r.tobytes().decode() for r in rows] == [p[len(layout.folder) + 1:] for p in layout.paths]
 
 
 @pytest.mark.parametrize("num_files,subfolders,on_disk", [(8, 0, 8), (37, 12, 100), (1000, 7, 1000)])
@@ -118,6 +121,25 @@ def test_stat_in_the_pool_or_in_one_thread_gives_the_same_sizes(tmp_path, monkey
     monkeypatch.setattr(dc, "STAT_POOL_MIN_NS", pool_min_ns)
     os.unlink(layout.paths[7])
     assert stat_layout_sizes(layout).tolist() == [os.stat(p).st_size for p in layout.paths[:7]] + [-1]
+
+
+def test_stat_of_names_that_are_not_ascii_and_a_failing_stat(tmp_path):
+    # a non-ASCII prefix: the paths are stat'ed one by one (os.stat), not as rows of bytes
+    layout = DatasetLayout(str(tmp_path / "d"), "train", 4, 1, 64, 0, 0, "npz", "é", 2)
+    for i, path in enumerate(layout.paths[:3]):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"x" * i)
+    assert not _NamePattern(layout).ascii
+    assert stat_layout_sizes(layout).tolist() == [0, 1, 2, -1]
+    # a subfolder that is a file: the stat fails otherwise than "missing", named, for either kind of name
+    for prefix in ("img", "é"):
+        layout = DatasetLayout(str(tmp_path / prefix), "train", 4, 1, 64, 0, 0, "npz", prefix, 2)
+        os.makedirs(layout.folder)
+        (tmp_path / prefix / "train" / "0").write_bytes(b"")
+        with pytest.raises(DataError) as err:
+            stat_layout_sizes(layout)
+        assert str(err.value).startswith(layout.paths[0]) and "cannot be stat'ed: Not a directory" in str(err.value)
 
 
 def _regex_counts(names):

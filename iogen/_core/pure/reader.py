@@ -7,6 +7,8 @@ import numpy as np
 from iogen._core._common import MAX_CHUNK_BYTES, aligned_buffer, os_error, writable_byte_view
 from iogen.errors import ReadFailure
 
+STAT_NAME_MAX = 4095  # io_compat.h's IOGEN_STAT_NAME_MAX: the longest relative path stat_sizes takes
+
 # Write-back failures that only mean "this file cannot do it": evict its clean pages anyway.
 _NO_WRITEBACK_ERRNOS = (_errno.EINVAL, _errno.ESPIPE, _errno.ENOSYS, _errno.EOPNOTSUPP)
 
@@ -196,3 +198,22 @@ def evict_file(fd):
         if exc.errno not in _NO_WRITEBACK_ERRNOS:
             raise
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def stat_sizes(folder, names, out):
+    """The compiled stat_sizes' twin: out[i] = the size of folder/<row i of names>, -1 where it does not exist."""
+    names = np.asarray(names)
+    if names.ndim != 2 or names.dtype != np.uint8:
+        raise ValueError("names must be a 2-d uint8 array")
+    if out.shape[0] != names.shape[0]:
+        raise ValueError(f"out holds {out.shape[0]} sizes for {names.shape[0]} names")
+    if not 1 <= names.shape[1] <= STAT_NAME_MAX:
+        raise ValueError(f"names of {names.shape[1]} bytes: 1 to {STAT_NAME_MAX}")
+    for i in range(names.shape[0]):
+        path = os.path.join(folder, os.fsdecode(names[i].tobytes()))
+        try:
+            out[i] = os.stat(path).st_size
+        except FileNotFoundError:
+            out[i] = -1
+        except OSError as exc:
+            raise os_error(exc.errno, path) from None
