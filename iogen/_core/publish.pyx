@@ -23,6 +23,9 @@ file), OSError with filename path and filename2 final_path for the rename, and O
 without a file name for the log line's write (the file is then complete under its final name).
 write_images raises the first failing file's error as write_image would, with `files_done` set on it
 (the files before it are complete and logged; nothing after it was started).
+
+scan_entries reads a manifest's file entries back, in the exact form iogen writes them, as columns
+(the run's data check at 10^6 files: json.loads makes a dict per file).
 """
 cimport cython
 from libc.errno cimport errno
@@ -356,3 +359,114 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
         return out.tolist()
     finally:
         PyMem_Free(items)
+
+
+# --- the manifest's file entries, read back -----------------------------------------------------
+# The text iogen.data.manifest.manifest_text writes for each entry of the "files" list (its pieces
+# between the values), the separator between entries, and the list's end (the manifest's last
+# key): scan_entries reads exactly this text and nothing else.
+cdef const char *ENTRY_OPEN = b'  {\n   "file": "'
+cdef const char *ENTRY_SIZE = b'",\n   "size_bytes": '
+cdef const char *ENTRY_CRC = b',\n   "crc32c": "'
+cdef const char *ENTRY_RECORD = b'",\n   "record_bytes": '
+cdef const char *ENTRY_SAMPLES = b',\n   "samples": '
+cdef const char *ENTRY_CLOSE = b'\n  }'
+cdef const char *ENTRY_NEXT = b',\n'
+cdef const char *LIST_END = b'\n ]\n}\n'
+cdef enum:
+    INT_DIGITS_MAX = 18  # a JSON integer of at most 18 digits fits an int64
+
+
+# Each step reads from `at` and returns where it stopped: past what it read, or -1 - at where the text
+# differs; a step given a negative `at` (an earlier step failed) returns it as it is, so the steps chain.
+cdef inline Py_ssize_t _lit(const unsigned char *t, Py_ssize_t n, Py_ssize_t at, const char *lit) noexcept nogil:
+    """Past the literal lit at t[at:]."""
+    cdef Py_ssize_t k = 0
+    if at < 0:
+        return at
+    while lit[k] != 0:
+        if at + k >= n or t[at + k] != <unsigned char>lit[k]:
+            return -1 - (at + k)
+        k += 1
+    return at + k
+
+
+cdef inline Py_ssize_t _str(const unsigned char *t, Py_ssize_t n, Py_ssize_t at) noexcept nogil:
+    """At the closing quote of a JSON string body of printable ASCII without escapes (not an escape, a
+    control character or a byte that is not ASCII)."""
+    if at < 0:
+        return at
+    while at < n and t[at] != 0x22:
+        if t[at] < 0x20 or t[at] > 0x7E or t[at] == 0x5C:
+            return -1 - at
+        at += 1
+    return at if at < n else -1 - at
+
+
+cdef inline Py_ssize_t _int(const unsigned char *t, Py_ssize_t n, Py_ssize_t at, int64_t *value) noexcept nogil:
+    """Past a JSON integer of 0 or 1-18 digits without a sign or a leading zero, its value in *value."""
+    cdef Py_ssize_t start = at
+    cdef int64_t v = 0
+    if at < 0:
+        return at
+    while at < n and 0x30 <= t[at] <= 0x39 and at - start < INT_DIGITS_MAX:
+        v = v * 10 + (t[at] - 0x30)
+        at += 1
+    if at == start or (t[start] == 0x30 and at - start > 1) or (at < n and 0x30 <= t[at] <= 0x39):
+        return -1 - start
+    value[0] = v
+    return at
+
+
+@cython.boundscheck(IOGEN_DEBUG_BUILD)
+@cython.wraparound(IOGEN_DEBUG_BUILD)
+def scan_entries(text, Py_ssize_t start, int64_t[::1] name_at, int64_t[::1] name_len, int64_t[:, ::1] values):
+    """Read a manifest's "files" entries, from text[start:] (just past the list's opening "[\\n") to the end
+    of the text, where every entry is in the exact form iogen writes (iogen.data.manifest.manifest_text:
+    the keys file, size_bytes, crc32c, record_bytes, samples in that order, strings of printable ASCII
+    without escapes, integers without a sign or a leading zero), the entries joined by ",\\n" and the
+    text ending with "\\n ]\\n}\\n". Entry i's name is text[name_at[i]:name_at[i] + name_len[i]], its
+    size_bytes, record_bytes and samples values[0..2, i]. Returns (entries, True), or (entries read before
+    the first one that is not in that form, False) when the text differs or holds more entries than the
+    arrays: the caller then parses it as JSON (any manifest, any form). Without the GIL."""
+    cdef const unsigned char[::1] t = text
+    cdef Py_ssize_t n = t.shape[0]
+    cdef Py_ssize_t cap = name_at.shape[0]
+    cdef Py_ssize_t at = start
+    cdef Py_ssize_t count = 0
+    cdef Py_ssize_t s, e
+    cdef int64_t v0 = 0, v1 = 0, v2 = 0
+    if name_len.shape[0] != cap or values.shape[0] != 3 or values.shape[1] != cap:
+        raise ValueError(f"name_at, name_len and the 3 rows of values must hold the same number of entries")
+    if start < 0 or start > n:
+        raise ValueError(f"start {start} is outside the text of {n} bytes")
+    cdef bint whole = False
+    if start == n:
+        return 0, False
+    cdef const unsigned char *p = &t[0]
+    with nogil:
+        while True:
+            if count == cap:
+                break
+            s = _lit(p, n, at, ENTRY_OPEN)  # the name's first byte
+            e = _str(p, n, s)  # its closing quote
+            at = _int(p, n, _lit(p, n, e, ENTRY_SIZE), &v0)
+            at = _str(p, n, _lit(p, n, at, ENTRY_CRC))
+            at = _int(p, n, _lit(p, n, at, ENTRY_RECORD), &v1)
+            at = _int(p, n, _lit(p, n, at, ENTRY_SAMPLES), &v2)
+            at = _lit(p, n, at, ENTRY_CLOSE)
+            if at < 0:
+                break
+            name_at[count] = s
+            name_len[count] = e - s
+            values[0, count] = v0
+            values[1, count] = v1
+            values[2, count] = v2
+            count += 1
+            s = _lit(p, n, at, ENTRY_NEXT)
+            if s >= 0:
+                at = s
+                continue
+            whole = _lit(p, n, at, LIST_END) == n  # and nothing after the list's end
+            break
+    return count, bool(whole)

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from ..errors import DataError
+from .manifest import FileColumns
 
 # Paths stat'ed per task of the stat pool (os.stat releases the GIL; network file systems
 # answer many stats in flight much faster than one at a time).
@@ -46,12 +47,19 @@ def listed_files(layout, entries, where: str) -> tuple[np.ndarray, np.ndarray]:
     n = layout.num_files
     out = np.full((3, n), -1, np.int64)
     known = np.zeros(n, bool)
-    if not isinstance(entries, list) or n == 0:
+    columns = isinstance(entries, FileColumns)
+    if not (columns or isinstance(entries, list)) or n == 0:
         return out, known
     pattern = _NamePattern(layout)
+    text = np.frombuffer(entries.text, np.uint8) if columns else None
     for lo in range(0, len(entries), ENTRY_BLOCK):
-        names, values = _entry_columns(entries[lo:lo + ENTRY_BLOCK], where)
-        rows, index = pattern.match(names)
+        if columns:  # manifest text read as columns (iogen.data.manifest.FileColumns): names as bytes in place
+            hi = min(lo + ENTRY_BLOCK, len(entries))
+            rows, index = pattern.match_bytes(text, entries.name_at[lo:hi], entries.name_len[lo:hi])
+            values = entries.values[:, lo:hi]
+        else:
+            names, values = _entry_columns(entries[lo:lo + ENTRY_BLOCK], where)
+            rows, index = pattern.match(names)
         if not rows.size:
             continue
         values = values[:, rows]
@@ -117,7 +125,16 @@ class _NamePattern:
         if not arr.size or chars < self.width:
             return np.empty(0, np.intp), np.empty(0, np.int64)
         rows = np.flatnonzero(np.char.str_len(arr) == self.width)
-        codes = arr[rows].view(np.uint32).reshape(rows.size, chars)[:, :self.width]
+        return self._match_codes(rows, arr[rows].view(np.uint32).reshape(rows.size, chars)[:, :self.width])
+
+    def match_bytes(self, text: np.ndarray, name_at: np.ndarray, name_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """match() for ASCII names given as (offset, length) in a uint8 text (a byte a character)."""
+        rows = np.flatnonzero(name_len == self.width)
+        codes = text[name_at[rows, None] + np.arange(self.width)]
+        return self._match_codes(rows, codes)
+
+    def _match_codes(self, rows: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, file indices) of the names whose characters, codes[k] (one row per name in rows), are a file's."""
         ok = (codes[:, self.constant] == self.expected[self.constant]).all(axis=1)
         index = _decimal(codes[:, self.index_at:self.index_at + self.index_digits], ok)
         if self.num_subfolders:

@@ -92,7 +92,7 @@ def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None, 
     files = storage.capabilities.file_checks
     if files:
         check_folder_readable(layout.folder)
-    manifest = mf.read_manifest(layout, storage)
+    manifest = mf.read_manifest(layout, storage, columns=True)  # "files" as columns where the text allows
     if manifest is not None:
         return _check_with_manifest(layout, fmt, manifest, storage, all_sizes)
     if not files:

@@ -55,12 +55,14 @@ def file_entry(rel: str, size_bytes: int, crc: str, record_bytes: int, samples: 
             "record_bytes": int(record_bytes), "samples": int(samples)}
 
 
-def read_manifest(layout, storage=None) -> dict | None:
+def read_manifest(layout, storage=None, columns: bool = False) -> dict | None:
     """The split's manifest (a file, or an object of `storage`: local files when None), or None
     when there is none.
 
     A manifest that exists but cannot be read or is not an iogen manifest is a DataError naming
     it (exit 2): treating it as absent would skip every size and CRC check without a word.
+    columns: its "files" may come back as FileColumns (the run's data check, which needs no CRC):
+    read straight from the text where that is iogen's own, without a dict per file.
     """
     if storage is None:
         from ..storage.posix import PosixStorage
@@ -73,7 +75,57 @@ def read_manifest(layout, storage=None) -> dict | None:
         from ..errors import DataError
 
         raise DataError(path, f"the dataset manifest cannot be read: {exc.strerror}") from None
-    return None if raw is None else parse_manifest(raw, path)
+    if raw is None:
+        return None
+    return (columns and _with_columns(raw)) or parse_manifest(raw, path)
+
+
+class FileColumns:
+    """A manifest's "files" list as columns: entry i's name is text[name_at[i]:name_at[i] + name_len[i]]
+    (ASCII: the bytes are the characters), its size_bytes, record_bytes and samples values[0..2, i]."""
+
+    __slots__ = ("text", "name_at", "name_len", "values")
+
+    def __init__(self, text: bytes, name_at, name_len, values):
+        self.text, self.name_at, self.name_len, self.values = text, name_at, name_len, values
+
+    def __len__(self) -> int:
+        return int(self.name_at.size)
+
+
+_FILES_OPEN = b'\n "files": [\n'  # manifest_text's "files" key (the last) and its list's opening
+_ENTRY_FILE = b'\n   "file": "'  # once in each entry as manifest_text writes it
+
+
+def _with_columns(raw: bytes) -> dict | None:
+    """The manifest with "files" as FileColumns, where its text is manifest_text's own form; None otherwise
+    (the caller then parses it as JSON, which decides whether it is a manifest at all).
+
+    The text before the "files" list is parsed as JSON (with the list empty); the list is read by
+    core.publish.scan_entries, which accepts only the exact text manifest_text writes for each entry and
+    the document's end, so what it reads is valid JSON holding these values (json.loads of 10^6 entries
+    costs a second and most of a GB in dicts)."""
+    at = raw.find(_FILES_OPEN)
+    if at < 0:
+        return None
+    try:
+        head = json.loads(raw[:at] + b'\n "files": []\n}')
+    except (ValueError, RecursionError):
+        return None
+    if manifest_problem(head) is not None:
+        return None
+    import numpy as np
+
+    from .. import core_switch as core
+
+    start = at + len(_FILES_OPEN)
+    n = raw.count(_ENTRY_FILE, start)
+    name_at, name_len, values = np.empty(n, np.int64), np.empty(n, np.int64), np.empty((3, n), np.int64)
+    count, whole = core.publish.scan_entries(raw, start, name_at, name_len, values)
+    if not whole or count != n:
+        return None
+    head["files"] = FileColumns(raw, name_at, name_len, values)
+    return head
 
 
 def parse_manifest(raw: bytes, where: str) -> dict:

@@ -265,3 +265,64 @@ def test_write_images_is_the_same_in_both_implementations(cython_core, python_co
         crcs = _run(core, folder, _recipes([4000, 9000, 4000], [7, 8, 9], "png"), finals=False, fsync=True)
         out.append((crcs, {n: (folder / n).read_bytes() for n in sorted(os.listdir(folder))}))
     assert out[0] == out[1]
+
+
+def _manifest(entries):
+    """A manifest's text as iogen writes it, and where its "files" list's entries start."""
+    from iogen.data.manifest import manifest_text
+
+    raw = manifest_text({"iogen_manifest_version": 1, "params": {}, "num_files": len(entries),
+                         "files": entries}).encode()
+    return raw, raw.index(b'"files": [\n') + len(b'"files": [\n')
+
+
+def _scan(core, raw, start, cap):
+    cols = np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros((3, cap), np.int64)
+    return core.publish.scan_entries(raw, start, *cols), cols
+
+
+ENTRIES = [{"file": f"3/img_{i:02d}_of_40.jpeg", "size_bytes": 1000 + i, "crc32c": f"{i:08x}",
+            "record_bytes": 999 - i, "samples": i % 3} for i in range(40)]
+
+
+def test_scan_entries_reads_iogens_own_manifest_text_as_columns(core):
+    raw, start = _manifest(ENTRIES)
+    (count, whole), (name_at, name_len, values) = _scan(core, raw, start, 40)
+    assert (count, whole) == (40, True)
+    assert [raw[a:a + n].decode() for a, n in zip(name_at, name_len)] == [e["file"] for e in ENTRIES]
+    assert values.tolist() == [[e[k] for e in ENTRIES] for k in ("size_bytes", "record_bytes", "samples")]
+    assert json.loads(raw)["files"] == ENTRIES  # the text it accepted is the JSON it stands for
+
+
+@pytest.mark.parametrize("change", [
+    (b'"samples": 1\n', b'"samples": 01\n'),  # a leading zero (JSON has none)
+    (b'"size_bytes": 1003', b'"size_bytes": -1003'),  # a sign
+    (b'"size_bytes": 1003', b'"size_bytes": 1003.0'),
+    (b'"size_bytes": 1003', b'"size_bytes": 1234567890123456789'),  # 19 digits: past an int64's sure range
+    (b'img_03', b'img\\u005f03'),  # an escape
+    (b'img_03', b'img\xc3\xa903'),  # a byte that is not ASCII
+    (b'img_03', b'img\t03'),  # a control character (not JSON in a string)
+    (b'"crc32c": "00000003"', b'"crc32c": 3'),
+    (b'"samples": 0\n  }', b'"samples": 0,\n   "extra": 1\n  }'),  # another key
+    (b'  {\n   "file": "3/img_03', b'  {\n   "file" : "3/img_03'),  # other spacing
+])
+def test_scan_entries_stops_at_any_other_text(core, change):
+    raw, start = _manifest(ENTRIES)
+    old, new = change
+    assert raw.count(old) >= 1
+    bad = raw.replace(old, new, 1)
+    count, whole = _scan(core, bad, start, 40)[0]
+    assert not whole and count == bad[start:].count(b"\n  }", 0, bad.index(new) - start)  # the entries before it
+
+
+def test_scan_entries_needs_the_documents_end_and_room_for_every_entry(core):
+    raw, start = _manifest(ENTRIES)
+    assert _scan(core, raw[:-1], start, 40)[0] == (40, False)  # cut short
+    assert _scan(core, raw + b" ", start, 40)[0] == (40, False)  # text after the end
+    assert _scan(core, raw.replace(b"\n ]\n}\n", b",\n ]\n}\n"), start, 40)[0] == (40, False)
+    assert _scan(core, raw, start, 39)[0] == (39, False)  # more entries than the arrays hold
+    assert _scan(core, raw, len(raw), 40)[0] == (0, False)
+    with pytest.raises(ValueError):
+        _scan(core, raw, len(raw) + 1, 40)
+    with pytest.raises(ValueError):
+        core.publish.scan_entries(raw, start, np.zeros(2, np.int64), np.zeros(3, np.int64), np.zeros((3, 2), np.int64))

@@ -11,7 +11,7 @@ from iogen.data.generate import generate
 from iogen.data.layout import DatasetLayout
 from iogen.errors import DataError
 from iogen.formats import get_format
-from iogen.data.manifest import MANIFEST_NAME
+from iogen.data.manifest import MANIFEST_NAME, FileColumns, manifest_text, read_manifest
 
 
 def wl_of(tmp_path, **over):
@@ -28,12 +28,22 @@ def check(wl):
     return check_dataset(DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset))
 
 
-def edit_manifest(tmp_path, change):
+@pytest.fixture(params=["iogen", "json"])
+def writer(request):
+    """How an edited manifest is written: as iogen writes one (the check reads its "files" as columns, in the
+    core), or as plain json.dumps (another form: the check parses it as JSON); each edit is checked both ways."""
+    return request.param
+
+
+def edit_manifest(tmp_path, change, writer="json"):
     """Rewrite the train manifest's file list through change(files) -> files."""
     path = tmp_path / "data" / "train" / MANIFEST_NAME
     data = json.loads(path.read_text())
     data["files"] = change(data["files"])
-    path.write_text(json.dumps(data))
+    path.write_text(manifest_text(data) if writer == "iogen" else json.dumps(data))
+    layout = DatasetLayout.from_workload(wl_of(tmp_path), "train")
+    columns = isinstance(read_manifest(layout, columns=True)["files"], FileColumns)
+    assert columns == (writer == "iogen" and all(len(f) == 5 and type(f["size_bytes"]) is int for f in data["files"]))
 
 
 @pytest.mark.parametrize("num_files,subfolders,on_disk,prefix", [
@@ -64,37 +74,38 @@ def test_manifest_names_are_keyed_by_file_index(num_files, subfolders, on_disk):
     assert listed[0].tolist() == list(range(num_files))
 
 
-def test_a_duplicated_entry_counts_as_its_last(tmp_path):
+def test_a_duplicated_entry_counts_as_its_last(tmp_path, writer):
     generate(wl_of(tmp_path))
-    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": 1}])
+    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": 1}], writer)
     with pytest.raises(DataError) as err:
         check(wl_of(tmp_path))
     assert "lists 1" in str(err.value) and "img_3_of_8.npz" in str(err.value)
-    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": files[0]["size_bytes"]}])
+    edit_manifest(tmp_path, lambda files: files + [{**files[3], "size_bytes": files[0]["size_bytes"]}], writer)
     assert check(wl_of(tmp_path)).num_files == 8
 
 
-def test_unlisted_file_is_named_in_index_order(tmp_path):
+def test_unlisted_file_is_named_in_index_order(tmp_path, writer):
     generate(wl_of(tmp_path))
-    edit_manifest(tmp_path, lambda files: [f for f in files if not f["file"].endswith(("_5_of_8.npz", "_6_of_8.npz"))])
+    edit_manifest(tmp_path, lambda files: [f for f in files if not f["file"].endswith(("_5_of_8.npz", "_6_of_8.npz"))],
+                  writer)
     with pytest.raises(DataError) as err:
         check(wl_of(tmp_path))
     assert str(err.value).startswith(str(tmp_path / "data" / "train" / "1" / "img_5_of_8.npz"))
     assert "is not listed in" in str(err.value)
 
 
-def test_non_integer_size_in_manifest_is_a_data_error(tmp_path):
+def test_non_integer_size_in_manifest_is_a_data_error(tmp_path, writer):
     generate(wl_of(tmp_path))
-    edit_manifest(tmp_path, lambda files: files[:2] + [{**files[2], "size_bytes": "big"}] + files[3:])
+    edit_manifest(tmp_path, lambda files: files[:2] + [{**files[2], "size_bytes": "big"}] + files[3:], writer)
     with pytest.raises(DataError) as err:
         check(wl_of(tmp_path))
     assert MANIFEST_NAME in str(err.value) and "not an integer" in str(err.value)
 
 
-def test_an_entry_without_a_size_is_a_size_mismatch(tmp_path):
+def test_an_entry_without_a_size_is_a_size_mismatch(tmp_path, writer):
     generate(wl_of(tmp_path))
     edit_manifest(tmp_path, lambda files: files[:1] + [{k: v for k, v in files[1].items() if k != "size_bytes"}]
-                  + files[2:])
+                  + files[2:], writer)
     with pytest.raises(DataError) as err:
         check(wl_of(tmp_path))
     assert "img_1_of_8.npz" in str(err.value) and "lists -1" in str(err.value)

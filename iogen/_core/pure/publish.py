@@ -1,5 +1,6 @@
 """Pure-Python twin of iogen._core.publish: same API and results, built on os.open/os.write/os.replace."""
 import os
+import re
 
 from iogen._core._common import (check_fill_args, check_image_ops, check_publish_args, os_error,
                                  writable_byte_view)
@@ -103,3 +104,38 @@ def write_images(paths, images, finals=None, fsync=False, log_fd=-1, log_lines=N
             exc.files_done = k
             raise
     return crcs
+
+
+
+# The compiled scan_entries' twin: the same exact text of each entry (iogen.data.manifest.manifest_text), read with
+# a regular expression per entry. Strings: printable ASCII without '"' or '\'; integers: 0 or 1-18 digits, no sign.
+_STR = rb'([\x20\x21\x23-\x5b\x5d-\x7e]*)'
+_INT = rb'(0|[1-9][0-9]{0,17})(?![0-9])'
+_ENTRY = re.compile(rb'  \{\n   "file": "' + _STR + rb'",\n   "size_bytes": ' + _INT + rb',\n   "crc32c": "'
+                    + _STR + rb'",\n   "record_bytes": ' + _INT + rb',\n   "samples": ' + _INT + rb'\n  \}')
+_LIST_END = b'\n ]\n}\n'
+
+
+def scan_entries(text, start, name_at, name_len, values):
+    """Read a manifest's "files" entries from text[start:] into the columns: (entries, True) when the whole
+    rest of the text is iogen's own form of the list, else (entries read before the first that is not, False)."""
+    text = bytes(text)
+    cap = name_at.shape[0]
+    if name_len.shape[0] != cap or values.shape[0] != 3 or values.shape[1] != cap:
+        raise ValueError("name_at, name_len and the 3 rows of values must hold the same number of entries")
+    if start < 0 or start > len(text):
+        raise ValueError(f"start {start} is outside the text of {len(text)} bytes")
+    at, count = start, 0
+    while count < cap:
+        m = _ENTRY.match(text, at)
+        if m is None:
+            break
+        name_at[count], name_len[count] = m.start(1), m.end(1) - m.start(1)
+        values[0, count], values[1, count], values[2, count] = int(m[2]), int(m[4]), int(m[5])
+        count += 1
+        at = m.end()
+        if text.startswith(b",\n", at):
+            at += 2
+            continue
+        return count, text[at:] == _LIST_END
+    return count, False
