@@ -298,3 +298,56 @@ def test_cli_on_mutated_data_exits_with_a_named_file(pristine, tmp_path, variant
                 assert victim in proc.stderr, f"{where}: {proc.stderr}"
             if variant[0] == "tfrecord":  # CRC-framed: never accepted
                 assert proc.returncode == 2, f"{where}: {proc.stderr}"
+
+
+def test_mutated_manifests_are_read_as_columns_only_where_json_reads_the_same(pristine, tmp_path):
+    """The run's data check reads iogen's own manifest text as columns (core.publish.scan_entries) and anything
+    else as JSON. Mutated manifests: both cores' scans agree; where the columns are taken, json.loads reads the
+    same text to the same entries; and the check ends in a layout, a ConfigError or a DataError, never another
+    exception."""
+    from iogen._core import publish as compiled
+    from iogen._core.pure import publish as pure
+    from iogen.data.bulk import listed_files
+    from iogen.data.check import check_dataset
+    from iogen.data.manifest import FileColumns, _FILES_OPEN, manifest_path, read_manifest
+
+    wl0, _ = pristine[("npz", "none")]
+    folder = tmp_path / "data"
+    shutil.copytree(wl0.dataset.data_folder, folder)
+    wl = wl0.model_copy(update={"dataset": wl0.dataset.model_copy(update={"data_folder": str(folder)})})
+    layout, fmt = DatasetLayout.from_workload(wl, "train"), get_format(wl.dataset)
+    path = manifest_path(layout)
+    with open(path, "rb") as fh:
+        original = fh.read()
+    assert isinstance(read_manifest(layout, columns=True)["files"], FileColumns)
+    rng = np.random.default_rng([SEED, 99])
+    taken = 0
+    for it in range(ITERATIONS * 4):
+        data, what = mutate(rng, original)
+        at = data.find(_FILES_OPEN)
+        if at >= 0:
+            start, n = at + len(_FILES_OPEN), 4
+            outs = []
+            for core in (compiled, pure):
+                cols = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros((3, n), np.int64)
+                outs.append((core.scan_entries(data, start, *cols), [c.tolist() for c in cols]))
+            assert outs[0] == outs[1], (it, what)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        try:
+            doc = read_manifest(layout, columns=True)
+        except DataError:
+            doc = None
+        if doc is not None and isinstance(doc["files"], FileColumns):
+            taken += 1
+            import json
+
+            full = json.loads(data)  # the columns were taken: the text is JSON, and these are its entries
+            assert listed_files(layout, doc["files"], path)[0].tolist() == \
+                listed_files(layout, full["files"], path)[0].tolist(), (it, what)
+            assert {k: v for k, v in doc.items() if k != "files"} == {k: v for k, v in full.items() if k != "files"}
+        try:
+            check_dataset(layout, fmt)
+        except (ConfigError, DataError):
+            pass
+    assert taken, "no mutation left the text in iogen's own form: the columns were never compared with json"
