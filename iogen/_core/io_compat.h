@@ -24,6 +24,14 @@
 #define O_DIRECTORY 0
 #endif
 
+/* The folder stat_sizes resolves names against: opened for lookups only where the system can (O_PATH
+ * needs no read permission, as os.stat of a path inside it needs none), else read-only. */
+#ifdef O_PATH
+#define IOGEN_O_LOOKUP O_PATH
+#else
+#define IOGEN_O_LOOKUP O_RDONLY
+#endif
+
 /* A relative path of stat_sizes is at most this long (a longer one is refused before the loop). */
 #define IOGEN_STAT_NAME_MAX 4095
 
@@ -37,7 +45,7 @@ static inline int64_t iogen_stat_sizes(const char *dir, const unsigned char *nam
     char path[IOGEN_STAT_NAME_MAX + 1];
     struct stat st;
     int64_t i;
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = open(dir, IOGEN_O_LOOKUP | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         if (errno != ENOENT || n == 0) {
             *err = errno;

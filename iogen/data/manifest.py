@@ -105,6 +105,8 @@ def _with_columns(raw: bytes) -> dict | None:
     core.publish.scan_entries, which accepts only the exact text manifest_text writes for each entry and
     the document's end, so what it reads is valid JSON holding these values (json.loads of 10^6 entries
     costs a second and most of a GB in dicts)."""
+    if not isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw)
     at = raw.find(_FILES_OPEN)
     if at < 0:
         return None

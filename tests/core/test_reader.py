@@ -3,6 +3,10 @@ import ctypes
 import errno
 import mmap
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -330,3 +334,26 @@ def test_stat_sizes_raises_other_failures_naming_the_file(core, tmp_path):
         core.reader.stat_sizes(str(tmp_path), _names("a1", "b2"), np.zeros(1, np.int64))
     with pytest.raises(ValueError, match="names of 4096 bytes"):
         core.reader.stat_sizes(str(tmp_path), np.full((1, 4096), ord("a"), np.uint8), np.zeros(1, np.int64))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.parametrize("impl", ["iogen._core.reader", "iogen._core.pure.reader"])
+def test_stat_sizes_needs_no_read_permission_on_the_folder_as_os_stat_needs_none(impl):
+    # a folder another user may enter but not list (0711): os.stat of a file in it works, and so must stat_sizes
+    top = tempfile.mkdtemp(prefix="iogen-statx-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)
+        folder = os.path.join(top, "d")
+        os.mkdir(folder, 0o711)
+        os.chmod(folder, 0o711)
+        with open(os.path.join(folder, "ab"), "wb") as fh:
+            fh.write(b"123")
+        code = (f"import numpy as np, importlib; m = importlib.import_module({impl!r}); out = np.zeros(2, np.int64); "
+                f"m.stat_sizes({folder!r}, np.frombuffer(b'abcd', np.uint8).reshape(2, 2).copy(), out); "
+                "print(out.tolist())")
+        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+                             capture_output=True, text=True, timeout=60, cwd="/")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "[3, -1]"
+    finally:
+        shutil.rmtree(top)
