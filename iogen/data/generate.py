@@ -533,17 +533,61 @@ def finalize(layout, fmt, journaled: dict | None = None, storage=None, fsync: bo
     return path
 
 
+def complete(layout, fmt, storage=None) -> str | None:
+    """The split's manifest path when the split is already complete as this workload writes it, else None: its
+    manifest (read as the run's data check reads it, as columns) has these exact settings and lists every file with
+    the layout's record size and samples, every file has its listed size, and no record of an unfinished generation
+    is beside it. Nothing is then written, listed or recorded, and the manifest stays as it is (`iogen datagen` over
+    a complete dataset of 1,170,301 files took 27 s and 1 GiB, listing, re-journaling and rewriting everything).
+    Where the formats do not open the paths (objects) or the format has sidecars, None: the full plan decides. A
+    record of an unfinished generation with other settings is refused as check_target refuses it."""
+    store = storage or _local_files()
+    if not store.capabilities.file_checks or sidecars.suffixes(fmt) or layout.num_files == 0:
+        return None
+    params = mf.dataset_params(layout, fmt)
+    try:
+        old = mf.read_manifest(layout, store, columns=True)
+    except DataError:
+        return None  # a corrupt manifest: check_target names it
+    if old is None or old.get("params") != params:
+        return None
+    gen = store.generation(layout.folder, params, 0, 1)
+    gen.check(False)  # another generation's unfinished records: refused (DataError), as check_target does
+    if gen.listed():
+        return None  # records of an unfinished generation with these settings: the full plan finishes it
+    from .bulk import listed_files, stat_layout_sizes
+
+    listed, known = listed_files(layout, old["files"], mf.manifest_path(layout))
+    if not known.all() or (listed[1] != layout.record_bytes).any() or (listed[2] != layout.samples_per_file).any():
+        return None
+    if (stat_layout_sizes(layout) != listed[0]).any():
+        return None
+    return mf.manifest_path(layout)
+
+
 def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False) -> list:
     """Generate the layouts' data on `store` (iogen.storage), each rank its share; rank 0 writes the manifests at
     the end. Used by `iogen run --generate` and `iogen datagen`; returns each layout's GenerateResult.
 
     Rank 0 checks the target before any rank writes; rank r writes files r, r+N, r+2N, ...; every rank's
     entries are gathered to rank 0, which writes the manifests. A rank that fails tells the others
-    (world.fail), so nobody waits at the barrier for it.
+    (world.fail), so nobody waits at the barrier for it. In a world of one, without overwrite, a split that is
+    already complete (`complete`) is left as it is.
     """
     try:
         for layout in layouts:
             check_sizes(layout, fmt)
+        t0 = time.perf_counter()
+        done = {} if overwrite or world.size > 1 else {l.folder: p for l in layouts if (p := complete(l, fmt, store))}
+        if done:  # nothing to write, list or record in these splits: their manifests stand as they are
+            for layout in layouts:
+                if layout.folder in done:
+                    ensure_split_folders(layout, store)  # valid/ beside train/, as a generation leaves it
+            kept = {l.folder: GenerateResult(files_total=l.num_files, files_skipped=l.num_files, manifests=[done[l.folder]],
+                                             elapsed_s=time.perf_counter() - t0) for l in layouts if l.folder in done}
+            rest = generate_dataset(store, [l for l in layouts if l.folder not in done], fmt, world, workers=workers,
+                                    progress=progress) if len(done) < len(layouts) else []
+            return [kept[l.folder] if l.folder in done else rest.pop(0) for l in layouts]
         marks = {}
         if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
             for layout in layouts:

@@ -123,3 +123,32 @@ def test_a_foreign_file_in_a_subfolder_that_is_a_symbolic_link_is_refused(tmp_pa
     with pytest.raises(DataError, match=r"1/img_1_of_4.npz"):
         generate(wl)
     assert read(elsewhere / "img_1_of_4.npz") == "someone else's data"
+
+
+def test_datagen_over_a_complete_dataset_leaves_it_as_it_is(tmp_path, iogen_cmd):
+    """Nothing to write: no listing, no journal, the manifest not rewritten (it keeps its time and bytes), valid/
+    made again; a file that changed since is rewritten (the full plan), and another generation's journal is
+    refused as before."""
+    from iogen.storage.journal import journal_paths
+
+    data = tmp_path / "data"
+    over = [f"dataset.data_folder={data}", "dataset.num_files_train=6", "dataset.format=npz",
+            "dataset.record_length_bytes=4096", "dataset.num_files_eval=0", "dataset.num_subfolders_train=2"]
+    assert iogen_cmd("datagen", "default", *over, "-q").returncode == 0
+    manifest = data / "train" / MANIFEST_NAME
+    before, stat = manifest.read_bytes(), os.stat(manifest)
+    os.rmdir(data / "valid")
+    res = iogen_cmd("datagen", "default", *over)
+    assert res.returncode == 0, res.stderr
+    assert "6 files in" in res.stdout and "0 written, 6 already there" in res.stdout and str(manifest) in res.stdout
+    assert manifest.read_bytes() == before and os.stat(manifest).st_mtime_ns == stat.st_mtime_ns
+    assert not journal_paths(str(data / "train")) and os.path.isdir(data / "valid")
+    # a file resized since: not complete, so the full plan runs and rewrites that file only
+    victim = sorted((data / "train").glob("*/*.npz"))[3]
+    victim.write_bytes(victim.read_bytes()[:100])
+    res = iogen_cmd("datagen", "default", *over)
+    assert res.returncode == 0 and "1 written, 5 already there" in res.stdout, res.stdout + res.stderr
+    # an unfinished generation with other settings beside a complete dataset: refused, naming its journal
+    (data / "train" / ".iogen-journal.r0-of-1.jsonl").write_text('{"params": {"other": 1}}\n')
+    res = iogen_cmd("datagen", "default", *over)
+    assert res.returncode == 2 and ".iogen-journal.r0-of-1.jsonl" in res.stderr and "other settings" in res.stderr
