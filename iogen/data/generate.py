@@ -538,7 +538,7 @@ def complete(layout, fmt, storage=None) -> str | None:
     manifest (read as the run's data check reads it, as columns) has these exact settings and lists every file with
     the layout's record size and samples, every file has its listed size, and no record of an unfinished generation
     is beside it. Nothing is then written, listed or recorded, and the manifest stays as it is (`iogen datagen` over
-    a complete dataset of 1,170,301 files took 27 s and 1 GiB, listing, re-journaling and rewriting everything).
+    a complete dataset of 1,170,301 files took 26 s and 1 GiB, listing, re-journaling and rewriting everything).
     Where the formats do not open the paths (objects) or the format has sidecars, None: the full plan decides. A
     record of an unfinished generation with other settings is refused as check_target refuses it."""
     store = storage or _local_files()
@@ -571,32 +571,34 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
 
     Rank 0 checks the target before any rank writes; rank r writes files r, r+N, r+2N, ...; every rank's
     entries are gathered to rank 0, which writes the manifests. A rank that fails tells the others
-    (world.fail), so nobody waits at the barrier for it. In a world of one, without overwrite, a split that is
-    already complete (`complete`) is left as it is.
+    (world.fail), so nobody waits at the barrier for it. Without overwrite, a split that is already complete
+    (`complete`, decided by rank 0) is left as it is.
     """
     try:
         for layout in layouts:
             check_sizes(layout, fmt)
         t0 = time.perf_counter()
-        done = {} if overwrite or world.size > 1 else {l.folder: p for l in layouts if (p := complete(l, fmt, store))}
-        if done:  # nothing to write, list or record in these splits: their manifests stand as they are
-            for layout in layouts:
-                if layout.folder in done:
-                    ensure_split_folders(layout, store)  # valid/ beside train/, as a generation leaves it
-            kept = {l.folder: GenerateResult(files_total=l.num_files, files_skipped=l.num_files, manifests=[done[l.folder]],
-                                             elapsed_s=time.perf_counter() - t0) for l in layouts if l.folder in done}
-            rest = generate_dataset(store, [l for l in layouts if l.folder not in done], fmt, world, workers=workers,
-                                    progress=progress) if len(done) < len(layouts) else []
-            return [kept[l.folder] if l.folder in done else rest.pop(0) for l in layouts]
+        kept = {}
+        if not overwrite:  # rank 0 decides, before any rank writes, as it checks the target
+            found = world.bcast([complete(layout, fmt, store) for layout in layouts] if world.rank == 0 else None)
+            for layout, path in zip(layouts, found):
+                if path:  # nothing to write, list or record in this split: its manifest stands as it is
+                    if world.rank == 0:
+                        ensure_split_folders(layout, store)  # valid/ beside train/, as a generation leaves it
+                    share = len(range(world.rank, layout.num_files, world.size))  # this rank's, as generate counts
+                    kept[layout.folder] = GenerateResult(files_total=share, files_skipped=share,
+                                                         manifests=[path] if world.rank == 0 else [],
+                                                         elapsed_s=time.perf_counter() - t0)
+        todo = [layout for layout in layouts if layout.folder not in kept]
         marks = {}
         if world.rank == 0:  # before any rank writes: never overwrite data iogen did not write
-            for layout in layouts:
+            for layout in todo:
                 marks[layout.folder] = check_target(layout, fmt, overwrite, store)
         world.sync()
         results = [generate(layout, fmt, workers=workers, rank=world.rank, world_size=world.size, progress=progress,
                             finalize_manifest=False, overwrite=overwrite, check=False, storage=store,
-                            known_marks=marks) for layout in layouts]
-        for layout, result in zip(layouts, results):
+                            known_marks=marks) for layout in todo]
+        for layout, result in zip(todo, results):
             gathered = world.gather_obj(result.entries.get(layout.folder, {}))  # every rank's share, to rank 0
             if world.rank == 0:
                 everything = dict(gathered[0])
@@ -613,7 +615,8 @@ def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None,
     except BaseException as exc:
         world.fail(exc)
         raise
-    return results
+    made = iter(results)
+    return [kept[layout.folder] if layout.folder in kept else next(made) for layout in layouts]
 
 
 def verify(source, fmt=None, *, checksums: bool = True, structure: bool = True,

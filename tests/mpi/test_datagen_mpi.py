@@ -62,3 +62,11 @@ def test_datagen_across_ranks_writes_the_manifests(mpi):
     assert res.returncode == 0, res
     check = mpi.single(mpi.iogen("verify", "default", *overrides))
     assert check.returncode == 0, check.stdout + check.stderr
+    # again over the complete dataset: rank 0 finds both splits complete, no rank writes, the manifests stay
+    manifests = [data / split / ".iogen-manifest.json" for split in ("train", "valid")]
+    before = [(m.read_bytes(), os.stat(m).st_mtime_ns) for m in manifests]
+    res = mpi.launch(2, mpi.iogen("datagen", "default", *overrides))
+    assert res.returncode == 0, res
+    assert "0 written by rank 0 of 2, 4 already there" in res.stdout, res.stdout  # rank 0's share of 7 train files
+    assert [(m.read_bytes(), os.stat(m).st_mtime_ns) for m in manifests] == before
+    assert not [p for p in _files(data) if "journal" in p or ".tmp." in p]
