@@ -253,6 +253,15 @@ def stat_layout_sizes(layout) -> np.ndarray:
     return _stat_blocks(n, lambda out, s: _stat_into(out, s, path_block(layout, s, min(s + STAT_BLOCK, n))))
 
 
+def layout_sizes(layout, storage) -> tuple[np.ndarray, dict | None]:
+    """(size of each file or object of the layout, -1 where it is missing; the listing of the split, or None):
+    this machine's files stat'ed (stat_layout_sizes), an object store's objects from one listing of the split."""
+    if storage.capabilities.file_checks:
+        return stat_layout_sizes(layout), None
+    listing = storage.list(layout.folder + "/")
+    return np.fromiter((listing.get(p, -1) for p in layout.paths), np.int64, layout.num_files), listing
+
+
 # numpy's string ufuncs (rpartition since numpy 2.2)
 _NP_STRINGS = all(hasattr(getattr(np, "strings", None), f) for f in ("rpartition", "add", "isdigit", "str_len"))
 DLIO_NAME = re.compile(r"^(?P<prefix>.+)_(?P<i>\d+)_of_(?P<n>\d+)\.(?P<suffix>[A-Za-z0-9_]+)$")

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import manifest as mf
 from . import sidecars
-from .bulk import dlio_name_counts, listed_files, stat_layout_sizes
+from .bulk import dlio_name_counts, layout_sizes, listed_files, stat_layout_sizes
 from ..errors import ConfigError, DataError
 
 # Files probed when there is no manifest: the first, the last and evenly spaced ones between.
@@ -161,14 +161,11 @@ def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool =
             f"the workload's seed {reading.seed} gives it {int(reading.record_bytes[i])} "
             f"(record sizes vary with dataset.record_length_bytes_stdev and are drawn from train.seed); "
             f"set train.seed to the seed the data was generated with, {_FIX_DATA}")
-    listed_now = None
-    if storage.capabilities.file_checks:
-        sizes = stat_layout_sizes(reading)  # this machine's files, a block at a time (iogen/data/bulk.py)
-    elif all_sizes or sidecars.suffixes(fmt):  # objects with index objects beside them: one listing checks both
-        listed_now = storage.list(reading.folder + "/")
-        sizes = np.fromiter((listed_now.get(p, -1) for p in reading.paths), np.int64, n)
-    else:
+    if not (storage.capabilities.file_checks or all_sizes or sidecars.suffixes(fmt)):
         return reading  # objects: each one's size is checked as it is read (a missing one named with its status)
+    # this machine's files stat'ed a block at a time; objects (with index objects beside them: one listing checks
+    # both) from one listing (iogen/data/bulk.py)
+    sizes, listed_now = layout_sizes(reading, storage)
     bad = np.flatnonzero(sizes != listed[0])
     if bad.size:
         i = int(bad[0])

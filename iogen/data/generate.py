@@ -537,12 +537,13 @@ def complete(layout, fmt, storage=None) -> str | None:
     """The split's manifest path when the split is already complete as this workload writes it, else None: its
     manifest (read as the run's data check reads it, as columns) has these exact settings and lists every file with
     the layout's record size and samples, every file has its listed size, and no record of an unfinished generation
-    is beside it. Nothing is then written, listed or recorded, and the manifest stays as it is (`iogen datagen` over
-    a complete dataset of 1,170,301 files took 26 s and 1 GiB, listing, re-journaling and rewriting everything).
-    Where the formats do not open the paths (objects) or the format has sidecars, None: the full plan decides. A
-    record of an unfinished generation with other settings is refused as check_target refuses it."""
+    is beside it. Nothing is then written or recorded, and the manifest stays as it is (`iogen datagen` over a
+    complete dataset of 1,170,301 files took 26 s and 1 GiB, listing, re-journaling and rewriting everything).
+    Files are stat'ed (the run's data check's stat loop); objects' sizes come from one listing of the split. A format
+    with sidecars: None, the full plan decides. A record of an unfinished generation with other settings is refused
+    as check_target refuses it."""
     store = storage or _local_files()
-    if not store.capabilities.file_checks or sidecars.suffixes(fmt) or layout.num_files == 0:
+    if sidecars.suffixes(fmt) or layout.num_files == 0:
         return None
     params = mf.dataset_params(layout, fmt)
     try:
@@ -555,12 +556,12 @@ def complete(layout, fmt, storage=None) -> str | None:
     gen.check(False)  # another generation's unfinished records: refused (DataError), as check_target does
     if gen.listed():
         return None  # records of an unfinished generation with these settings: the full plan finishes it
-    from .bulk import listed_files, stat_layout_sizes
+    from .bulk import layout_sizes, listed_files
 
     listed, known = listed_files(layout, old["files"], mf.manifest_path(layout))
     if not known.all() or (listed[1] != layout.record_bytes).any() or (listed[2] != layout.samples_per_file).any():
         return None
-    if (stat_layout_sizes(layout) != listed[0]).any():
+    if (layout_sizes(layout, store)[0] != listed[0]).any():
         return None
     return mf.manifest_path(layout)
 

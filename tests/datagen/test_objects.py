@@ -216,3 +216,19 @@ def test_a_garbage_manifest_object_is_exit_2_naming_it_not_missing(s3, tmp_path,
     for cmd in ("verify", "run"):
         r = iogen_cmd(cmd, "default", *over)
         assert r.returncode == 2 and where in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_datagen_over_complete_objects_leaves_them_as_they_are(s3, tmp_path, iogen_cmd):
+    """A complete split on a bucket: one listing finds every object at its listed size; nothing is uploaded and the
+    manifest object is not written again (its ETag and time stay); an object gone since takes the full plan."""
+    over = s3_overrides(s3, tmp_path)
+    assert iogen_cmd("datagen", "default", *over).returncode == 0
+    key = "pre/ds/train/.iogen-manifest.json"
+    head = s3.client.head_object(Bucket=s3.bucket, Key=key)
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0 and "0 written, 4 already there" in r.stdout, r.stdout + r.stderr
+    again = s3.client.head_object(Bucket=s3.bucket, Key=key)
+    assert (again["ETag"], again["LastModified"]) == (head["ETag"], head["LastModified"])
+    s3.client.delete_object(Bucket=s3.bucket, Key=key_of(s3, "img_1_of_4.npz"))
+    r = iogen_cmd("datagen", "default", *over)
+    assert r.returncode == 0 and "1 written, 3 already there" in r.stdout, r.stdout + r.stderr
