@@ -143,7 +143,6 @@ class _NamePattern:
         ok &= index < self.num_files
         return rows[ok], index[ok]
 
-
     def rows(self, start: int, stop: int) -> np.ndarray:
         """The relative names of files start..stop-1 as a (files, width) uint8 array, a row each (ASCII
         names only): the template's bytes with each file's index digits, and its subfolder's, written in."""

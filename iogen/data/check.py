@@ -94,7 +94,7 @@ def check_dataset(layout, fmt, *, probe_files: int = PROBE_FILES, storage=None, 
         check_folder_readable(layout.folder)
     manifest = mf.read_manifest(layout, storage, columns=True)  # "files" as columns where the text allows
     if manifest is not None:
-        return _check_with_manifest(layout, fmt, manifest, storage, all_sizes)
+        return check_with_manifest(layout, fmt, manifest, storage, all_sizes)
     if not files:
         raise DataError(mf.manifest_path(layout), "no manifest object: generate the dataset with `iogen datagen` "
                                                   "(same workload and storage settings) first")
@@ -117,7 +117,10 @@ _VARIANT_KEYS = ("format", "compression", "record_element_type", "record_dims", 
                  "parquet.row_group_size", "parquet.columns")
 
 
-def _check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool = False):
+def check_with_manifest(layout, fmt, manifest: dict, storage, all_sizes: bool = False):
+    """check_dataset's work once the manifest is read (read_manifest; its "files" a list or FileColumns): the layout
+    to read, or ConfigError / DataError naming the first difference (`iogen datagen` asks it of a split it may leave
+    as it is: iogen.data.generate.complete)."""
     where = mf.manifest_path(layout)
     found = manifest.get("params") or {}
     expected = mf.dataset_params(layout, fmt)

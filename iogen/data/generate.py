@@ -51,7 +51,7 @@ from . import manifest as mf
 from . import sidecars
 from ..common.atomic import TMP_MARK, stale_temps
 from .layout import SPLIT_FOLDERS, SPLITS, DatasetLayout
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..formats import get_format
 from ..formats.base import error_text
 from ..formats.image import ImageRecipe
@@ -535,15 +535,14 @@ def finalize(layout, fmt, journaled: dict | None = None, storage=None, fsync: bo
 
 def complete(layout, fmt, storage=None) -> str | None:
     """The split's manifest path when the split is already complete as this workload writes it, else None: its
-    manifest (read as the run's data check reads it, as columns) has these exact settings and lists every file with
-    the layout's record size and samples, every file has its listed size, and no record of an unfinished generation
-    is beside it. Nothing is then written or recorded, and the manifest stays as it is (`iogen datagen` over a
-    complete dataset of 1,170,301 files took 26 s and 1 GiB, listing, re-journaling and rewriting everything).
-    Files are stat'ed (the run's data check's stat loop); objects' sizes come from one listing of the split. A format
-    with sidecars: None, the full plan decides. A record of an unfinished generation with other settings is refused
-    as check_target refuses it."""
+    manifest has these exact settings, no record of an unfinished generation is beside it, and the run's data check
+    passes on it (iogen.data.check.check_with_manifest, every size checked: each file listed with the layout's record
+    size and samples, there at its listed size, its sidecars in place). Nothing is then written or recorded, and the
+    manifest stays as it is (`iogen datagen` over a complete dataset of 1,170,301 files took 26 s and 1 GiB,
+    listing, re-journaling and rewriting everything). A record of an unfinished generation with other settings is
+    refused as check_target refuses it."""
     store = storage or _local_files()
-    if sidecars.suffixes(fmt) or layout.num_files == 0:
+    if layout.num_files == 0:
         return None
     params = mf.dataset_params(layout, fmt)
     try:
@@ -556,31 +555,32 @@ def complete(layout, fmt, storage=None) -> str | None:
     gen.check(False)  # another generation's unfinished records: refused (DataError), as check_target does
     if gen.listed():
         return None  # records of an unfinished generation with these settings: the full plan finishes it
-    from .bulk import layout_sizes, listed_files
+    from .check import check_with_manifest
 
-    listed, known = listed_files(layout, old["files"], mf.manifest_path(layout))
-    if not known.all() or (listed[1] != layout.record_bytes).any() or (listed[2] != layout.samples_per_file).any():
-        return None
-    if (layout_sizes(layout, store)[0] != listed[0]).any():
-        return None
+    try:
+        check_with_manifest(layout, fmt, old, store, all_sizes=True)
+    except (ConfigError, DataError):
+        return None  # something differs: the full plan decides what to write
     return mf.manifest_path(layout)
 
 
-def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False) -> list:
+def generate_dataset(store, layouts, fmt, world, *, workers=None, progress=None, overwrite=False,
+                     leave_complete: bool = True) -> list:
     """Generate the layouts' data on `store` (iogen.storage), each rank its share; rank 0 writes the manifests at
     the end. Used by `iogen run --generate` and `iogen datagen`; returns each layout's GenerateResult.
 
     Rank 0 checks the target before any rank writes; rank r writes files r, r+N, r+2N, ...; every rank's
     entries are gathered to rank 0, which writes the manifests. A rank that fails tells the others
     (world.fail), so nobody waits at the barrier for it. Without overwrite, a split that is already complete
-    (`complete`, decided by rank 0) is left as it is.
+    (`complete`, decided by rank 0) is left as it is; leave_complete=False skips asking, for a caller whose data
+    check has just failed on these splits (`iogen run --generate`).
     """
     try:
         for layout in layouts:
             check_sizes(layout, fmt)
         t0 = time.perf_counter()
         kept = {}
-        if not overwrite:  # rank 0 decides, before any rank writes, as it checks the target
+        if leave_complete and not overwrite:  # rank 0 decides, before any rank writes, as it checks the target
             found = world.bcast([complete(layout, fmt, store) for layout in layouts] if world.rank == 0 else None)
             for layout, path in zip(layouts, found):
                 if path:  # nothing to write, list or record in this split: its manifest stands as it is

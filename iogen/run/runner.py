@@ -60,7 +60,8 @@ def prepare_data(wl, world, progress_stream=None, quiet=False):
         # Data already there that passes the check (a larger dataset included) is read as it is.
         on_disk = world.bcast(_files_on_disk(layouts, fmt, store, or_none=True) if world.rank == 0 else None)
         if on_disk is None:
-            generate_dataset(store, layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank))
+            generate_dataset(store, layouts, fmt, world, progress=GenerateProgress(progress_stream, quiet, world.rank),
+                             leave_complete=False)  # the data check above is what `complete` asks: it failed
     if on_disk is None:
         on_disk = world.bcast(_files_on_disk(layouts, fmt, store) if world.rank == 0 else None)
     layouts = [layout if n == layout.num_files else layout.subset_of(n) for layout, n in zip(layouts, on_disk)]
