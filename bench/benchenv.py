@@ -99,26 +99,22 @@ def print_footer(before: str, script: str, argv=None) -> None:
 # until the 1-minute load is below COOLDOWN_LOAD and no other process uses HEAVY_CPU_SHARE of a
 # CPU or more, for at most --cooldown-max seconds (default DEFAULT_MAX_WAIT_S), and at exit
 # prints one `cool-down:` line: the load before and after, what else ran, and whether the
-# figure counts. The start must be quiet, no other process may be heavy at the start, at any look
-# while the benchmark runs (Watch, every WATCH_S) or at the end, and the 1-minute load after it must
-# be below AFTER_LOAD, whoever raised it. A benchmark that runs many processes of its own (16-32 ranks,
-# 8 workers) leaves a load above that however quiet the machine was, so its figure does not count; the
-# line then also says whose load it was (settle: up to SETTLE_MAX_S, once its processes are gone, for
-# the load to fall below AFTER_LOAD with nothing else heavy: a load the benchmark left decays, the
-# kernel's 1-minute average as e^(-t/60), one something else sustains does not). --no-cooldown (or
+# figure counts. The rule: the start must be quiet, and no process outside the benchmark's own
+# process tree may be heavy at the start, at any look while the benchmark runs (Watch, every
+# WATCH_S) or at the end. The load the benchmark's own ranks, workers and threads cause is part of
+# what it measures: the load after is printed as information, never as a verdict (a 16-rank run
+# on 2 cores leaves a 1-minute load of 6-9 however quiet the machine was). --no-cooldown (or
 # IOGEN_BENCH_NO_COOLDOWN=1) skips the waits; the figure is then judged the same way. A script that
-# alternates contenders which each load the machine (decoding workers) runs each in contender_run: its
-# own wait first, and its own loads judged by the same bounds.
+# alternates contenders which each load the machine (decoding workers, many ranks) runs each in
+# contender_run: its own wait first, so each contender starts quiet; the load one contender leaves
+# is never the next one's start.
 
 COOLDOWN_LOAD = 1.0  # 1-minute load average a quiet start needs
-AFTER_LOAD = 1.5  # ...and the 1-minute load average the figure may leave behind
 HEAVY_CPU_SHARE = 0.25  # another process using this share of one CPU or more is other work
 DEFAULT_MAX_WAIT_S = 900.0
 SAMPLE_S = 2.0  # how long one look at the other processes lasts
 POLL_S = 15.0
 WATCH_S = 5.0  # while the benchmark runs, the other processes are looked at this often
-SETTLE_MAX_S = 300.0  # how long the load a benchmark's own processes left may take to fall below AFTER_LOAD
-SETTLE_POLL_S = 5.0
 
 
 def _proc_ticks() -> dict:
@@ -185,28 +181,23 @@ def other_work(sample_s: float = SAMPLE_S) -> list:
 
 
 def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool,
-          threshold: float = COOLDOWN_LOAD, heavy_during: list = (), load_after: float | None = None,
-          runs: list = ()) -> tuple[bool, str]:
-    """(counts, why): a figure counts toward a target only from a quiet start with nothing heavy beside
-    it (not at the start, not at any look while it ran: `heavy_during`, Watch; not at the end) and a
-    1-minute load below AFTER_LOAD after it, whoever raised it (a benchmark's own ranks or workers too).
-    `runs` (contender_run's records): each contender's run is held to the same bounds on its own,
-    a quiet start (its own cool-down) and a load below AFTER_LOAD at its end."""
+          threshold: float = COOLDOWN_LOAD, heavy_during: list = (), runs: list = ()) -> tuple[bool, str]:
+    """(counts, why): a figure counts toward a target only from a quiet start (1-minute load below
+    `threshold`) with no other process heavy beside it: not at the start, not at any look while it ran
+    (`heavy_during`, Watch), not at the end. The load the benchmark itself raised (its ranks, workers,
+    threads) never disqualifies it. `runs` (contender_run's records): each contender's run must start
+    quiet too, after its own cool-down, with nothing else heavy at its start."""
     why = []
     for run in runs:
         if run["before"] >= threshold:
             why.append(f"{run['label']} started at 1-minute load {run['before']:.2f} >= {threshold:g}"
                        + (" (its cool-down wait ran out)" if run.get("timed_out") else ""))
-        if run["after"] >= AFTER_LOAD:
-            why.append(f"{run['label']} left 1-minute load {run['after']:.2f} >= {AFTER_LOAD:g}")
         if run.get("heavy"):
             pid, name, used = run["heavy"][0]
             why.append(f"other work running at the start of {run['label']}: {name} (pid {pid}, {used:.0%} of a CPU)")
     if load_start >= threshold:
         why.append(f"1-minute load {load_start:.2f} >= {threshold:g} at the start"
                    + (" (the cool-down wait ran out)" if timed_out else " (no cool-down wait)"))
-    if load_after is not None and load_after >= AFTER_LOAD:
-        why.append(f"1-minute load {load_after:.2f} >= {AFTER_LOAD:g} after it")
     for when, heavy in (("at the start", heavy_start), ("while it ran", heavy_during), ("at the end", heavy_end)):
         if heavy:
             shown = ", ".join(f"{name} (pid {pid}, {used:.0%} of a CPU)" for pid, name, used in heavy[:3])
@@ -216,9 +207,9 @@ def judge(load_start: float, heavy_start: list, heavy_end: list, timed_out: bool
     if why:
         return False, "; ".join(why)
     shown = f"{load_start:.2f}" if round(load_start, 2) < threshold else f"{load_start:.4f}"  # 0.995 is not "1.00"
-    each = (f"; each of its {len(runs)} contender runs started below {threshold:g} after its own cool-down and "
-            f"ended below {AFTER_LOAD:g} (loads {min(r['before'] for r in runs):.2f}-{max(r['before'] for r in runs):.2f}"
-            f" before, {min(r['after'] for r in runs):.2f}-{max(r['after'] for r in runs):.2f} after)") if runs else ""
+    each = (f"; each of its {len(runs)} contender runs started below {threshold:g} after its own cool-down "
+            f"(loads {min(r['before'] for r in runs):.2f}-{max(r['before'] for r in runs):.2f} before, "
+            f"{min(r['after'] for r in runs):.2f}-{max(r['after'] for r in runs):.2f} after, its own)") if runs else ""
     return True, f"quiet start (1-minute load {shown} < {threshold:g}) and nothing else heavy ran{each}"
 
 
@@ -271,10 +262,9 @@ RUNS: list = []  # each contender's own run (contender_run): label, loads before
 def contender_run(label: str, runs: list = RUNS, wait=None):
     """One contender's run held to the cool-down rule on its own: before it, a wait for a quiet machine
     (the script's --cooldown-max and --no-cooldown apply); its 1-minute loads before and after are kept
-    in `runs`, and the script's figure counts only if every run started quiet and ended below
-    AFTER_LOAD. For benchmarks that alternate contenders which each load the machine themselves (decoding
-    workers): the load one contender leaves is not the next one's start, and each run's own end is judged,
-    not only the last one's. `wait`: the cool-down to call (default: cool_down with the script's settings;
+    in `runs` (the load after is the contender's own, shown, not judged), and the script's figure counts
+    only if every run started quiet. For benchmarks that alternate contenders which each load the machine
+    themselves (decoding workers, many ranks): the load one contender leaves is not the next one's start. `wait`: the cool-down to call (default: cool_down with the script's settings;
     none when this module was imported by a test or a tool)."""
     if wait is None:
         wait = ((lambda: cool_down(False, COOLDOWN["max_wait_s"])) if COOLDOWN and not COOLDOWN["skipped"]
@@ -335,52 +325,23 @@ class Watch:
         return sorted(((pid, name, used) for (pid, name), used in self._seen.items()), key=lambda h: -h[2])
 
 
-def settle(load_end, max_s: float = SETTLE_MAX_S, poll_s: float = SETTLE_POLL_S, sample_s: float = SAMPLE_S,
-           getload=os.getloadavg, others=other_work, clock=time.monotonic) -> tuple:
-    """Once the benchmark's own processes have ended: wait, at most max_s, for the 1-minute load to fall below
-    AFTER_LOAD, looking at the other processes before each wait. (load, waited s, heavy others): a load the
-    benchmark's own ranks or workers left decays and falls; one that something else sustains does not (the
-    wait runs out), or that something is seen heavy (the wait stops there)."""
-    t0, load, heavy = clock(), load_end, []
-    while load[0] >= AFTER_LOAD and clock() - t0 < max_s:
-        heavy = others(sample_s)
-        if heavy:
-            break
-        time.sleep(poll_s)
-        load = getload()
-    return load, clock() - t0, heavy
-
-
 def cooldown_line(state: dict, load_after, heavy_end: list) -> str:
-    """The `cool-down:` line: load before and after, the wait, and whether the figure counts."""
+    """The `cool-down:` line: load before and after (the after its own, information), the wait, and
+    whether the figure counts."""
     watch = state.get("watch")
     counts, why = judge(state["load_before"][0], state["heavy_start"], heavy_end, state["timed_out"],
-                        heavy_during=watch.heavy() if watch is not None else (), load_after=load_after[0],
-                        runs=state.get("runs", ()))
+                        heavy_during=watch.heavy() if watch is not None else (), runs=state.get("runs", ()))
     b, a = state["load_before"], load_after
     wait = "wait skipped" if state["skipped"] else f"waited {state['waited_s']:.0f} s"
-    if state.get("settled"):  # a reading of whose load it was, not a pass
-        settled, waited = state["settled"]
-        why += (f"; the load at the end was the benchmark's own: it fell below {AFTER_LOAD:g} in {waited:.0f} s "
-                f"with nothing else heavy" if settled < AFTER_LOAD else
-                f"; {settled:.2f} after {waited:.0f} s of settling")
     return (f"cool-down: {wait}; load before {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f}, after {a[0]:.2f} / {a[1]:.2f} / "
-            f"{a[2]:.2f}; {'COUNTS toward a target' if counts else 'does NOT count toward a target'}: {why}")
+            f"{a[2]:.2f}; "
+            f"{'COUNTS toward a target' if counts else 'does NOT count toward a target'}: {why}")
 
 
 def _report_at_exit() -> None:
     if not COOLDOWN:
         return
-    watch = COOLDOWN.get("watch")
-    during = watch.heavy() if watch is not None else []  # stopped: the settling below is not the benchmark
-    load, heavy_end = os.getloadavg(), other_work(1.0)
-    could_count = (COOLDOWN["load_before"][0] < COOLDOWN_LOAD and not COOLDOWN["heavy_start"] and not during
-                   and not heavy_end and not COOLDOWN["skipped"])
-    if load[0] >= AFTER_LOAD and could_count:  # it does not count; say whether the load was its own
-        settled, waited, heavy_after = settle(load)
-        COOLDOWN["settled"] = (settled[0], waited)
-        heavy_end = heavy_end or heavy_after
-    print(cooldown_line(COOLDOWN, load, heavy_end), flush=True)
+    print(cooldown_line(COOLDOWN, os.getloadavg(), other_work(1.0)), flush=True)
 
 
 def _start() -> None:
