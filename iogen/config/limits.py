@@ -104,15 +104,15 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
         # the batch buffers: the batches read ahead (the native and PyTorch loaders: batches_ahead; tf.data
         # prefetch_size) plus the one in use, each at least batch x the mean record (the largest batch is
         # larger when sizes vary)
-        "batches in flight": (_ahead(rd) + 1) * batch * ds.record_length_bytes,
+        "batches in flight": (batches_in_flight(rd) + 1) * batch * ds.record_length_bytes,
         "one file's index": ds.num_samples_per_file * INDEX_BYTES_PER_SAMPLE,
         "checkpoint buffers": _checkpoint_buffer_bytes(wl),
         "staging buffers": _staging_buffer_bytes(wl),
     }
 
 
-def _ahead(reader) -> int:
-    """The batches the configured loader reads ahead (tf.data: prefetch_size)."""
+def batches_in_flight(reader) -> int:
+    """The batches the configured loader reads ahead of the one in use (tf.data: prefetch_size)."""
     if reader.data_loader in ("native", "pytorch"):
         return batches_ahead(reader)
     return max(0, int(reader.prefetch_size))

@@ -23,7 +23,7 @@ from ..metrics.ranks import reduce_ranks
 from ..metrics.drain import drain_block
 from ..metrics.staging import with_epoch_ratio
 from ..config.resolved import comparability_class
-from ..config.sizing import run_check
+from ..config.sizing import epoch_length_check, run_check
 from ..common.steplog import STEP_DTYPE, read_steplog, wall_offset_ns
 from ..storage import capabilities, client_setup
 from . import rundir
@@ -145,6 +145,8 @@ def _summary_doc(run_dir, wl, world, facts, result, error, layout, red) -> dict:
             # MLPerf Storage's minimum dataset for these ranks and nodes' memory (iogen.config.sizing)
             "dataset_size_rule": run_check(wl, layout.total_samples, facts["num_ranks"],
                                            [n.get("memory_total_bytes") for n in facts.get("nodes", [])]),
+            # whether each epoch is long enough for a steady state (its AU is the storage's, not the queue's)
+            "epoch_length_rule": epoch_length_check(wl, facts["num_ranks"]) if wl.workflow.train else None,
             # what else MLPerf Storage's rules ask of the setup, where a tool can see it (docs/sizing.md)
             "rules_notes": rules_notes(wl, facts),
             # Summed over ranks: bytes the kernel really fetched from storage in each train epoch

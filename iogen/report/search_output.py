@@ -35,6 +35,8 @@ def caveats(points: dict) -> list[str]:
             out.append(f"PAGE CACHE at n = {at}: {text}. The AU measures memory, not storage: N says nothing about "
                        "the storage; use a dataset larger than memory, reader.odirect=True or "
                        "reader.evict_page_cache=True")
+        elif kind == "short epochs":
+            out.append(f"SHORT EPOCHS at n = {at}: {text}")
         else:
             out.append(f"DATASET SIZE at n = {at}: {text}")
     return out
@@ -98,6 +100,13 @@ def result_line(name: str, n: int, points: dict, threshold_pct: float, max_accel
         text += (". AU is not monotone in n (" + "; ".join(rises) + "): the bisection assumes AU falls as "
                  "accelerators are added, so N is where this search crossed the threshold, not necessarily the "
                  "only crossing")
+    unsteady = {k: text for k in ([n] if n else []) + failed[:1] for p in points[k].probes
+                for kind, text in getattr(p, "caveats", []) if kind == "short epochs"}
+    if unsteady:
+        first = min(unsteady)
+        text += (f". CAVEAT: epochs too short for a steady state at n = {', '.join(map(str, sorted(unsteady)))}, so "
+                 f"N is not the storage's figure (it depends on how the dataset is cut into epochs): "
+                 f"{unsteady[first].split(': ', 1)[-1]}")
     short = [k for k in sorted(points) if min_steps and points[k].measured_steps < min_steps]
     if short:
         text += (f". Fewer than {min_steps} measured steps per rank at {', '.join(map(str, short))}: "

@@ -142,6 +142,8 @@ def reads_lines(it: dict) -> list[str]:
             f"{url} {n}{troubles(url)}" for url, n in store["requests_by_endpoint"].items()))
     if (it.get("dataset_size_rule") or {}).get("met") is False:
         lines.append("NOTE: " + it["dataset_size_rule"]["message"])
+    if (it.get("epoch_length_rule") or {}).get("met") is False:
+        lines.append("NOTE: " + it["epoch_length_rule"]["message"])
     lines += ["NOTE: " + note for note in it.get("rules_notes") or []]
     if it.get("staging"):
         lines.append(staging_line(it["staging"]))

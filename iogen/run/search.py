@@ -185,6 +185,9 @@ def _summary_facts(doc: dict) -> tuple[int, list, list]:
     rule = it.get("dataset_size_rule") or {}
     if rule.get("met") is False and rule.get("message"):
         caveats.append(("dataset size", rule["message"]))
+    short = it.get("epoch_length_rule") or {}
+    if short.get("met") is False and short.get("message"):
+        caveats.append(("short epochs", short["message"]))
     return steps, [x for x in per_epoch.get("au_percentage") or [] if x is not None], caveats
 
 
