@@ -273,7 +273,8 @@ def cmd_search(args) -> int:
         return run_probe(i, n, os.path.join(search_dir, f"probe-{i:02d}-n{n}"), template=args.launcher,
                          workload=workload, overrides=list(args.overrides) + ([f"train.epochs={epochs}"] if raised
                                                                                else []),
-                         accelerator=args.accelerator, runs=args.runs)
+                         accelerator=args.accelerator, runs=args.runs,
+                         per_process=wl.train.accelerators_per_process)
 
     def on_point(point):
         points[point.accelerators] = point
@@ -284,6 +285,10 @@ def cmd_search(args) -> int:
 
     doc = {"format": "iogen search", "schema_version": 1, "workload": wl.name, "launcher": args.launcher,
            "max_accelerators": args.max, "runs_per_probe": args.runs, "au_threshold_percentage": threshold,
+           "accelerators_per_process": wl.train.accelerators_per_process,
+           "mode": ("one rank per accelerator" if wl.train.accelerators_per_process == 1 else
+                    f"{wl.train.accelerators_per_process} accelerators per process: a probe of n accelerators starts "
+                    f"ceil(n / {wl.train.accelerators_per_process}) ranks with train.accelerators=n"),
            "noise_pp": args.noise, "repeats": args.repeats, "min_measured_steps": args.min_steps,
            "rule": "grow 1, 2, 4, ... to --max until a count fails, then bisect; a count passes when the mean AU "
                    "of its measured runs is >= the threshold; a count within --noise pp of the threshold (or whose "
@@ -299,7 +304,7 @@ def cmd_search(args) -> int:
         write_outputs(search_dir, doc, points, threshold, None, plot=False)
         print(f"search folder (incomplete): {search_dir}", file=sys.stderr)
         raise
-    result = result_line(wl.name, n, points, threshold, args.max, args.min_steps)
+    result = result_line(wl.name, n, points, threshold, args.max, args.min_steps, wl.train.accelerators_per_process)
     doc.update(complete=True, accelerators=n)
     written = write_outputs(search_dir, doc, points, threshold, result, plot=not args.no_plot)
     with open(written[1], encoding="utf-8") as fh:

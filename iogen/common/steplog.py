@@ -169,6 +169,28 @@ class StepLog:
         if n == FLUSH_ROWS or time.monotonic_ns() - self._last_flush_ns >= FLUSH_INTERVAL_NS:
             self.flush()
 
+    def append_group(self, ranks, epoch, step, phase, t_request, t_ready, t_compute_end, t_step_end,
+                     requested_compute_ns, samples, bytes, checkpoint_ns=0):
+        """Record one step of several emulated accelerators at once (train.accelerators_per_process): one
+        row each, `ranks` their accelerator ids (the rows' rank), the per-accelerator fields arrays of their
+        length, the others shared."""
+        k = len(ranks)
+        if self._fd < 0:
+            raise ValueError(f"step log {self.path} is closed")
+        if self._n + k > self._buf.size:
+            self.flush()
+            if k > self._buf.size:
+                self._buf = np.zeros(k, dtype=STEP_DTYPE)
+                self._raw = self._buf.view(np.uint8)
+        rows = self._buf[self._n:self._n + k]
+        rows["epoch"], rows["step"], rows["rank"], rows["phase"] = epoch, step, ranks, phase
+        rows["t_request"], rows["t_ready"], rows["t_compute_end"] = t_request, t_ready, t_compute_end
+        rows["t_step_end"], rows["requested_compute_ns"] = t_step_end, requested_compute_ns
+        rows["samples"], rows["bytes"], rows["checkpoint_ns"] = samples, bytes, checkpoint_ns
+        self._n += k
+        if self._n >= FLUSH_ROWS or time.monotonic_ns() - self._last_flush_ns >= FLUSH_INTERVAL_NS:
+            self.flush()
+
     def flush(self):
         """Write the buffered rows to the file (page cache; no fsync)."""
         n = self._n

@@ -104,7 +104,9 @@ def _memory_need(wl, world_size: int) -> dict[str, int]:
         # the batch buffers: the batches read ahead (the native and PyTorch loaders: batches_ahead; tf.data
         # prefetch_size) plus the one in use, each at least batch x the mean record (the largest batch is
         # larger when sizes vary)
-        "batches in flight": (batches_in_flight(rd) + 1) * batch * ds.record_length_bytes,
+        # ...for each emulated accelerator the process steps (train.accelerators_per_process: a stream each)
+        "batches in flight": (batches_in_flight(rd) + 1) * batch * ds.record_length_bytes
+        * wl.train.accelerators_per_process,
         "one file's index": ds.num_samples_per_file * INDEX_BYTES_PER_SAMPLE,
         "checkpoint buffers": _checkpoint_buffer_bytes(wl),
         "staging buffers": _staging_buffer_bytes(wl),
@@ -169,7 +171,7 @@ _KEYS = {
     "plan": "dataset.num_samples_per_file / dataset.num_files_train",
     "file table": "dataset.num_files_train",
     "batches in flight": "reader.prefetch_size (rounded up to a multiple of reader.read_threads) x reader.batch_size x "
-                         "dataset.record_length_bytes",
+                         "dataset.record_length_bytes (x train.accelerators_per_process)",
     "one file's index": "dataset.num_samples_per_file",
     "checkpoint buffers": "checkpoint.transfer_size x checkpoint.write_threads (read_threads, drain_threads)",
     "staging buffers": "staging.transfer_size x staging.threads",

@@ -389,6 +389,12 @@ class Train(Section):
     seed_change_epoch: bool = True
     # iogen: bytes of an MPI allreduce per step, standing for the gradient exchange (0: barrier only).
     allreduce_bytes: NonNegInt = 0
+    # iogen: emulated accelerators one process steps (each its own step clock, batches, sleeps and AU,
+    # sharing the process's reader pool; iogen/run/engine.py); 1: one rank per accelerator, DLIO's way.
+    accelerators_per_process: PosInt = 1
+    # iogen: the job's emulated accelerators in all, with accelerators_per_process > 1 (None: processes x
+    # accelerators_per_process); process r steps accelerators [r x K, min((r + 1) x K, accelerators)).
+    accelerators: Optional[PosInt] = None
 
 
 class TrainPatch(Section):
@@ -640,6 +646,7 @@ class Workload(Section):
             )
         if rd.decode_images:
             problems += _decode_problems(ds, rd, self.storage, self.workflow)
+        problems += _group_problems(self.train, rd, self.workflow)
         if rd.odirect and ds.compression != "none":
             problems.append(
                 f"reader.odirect = True with dataset.compression = {ds.compression!r}: compressed samples are "
@@ -787,6 +794,35 @@ def _itemsize(element_type: str) -> int:
 
 # the formats reader.decode_images decodes (iogen/loaders/decode.py)
 IMAGE_FORMATS = ("jpeg", "png")
+
+
+def _group_problems(train, rd, workflow) -> list[str]:
+    """train.accelerators_per_process > 1 (one process steps several emulated accelerators): the native
+    loader's streams share its reader pool; what a process-wide step would change is refused."""
+    k = train.accelerators_per_process
+    if k == 1:
+        if train.accelerators is not None:
+            return [f"train.accelerators = {train.accelerators} applies with train.accelerators_per_process > 1; "
+                    "with one rank per accelerator the launcher's rank count is the accelerator count: remove it"]
+        return []
+    problems = []
+    if not workflow.train:
+        problems.append(f"train.accelerators_per_process = {k} with workflow.train = False: the emulated "
+                        "accelerators step training; remove it")
+    if rd.prefetch_size == 0:
+        problems.append(f"train.accelerators_per_process = {k} with reader.prefetch_size = 0: the accelerators' "
+                        "batches are read ahead by one producer thread; set reader.prefetch_size > 0")
+    if rd.data_loader != "native":
+        problems.append(f"train.accelerators_per_process = {k} with reader.data_loader = {rd.data_loader!r}: several "
+                        "accelerators in one process share the native loader's reader pool; use "
+                        "reader.data_loader=native, or one rank per accelerator (train.accelerators_per_process=1)")
+    if rd.decode_images:
+        problems.append(f"train.accelerators_per_process = {k} with reader.decode_images = True: decode mode "
+                        "counts each rank's decode CPU; run one rank per accelerator")
+    if train.allreduce_bytes:
+        problems.append(f"train.accelerators_per_process = {k} with train.allreduce_bytes = {train.allreduce_bytes}: "
+                        "the emulated gradient exchange is one per rank; run one rank per accelerator")
+    return problems
 
 
 def _decode_problems(ds, rd, storage, workflow) -> list[str]:

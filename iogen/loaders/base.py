@@ -14,6 +14,12 @@ class Batch(NamedTuple):
     samples: int
     bytes: int
     data: object = None  # the payload; kept alive until the engine asks for the next batch
+    # monotonic ns when the batch's reads had all landed (0: the loader does not say), and the ns of the
+    # loader's own work on it after that (checks, decoding) in the thread that took it: where one thread
+    # takes the batches of several emulated accelerators (train.accelerators_per_process), an
+    # accelerator's batch was ready at max(its request, ready_ns) + finish_ns, as it would be for a rank
+    ready_ns: int = 0
+    finish_ns: int = 0
 
 
 class Loader:

@@ -109,7 +109,7 @@ class _Job:
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
                  "inline_bytes", "transient", "preprocess_ns", "split", "decoded", "payloads", "extent",
-                 "streamed")
+                 "streamed", "t_done")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -125,6 +125,7 @@ class _Job:
         self.payloads = None  # compressed samples: each file's decoded payloads
         self.extent = None  # bytes of the slot's buffer the batch's reads fill
         self.streamed = False  # read through the threads' scratch buffers: no batch buffer holds it
+        self.t_done = 0  # monotonic ns when its reads had all landed (0: not stamped)
 
 
 class NativeLoader(Loader):
@@ -147,6 +148,9 @@ class NativeLoader(Loader):
 
         self.threads = max(1, int(reader.read_threads))
         self.prefetch = batches_ahead(reader)  # the PyTorch loader's depth for the same keys
+        # emulated accelerators this process steps (train.accelerators_per_process): each its own stream of
+        # batches (epochs()), its own buffers, one reader pool and file table for them all
+        self.streams = int(wl.train.accelerators_per_process)
         self.store = get_storage(wl, self.threads)  # an object store's bucket is checked here
         caps = type(self.store).capabilities
         self._core = caps.core_reads  # a batch slice is one core call (else one request per range)
@@ -164,6 +168,11 @@ class NativeLoader(Loader):
         # (footers read through the indexing store: an object's by ranged GETs, counted as indexing)
         self.groups = GroupReads.for_format(layout, fmt, direct=self.direct, store=self.store,
                                             source=functools.partial(self.table.source, store=index_store))
+        if self.groups is not None and self.streams > 1:
+            raise ConfigError(f"train.accelerators_per_process = {self.streams} with dataset.format = "
+                              f"{wl.dataset.format!r}: its samples are rows of groups the native loader reads through "
+                              "one row-group cache, which several accelerators would share; run one rank per "
+                              "accelerator (train.accelerators_per_process=1)")
         if self.groups is not None:
             self.groups.learn_all()  # footers read and checked before the first step (groups.py)
         elif layout.num_files <= PREINDEX_MAX_FILES:
@@ -276,7 +285,7 @@ class NativeLoader(Loader):
         nbytes = batch * per_sample
         if self.groups is not None:
             nbytes = min(nbytes, GROUP_BUFFER_BYTES)  # group reads wrap around in it
-        slots = self.prefetch + 1
+        slots = (self.prefetch + 1) * self.streams
         buffers = [core.reader.aligned_buffer(nbytes, ALIGN) for _ in range(slots)]
         if nbytes * slots <= _PREFAULT_LIMIT_BYTES:
             for buf in buffers:
@@ -495,6 +504,7 @@ class NativeLoader(Loader):
         if self._pool is None or n == 1 or sum(lens) < self._min_parallel:
             job.inline_bytes = self._read(job, buf, fds, start, read_len, required, buf_off, owner, 0,
                                           job.preprocess_ns)
+            job.t_done = _now()
             return
         # split into _per_batch slices of about equal bytes (of at least slice_min bytes each, on this
         # machine's files, where given; a few ints and bisections: numpy's calls on arrays of a batch's
@@ -509,7 +519,7 @@ class NativeLoader(Loader):
         if job.done is None:
             job.done = queue.SimpleQueue()
         job.pending += 1  # the batch's slices hand their results on together: one wake-up a batch
-        submit, done, share = self._pool.submit, _Gather(slices, job.done), job.preprocess_ns // slices
+        submit, done, share = self._pool.submit, _Gather(slices, job.done, job), job.preprocess_ns // slices
         if buf is None and type(fds) is list:  # streamed by path: the slice's paths, ranges and lengths only
             read = self._read_paths
             for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -628,7 +638,8 @@ class NativeLoader(Loader):
         return nbytes
 
     def _finish(self, job: _Job) -> Batch:
-        """Wait for a batch's reads; check it if the format checks reads (TFRecord CRCs)."""
+        """Wait for a batch's reads; check it if the format checks reads (TFRecord CRCs). The batch says when its
+        reads had landed and how long the work after them took here (Batch.ready_ns, finish_ns)."""
         try:
             nbytes = job.inline_bytes + _collect(job)
         finally:
@@ -636,8 +647,9 @@ class NativeLoader(Loader):
         if job.payloads is not None:  # decoded: the payloads are the batch
             return Batch(job.n_samples, nbytes, [p for ps in job.payloads for p in ps])
         if job.streamed:  # read and checked; no buffer holds the batch
-            return Batch(job.n_samples, nbytes, None)
+            return Batch(job.n_samples, nbytes, None, job.t_done)
         buf = self._buffers[job.slot]
+        t0 = _now()
         if job.split:
             self._check_entries(job, buf, 0, job.n_samples)  # records cut in pieces across threads
             if self.decoder is not None:
@@ -645,7 +657,7 @@ class NativeLoader(Loader):
         if self.decoder is not None:
             for cost in job.decoded:
                 self.decode_cost.add(cost)
-        return Batch(job.n_samples, nbytes, buf[:job.extent])
+        return Batch(job.n_samples, nbytes, buf[:job.extent], job.t_done, _now() - t0)
 
     def _decode_images(self, job, buf, lo: int, hi: int) -> None:
         """Decode mode: decode the images lo..hi of a batch (Pillow, GIL released), timing each."""
@@ -686,6 +698,19 @@ class NativeLoader(Loader):
             if self._requests:  # this epoch's requests; the indexing's apart
                 self.epoch_figures.append(self.store.drain())
                 self.index_figures = merge_index(self.index_figures, self._index_store.drain())
+
+    def epochs(self, plans) -> "Streams":
+        """The batches of several emulated accelerators of this process (train.accelerators_per_process): one
+        iterator per plan (their steps alike), read ahead by one producer thread through the one reader pool,
+        each stream keeping its own self.prefetch batches in flight in its own buffers. Close it when done."""
+        if self.prefetch == 0:
+            raise ConfigError("train.accelerators_per_process > 1 needs reader.prefetch_size > 0: the accelerators' "
+                              "batches are read ahead by one producer")
+        if len(plans) > self.streams:
+            raise ValueError(f"{len(plans)} streams, buffers for {self.streams}")
+        if self.groups is not None:
+            self.groups.new_epoch()
+        return Streams(self, plans)
 
     def _pipelined(self, plan):
         free = queue.SimpleQueue()
@@ -750,21 +775,110 @@ class NativeLoader(Loader):
             self.groups.close()
 
 
+class Streams:
+    """Several accelerators' streams of batches through one NativeLoader (NativeLoader.epochs): one producer
+    thread prepares step s of stream 0, 1, ..., K-1, then step s + 1, each in a free buffer slot of its stream
+    (stream k's slots are k x depth .. (k + 1) x depth - 1), and `iterators[k]` yields stream k's batches."""
+
+    def __init__(self, loader: NativeLoader, plans):
+        self.loader = loader
+        depth = loader.prefetch + 1
+        self.steps = int(plans[0].steps)
+        if any(int(p.steps) != self.steps for p in plans):
+            raise ValueError("every stream of a process runs the same steps")
+        self.free = [queue.SimpleQueue() for _ in plans]
+        for k, q in enumerate(self.free):
+            for slot in range(k * depth, (k + 1) * depth):
+                q.put(slot)
+        self.ready = [queue.SimpleQueue() for _ in plans]
+        self.stop = threading.Event()
+        self.closed = False
+        self.producer = threading.Thread(target=self._produce, args=(plans,), name="iogen-prefetch", daemon=True)
+        self.producer.start()
+        self.iterators = [self._consume(k) for k in range(len(plans))]
+
+    def _produce(self, plans) -> None:
+        ld = self.loader
+        lower_priority(ld._nice)
+        try:
+            for step in range(self.steps):
+                for k, plan in enumerate(plans):
+                    gids = plan.batches[step]
+                    early = ld._plan_streamed(step, gids)  # before the wait: no I/O in it
+                    slot = self.free[k].get()
+                    if self.stop.is_set():
+                        return
+                    if early is None:
+                        self.ready[k].put(ld._prepare(step, slot, gids))
+                    else:
+                        early[0].slot = slot
+                        if len(early) > 1:
+                            ld._submit(*early)
+                        elif early[0].preprocess_ns:
+                            core.clock.sleep_ns(early[0].preprocess_ns)
+                        self.ready[k].put(early[0])
+        except BaseException as exc:  # every stream's consumer raises it (the engine may wait on any of them)
+            for q in self.ready:
+                q.put(exc)
+
+    def _consume(self, k: int):
+        ld, ready, free, held = self.loader, self.ready[k], self.free[k], None
+        for _ in range(self.steps):
+            item = ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            batch = ld._finish(item)
+            if held is not None:
+                free.put(held)
+            held = item.slot
+            yield batch
+
+    def close(self) -> None:
+        """Stop the producer and let every read still in flight finish before the buffers may go."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop.set()
+        for it in self.iterators:
+            it.close()
+        for q in self.free:
+            q.put(-1)  # wake the producer if it waits for a buffer of any stream
+        self.producer.join()
+        for q in self.ready:
+            while not q.empty():
+                item = q.get()
+                if not isinstance(item, BaseException):
+                    try:
+                        _collect(item)
+                    except BaseException:  # already failing or stopping: the first error wins
+                        pass
+                    self.loader.table.close_handles(item.transient)
+        if self.loader._requests:
+            self.loader.epoch_figures.append(self.loader.store.drain())
+            self.loader.index_figures = merge_index(self.loader.index_figures, self.loader._index_store.drain())
+
+
 class _Gather:
     """Where a batch's slices put their results (or Failed): kept until the last slice's, then handed
     on as one list, so the thread waiting for the batch wakes once, not once a slice."""
 
-    __slots__ = ("results", "left", "out")
+    __slots__ = ("results", "left", "out", "job")
 
-    def __init__(self, slices: int, out: queue.SimpleQueue):
+    def __init__(self, slices: int, out: queue.SimpleQueue, job=None):
         self.results: list = []
         self.left = itertools.count(slices - 1, -1)  # next() is atomic: exactly one put sees 0
         self.out = out
+        self.job = job
 
     def put(self, result) -> None:
         self.results.append(result)  # before next(): the last to count has every result in
         if next(self.left) == 0:
+            if self.job is not None:  # when the batch's reads had all landed (Batch.ready_ns)
+                self.job.t_done = _now()
             self.out.put(self.results)
+
+
+_now = core.clock.now_ns
 
 
 def _collect(job) -> int:

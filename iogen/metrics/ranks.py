@@ -46,20 +46,46 @@ class RankReduction:
 
 def reduce_ranks(world, header, rows, *, exclude_start_steps: int, exclude_end_steps: int,
                  clock_offset_ns: int = 0, device_read_bytes=(), cpu_window=(),
-                 cpu_invocation=None) -> RankReduction:
-    """Reduce this rank's rows with every other rank's (a collective: every rank calls it)."""
+                 cpu_invocation=None, accelerators=None) -> RankReduction:
+    """Reduce this rank's rows with every other rank's (a collective: every rank calls it).
+
+    `accelerators` (iogen.world.accelerators.Accelerators): where a process steps several emulated
+    accelerators, its rows hold each one's (their `rank` is the accelerator's id), and every figure is
+    over accelerators, as it is over ranks with one rank per accelerator."""
     window = dict(exclude_start_steps=exclude_start_steps, exclude_end_steps=exclude_end_steps)
     train_epochs = epochs_reached(world, rows, PHASE_TRAIN)
     eval_epochs = epochs_reached(world, rows, PHASE_EVAL)
-    gather = world.size <= GATHER_MAX_RANKS
-    mine = _phase_array(rows, PHASE_TRAIN, train_epochs, clock_offset_ns, window)
-    train_reduced = allreduce_reductions(world, rank_reductions(mine[None])) if train_epochs.size else None
-    train = world.gather_array(mine) if gather else None
-    evals = evals_reduced = None
+    grouped = accelerators is not None and accelerators.grouped
+    gather = (accelerators.total if grouped else world.size) <= GATHER_MAX_RANKS
+
+    def per_accelerator(phase, epochs):
+        if not grouped:
+            return _phase_array(rows, phase, epochs, clock_offset_ns, window)[None]
+        return np.stack([_phase_array(rows[rows["rank"] == a], phase, epochs, clock_offset_ns, window)
+                         for a in accelerators.ids])
+
+    def gathered(mine):
+        if not gather:
+            return None
+        if not grouped:
+            return world.gather_array(mine[0])
+        # K rows a process (NaN where the last holds fewer), accelerator a at [a // K, a % K]
+        padded = np.full((accelerators.per_process,) + mine.shape[1:], np.nan)
+        padded[:mine.shape[0]] = mine
+        out = world.gather_array(padded)
+        return None if out is None else out.reshape((-1,) + mine.shape[1:])[:accelerators.total]
+
+    train = evals = train_reduced = evals_reduced = None
+    if train_epochs.size:
+        mine = per_accelerator(PHASE_TRAIN, train_epochs)
+        train_reduced = allreduce_reductions(world, rank_reductions(mine))
+        train = gathered(mine)
+    elif gather:
+        train = world.gather_array(np.zeros((0, 0)))
     if eval_epochs.size:
-        mine = _phase_array(rows, PHASE_EVAL, eval_epochs, clock_offset_ns, window)
-        evals_reduced = allreduce_reductions(world, rank_reductions(mine[None]))
-        evals = world.gather_array(mine) if gather else None
+        mine = per_accelerator(PHASE_EVAL, eval_epochs)
+        evals_reduced = allreduce_reductions(world, rank_reductions(mine))
+        evals = gathered(mine)
     wait_epochs, wait_run = wait_latency(world, header, rows, train_epochs, **window)
     cpu_user, cpu_system, cpu_inv = summed_cpu(world, cpu_window, train_epochs, cpu_invocation)
     return RankReduction(train=train, evals=evals, train_reduced=train_reduced, evals_reduced=evals_reduced,

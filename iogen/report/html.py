@@ -330,6 +330,9 @@ _SETUP_ROWS = (
      ("bypassed (O_DIRECT)" if s.get("odirect") else "left as it is")),
     ("compute per step", lambda s: s["computation_time"]),
     ("ranks / hosts", lambda s: f"{s['num_ranks']} rank(s) on {len(s.get('hosts') or [])} host(s)"),
+    ("accelerators", lambda s: (f"{s['num_accelerators']}, {s['accelerators_per_process']} per process"
+                                if (s.get("accelerators_per_process") or 1) > 1 else
+                                f"{s.get('num_accelerators', s['num_ranks'])}, one per rank")),
     ("core", lambda s: s["core_implementation"]),
     ("iogen", lambda s: s["iogen_version"]),
 )

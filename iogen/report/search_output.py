@@ -68,9 +68,10 @@ def point_dict(point, search_dir: str) -> dict:
 
 
 def result_line(name: str, n: int, points: dict, threshold_pct: float, max_accelerators: int,
-                min_steps: int = 0) -> str:
+                min_steps: int = 0, per_process: int = 1) -> str:
     """The final line: N and the evidence (AU at N and at the first failing count), noise stated,
-    then the notes on that evidence (AU not monotone in n, too few measured steps)."""
+    then the notes on that evidence (AU not monotone in n, too few measured steps). `per_process`:
+    train.accelerators_per_process, said where a process stepped several accelerators."""
     def at(k):
         pt = points[k]
         ci = ("" if pt.au.ci95_low is None else
@@ -87,6 +88,8 @@ def result_line(name: str, n: int, points: dict, threshold_pct: float, max_accel
     else:
         text = (f"N = {n}: {n} accelerator(s) keep AU >= {threshold_pct:g}% on {name}: {at(n)}; "
                 f"{at(failed[0])} is below")
+    if per_process > 1:
+        text = text.replace(" accelerator(s) ", f" accelerator(s) ({per_process} per process) ", 1)
     near = [k for k in ([n] if n else []) + failed[:1] if points[k].near]
     if near:
         text += (f". Within the noise band at {', '.join(map(str, near))}: each was probed again and decided on "
@@ -168,14 +171,14 @@ def write_plot(path: str, points: dict, threshold_pct: float, title: str, n: int
             ax.plot([k], [points[k].au.mean], marker="x", color="tab:red", markersize=10)
     if n:
         ax.axvline(n, color="black", linestyle=":", label=f"N = {n}")
-    ax.set_xlabel("accelerators (ranks)")
+    ax.set_xlabel("emulated accelerators")
     ax.set_ylabel("AU %", color="tab:blue")
     ax.set_ylim(0, 105)
     ax.set_xticks(ks)
     ax2 = ax.twinx()
     ax2.plot(ks, [points[k].throughput_samples_s or 0.0 for k in ks], marker="s", color="tab:green",
              label="samples/s")
-    ax2.set_ylabel("samples/s (all ranks)", color="tab:green")
+    ax2.set_ylabel("samples/s (all accelerators)", color="tab:green")
     ax2.set_ylim(bottom=0)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()

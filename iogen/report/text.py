@@ -100,7 +100,7 @@ def setup_line(setup: dict | None, checkpoint: bool = False) -> str:
         return "setup: not recorded (a run from an older iogen)"
     s = setup
     memory = s.get("node_memory_min_bytes")
-    ranks, hosts = s.get("num_ranks"), s.get("hosts") or []
+    hosts = s.get("hosts") or []
     access = " O_DIRECT" if s.get("odirect") else ""
     evict = ", page cache evicted every epoch" if s.get("evict_page_cache") else ""
     return (f"{s['workload']}: {s['format']} read by the {s['data_loader']} loader{access}, "
@@ -108,7 +108,16 @@ def setup_line(setup: dict | None, checkpoint: bool = False) -> str:
             f"{' (stdev ' + fmt_bytes(s['record_length_bytes_stdev']) + ')' if s.get('record_length_bytes_stdev') else ''}, "
             f"dataset {fmt_bytes(s['dataset_bytes'])} ({s['num_files_train']} files)"
             f"{' vs node memory ' + fmt_bytes(memory) if memory else ''}{evict}; compute {s['computation_time']}; "
-            f"{ranks} rank(s) on {len(hosts)} host(s); core {s['core_implementation']}; iogen {s['iogen_version']}")
+            f"{_ranks_words(s)} on {len(hosts)} host(s); core {s['core_implementation']}; iogen {s['iogen_version']}")
+
+
+def _ranks_words(s: dict) -> str:
+    """"N rank(s)", or where a process steps several emulated accelerators, how many and in what mode."""
+    per = s.get("accelerators_per_process") or 1
+    if per <= 1:
+        return f"{s.get('num_ranks')} rank(s)"
+    return (f"{s.get('num_accelerators')} accelerator(s), {per} per process (train.accelerators_per_process), "
+            f"{s.get('num_ranks')} rank(s)")
 
 
 def reads_lines(it: dict) -> list[str]:

@@ -62,9 +62,13 @@ class EngineResult:
 class Engine:
     """Runs the epochs of one rank: train phases, eval phases and checkpoints."""
 
-    def __init__(self, wl, world, train_loader, eval_loader, steplog, *, shuffle_seed: int, progress=None):
+    def __init__(self, wl, world, train_loader, eval_loader, steplog, *, shuffle_seed: int, progress=None,
+                 accelerators=None):
         self.wl = wl
         self.world = world
+        # the emulated accelerators this process steps (iogen.world.accelerators): one, this rank, unless
+        # train.accelerators_per_process > 1 (_group_phase)
+        self.accel = accelerators
         self.train_loader = train_loader
         self.eval_loader = eval_loader
         self.steplog = steplog
@@ -81,12 +85,25 @@ class Engine:
         if nbytes and world.size > 1:
             self.allreduce_buf = np.zeros(nbytes // 8 or 1, np.float64)
 
-    def _compute_times(self, dist, epoch: int, phase: int, steps: int) -> np.ndarray:
-        """Requested compute per step, drawn for the whole epoch from a seeded generator."""
-        rng = np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence([self.wl.train.seed, self.world.rank, epoch, phase]))
-        )
+    def _compute_times(self, dist, epoch: int, phase: int, steps: int, accelerator=None) -> np.ndarray:
+        """Requested compute per step, drawn for the whole epoch from a seeded generator (an accelerator's
+        draws are those of a rank of its id, whichever mode steps it)."""
+        who = self.world.rank if accelerator is None else accelerator
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.wl.train.seed, who, epoch, phase])))
         return dist.sample_ns(rng, steps)
+
+    @property
+    def grouped(self) -> bool:
+        """Several emulated accelerators in this process (train.accelerators_per_process > 1)."""
+        return self.accel is not None and self.accel.grouped
+
+    def _plans(self, layout, epoch: int, phase: str):
+        """This process's plan (one rank per accelerator), or one per accelerator it steps."""
+        if not self.grouped:
+            return plan_for(self.wl, layout, epoch=epoch, rank=self.world.rank, world_size=self.world.size,
+                            seed=self.shuffle_seed, phase=phase)
+        return [plan_for(self.wl, layout, epoch=epoch, rank=a, world_size=self.accel.total, seed=self.shuffle_seed,
+                         phase=phase) for a in self.accel.ids]
 
     def run(self) -> EngineResult:
         """All epochs, with eval and checkpoints where the workload asks for them."""
@@ -101,10 +118,7 @@ class Engine:
         wl, res = self.wl, EngineResult(spin_ns=self.spin_ns)
         for epoch in range(1, wl.train.epochs + 1):
             if wl.workflow.train:
-                plan = plan_for(
-                    wl, self.train_loader.layout, epoch=epoch, rank=self.world.rank,
-                    world_size=self.world.size, seed=self.shuffle_seed, phase="train",
-                )
+                plan = self._plans(self.train_loader.layout, epoch, "train")
                 if wl.reader.evict_page_cache:
                     self.train_loader.evict()
                     self.world.barrier()  # no rank starts while another still evicts
@@ -116,10 +130,7 @@ class Engine:
                 res.checkpoints.append(self.checkpointer.write(epoch, step=0))
                 self.checkpointer.cleanup()
             if self.eval_loader is not None and eval_due(wl, epoch):
-                plan = plan_for(
-                    wl, self.eval_loader.layout, epoch=epoch, rank=self.world.rank,
-                    world_size=self.world.size, seed=self.shuffle_seed, phase="eval",
-                )
+                plan = self._plans(self.eval_loader.layout, epoch, "eval")
                 if wl.reader.evict_page_cache:
                     self.eval_loader.evict()
                     self.world.barrier()
@@ -131,6 +142,8 @@ class Engine:
 
     def _phase(self, plan, loader, phase: int, dist, res: EngineResult) -> int:
         """One epoch's train or eval phase: the timed step loop."""
+        if self.grouped:
+            return self._group_phase(plan, loader, phase, dist, res)
         now, sleep_ns, sleep_until_ns, spin = (self.clock.now_ns, self.clock.sleep_ns,
                                                self.clock.sleep_until_ns, self.spin_ns)
         barrier, append = self.world.barrier, self.steplog.append
@@ -223,6 +236,108 @@ class Engine:
             progress.phase_done(epoch, phase, plan.steps, *self._phase_figures(mark))
         return plan.steps
 
+    def _group_phase(self, plans, loader, phase: int, dist, res: EngineResult) -> int:
+        """One epoch's phase of the K emulated accelerators this process steps (train.accelerators_per_process).
+
+        Each accelerator has its own plan (that of a rank of its id in a job of every accelerator), its own
+        batches (a stream of the loader, read ahead through the one reader pool), its own drawn compute and
+        its own row per step; one thread steps them all. At each step every accelerator requests its next
+        batch at the same instant (they left the last barrier together); accelerator k's batch is ready at
+        max(request, when its reads landed) plus the loader's own work on it (Batch.ready_ns, finish_ns), its
+        compute runs from then for its drawn time, and the thread sleeps until the last accelerator's compute
+        ends, then meets the other processes at the barrier, which every accelerator leaves at once: the
+        barrier spans every emulated accelerator. A rank of a one-per-accelerator job measures the same
+        spans, plus its main thread's wake-up after the hand-off (no thread here waits for one batch alone).
+        """
+        now, sleep_until_ns, spin = self.clock.now_ns, self.clock.sleep_until_ns, self.spin_ns
+        barrier, append = self.world.barrier, self.steplog.append_group
+        ids = np.asarray(self.accel.ids, np.int32)
+        k = ids.size
+        steps, epoch = int(plans[0].steps), plans[0].epoch
+        requested = np.zeros((steps + 1, k), np.int64)  # row steps: "the step after the last" hides nothing
+        for j, a in enumerate(self.accel.ids):
+            requested[:steps, j] = self._compute_times(dist, epoch, phase, steps, accelerator=a)
+        hide = requested.min(axis=1) >= HIDE_BOOKKEEPING_NS
+        ckpt = self.checkpointer if phase == PHASE_TRAIN else None
+        progress = self.progress
+        streams = loader.epochs(plans)
+        its = streams.iterators
+        mark = self.steplog.rows_appended
+        m = self.wl.metric
+        window_from = m.exclude_start_steps if steps > m.exclude_start_steps else 0
+        w_start, w_stop, _ = window_bounds(steps, m.exclude_start_steps, m.exclude_end_steps)
+        if phase != PHASE_TRAIN:
+            w_start = w_last = -1
+        else:
+            w_last = w_stop - 1
+        t_ready = np.zeros(k, np.int64)
+        samples = np.zeros(k, np.int64)
+        nbytes = np.zeros(k, np.int64)
+        t_first = now()
+        samples_done = compute_done = 0
+        cpu_start = cpu_ckpt = None
+        pending = None
+        try:
+            for step in range(steps):
+                if step == w_start:
+                    cpu_start = tree_cpu()
+                t_request = now()
+                if step == window_from:
+                    t_first = t_request
+                for j in range(k):
+                    batch = next(its[j])
+                    done = batch.ready_ns
+                    t_ready[j] = (max(t_request, done) + batch.finish_ns) if done else now()
+                    samples[j] = batch.samples
+                    nbytes[j] = batch.bytes
+                t_compute_end = t_ready + requested[step]
+                if pending is not None:
+                    append(*pending)
+                    pending = None
+                    if progress is not None and progress.due(int(t_ready.max())):
+                        progress.step(epoch, phase, step, steps, int(t_ready.max()), samples_done,
+                                      compute_done // k, t_first)
+                sleep_until_ns(int(t_compute_end.max()), spin)
+                if step >= window_from:
+                    samples_done += int(samples.sum())
+                    compute_done += int(requested[step].sum())
+                barrier()
+                checkpoint_ns = 0
+                if ckpt is not None and ckpt.due_after_step(step + 1):
+                    t0 = now()
+                    in_window = w_start <= step <= w_last
+                    c0 = tree_cpu() if in_window else None
+                    res.checkpoints.append(ckpt.write(epoch, step + 1))
+                    if in_window:
+                        spent = tree_cpu() - c0
+                        cpu_ckpt = spent if cpu_ckpt is None else cpu_ckpt + spent
+                    t_step_end = now()
+                    checkpoint_ns = max(1, t_step_end - t0)
+                    ckpt.cleanup()
+                else:
+                    t_step_end = now()
+                row = (ids, epoch, step, phase, t_request, t_ready.copy(), t_compute_end, t_step_end,
+                       requested[step].copy(), samples.copy(), nbytes.copy(), checkpoint_ns)
+                if hide[step + 1]:
+                    pending = row
+                else:
+                    append(*row)
+                    if progress is not None and progress.due(t_step_end):
+                        progress.step(epoch, phase, step + 1, steps, t_step_end, samples_done, compute_done // k,
+                                      t_first)
+                if step == w_last and cpu_start is not None:
+                    spent = tree_cpu() - cpu_start
+                    if cpu_ckpt is not None:
+                        spent = spent - cpu_ckpt
+                    res.cpu_window.append((epoch, spent.user_s, spent.system_s))
+        finally:
+            if pending is not None:  # an interrupted phase keeps its last measured step
+                append(*pending)
+            streams.close()
+        if progress is not None:
+            progress.phase_done(epoch, phase, steps, *self._phase_figures(mark))
+        return steps
+
     def _phase_figures(self, mark: int):
         """(AU, samples/s, window s) of the phase just run, as summary.json reports them.
 
@@ -231,8 +346,12 @@ class Engine:
         iogen.metrics.combine_ranks does; the window time is this rank's. Every rank takes part.
         """
         requestlog.flush()  # output.request_log: the phase's requests reach the file
-        m = epoch_metrics(self.steplog.rows_since(mark), self.wl.metric.exclude_start_steps,
-                          self.wl.metric.exclude_end_steps)
-        au_sum, samples_s = self.world.allreduce_array(np.array([m.au, m.throughput_samples_s]), "sum")
-        return float(au_sum) / self.world.size, float(samples_s), m.T_ns / 1e9
+        rows = self.steplog.rows_since(mark)
+        start, end = self.wl.metric.exclude_start_steps, self.wl.metric.exclude_end_steps
+        per = [epoch_metrics(rows[rows["rank"] == a], start, end) for a in np.unique(rows["rank"])] \
+            if self.grouped else [epoch_metrics(rows, start, end)]
+        au_sum, samples_s = self.world.allreduce_array(
+            np.array([sum(m.au for m in per), sum(m.throughput_samples_s for m in per)]), "sum")
+        total = self.accel.total if self.accel is not None else self.world.size
+        return float(au_sum) / total, float(samples_s), max((m.T_ns for m in per), default=0) / 1e9
 

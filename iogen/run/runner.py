@@ -94,6 +94,7 @@ class _RunState:
     result: object = None
     staging: object = None  # this rank's iogen.data.staging.StageReport when the data was staged
     log: object = None  # rank 0's iogen.common.runlog.RunLog (output.log_file in the run folder)
+    accelerators: object = None  # iogen.world.accelerators.Accelerators: the emulated accelerators
 
     def close(self) -> BaseException | None:
         """Close everything, each even if another failed; return the first failure (None if none)."""
@@ -211,6 +212,10 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
     from ..report import rundir, run_outputs as summary
     from ..common.steplog import StepLog
 
+    from ..world.accelerators import accelerators_of
+
+    accel = accelerators_of(wl.train, world.rank, world.size)  # exit 2 before any work if the counts disagree
+    st.accelerators = accel
     fmt, st.train_layout, eval_layout = prepare_data(wl, world, stream, quiet)
     _start_request_log(wl, world)  # from here on, what summary.json's object_store counts
     seed = shuffle_seed(wl, world)
@@ -240,7 +245,8 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         run_dir = rundir.create_run_dir(wl.output.folder, wl.name, label)
     st.run_dir = world.bcast(run_dir)
     requestlog.attach(st.run_dir)
-    st.facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description())
+    st.facts = summary.run_facts(wl, world, seed=seed, label=label, core_impl=core.core_description(),
+                                 accelerators=accel)
     if st.staging is not None:
         from ..metrics.staging import reduce_staging
 
@@ -256,7 +262,8 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         progress = st.log = open_log(progress, st.run_dir, wl.output.log_file,
                                      f"run {wl.name} started in {st.run_dir}: {wl.dataset.format} read by the "
                                      f"{wl.reader.data_loader} loader from {st.train_layout.folder}, "
-                                     f"{world.size} rank(s), core {core.core_description()}")
+                                     f"{world.size} rank(s), {accel.total} accelerator(s) ({accel.mode}), "
+                                     f"core {core.core_description()}")
         if st.staging is not None:  # staged before the run folder (and its log) existed
             sb = st.facts["staging"]
             st.log.write(f"staged ({sb['scope']} scope) into {sb['folder']}: {sb['staged_files']} file(s), "
@@ -267,7 +274,8 @@ def _run_body(wl, world, st: _RunState, label: str, quiet: bool, stream) -> None
         from ..data.staging import log_staging
 
         log_staging(st.steplog, st.staging)
-    engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress)
+    engine = Engine(wl, world, st.train_loader, st.eval_loader, st.steplog, shuffle_seed=seed, progress=progress,
+                    accelerators=accel)
     st.result = engine.run()
     if wl.reader.decode_images:  # decode mode: the images' decode CPU, every rank's summed (collective)
         from ..loaders.decode import decode_block
@@ -298,12 +306,14 @@ def _finish(wl, world, st: _RunState, error):
     from ..report import run_outputs as summary
 
     try:
-        return summary.finish(st.run_dir, wl, world, st.facts, st.result, error, st.train_layout), error
+        return summary.finish(st.run_dir, wl, world, st.facts, st.result, error, st.train_layout,
+                              accelerators=st.accelerators), error
     except RankFailure as exc:
         if error is not None:
             raise
         # Another rank failed while this one was reducing: reduce again, as that rank does.
-        return summary.finish(st.run_dir, wl, world, st.facts, st.result, exc, st.train_layout), exc
+        return summary.finish(st.run_dir, wl, world, st.facts, st.result, exc, st.train_layout,
+                              accelerators=st.accelerators), exc
     except OutputError as exc:
         world.fail(exc)
         if error is not None:

@@ -191,14 +191,21 @@ def _summary_facts(doc: dict) -> tuple[int, list, list]:
     return steps, [x for x in per_epoch.get("au_percentage") or [] if x is not None], caveats
 
 
+def probe_ranks(n: int, per_process: int) -> int:
+    """The ranks a probe of n emulated accelerators starts: n, or ceil(n / K) with K a process."""
+    return -(-n // per_process)
+
+
 def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, overrides: list,
-              accelerator: str | None, runs: int) -> Probe:
-    """Launch one probe: `<launcher with n> python -m iogen run ...` into `folder`, output to probe.log."""
+              accelerator: str | None, runs: int, per_process: int = 1) -> Probe:
+    """Launch one probe: `<launcher with n> python -m iogen run ...` into `folder`, output to probe.log.
+    With train.accelerators_per_process K > 1 the launcher starts ceil(n / K) ranks, told train.accelerators=n."""
     from ..metrics.campaign import run_values_from_summary
 
     os.makedirs(folder)
-    cmd = [*launcher_argv(template, n), sys.executable, "-m", "iogen", "run", workload, *overrides,
-           "--output", folder, "--quiet"]
+    extra = [] if per_process == 1 else [f"train.accelerators={n}"]
+    cmd = [*launcher_argv(template, probe_ranks(n, per_process)), sys.executable, "-m", "iogen", "run", workload,
+           *overrides, *extra, "--output", folder, "--quiet"]
     if runs > 1:
         cmd += ["--runs", str(runs)]
     if accelerator:

@@ -97,7 +97,8 @@ def test_no_compute_is_refused(iogen_cmd, tiny):
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
+@pytest.mark.parametrize("per_process", [1, 3])
+def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path, per_process):
     import sys
 
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -108,9 +109,11 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
     assert gen.returncode == 0, gen.stderr
     # metric.au=0: every count passes, so the path is deterministic: 1, 2, 4 and N >= 4
     res = iogen_cmd("search", "default", *tiny(**files, **{"metric.au": 0}), "--launcher", f"{mpiexec} -n {{n}}",
-                    "--max", "4", "--min-steps", "2", timeout=600)
+                    "--max", "4", "--min-steps", "2", f"train.accelerators_per_process={per_process}", timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "N >= 4" in res.stdout
+    if per_process > 1:  # 4 accelerators at 3 a process: 2 ranks, the second stepping 1
+        assert "4 accelerator(s) (3 per process)" in res.stdout
     search_dir = res.stdout.split("results: ", 1)[1].split()[0]
     doc = json.loads(_read(os.path.join(search_dir, "search.json")))
     assert doc["complete"] and doc["accelerators"] == 4
@@ -121,6 +124,7 @@ def test_search_under_real_mpiexec(iogen_cmd, tiny, tmp_path):
         (run_dir,) = probe["run_dirs"]
         summary = json.loads(_read(os.path.join(search_dir, run_dir, "summary.json")))
         assert summary["num_accelerators"] == point["accelerators"]  # really launched on n ranks
+        assert summary["iogen"]["facts"]["num_ranks"] == -(-point["accelerators"] // per_process)
     assert os.path.getsize(os.path.join(search_dir, "search.png")) > 0
     page = _read(os.path.join(search_dir, "search.html"))
     assert "N &gt;= 4" in page and "data:image/png;base64," in page and "probe-03-n4" in page
@@ -304,3 +308,14 @@ def test_a_launcher_that_starts_another_count_fails_the_search(iogen_cmd, tiny, 
     assert "train.epochs=4" in _read(search_dir / "probe-01-n1" / "probe.log")
     doc = json.loads(_read(search_dir / "search.json"))
     assert doc["complete"] is False and doc["points"][0]["measured_steps_per_rank"] == 12
+
+
+def test_a_search_of_several_accelerators_per_process_says_so_and_starts_fewer_ranks():
+    from iogen.run.search import probe_ranks
+
+    assert [probe_ranks(n, 24) for n in (1, 24, 25, 48, 49)] == [1, 1, 2, 2, 3]
+    assert probe_ranks(7, 1) == 7
+    calls = []
+    n, points = search(_probe_from({k: 99.0 if k <= 48 else 80.0 for k in range(1, 65)}, calls), 64, 90.0)
+    line = result_line("retinanet", n, points, 90.0, 64, per_process=24)
+    assert line.startswith("N = 48: 48 accelerator(s) (24 per process) keep AU >= 90%")
