@@ -32,9 +32,16 @@ __all__ = [
 
 
 def read_run_steps(run_dir) -> list:
-    """Every rank's (header, rows) of a run folder, in rank order."""
+    """Every rank's (header, rows) of a run folder, in rank order; where a process stepped several emulated
+    accelerators (train.accelerators_per_process), each accelerator's rows apart, its header's `rank` its id."""
     paths = sorted(glob.glob(os.path.join(os.fspath(run_dir), "steps", "rank-*.steps")))
-    logs = [read_steplog(p) for p in paths]
+    logs = []
+    for header, rows in map(read_steplog, paths):
+        ids = np.unique(rows["rank"]) if len(rows) else ()
+        if len(ids) <= 1:
+            logs.append((header, rows))
+        else:
+            logs += [(dict(header, rank=int(a)), rows[rows["rank"] == a]) for a in ids]
     return sorted(logs, key=lambda hr: hr[0]["rank"])
 
 
