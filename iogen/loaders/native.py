@@ -109,7 +109,7 @@ class _Job:
 
     __slots__ = ("step", "slot", "n_samples", "files", "offsets", "entry_buf", "entry_len", "pending", "done",
                  "inline_bytes", "transient", "preprocess_ns", "split", "decoded", "payloads", "extent",
-                 "streamed", "t_done")
+                 "streamed", "t_done", "on_done")
 
     def __init__(self, step, slot, n_samples):
         self.step = step
@@ -126,6 +126,7 @@ class _Job:
         self.extent = None  # bytes of the slot's buffer the batch's reads fill
         self.streamed = False  # read through the threads' scratch buffers: no batch buffer holds it
         self.t_done = 0  # monotonic ns when its reads had all landed (0: not stamped)
+        self.on_done = None  # a pipeline's completion: on_done(job, results) by the thread that completes it
 
 
 class NativeLoader(Loader):
@@ -226,6 +227,7 @@ class NativeLoader(Loader):
         # IOGEN_READER_NICE (idle by default where ranks outnumber CPUs): the reading threads yield
         # the cores to the ranks' main threads
         self._nice = reader_nice(oversubscribed=bool(getattr(world, "oversubscribed", False)))
+        self._on_done = None  # the running _Pipeline's completion of its jobs
         self._pool = ThreadPool(self.threads, name="iogen-read",
                                 setup=lambda k: (lower_priority(self._nice),
                                                  self._thread_scratch() if self._stream or self._stream_groups
@@ -392,6 +394,7 @@ class NativeLoader(Loader):
         """A batch's job, its preprocessing time drawn (in step order, whoever prepares it)."""
         job = _Job(step, slot, int(gids.size))
         job.preprocess_ns = self.preprocess.batch_ns(gids.size)
+        job.on_done = self._on_done
         return job
 
     def _streamed(self, job, files, offsets, lengths, fds=None) -> tuple:
@@ -644,6 +647,10 @@ class NativeLoader(Loader):
             nbytes = job.inline_bytes + _collect(job)
         finally:
             self.table.close_handles(job.transient)
+        return self._finish_job(job, nbytes)
+
+    def _finish_job(self, job: _Job, nbytes: int) -> Batch:
+        """A batch from a job whose reads are all in (nbytes): the checks and decoding left to do here."""
         if job.payloads is not None:  # decoded: the payloads are the batch
             return Batch(job.n_samples, nbytes, [p for ps in job.payloads for p in ps])
         if job.streamed:  # read and checked; no buffer holds the batch
@@ -685,24 +692,30 @@ class NativeLoader(Loader):
     # -- the epoch ---------------------------------------------------------------------
 
     def epoch(self, plan):
-        """Yield plan.steps batches; with prefetch_size > 0 a producer thread reads self.prefetch batches ahead."""
+        """plan.steps batches in plan order: with prefetch_size > 0 a producer thread reads self.prefetch batches
+        ahead (an iterator with close(); see _Pipeline), else each batch read when asked for."""
         if self.groups is not None:
             self.groups.new_epoch()
-        try:
-            if self.prefetch == 0:
-                for step in range(plan.steps):
-                    yield self._finish(self._prepare(step, 0, plan.batches[step]))
-                return
-            yield from self._pipelined(plan)
-        finally:
-            if self._requests:  # this epoch's requests; the indexing's apart
-                self.epoch_figures.append(self.store.drain())
-                self.index_figures = merge_index(self.index_figures, self._index_store.drain())
+        if self.prefetch == 0:
+            return self._inline_epoch(plan)
+        return _Pipeline(self, [plan]).streams[0]
 
-    def epochs(self, plans) -> "Streams":
+    def _inline_epoch(self, plan):
+        try:
+            for step in range(plan.steps):
+                yield self._finish(self._prepare(step, 0, plan.batches[step]))
+        finally:
+            self._drain_figures()
+
+    def _drain_figures(self) -> None:
+        if self._requests:  # this epoch's requests; the indexing's apart
+            self.epoch_figures.append(self.store.drain())
+            self.index_figures = merge_index(self.index_figures, self._index_store.drain())
+
+    def epochs(self, plans) -> "_Pipeline":
         """The batches of several emulated accelerators of this process (train.accelerators_per_process): one
-        iterator per plan (their steps alike), read ahead by one producer thread through the one reader pool,
-        each stream keeping its own self.prefetch batches in flight in its own buffers. Close it when done."""
+        iterator per plan (`streams`, their steps alike), read ahead by one producer thread through the one reader
+        pool, each stream keeping its own self.prefetch batches in flight in its own buffers. Close it when done."""
         if self.prefetch == 0:
             raise ConfigError("train.accelerators_per_process > 1 needs reader.prefetch_size > 0: the accelerators' "
                               "batches are read ahead by one producer")
@@ -710,60 +723,25 @@ class NativeLoader(Loader):
             raise ValueError(f"{len(plans)} streams, buffers for {self.streams}")
         if self.groups is not None:
             self.groups.new_epoch()
-        return Streams(self, plans)
+        return _Pipeline(self, plans)
 
-    def _pipelined(self, plan):
-        free = queue.SimpleQueue()
-        for slot in range(self.prefetch + 1):
-            free.put(slot)
-        ready = queue.SimpleQueue()
-        stop = threading.Event()
+    def _batch_of(self, job: _Job, nbytes: int):
+        """The Batch of a job whose reads are done and checked, or None where the taker must still finish it
+        (decoded payloads, records split across threads, decode mode, handles opened for the batch alone)."""
+        if job.payloads is not None or job.transient:
+            return None
+        if job.streamed:
+            return Batch(job.n_samples, nbytes, None, job.t_done)
+        if job.split or self.decoder is not None:
+            return None
+        return Batch(job.n_samples, nbytes, self._buffers[job.slot][:job.extent], job.t_done)
 
-        def produce():
-            lower_priority(self._nice)
-            try:
-                for step in range(plan.steps):
-                    early = self._plan_streamed(step, plan.batches[step])  # before the wait: no I/O in it
-                    slot = free.get()
-                    if stop.is_set():
-                        return
-                    if early is None:
-                        ready.put(self._prepare(step, slot, plan.batches[step]))
-                    else:
-                        early[0].slot = slot
-                        if len(early) > 1:
-                            self._submit(*early)
-                        elif early[0].preprocess_ns:  # nothing to read (cached groups): still preprocessed
-                            core.clock.sleep_ns(early[0].preprocess_ns)
-                        ready.put(early[0])
-            except BaseException as exc:  # handed to the consumer, which raises it
-                ready.put(exc)
-
-        producer = threading.Thread(target=produce, name="iogen-prefetch", daemon=True)
-        producer.start()
-        held = None
+    def _finish_read(self, job: _Job, nbytes: int) -> Batch:
+        """_finish for a job whose reads were collected (their bytes summed) where they landed."""
         try:
-            for _ in range(plan.steps):
-                item = ready.get()
-                if isinstance(item, BaseException):
-                    raise item
-                batch = self._finish(item)
-                if held is not None:
-                    free.put(held)
-                held = item.slot
-                yield batch
+            return self._finish_job(job, nbytes)
         finally:
-            stop.set()
-            free.put(-1)  # wake the producer if it waits for a buffer
-            producer.join()
-            while not ready.empty():  # let reads still in flight finish before buffers go away
-                item = ready.get()
-                if not isinstance(item, BaseException):
-                    try:
-                        _collect(item)
-                    except BaseException:  # already failing or stopping: the first error wins
-                        pass
-                    self.table.close_handles(item.transient)
+            self.table.close_handles(job.transient)
 
     def close(self) -> None:
         """Stop the read threads and close every file."""
@@ -775,31 +753,43 @@ class NativeLoader(Loader):
             self.groups.close()
 
 
-class Streams:
-    """Several accelerators' streams of batches through one NativeLoader (NativeLoader.epochs): one producer
-    thread prepares step s of stream 0, 1, ..., K-1, then step s + 1, each in a free buffer slot of its stream
-    (stream k's slots are k x depth .. (k + 1) x depth - 1), and `iterators[k]` yields stream k's batches."""
+class _Pipeline:
+    """One epoch's batches of one or more streams (one per emulated accelerator of the process) read ahead by
+    one producer thread.
+
+    The producer prepares step s of stream 0, 1, ..., K-1, then step s + 1, each in a free buffer slot of its
+    stream (stream k's slots are k x depth .. (k + 1) x depth - 1, depth = batches in flight + 1; a stream's
+    slots are taken and given back in step order, so step s of stream k is always slot k x depth + s % depth).
+    A batch is handed over finished: the reading thread whose slice completes it (or the producer, for a batch
+    it read itself) checks its results and puts the Batch in its slot's queue, so the thread that takes it does
+    one queue get and nothing else (after a long emulated compute its caches are cold and every line of Python
+    between request and hand-over shows as data wait). Batches that need more work where they are taken
+    (decoded payloads, records split across threads) are finished there, as before."""
 
     def __init__(self, loader: NativeLoader, plans):
         self.loader = loader
-        depth = loader.prefetch + 1
+        self.depth = depth = loader.prefetch + 1
         self.steps = int(plans[0].steps)
         if any(int(p.steps) != self.steps for p in plans):
             raise ValueError("every stream of a process runs the same steps")
-        self.free = [queue.SimpleQueue() for _ in plans]
-        for k, q in enumerate(self.free):
-            for slot in range(k * depth, (k + 1) * depth):
+        k = len(plans)
+        self.free = [queue.SimpleQueue() for _ in range(k)]
+        for j, q in enumerate(self.free):
+            for slot in range(j * depth, (j + 1) * depth):
                 q.put(slot)
-        self.ready = [queue.SimpleQueue() for _ in plans]
+        self.done = [queue.SimpleQueue() for _ in range(k * depth)]  # per slot: Batch, (job, nbytes) or an error
+        self.prepared = [0] * k  # per stream: steps whose batch will reach its slot's queue
         self.stop = threading.Event()
         self.closed = False
+        self.streams = [_Stream(self, j) for j in range(k)]
+        loader._on_done = self._complete
         self.producer = threading.Thread(target=self._produce, args=(plans,), name="iogen-prefetch", daemon=True)
         self.producer.start()
-        self.iterators = [self._consume(k) for k in range(len(plans))]
 
     def _produce(self, plans) -> None:
-        ld = self.loader
+        ld, depth = self.loader, self.depth
         lower_priority(ld._nice)
+        step = k = 0
         try:
             for step in range(self.steps):
                 for k, plan in enumerate(plans):
@@ -809,29 +799,34 @@ class Streams:
                     if self.stop.is_set():
                         return
                     if early is None:
-                        self.ready[k].put(ld._prepare(step, slot, gids))
+                        job = ld._prepare(step, slot, gids)
                     else:
-                        early[0].slot = slot
+                        job = early[0]
+                        job.slot = slot
                         if len(early) > 1:
                             ld._submit(*early)
-                        elif early[0].preprocess_ns:
-                            core.clock.sleep_ns(early[0].preprocess_ns)
-                        self.ready[k].put(early[0])
-        except BaseException as exc:  # every stream's consumer raises it (the engine may wait on any of them)
-            for q in self.ready:
-                q.put(exc)
+                        elif job.preprocess_ns:  # nothing to read (cached groups): still preprocessed
+                            core.clock.sleep_ns(job.preprocess_ns)
+                    if job.payloads is not None:  # decoded payloads: collected and finished where taken
+                        self.done[slot].put((job, None))
+                    elif job.pending == 0:  # read here (or nothing to read): finished here
+                        if not job.t_done:
+                            job.t_done = _now()
+                        self._complete(job, ())
+                    # else the reading thread that completes its last slice finishes it (_Gather)
+                    self.prepared[k] = step + 1
+        except BaseException as exc:  # the stream's taker raises it at that step
+            self.done[k * depth + step % depth].put(exc)
 
-    def _consume(self, k: int):
-        ld, ready, free, held = self.loader, self.ready[k], self.free[k], None
-        for _ in range(self.steps):
-            item = ready.get()
-            if isinstance(item, BaseException):
-                raise item
-            batch = ld._finish(item)
-            if held is not None:
-                free.put(held)
-            held = item.slot
-            yield batch
+    def _complete(self, job: _Job, results) -> None:
+        """A job's reads are all in (results: the slices' byte counts or Failed): its Batch to its slot's queue."""
+        try:
+            nbytes = job.inline_bytes + _sum_results(results)
+            batch = self.loader._batch_of(job, nbytes)
+        except BaseException as exc:
+            self.done[job.slot].put(exc)
+            return
+        self.done[job.slot].put(batch if batch is not None else (job, nbytes))
 
     def close(self) -> None:
         """Stop the producer and let every read still in flight finish before the buffers may go."""
@@ -839,23 +834,84 @@ class Streams:
             return
         self.closed = True
         self.stop.set()
-        for it in self.iterators:
-            it.close()
         for q in self.free:
             q.put(-1)  # wake the producer if it waits for a buffer of any stream
         self.producer.join()
-        for q in self.ready:
-            while not q.empty():
-                item = q.get()
-                if not isinstance(item, BaseException):
+        ld = self.loader
+        for k, stream in enumerate(self.streams):
+            for step in range(stream.step, self.prepared[k]):
+                got = self.done[k * self.depth + step % self.depth].get()  # every prepared batch lands
+                if type(got) is tuple:
+                    job, nbytes = got
                     try:
-                        _collect(item)
+                        if nbytes is None:
+                            _collect(job)
                     except BaseException:  # already failing or stopping: the first error wins
                         pass
-                    self.loader.table.close_handles(item.transient)
-        if self.loader._requests:
-            self.loader.epoch_figures.append(self.loader.store.drain())
-            self.loader.index_figures = merge_index(self.loader.index_figures, self.loader._index_store.drain())
+                    ld.table.close_handles(job.transient)
+        ld._on_done = None
+        ld._drain_figures()
+
+
+class _Stream:
+    """One stream's batches (an iterator): step s's batch from its slot's queue. The slot of the batch before
+    is given back to the producer when the next one is taken, or, after defer_release(), when the taker calls
+    release() (the engine: once the batch is in hand, so the producer's work runs during the compute). The
+    taking does one queue get and little else: it is the data wait of every step."""
+
+    def __init__(self, pipe: _Pipeline, k: int):
+        self.pipe = pipe
+        self.base = k * pipe.depth
+        self.depth = pipe.depth
+        self.steps = pipe.steps
+        self.queues = pipe.done[self.base:self.base + pipe.depth]
+        self.free = pipe.free[k]
+        self.step = 0
+        self.held = None  # the slot of the batch in hand
+        self.previous = None  # (deferred) the slot of the batch before it, given back by release()
+        self.deferred = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Batch:
+        step = self.step
+        if step >= self.steps:
+            if all(st.step >= st.steps for st in self.pipe.streams):
+                self.pipe.close()  # every batch taken: the epoch's figures are complete
+            raise StopIteration
+        got = self.queues[step % self.depth].get()
+        self.step = step + 1
+        if type(got) is not Batch:
+            got = self._finish(got)
+        if self.deferred:
+            self.previous = self.held
+        elif self.held is not None:
+            self.free.put(self.held)
+        self.held = self.base + step % self.depth
+        return got
+
+    def _finish(self, got) -> Batch:
+        if isinstance(got, BaseException):
+            raise got
+        job, nbytes = got
+        ld = self.pipe.loader
+        return ld._finish(job) if nbytes is None else ld._finish_read(job, nbytes)
+
+    def defer_release(self):
+        """From now on the taker gives the previous batch's slot back itself: returns release()."""
+        self.deferred = True
+        return self.release
+
+    def release(self) -> None:
+        """Give back the slot of the batch before the one in hand."""
+        if self.previous is not None:
+            self.free.put(self.previous)
+            self.previous = None
+
+    def close(self) -> None:
+        """End the epoch (the whole pipeline: every stream)."""
+        self.pipe.close()
 
 
 class _Gather:
@@ -873,12 +929,30 @@ class _Gather:
     def put(self, result) -> None:
         self.results.append(result)  # before next(): the last to count has every result in
         if next(self.left) == 0:
-            if self.job is not None:  # when the batch's reads had all landed (Batch.ready_ns)
-                self.job.t_done = _now()
+            job = self.job
+            if job is not None:  # when the batch's reads had all landed (Batch.ready_ns)
+                job.t_done = _now()
+                if job.on_done is not None:  # a pipeline's batch: finished here, handed over whole
+                    job.on_done(job, self.results)
+                    return
             self.out.put(self.results)
 
 
 _now = core.clock.now_ns
+
+
+def _sum_results(results) -> int:
+    """The bytes of a job's slices (the first failure raised, once every result is in)."""
+    nbytes, failure = 0, None
+    for got in results:
+        for result in got if type(got) is list else (got,):
+            if type(result) is Failed:
+                failure = failure or result.exc
+            else:
+                nbytes += result
+    if failure is not None:
+        raise failure
+    return nbytes
 
 
 def _collect(job) -> int:

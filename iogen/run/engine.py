@@ -144,8 +144,7 @@ class Engine:
         """One epoch's train or eval phase: the timed step loop."""
         if self.grouped:
             return self._group_phase(plan, loader, phase, dist, res)
-        now, sleep_ns, sleep_until_ns, spin = (self.clock.now_ns, self.clock.sleep_ns,
-                                               self.clock.sleep_until_ns, self.spin_ns)
+        now, sleep_until_ns, spin = self.clock.now_ns, self.clock.sleep_until_ns, self.spin_ns
         barrier, append = self.world.barrier, self.steplog.append
         requested = self._compute_times(dist, plan.epoch, phase, plan.steps).tolist()
         requested.append(0)  # "the step after the last" hides nothing
@@ -153,6 +152,10 @@ class Engine:
         allreduce_buf = self.allreduce_buf
         progress = self.progress
         epoch, batches = plan.epoch, loader.epoch(plan)
+        # a loader that reads ahead gets the previous batch's buffer back once this step's batch is in hand
+        # (its producer then works during the compute, not between request and hand-over)
+        defer = getattr(batches, "defer_release", None)
+        release = defer() if defer is not None else None
         mark = self.steplog.rows_appended  # this phase's rows start here (for its epoch line)
         # A step's row is written while the NEXT step computes, as a training loop logs on the
         # CPU while the accelerator works: after a sleep the caches are cold and the write would
@@ -183,14 +186,14 @@ class Engine:
                     t_first = t_request
                 batch = next(batches)
                 t_ready = now()
+                if release is not None:
+                    release()
                 if pending is not None:
                     append(*pending)
                     pending = None
                     if progress is not None and progress.due(t_ready):
                         progress.step(epoch, phase, step, plan.steps, t_ready, samples_done, compute_done, t_first)
-                    sleep_until_ns(t_ready + requested[step], spin)
-                else:
-                    sleep_ns(requested[step], spin)
+                sleep_until_ns(t_ready + requested[step], spin)
                 t_compute_end = now()
                 if step >= window_from:
                     samples_done += batch.samples
@@ -261,7 +264,8 @@ class Engine:
         ckpt = self.checkpointer if phase == PHASE_TRAIN else None
         progress = self.progress
         streams = loader.epochs(plans)
-        its = streams.iterators
+        its = streams.streams
+        releases = [it.defer_release() for it in its]
         mark = self.steplog.rows_appended
         m = self.wl.metric
         window_from = m.exclude_start_steps if steps > m.exclude_start_steps else 0
@@ -290,6 +294,8 @@ class Engine:
                     t_ready[j] = (max(t_request, done) + batch.finish_ns) if done else now()
                     samples[j] = batch.samples
                     nbytes[j] = batch.bytes
+                for release in releases:
+                    release()
                 t_compute_end = t_ready + requested[step]
                 if pending is not None:
                     append(*pending)
