@@ -731,6 +731,15 @@ class StorageUnderTest:
             return self.s3.client.get_object(Bucket=self.s3.bucket, Key=f"pre/{rel}")["Body"].read()
         return self._root().joinpath(rel).read_bytes()
 
+    def write_at(self, rel, data) -> None:
+        """Put `data` as file `rel` (a path under the root: "ckpt/step/name"), as a user would: not through iogen."""
+        if self.s3 is not None:
+            self.s3.client.put_object(Bucket=self.s3.bucket, Key=f"pre/{rel}", Body=bytes(data))
+            return
+        path = self._root().joinpath(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes(data))
+
     def listing(self, rel) -> dict:
         """{path under `rel`: size} of every file or object below `rel`."""
         if self.s3 is not None:

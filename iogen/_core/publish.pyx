@@ -18,7 +18,9 @@ Python then runs once per run of files, not once per file, and its threads hand 
 run. Each file is still built, written under its temporary name, renamed and only then logged before
 the next one starts, so a crash leaves at most the file in flight without its line.
 
-Errors: OSError(errno, strerror, path) for the file's steps (the caller removes the temporary
+A publish (final_path given) opens its temporary name with O_NOFOLLOW: a symbolic link there is ELOOP,
+never written through (without final_path, path is the caller's own: a format writing the file iogen
+created, or its in-memory file under /proc/self/fd). Errors: OSError(errno, strerror, path) for the file's steps (the caller removes the temporary
 file), OSError with filename path and filename2 final_path for the rename, and OSError(errno, strerror)
 without a file name for the log line's write (the file is then complete under its final name).
 write_images raises the first failing file's error as write_image would, with `files_done` set on it
@@ -33,6 +35,8 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport rename
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from posix.fcntl cimport O_CLOEXEC, O_CREAT, O_TRUNC, O_WRONLY, open
+cdef extern from "<fcntl.h>" nogil:
+    enum: O_NOFOLLOW
 from posix.unistd cimport close, fsync
 
 from iogen._core.sysio cimport write_all
@@ -68,9 +72,12 @@ cdef int publish(const char *path, const unsigned char *p, size_t n, const char 
                  uint32_t *crc, Step *step) noexcept nogil:
     """The whole sequence; returns 0 or an errno, *step naming the step that failed."""
     cdef int fd, err
+    cdef int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
+    if final_path != NULL:
+        flags |= O_NOFOLLOW  # a publish never writes through a symbolic link at its temporary name: ELOOP
     crc[0] = iogen_crc32c(0, p, n)
     step[0] = STEP_FILE
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    fd = open(path, flags, 0o644)
     if fd < 0:
         return errno
     err = write_all(fd, p, <int64_t>n, -1)
@@ -154,9 +161,10 @@ cdef _step_error(int err, Step step, path, final_path):
 @cython.boundscheck(IOGEN_DEBUG_BUILD)  # off once audited (check_publish_args bounds crc_hex_at), on in the debug build
 @cython.wraparound(IOGEN_DEBUG_BUILD)
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
-    """Write data to path (created or truncated, mode 0644), rename it to final_path when given, then
-    append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex; all
-    with the GIL released. Returns the file's CRC-32C. Raises OSError (see the module doc)."""
+    """Write data to path (created or truncated, mode 0644), rename it to final_path when given (then a
+    symbolic link at path is ELOOP, never written through), then append log_line to log_fd (>= 0) with
+    its crc_hex_at..+8 set to the file's CRC-32C in hex; all with the GIL released. Returns the file's
+    CRC-32C. Raises OSError (see the module doc)."""
     cdef const unsigned char[::1] src = memoryview(data).cast("B")
     cdef _Target t = _Target(path, final_path, fsync, log_fd, log_line, crc_hex_at)
     cdef const unsigned char *p = NULL

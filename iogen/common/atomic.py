@@ -14,8 +14,13 @@ sees half a file. This module is the one place that knows that pattern:
   `discard()` removes it and `full_disk(exc)` names it;
 - `parse_temp(name)` and `stale_temps(folder)` recognise temporary files left by a process
   that was killed (SIGKILL, power loss): iogen's pattern with the pid of no live process on
-  this host. Writers remove the stale ones of the file they are about to write; `verify`
-  names the rest.
+  this host, a regular file (never a link or a folder). Writers remove the stale ones of the
+  file they are about to write; `verify` names the rest.
+
+No file is ever written through a symbolic link at its name: every file iogen creates is opened
+with O_NOFOLLOW (`WRITE_FLAGS`, `open_new`), and a temporary name a library opens by itself (h5py,
+pyarrow, zipfile) is first created by `replacing` with O_EXCL | O_NOFOLLOW, so the library opens the
+regular file iogen just made. A link there is an OutputError naming it (`link_error`).
 """
 from __future__ import annotations
 
@@ -23,10 +28,13 @@ import contextlib
 import errno
 import os
 import re
+import stat
 
 from ..errors import OutputError, in_the_way
 
 TMP_MARK = ".tmp."
+# Create or truncate a file for writing, never through a symbolic link at its name (ELOOP)
+WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
 _TEMP_RE = re.compile(r"^(?P<final>.+)\.tmp\.(?P<pid>[0-9]+)$")
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
@@ -74,9 +82,32 @@ def stale_temps(folder: str, final_names=None) -> list[str]:
         parsed = parse_temp(name)
         if parsed is None or (wanted is not None and not wanted(parsed[0])):
             continue
-        if parsed[1] != os.getpid() and not pid_alive(parsed[1]):
+        if parsed[1] != os.getpid() and not pid_alive(parsed[1]) and _regular(os.path.join(folder, name)):
             out.append(os.path.join(folder, name))
     return out
+
+
+def standing(path: str) -> tuple[int | None, str | None]:
+    """What stands at path, a final symbolic link not followed (one lstat): (size, None) for a regular file, (None,
+    what) for anything else in words ("a symbolic link", "a folder", "not a regular file"), (None, None) for
+    nothing."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size, None
+    if stat.S_ISLNK(st.st_mode):
+        return None, "a symbolic link"
+    return None, "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+
+
+def _regular(path: str) -> bool:
+    """Whether a regular file (not a link, a folder or anything else) is at path."""
+    try:
+        return standing(path)[0] is not None
+    except OSError:
+        return False
 
 
 def remove_stale_temps(folder: str, final_names=None) -> list[str]:
@@ -89,6 +120,48 @@ def remove_stale_temps(folder: str, final_names=None) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def link_error(exc: OSError, path: str, what: str = "") -> OutputError | None:
+    """The OutputError for an open with O_NOFOLLOW that met a symbolic link at `path` (ELOOP); None for
+    another error."""
+    if exc.errno != errno.ELOOP:
+        return None
+    return OutputError(path, f"a symbolic link stands at this name; iogen never writes {what or 'a file'} "
+                             "through a link: remove it")
+
+
+def open_new(path: str, what: str = "", extra: int = 0, mode: int = 0o644, truncate: bool = True) -> int:
+    """A descriptor of `path` created (and, when `truncate`, truncated) for writing (WRITE_FLAGS | extra),
+    never through a symbolic link at its name: a link there is an OutputError naming it."""
+    try:
+        return os.open(path, (WRITE_FLAGS if truncate else WRITE_FLAGS & ~os.O_TRUNC) | extra, mode)
+    except OSError as exc:
+        raise link_error(exc, path, what) or exc from None
+
+
+def claim(tmp: str, what: str = "") -> None:
+    """Create the temporary file `tmp` empty, exclusively and not through a link (O_EXCL | O_NOFOLLOW), for a
+    writer that opens it by name. A regular file already there is this pid's own (a killed process's pid,
+    reused): replaced; a link or anything else there is an OutputError naming it."""
+    for _ in range(2):
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+            return
+        except FileExistsError:
+            if not _regular(tmp):
+                raise OutputError(tmp, f"something that is not a regular file (a symbolic link, a folder) stands "
+                                       f"at iogen's temporary name; iogen never writes {what or 'a file'} through "
+                                       "it: remove it") from None
+            unlink_quietly(tmp)
+    raise OutputError(tmp, "cannot create the temporary file: it keeps appearing")
+
+
+def discard_temp(tmp: str) -> None:
+    """Remove a temporary file of iogen's after a failure: a regular file only (a symbolic link or anything else
+    someone put at the name, which the write refused, stays as it is)."""
+    if _regular(tmp):
+        unlink_quietly(tmp)
 
 
 def unlink_quietly(path: str) -> None:
@@ -147,8 +220,8 @@ class PendingFile:
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
-        """Remove the temporary file if it is there (the final name is untouched)."""
-        unlink_quietly(self.tmp)
+        """Remove the temporary file if it is there (the final name is untouched; discard_temp)."""
+        discard_temp(self.tmp)
 
     def full_disk(self, exc: OSError) -> OutputError:
         """The OutputError for a full disk or quota met writing this file."""
@@ -157,13 +230,15 @@ class PendingFile:
 
 @contextlib.contextmanager
 def replacing(path: str, *, needed_bytes: int | None = None, what: str = "", approx: bool = False):
-    """Yield the temporary name to write `path` under; rename it into place when the block ends.
+    """Yield the temporary name to write `path` under (created empty: `claim`); rename it into place when
+    the block ends.
 
     On any failure the temporary file is removed and the final name is untouched; a full disk
     raises OutputError naming `path` and the bytes needed (`approx`: about that many).
     """
     pending = PendingFile(path, needed_bytes=needed_bytes, what=what, approx=approx)
     try:
+        claim(pending.tmp, what)  # a library may open it by name: the regular file made here, never a link
         yield pending.tmp
         pending.commit()
     except BaseException as exc:
@@ -177,7 +252,7 @@ def write_atomic(path: str, data: str | bytes, *, fsync: bool = True, what: str 
     """Write `data` under a temporary name, fsync, rename: readers never see half a file."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     with replacing(path, needed_bytes=len(raw), what=what) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = open_new(tmp, what)
         try:
             view = memoryview(raw)
             while view:

@@ -16,7 +16,10 @@ class RunLog:
     def __init__(self, progress, path: str):
         self.progress = progress
         self.path = path
-        self._f = open(path, "a", encoding="utf-8")
+        from .atomic import open_new
+
+        # in the run folder iogen just made; never through a symbolic link at its name
+        self._f = open(open_new(path, "the run log", os.O_APPEND, truncate=False), "a", encoding="utf-8")
 
     def write(self, text: str) -> None:
         """One timestamped line (UTC)."""

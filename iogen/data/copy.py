@@ -31,7 +31,8 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..common.atomic import full_disk_error, is_full_disk, make_folders, remove_stale_temps, temp_path, unlink_quietly
+from ..common.atomic import (WRITE_FLAGS, discard_temp, full_disk_error, is_full_disk, link_error, make_folders,
+                             remove_stale_temps, temp_path)
 from ..errors import CopyFailure, DataError, OutputError, os_error_text
 from ..common.checksum import crc32c, crc_combine, format_crc
 from ..common.pool import ThreadPool, wait_through_interrupts
@@ -57,7 +58,7 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
 
     tmp = temp_path(job.dst)
     rflags = os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if direct_read else 0)
-    wflags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct_write else 0)
+    wflags = WRITE_FLAGS | (os.O_DIRECT if direct_write else 0)  # never through a link at the temporary name
     try:
         src = os.open(job.src, rflags)
     except OSError as exc:
@@ -66,14 +67,15 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
         try:
             dst = os.open(tmp, wflags, 0o644)
         except OSError as exc:
-            raise OutputError(job.dst, f"cannot create {what}: {exc.strerror}") from None
+            raise link_error(exc, tmp, what) or OutputError(job.dst, f"cannot create {what}: {exc.strerror}") \
+                from None
         try:
             got, crc = core.copier.copy_range(src, dst, job.nbytes, buf, ALIGN if direct_write else 1,
                                               job.crc32c is not None)
             if direct_write:
                 os.ftruncate(dst, job.nbytes)
         except CopyFailure as exc:
-            unlink_quietly(tmp)
+            discard_temp(tmp)
             if exc.side == "read":
                 raise DataError(job.src, f"reading it for {what} failed: {exc.strerror}", exc.offset) from None
             if is_full_disk(exc):
@@ -84,17 +86,17 @@ def copy_one(job: CopyJob, buf, *, direct_read: bool = False, direct_write: bool
     finally:
         os.close(src)
     if got != job.nbytes:
-        unlink_quietly(tmp)
+        discard_temp(tmp)
         raise DataError(job.src, f"ended after {got} of {job.nbytes} bytes while making {what} (changed meanwhile?)",
                         got)
     if job.crc32c is not None and format_crc(crc) != job.crc32c:
-        unlink_quietly(tmp)
+        discard_temp(tmp)
         raise DataError(job.src, f"corrupt: its CRC-32C is {format_crc(crc)}, the manifest says {job.crc32c} (the "
                                  "file changed since it was generated; regenerate it or run `iogen verify`)")
     try:
         os.replace(tmp, job.dst)
     except OSError as exc:  # e.g. a folder at the destination's name: the temporary goes, nothing else
-        unlink_quietly(tmp)
+        discard_temp(tmp)
         raise OutputError(job.dst, f"cannot put {what} in place: {os_error_text(exc)}") from None
 
 
@@ -163,7 +165,7 @@ class Copier:
         staged = [_Staged(job, max(1, -(-job.nbytes // part_bytes))) for job in _biggest_first(jobs)]
         tasks = [(s, i) for s in staged for i in range(len(s.crcs))]
         lock = threading.Lock()
-        wflags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct_write else 0)
+        wflags = WRITE_FLAGS | (os.O_DIRECT if direct_write else 0)  # never through a link at the temporary name
 
         def open_tmp(s: _Staged) -> None:
             with lock:
@@ -172,7 +174,8 @@ class Copier:
                         s.fd = os.open(s.tmp, wflags, 0o644)
                     except OSError as exc:
                         s.error = True
-                        raise OutputError(s.job.dst, f"cannot create {what}: {exc.strerror}") from None
+                        raise link_error(exc, s.tmp, what) or OutputError(
+                            s.job.dst, f"cannot create {what}: {exc.strerror}") from None
 
         def one(task, buf) -> None:
             s, i = task
@@ -220,7 +223,7 @@ class Copier:
                     os.close(s.fd)
                     s.fd = -1
                 if s.left or s.error:
-                    unlink_quietly(s.tmp)
+                    discard_temp(s.tmp)
 
     # -- out: local files to the backend's paths --------------------------------------------
 

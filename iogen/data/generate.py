@@ -151,22 +151,27 @@ def _leftovers(layout) -> list[str]:
     return [f"{layout.folder}/{rel}" for rel in _split_names(layout, _TMP_NAME)]
 
 
-def _existing(store, layout) -> dict[str, int]:
+def _existing(store, layout, others: bool = False):
     """{path relative to the split folder: size} of what is in the split's folders (one listing; a subfolder
-    the listing does not enter, a symbolic link to a folder, is listed on its own)."""
+    the listing does not enter, a symbolic link to a folder, is listed on its own). others: also {relative
+    path: what} of the symbolic links, folders and other entries that stand there (Storage.entries), from the
+    same listing."""
     prefix = layout.folder + "/"
     folders = {""} | {sub[len(prefix):] for sub in layout.subfolders}
-    listed = store.list(prefix)
+    listed, odd = store.entries(prefix) if others else (store.list(prefix), {})
     seen = {path[len(prefix):].rpartition("/")[0] for path in listed}
     for sub in layout.subfolders:
         if sub[len(prefix):] not in seen and store.what_is(sub) == "a folder":
-            listed.update(store.list(sub + "/"))
-    out = {}
-    for path, size in listed.items():
-        rel = path[len(prefix):]
-        if rel.rpartition("/")[0] in folders:
-            out[rel] = size
-    return out
+            more, more_odd = store.entries(sub + "/") if others else (store.list(sub + "/"), {})
+            listed.update(more)
+            odd.update(more_odd)
+    out, out_odd = {}, {}
+    for found, into in ((listed, out), (odd, out_odd)):
+        for path, value in found.items():
+            rel = path[len(prefix):]
+            if rel.rpartition("/")[0] in folders:
+                into[rel] = value
+    return (out, out_odd) if others else out
 
 
 def _data_named(rel: str) -> bool:
@@ -187,19 +192,27 @@ def _recorded(manifest, params: dict, gen) -> dict[str, dict]:
 
 
 def check_target(layout, fmt, overwrite: bool = False, storage=None) -> dict[str, str | None]:
-    """Refuse to generate over data iogen did not write with these settings, unless overwrite.
+    """Refuse to generate over data iogen did not write with these settings, unless overwrite; before any
+    rank writes.
 
     A manifest of other settings, records of an unfinished generation of other settings (journals:
-    the backend's Generation.check), or dataset-named files/objects in the split's folders that no
+    the backend's Generation.check), dataset-named files/objects in the split's folders that no
     manifest or record lists and that carry no mark of iogen's (Generation.marks: a killed generation's
-    last files, an object's metadata) are a DataError naming them (exit 2): a typo in one setting must not
-    wipe a dataset. With overwrite, the old manifest and records are removed and files are rewritten
-    where this workload's files go; no other file is touched. storage: local files when None.
-    Returns the marks it asked the data for ({relative path: CRC-32C or None}, Generation.marks), which
-    the plan then need not ask again.
+    last files, an object's metadata), a file/object the manifest or a record lists at another size than it
+    has and that carries no mark of its own (Generation.carried: an object's metadata; a file carries none),
+    and a sidecar the generation would rewrite that has another size than iogen writes for it, beside a data
+    file that is not iogen's by its mark, are a DataError naming them (exit 2): a typo in one setting must
+    not wipe a dataset, and a file the user put at a listed name is never rewritten. A symbolic link at a
+    name the generation writes (a data file, a sidecar, the manifest; the journals: Generation.check) is
+    refused the same way (iogen never writes through one; overwrite replaces the link itself), and a folder
+    or anything else that is not a regular file there whatever overwrite says. With overwrite, the old
+    manifest and records are removed and files are rewritten where this workload's files go; no other file
+    is touched. storage: local files when None. Returns the marks it asked the data for ({relative path:
+    CRC-32C or None}, Generation.marks and .carried), which the plan then need not ask again.
     """
     store = storage or _local_files()
     params = mf.dataset_params(layout, fmt)
+    _check_name(store, mf.manifest_path(layout), overwrite, "the split's manifest")
     try:
         old = mf.read_manifest(layout, store)
     except DataError:
@@ -217,18 +230,99 @@ def check_target(layout, fmt, overwrite: bool = False, storage=None) -> dict[str
         old = None
     gen = store.generation(layout.folder, params, 0, 1)
     gen.check(overwrite)
+    existing, others = _existing(store, layout, others=True)
+    listed = {} if overwrite else _recorded(old, params, gen)
+    _check_others(store, layout, fmt, existing, others, listed, overwrite)
     if overwrite:
         return {}
-    listed = _recorded(old, params, gen)
-    unlisted = [rel for rel in _existing(store, layout) if _data_named(rel) and rel not in listed]
-    if not unlisted:
-        return {}
+    unlisted = [rel for rel in existing if _data_named(rel) and rel not in listed]
+    # listed, but not at the size it has: the user's now, unless the file itself says it is iogen's
+    resized = [rel for rel in existing if rel in listed and existing[rel] != listed[rel].get("size_bytes")]
+    if not unlisted and not resized:
+        return _check_sidecars(store, layout, fmt, existing, listed, {})
     marked = gen.marks([rel for rel in unlisted if _own_name(layout, rel)])
+    marked.update(gen.carried(resized))
     foreign = sorted(rel for rel in unlisted if rel not in marked)
     if foreign:
         raise DataError(layout.folder, f"holds {len(foreign)} data {store.noun}(s) that no iogen manifest lists "
                                        f"({shown(foreign)}); refusing to overwrite them: choose another "
                                        "dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+    foreign = sorted(rel for rel in resized if rel not in marked)
+    if foreign:
+        rel = foreign[0]
+        raise DataError(f"{layout.folder}/{rel}", f"has {existing[rel]:,} bytes where iogen's manifest (or generation "
+                        f"journal) lists {listed[rel].get('size_bytes'):,}, and nothing says iogen wrote it (no iogen "
+                        "metadata): "
+                        f"refusing to overwrite it ({len(foreign)} such {store.noun}(s): {shown(foreign)}); move "
+                        "them, choose another dataset.data_folder, or replace them with `iogen datagen --overwrite`")
+    return _check_sidecars(store, layout, fmt, existing, listed, marked)
+
+
+def _check_name(store, path: str, overwrite: bool, what: str) -> None:
+    """Refuse (DataError) a symbolic link (unless overwrite: the link itself is replaced), a folder or anything
+    else that is not a regular file at the name of `what`, a file generation writes whole (Storage.not_a_file:
+    no request on an object store)."""
+    other = store.not_a_file(path)
+    if other is not None and not (overwrite and other == "a symbolic link"):
+        raise DataError(path, _other_words(other, what))
+
+
+def _other_words(other: str, what: str) -> str:
+    if other == "a symbolic link":
+        return (f"is a symbolic link at the name of {what}; iogen never writes through a link: remove it, or "
+                "replace it (the link, not its target) with `iogen datagen --overwrite`")
+    return f"is {other} at the name of {what}: move it or choose another dataset.data_folder"
+
+
+def _will_keep(layout, fmt, i: int, rel: str, existing: dict, listed: dict) -> bool:
+    """Whether the plan keeps file i as it is (listed at its size, its sidecars there at theirs)."""
+    entry = listed.get(rel)
+    return (entry is not None and _still_valid(layout, i, entry, existing.get(rel))
+            and sidecars.in_place(fmt, rel, layout.samples_per_file, int(layout.record_bytes[i]), existing))
+
+
+def _check_others(store, layout, fmt, existing: dict, others: dict, listed: dict, overwrite: bool) -> None:
+    """Refuse a symbolic link (unless overwrite), a folder or anything else that is not a regular file at the name
+    of a data file or sidecar the generation writes (a data file listed at its size with its sidecars is kept)."""
+    if not others:
+        return
+    suffixes = ("",) + sidecars.suffixes(fmt)
+    for rel in sorted(others):
+        for suffix in suffixes:
+            base = rel[:len(rel) - len(suffix)] if suffix else rel
+            if rel.endswith(suffix) and _own_name(layout, base):
+                i = int(_FILE_INDEX.search(base)[1])
+                what = others[rel]
+                if what == "a symbolic link" and (overwrite or _will_keep(layout, fmt, i, base, existing, listed)):
+                    break  # replaced by the rename of a complete file (or not written at all), never written through
+                raise DataError(f"{layout.folder}/{rel}", _other_words(what, f"{'an index' if suffix else 'a data'} "
+                                                                             f"{store.noun} of the dataset"))
+
+
+def _check_sidecars(store, layout, fmt, existing: dict, listed: dict, marked: dict) -> dict:
+    """Refuse a sidecar the plan rewrites (its data file is not kept) that has another size than iogen writes for it,
+    beside a data file no mark of iogen's covers; return marked."""
+    suffixes = sidecars.suffixes(fmt)
+    if not suffixes:
+        return marked
+    foreign = []
+    for rel, size in existing.items():
+        suffix = next((x for x in suffixes if rel.endswith(x)), None)
+        base = rel[:-len(suffix)] if suffix else None
+        if base is None or not _own_name(layout, base) or base in marked:
+            continue
+        i = int(_FILE_INDEX.search(base)[1])
+        if _will_keep(layout, fmt, i, base, existing, listed):
+            continue
+        want = {x: n for x, n, _crc in sidecars.summary(fmt, layout.samples_per_file, int(layout.record_bytes[i]))}
+        if size != want[suffix]:
+            foreign.append(rel)
+    if foreign:
+        foreign.sort()
+        raise DataError(f"{layout.folder}/{foreign[0]}", f"an index {store.noun} of {existing[foreign[0]]:,} bytes, not "
+                        "the size iogen writes for it, where the generation writes one, and nothing says iogen wrote "
+                        f"it: refusing to overwrite it ({len(foreign)} such: {shown(foreign)}); move them, choose "
+                        "another dataset.data_folder, or replace them with `iogen datagen --overwrite`")
     return marked
 
 

@@ -189,7 +189,10 @@ def write_plot(path: str, points: dict, threshold_pct: float, title: str, n: int
         fig.tight_layout(rect=(0, (0.1 * note_lines + 0.05) / height, 1, 1))
     else:
         fig.tight_layout()
+    from ..common.atomic import claim
+
     tmp = f"{path}.tmp.{os.getpid()}.png"
+    claim(tmp, "the plot")  # matplotlib opens it by name: the regular file made here, never a link
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, path)

@@ -212,7 +212,9 @@ def run_probe(index: int, n: int, folder: str, *, template: str, workload: str, 
         cmd += ["--accelerator", accelerator]
     log_path = os.path.join(folder, "probe.log")
     t0 = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
+    from ..common.atomic import open_new
+
+    with open(open_new(log_path, "the probe's log"), "w", encoding="utf-8") as log:  # never through a link
         log.write("$ " + shlex.join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)

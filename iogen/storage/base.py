@@ -190,6 +190,12 @@ class Storage:
         """{path: size} of every file/object under prefix (a folder: end it with '/')."""
         raise NotImplementedError
 
+    def entries(self, prefix: str) -> tuple[dict[str, int], dict[str, str]]:
+        """list(prefix), and {path: what} of what else stands under it, in words ("a symbolic link", "a folder",
+        "not a regular file"; a link to a file is in both, at its target's size). By default list's answer and
+        nothing else (an object store has neither links nor folders)."""
+        return self.list(prefix), {}
+
     def get_bytes(self, path: str) -> bytes | None:
         """A small file's/object's whole bytes (a manifest), or None when it does not exist."""
         raise NotImplementedError
@@ -262,6 +268,24 @@ class Storage:
         """Remove a killed run's leftover temporary files of final_names (a set, or a test of a name) in folder,
         where such files can exist (capabilities.temp_names_visible); nothing by default."""
 
+    def lookup(self, path: str) -> tuple[int | None, str | None]:
+        """What stands at path, a final symbolic link not followed: (size, None) for a file/object, (None, what)
+        for anything else in words (as not_a_file says it), (None, None) for nothing. By default stat's answer
+        (an object store has neither links nor folders)."""
+        return self.stat(path), None
+
+    def not_a_file(self, path: str) -> str | None:
+        """What stands at path when it is neither a file/object nor nothing, a final symbolic link not followed, in
+        words ("a symbolic link", "a folder", "not a regular file"); None otherwise, and by default: an object store
+        has neither links nor folders, and the answer costs it no request."""
+        return None
+
+    def names_in(self, folder: str, start: str) -> list[str]:
+        """Paths of everything directly in folder (not below it) whose name begins with start, sorted: files or objects,
+        and where they exist links and folders too (one listing)."""
+        base = folder.rstrip("/") + "/"
+        return sorted(p for p in self.list(base + start) if "/" not in p[len(base):])
+
     def what_is(self, path: str) -> str | None:
         """What stands at path when it is neither a file/object nor nothing, in words ("a folder"); None by
         default (an object store has no folders)."""
@@ -330,6 +354,13 @@ class Generation:
         {rel: its CRC-32C (8 hex digits)} for one marked complete with these settings, {rel: None} for one iogen
         wrote that is not (other settings, or a killed generation's last file): rewritten; rels left out carry
         no mark of iogen's (foreign data, refused unless --overwrite)."""
+        return {}
+
+    def carried(self, rels) -> dict[str, str | None]:
+        """What the existing files rels (relative paths) that a manifest or record lists at another size than they have
+        carry themselves, as marks() says it: only a mark the data holds counts (an object's metadata), never an
+        unfinished generation's say; rels left out are not provably iogen's (refused unless --overwrite). {} where
+        files carry no mark (POSIX)."""
         return {}
 
     def start(self, kept) -> None:

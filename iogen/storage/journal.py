@@ -17,7 +17,8 @@ import json
 import os
 
 from .. import core_switch as core
-from ..common.atomic import full_disk_error, is_full_disk, replacing, temp_path, unlink_quietly
+from ..common.atomic import (discard_temp, full_disk_error, is_full_disk, link_error, open_new, replacing, standing,
+                             temp_path, unlink_quietly)
 from ..errors import DataError
 from .base import Generation
 
@@ -50,7 +51,8 @@ class Journal:
 
     def __init__(self, path: str, params: dict):
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        # never through a symbolic link at its name (Generation.check refuses one before any rank writes)
+        self.fd = open_new(path, "the generation journal", os.O_APPEND)
         try:
             self._write({"params": params})
         except BaseException:
@@ -106,14 +108,23 @@ def journal_entries(path: str, params: dict) -> dict[str, dict]:
     return entries
 
 
-def journal_matches(path: str, params: dict) -> bool:
-    """Whether a journal was written with these settings (an empty or unreadable one does not count)."""
+def journal_state(path: str, params: dict) -> str:
+    """What a journal's first line says: "empty" (a rank killed as it opened it), "these settings", "other settings",
+    or "not a journal" (unreadable, or a first line that is not iogen's settings line)."""
     try:
-        with open(path) as f:
+        with open(path, "rb") as f:
             first = f.readline()
-        return not first.strip() or json.loads(first).get("params") == params
-    except (OSError, ValueError, AttributeError):
-        return True  # nothing trustworthy in it: journal_entries ignores it, so it protects nothing
+    except OSError:
+        return "not a journal"
+    if not first.strip():
+        return "empty"
+    try:
+        head = json.loads(first)
+    except ValueError:
+        return "not a journal"
+    if not isinstance(head, dict) or "params" not in head:
+        return "not a journal"
+    return "these settings" if head["params"] == params else "other settings"
 
 
 def unfinished_generation(folder: str, params: dict) -> bool:
@@ -147,13 +158,29 @@ class JournalGeneration(Generation):
         self._write_images = core.publish.write_images
 
     def check(self, overwrite: bool) -> None:
+        """A journal is reused (truncated by its rank) only when it is one of this generation's: empty, or of these
+        settings. One of other settings, a file that is not a journal, or a symbolic link at a journal's name (never
+        written or truncated through) is refused, exit 2 naming it; with overwrite it is removed (a link itself, not
+        its target). A folder or anything else that is not a regular file there is refused whatever overwrite says."""
         for path in journal_paths(self.folder):
-            if not journal_matches(path, self.params):
-                if not overwrite:
-                    raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
-                                          "files: finish it with its own settings, choose another "
-                                          "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
+            other = standing(path)[1]
+            if other is not None and not (overwrite and other == "a symbolic link"):
+                raise DataError(path, f"is {other} at the name of a generation journal; iogen never writes through "
+                                      "it: remove it" + (", or replace it (the link, not its target) with `iogen "
+                                                         "datagen --overwrite`" if other == "a symbolic link" else ""))
+            state = "link" if other else journal_state(path, self.params)
+            if state in ("empty", "these settings"):
+                continue
+            if overwrite:
                 unlink_quietly(path)
+            elif state == "other settings":
+                raise DataError(path, "an unfinished generation with other settings; refusing to overwrite its "
+                                      "files: finish it with its own settings, choose another "
+                                      "dataset.data_folder, or replace it with `iogen datagen --overwrite`")
+            else:
+                raise DataError(path, "is not an iogen generation journal (its first line is not iogen's settings "
+                                      "line), at a journal's name; refusing to overwrite it: move it, or replace it "
+                                      "with `iogen datagen --overwrite`")
 
     def listed(self) -> dict[str, dict]:
         entries = {}
@@ -204,7 +231,9 @@ class JournalGeneration(Generation):
         itself is in place); otherwise its temporary file is removed and a full disk names the file and its bytes."""
         if exc.filename is None:
             return self.journal.error(exc, line_bytes)
-        unlink_quietly(tmp)
+        discard_temp(tmp)
+        if link_error(exc, tmp):
+            return link_error(exc, tmp, "a data file")
         if is_full_disk(exc):
             return full_disk_error(exc, path, needed_bytes, what, approx=True)
         return exc

@@ -17,7 +17,8 @@ import threading
 import numpy as np
 
 from .. import core_switch as core
-from ..common.atomic import PendingFile, full_disk_error, is_full_disk, make_folders, remove_stale_temps, replacing
+from ..common.atomic import (WRITE_FLAGS, PendingFile, full_disk_error, is_full_disk, link_error, make_folders,
+                             open_new, remove_stale_temps, replacing, standing)
 from ..errors import ConfigError, DataError, OutputError, ReadFailure
 from .base import Capabilities, Storage
 
@@ -141,6 +142,43 @@ class PosixStorage(Storage):
                         pass
         return out
 
+    def entries(self, prefix: str) -> tuple[dict[str, int], dict[str, str]]:
+        """For a folder prefix, one walk of its folders (os.scandir: an entry's type comes with the listing, so no
+        more system calls than list's walk): list's sizes, and every symbolic link (a link to a file is in
+        both), folder and other non-regular entry by what it is. Links to folders are not entered."""
+        if not prefix.endswith("/"):
+            return self.list(prefix), {}
+        sizes, others = {}, {}
+        stack = [prefix]
+        while stack:
+            folder = stack.pop()
+            try:
+                listing = os.scandir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with listing:
+                for e in listing:
+                    p = os.path.join(folder, e.name)
+                    try:
+                        if e.is_symlink():
+                            others[p] = "a symbolic link"
+                            try:
+                                st = os.stat(p)  # list() follows a link to a file (os.walk counts it a file)
+                            except OSError:
+                                continue
+                            if not stat.S_ISDIR(st.st_mode):
+                                sizes[p] = st.st_size
+                        elif e.is_dir(follow_symlinks=False):
+                            others[p] = "a folder"
+                            stack.append(p)
+                        else:
+                            sizes[p] = e.stat(follow_symlinks=False).st_size
+                            if not e.is_file(follow_symlinks=False):
+                                others[p] = "not a regular file"
+                    except FileNotFoundError:
+                        continue
+        return sizes, others
+
     def what_is(self, path: str) -> str | None:
         """"a folder" or "not a regular file" when that stands at path; None for a file or nothing."""
         try:
@@ -150,6 +188,22 @@ class PosixStorage(Storage):
         if stat.S_ISDIR(st.st_mode):
             return "a folder"
         return None if stat.S_ISREG(st.st_mode) else "not a regular file"
+
+    def lookup(self, path: str) -> tuple[int | None, str | None]:
+        """One lstat (iogen.common.atomic.standing): a symbolic link at path is named as one, never followed."""
+        return standing(path)
+
+    def not_a_file(self, path: str) -> str | None:
+        """One lstat (iogen.common.atomic.standing)."""
+        return standing(path)[1]
+
+    def names_in(self, folder: str, start: str) -> list[str]:
+        """One listdir of folder (links and folders included); none when it does not exist."""
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [os.path.join(folder, n) for n in sorted(names) if n.startswith(start)]
 
     def get_bytes(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist (another OSError is the caller's to name)."""
@@ -185,12 +239,14 @@ class PosixStorage(Storage):
             pending.discard()
             if is_full_disk(exc):
                 raise pending.full_disk(exc) from None
+            if isinstance(exc, OSError) and link_error(exc, pending.tmp):
+                raise link_error(exc, pending.tmp, what) from None
             raise
 
     def write_stream(self, path: str, size: int, part_bytes: int, part_of, pool, fsync: bool = False) -> int:
         _parent(path)
         pending = PendingFile(path, needed_bytes=size)
-        fd = os.open(pending.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = open_new(pending.tmp)
         try:
             def one(i: int) -> None:
                 n = min(part_bytes, size - i * part_bytes)
@@ -220,7 +276,7 @@ class PosixStorage(Storage):
         with replacing(dst, needed_bytes=size) as tmp:
             s = core.reader.open_file(src)
             try:
-                d = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                d = open_new(tmp)
                 try:
                     try:
                         got, _ = core.copier.copy_range(s, d, size, buf)
@@ -341,7 +397,7 @@ class _BlockWriter:
         pool = self.content.block_pool()
         for f in files:
             f.out = PendingFile(f.path, needed_bytes=f.size, what=f"the {what}")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            flags = WRITE_FLAGS  # never through a symbolic link at the temporary name
             if self.direct:
                 flags |= getattr(os, "O_DIRECT", 0)
             try:
@@ -353,7 +409,8 @@ class _BlockWriter:
                                       f"does not support O_DIRECT; set {self.content.direct_key}=False") from None
                 if is_full_disk(exc):
                     raise f.out.full_disk(exc) from None
-                raise OutputError(f.path, f"cannot create the {what} file: {exc.strerror}") from None
+                raise link_error(exc, f.out.tmp, f"the {what}") or OutputError(
+                    f.path, f"cannot create the {what} file: {exc.strerror}") from None
         try:
             _run(pool, _tasks(files, self.content.transfer, pool.size), self._task)
         except BaseException:

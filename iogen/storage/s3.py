@@ -718,6 +718,10 @@ class MetadataGeneration(Generation):
                 out[rel] = None  # iogen's, of other settings: rewritten
         return out
 
+    def carried(self, rels) -> dict[str, str | None]:
+        """Each object's own metadata (marks: one HEAD per object)."""
+        return self.marks(rels)
+
     def _metadata(self, crc: int) -> dict:
         from ..common.checksum import format_crc
 

@@ -326,3 +326,26 @@ def test_scan_entries_needs_the_documents_end_and_room_for_every_entry(core):
         _scan(core, raw, len(raw) + 1, 40)
     with pytest.raises(ValueError):
         core.publish.scan_entries(raw, start, np.zeros(2, np.int64), np.zeros(3, np.int64), np.zeros((3, 2), np.int64))
+
+
+def test_a_publish_never_writes_through_a_link_at_its_temporary_name(core, tmp_path):
+    """Issue 36.4: with final_path (a publish) a symbolic link at the temporary name is ELOOP, named; its
+    target and the final name are untouched. Without final_path the path is the caller's own (a memfd's
+    /proc/self/fd/N is a link) and is opened as it is."""
+    target = tmp_path / "precious"
+    target.write_bytes(b"precious")
+    tmp, final = tmp_path / "f.tmp", tmp_path / "f"
+    tmp.symlink_to(target)
+    with pytest.raises(OSError) as info:
+        core.publish.write_file(str(tmp), b"data", str(final))
+    assert info.value.errno == errno.ELOOP and info.value.filename == str(tmp)
+    assert target.read_bytes() == b"precious" and not final.exists() and tmp.is_symlink()
+    with pytest.raises(OSError) as info:
+        core.publish.write_image(str(tmp), np.zeros(16, np.uint8), np.zeros((0, 6), np.int64), b"", 1, 0, str(final))
+    assert info.value.errno == errno.ELOOP and target.read_bytes() == b"precious"
+    fd = os.memfd_create("t")
+    try:
+        core.publish.write_file(f"/proc/self/fd/{fd}", b"abc")
+        assert os.pread(fd, 3, 0) == b"abc"
+    finally:
+        os.close(fd)

@@ -4,6 +4,7 @@ import os
 import pytest
 
 from iogen.data.generate import generate, verify
+from iogen.errors import DataError
 from iogen.data.layout import DatasetLayout
 from iogen.formats import get_format
 from iogen.formats.base import sample_bytes
@@ -43,7 +44,8 @@ def test_generate_read_verify_resume(tmp_path, workload, kw):
         else:
             assert got.tobytes() == want
     assert verify(wl) == []
-    # damage one file, verify names it, a rerun repairs it to identical bytes
+    # damage one file, verify names it; a rerun refuses to rewrite a file of another size than its manifest
+    # entry (nothing proves iogen wrote it: issue 36.3), --overwrite repairs it to identical bytes
     with open(layout.paths[0], "rb") as f:
         before = f.read()
     with open(layout.paths[0], "r+b") as f:
@@ -51,7 +53,10 @@ def test_generate_read_verify_resume(tmp_path, workload, kw):
     problems = verify(wl)
     assert {p.file for p in problems} == {layout.paths[0]}
     assert {p.kind for p in problems} >= {"size", "structure"}
-    res = generate(wl, workers=2)
+    with pytest.raises(DataError, match=r"manifest \(or generation journal\) lists") as err:
+        generate(wl, workers=2)
+    assert err.value.path == layout.paths[0] and os.path.getsize(layout.paths[0]) == len(before) - 50
+    res = generate(wl, workers=2, overwrite=True)
     assert res.files_written == 1 and res.files_skipped == 3
     with open(layout.paths[0], "rb") as f:
         assert f.read() == before

@@ -143,10 +143,14 @@ def test_datagen_over_a_complete_dataset_leaves_it_as_it_is(tmp_path, iogen_cmd)
     assert "6 files in" in res.stdout and "0 written, 6 already there" in res.stdout and str(manifest) in res.stdout
     assert manifest.read_bytes() == before and os.stat(manifest).st_mtime_ns == stat.st_mtime_ns
     assert not journal_paths(str(data / "train")) and os.path.isdir(data / "valid")
-    # a file resized since: not complete, so the full plan runs and rewrites that file only
+    # a file resized since: not complete, and not provably iogen's any more (issue 36.3): refused by name,
+    # left as it is; --overwrite runs the full plan and rewrites that file only
     victim = sorted((data / "train").glob("*/*.npz"))[3]
     victim.write_bytes(victim.read_bytes()[:100])
     res = iogen_cmd("datagen", "default", *over)
+    assert res.returncode == 2 and str(victim) in res.stderr and "--overwrite" in res.stderr, res.stdout + res.stderr
+    assert victim.stat().st_size == 100
+    res = iogen_cmd("datagen", "default", *over, "--overwrite")
     assert res.returncode == 0 and "1 written, 5 already there" in res.stdout, res.stdout + res.stderr
     # an unfinished generation with other settings beside a complete dataset: refused, naming its journal
     (data / "train" / ".iogen-journal.r0-of-1.jsonl").write_text('{"params": {"other": 1}}\n')

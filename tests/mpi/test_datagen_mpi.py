@@ -70,3 +70,28 @@ def test_datagen_across_ranks_writes_the_manifests(mpi):
     assert "0 written by rank 0 of 2, 4 already there" in res.stdout, res.stdout  # rank 0's share of 7 train files
     assert [(m.read_bytes(), os.stat(m).st_mtime_ns) for m in manifests] == before
     assert not [p for p in _files(data) if "journal" in p or ".tmp." in p]
+
+
+def test_a_foreign_file_at_a_listed_name_stops_every_rank_before_any_writes(mpi):
+    """Issue 36.3 under MPI: a file of the user's at a name the manifest lists, of another size (rank 1's share),
+    and a symbolic link at rank 1's journal name: rank 0 refuses before any rank writes, every rank exits 2 with
+    that message, and nothing in the data folder (or the link's target) changes."""
+    from ..conftest import tree_state
+
+    data = mpi.tmp_path / "data"
+    overrides = _overrides(mpi, data, "npz")
+    assert mpi.launch(2, mpi.iogen("datagen", "default", *overrides, "-q")).returncode == 0
+    victim = sorted((data / "train").glob("*/*.npz"))[1]
+    victim.write_bytes(b"mine")
+    for case in ("file", "journal"):
+        if case == "journal":
+            victim.unlink()  # the dataset is incomplete: the full plan would run
+            (mpi.tmp_path / "precious").write_bytes(b"precious")
+            (data / "train" / ".iogen-journal.r1-of-2.jsonl").symlink_to(mpi.tmp_path / "precious")
+        before = tree_state(mpi.tmp_path, skip=[p.name for p in mpi.tmp_path.glob("ranks-*")])
+        res = mpi.launch(2, mpi.iogen("datagen", "default", *overrides, "-q"))
+        assert res.returncode == 2 and res.rank_codes == {0: 2, 1: 2}, res
+        said = f"{victim}: has 4 bytes" if case == "file" else ".iogen-journal.r1-of-2.jsonl: is a symbolic link"
+        errors = [line for line in res.stderr.splitlines() if line.startswith("iogen: error:") and said in line]
+        assert len(errors) == 2, res.stderr  # every rank says it (rank 1: "rank 0 (...) failed: ...")
+        assert tree_state(mpi.tmp_path, skip=[p.name for p in mpi.tmp_path.glob("ranks-*")]) == before

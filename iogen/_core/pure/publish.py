@@ -13,8 +13,9 @@ __all__ = ["write_file", "write_image", "write_images"]
 
 
 def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=None, crc_hex_at=-1):
-    """Write data to path (created or truncated, mode 0644), rename it to final_path when given, then
-    append log_line to log_fd (>= 0) with its crc_hex_at..+8 set to the file's CRC-32C in hex.
+    """Write data to path (created or truncated, mode 0644), rename it to final_path when given (then a
+    symbolic link at path is ELOOP, never written through), then append log_line to log_fd (>= 0) with
+    its crc_hex_at..+8 set to the file's CRC-32C in hex.
     Returns the file's CRC-32C. Raises OSError as the compiled core does."""
     view = memoryview(data).cast("B")
     for name in (path, final_path):
@@ -23,7 +24,8 @@ def write_file(path, data, final_path=None, fsync=False, log_fd=-1, log_line=Non
     fd_log = check_publish_args(log_fd, log_line, crc_hex_at)
     crc = crc32c(view)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        nofollow = os.O_NOFOLLOW if final_path is not None else 0  # a publish: never through a link
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | nofollow, 0o644)
         try:
             err = write_all(fd, view)
             if err:
