@@ -21,7 +21,8 @@ from ..errors import ConfigError, DataError, os_error_text
 from ..storage import backend_class, capabilities, client_setup, requestlog, storage_label
 from .io import CheckpointIO, checkpoint_storage, evict, local_storage
 from .model import ModelSpec
-from .torchzip import file_layout
+from .owner import check_targets, first_problem, only_targets
+from .torchzip import RAW_MARK_AT, file_layout
 
 EXT = {"torch": ".pt", "raw": ".bin"}
 
@@ -97,7 +98,7 @@ def check_headers(files: RankFiles, folder: str, steps, store) -> None:
     added to the files (their sizes stay DLIO's), and the tensors' content is not checked (that
     would be a checksum pass over every byte): docs/checkpointing.md. Each piece is one read through
     the store (on objects one ranged GET, counted in the check's figures). checkpoint.format raw has
-    no framing to check.
+    no framing but iogen's mark (bytes 8-23, torchzip.MARK): that is checked.
     """
     for step in steps:
         for path, layout in zip(files.paths(folder, step), files.layouts):
@@ -105,7 +106,10 @@ def check_headers(files: RankFiles, folder: str, steps, store) -> None:
             for offset, expected in pieces:
                 got = _read_piece(store, path, offset, len(expected))
                 if got != expected:
-                    raise DataError(path, _header_difference(expected, got, offset), offset=offset)
+                    raise DataError(path, _header_difference(expected, got, offset) if offset != RAW_MARK_AT else
+                                    f"checkpoint {store.noun} does not hold iogen's checkpoint mark at byte offset "
+                                    f"{offset}: not written by iogen, or overwritten; checkpoint.num_checkpoints_write "
+                                    "rewrites it", offset=offset)
 
 
 def _read_piece(store, path: str, offset: int, n: int) -> bytes:
@@ -227,10 +231,22 @@ def run_checkpoints(wl, world, *, label: str = "", quiet: bool = False, stream=N
         if n_read > n_write:
             check_present(theirs, os.path.abspath(ck.local_folder) if stays_local else folder,
                           range(n_write + 1, n_read + 1), ios[-1].store if stays_local else ios[0].store)
+        # before any rank writes: nothing at a name this rank writes (on each tier) that iogen cannot prove it
+        # wrote (owner.py)
+        tiers = [(ios[-1].store, os.path.abspath(ck.local_folder) if ck.local_folder else folder)]
+        if ck.local_folder and ck.drain != "off":
+            tiers.append((ios[0].store, folder))
+        problem = first_problem(only_targets(mine, tiers, n_write, checkpoint_id), bool(ck.overwrite))
     except BaseException as exc:
         for one in ios:
             one.close()
         world.fail(exc)
+        raise
+    try:
+        check_targets(world, problem)  # every rank refuses together, exit 2
+    except BaseException:
+        for one in ios:
+            one.close()
         raise
     world.sync()
     return _run(wl, world, spec, mine, theirs, folder, n_write, n_read, shift_note,

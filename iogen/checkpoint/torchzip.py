@@ -14,6 +14,12 @@ torch.serialization.set_crc32_options(False)), a zip tool that extracts a tensor
 The pickle is written opcode by opcode (protocol 2), so torch need not be importable; it
 names only what `torch.load(..., weights_only=True)` allows: torch._utils._rebuild_tensor_v2,
 torch.*Storage and collections.OrderedDict.
+
+Every file carries iogen's mark, MARK, at a fixed offset of its first block (`mark_at`): in a torch
+file the start of the first record's padding (the "FB" extra field, which torch writes as 'Z's and
+torch.load skips), in a raw file right after the first block's 8-byte stamp. No byte is added: a
+rerun proves a file at a checkpoint's name is iogen's by these bytes before it replaces it
+(iogen/checkpoint/owner.py).
 """
 from __future__ import annotations
 
@@ -26,6 +32,16 @@ ARCHIVE = "archive"
 STORAGE_TYPES = {"fp16": "HalfStorage", "bf16": "BFloat16Storage", "fp32": "FloatStorage",
                  "fp64": "DoubleStorage", "int8": "CharStorage", "uint8": "ByteStorage"}
 _FF32 = 0xFFFFFFFF
+MARK = b"iogen checkpoint"  # 16 bytes every checkpoint file iogen writes holds at mark_at(format)
+RAW_MARK_AT = 8  # after the first block's stamp
+# the first record's (archive/data.pkl's) padding: its local header's 30 bytes, name, ZIP64 field (20) and
+# the padding field's own header (4)
+TORCH_MARK_AT = 30 + len(f"{ARCHIVE}/data.pkl") + 20 + 4
+
+
+def mark_at(fmt: str) -> int:
+    """Where MARK lies in a checkpoint file of format `fmt` (torch or raw)."""
+    return TORCH_MARK_AT if fmt == "torch" else RAW_MARK_AT
 
 
 @dataclass(frozen=True)
@@ -38,12 +54,14 @@ class FileLayout:
 
 
 def raw_layout(tensors) -> FileLayout:
-    """checkpoint.format raw: the tensors' bytes back to back, nothing else."""
+    """checkpoint.format raw: the tensors' bytes back to back, iogen's MARK over bytes 8-23 (as much of it as
+    the file holds)."""
     payloads, off = [], 0
     for t in tensors:
         payloads.append((off, t.nbytes))
         off += t.nbytes
-    return FileLayout((), tuple(payloads), off)
+    mark = MARK[:max(0, off - RAW_MARK_AT)]
+    return FileLayout(((RAW_MARK_AT, mark),) if mark else (), tuple(payloads), off)
 
 
 # --- the pickle -------------------------------------------------------------------------------
@@ -100,12 +118,14 @@ def pickle_bytes(tensors) -> bytes:
 
 # --- the zip ------------------------------------------------------------------------------------
 
-def _local_header(name: bytes, size: int, offset: int, crc: int) -> bytes:
-    """Local header for a stored record of `size` bytes at `offset`, padded so its data is aligned."""
+def _local_header(name: bytes, size: int, offset: int, crc: int, mark: bytes = b"") -> bytes:
+    """Local header for a stored record of `size` bytes at `offset`, padded so its data is aligned; `mark`
+    opens the padding."""
     zip64 = struct.pack("<HHQQ", 0x0001, 16, size, size)
     fixed = 30 + len(name) + len(zip64)
     pad = (-(offset + fixed + 4)) % ALIGN  # 4: the padding field's own header
-    extra = zip64 + struct.pack("<HH", 0x4246, pad) + b"Z" * pad  # "FB" padding, as torch writes it
+    assert len(mark) <= pad
+    extra = zip64 + struct.pack("<HH", 0x4246, pad) + mark + b"Z" * (pad - len(mark))  # "FB" padding, as torch
     return struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0x21, crc, _FF32, _FF32, len(name),
                        len(extra)) + name + extra
 
@@ -131,7 +151,7 @@ def torch_layout(tensors) -> FileLayout:
     for name, data in records:
         size = len(data) if isinstance(data, bytes) else data
         crc = zlib.crc32(data) if isinstance(data, bytes) else 0  # payloads: see the module's note
-        header = _local_header(name, size, off, crc)
+        header = _local_header(name, size, off, crc, MARK if off == 0 else b"")
         central += _central_header(name, size, off, crc)
         if isinstance(data, bytes):
             framing.append((off, header + data))
@@ -145,6 +165,7 @@ def torch_layout(tensors) -> FileLayout:
     tail += struct.pack("<IIQI", 0x07064B50, 0, cd_offset + len(central), 1)
     tail += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, _FF32, _FF32, 0)
     framing.append((cd_offset, tail))
+    assert framing[0][1][TORCH_MARK_AT:TORCH_MARK_AT + len(MARK)] == MARK
     return FileLayout(tuple(framing), tuple(payloads), cd_offset + len(tail))
 
 

@@ -10,8 +10,10 @@ seeded fill, each block stamped), and appears whole or not at all: on files unde
 fsync'd when `checkpoint.fsync` is set, O_DIRECT when `checkpoint.odirect`, renamed when complete;
 on an object store a multipart upload of parts of max(transfer_size, 5 MiB) (S3's smallest part),
 aborted on failure, to `s3://<bucket>/[<prefix>/]<checkpoint_folder>/<name>-epoch<E>-step<S>.ckpt`,
-its requests counted (iogen.object_store.checkpoint). Its bytes are the model's, without framing.
-Only the newest checkpoint is kept, so a long run does not fill the disk.
+its requests counted (iogen.object_store.checkpoint). Its bytes are the model's, without framing but for
+iogen's 16-byte mark after the first block's stamp (torchzip.MARK). Only the newest checkpoint is kept, so a
+long run does not fill the disk; before the run writes anything, iogen/checkpoint/owner.py refuses a name it would
+write that holds a file without the mark (the retention then deletes only what this run wrote).
 
 Checkpoint time is checkpoint I/O only (as DLIO times it): the content is generated once, when
 the Checkpointer is made, and the previous checkpoint is deleted by `cleanup()`, which the

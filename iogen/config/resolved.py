@@ -138,7 +138,7 @@ def check_ranks_agree(wl: Workload, world) -> None:
 # class are compared by, or what does not change the work: where things are (paths, the storage
 # system under test and its client, the output), names, the accelerator count and the node names.
 CLASS_EXCLUDED = ("name", "accelerator", "output", "storage", "hydra", "dataset.data_folder",
-                  "checkpoint.checkpoint_folder", "checkpoint.local_folder", "staging.folder",
+                  "checkpoint.checkpoint_folder", "checkpoint.local_folder", "checkpoint.overwrite", "staging.folder",
                   "workflow.generate_data")
 
 

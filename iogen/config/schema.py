@@ -444,6 +444,9 @@ class Checkpoint(Section):
     # YAML 1.1 reads a bare `off` as False
     drain: Annotated[Literal["async", "sync", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = "async"
     drain_threads: PosInt = 2
+    # iogen: replace a file, object or symbolic link at a checkpoint's name that iogen cannot prove it wrote
+    # (iogen/checkpoint/owner.py); without it such a name is refused before the first byte
+    overwrite: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -166,6 +166,10 @@ def run(wl, world, *, label: str = "", quiet: bool = False, stream=None) -> RunO
 
     if wl.workflow.stage_data:
         check_nodes(wl, world)  # every rank's real staging folder, before anything is generated or copied
+    if wl.workflow.checkpoint and wl.workflow.train:
+        from ..checkpoint.owner import check_training
+
+        check_training(wl, world)  # nothing at a checkpoint's name iogen cannot prove it wrote, before any byte
     st = _RunState()
     error = None
     try:

@@ -176,13 +176,18 @@ def test_drain_into_a_shared_folder_with_junk_copies_or_records_an_error_and_lea
 
 # -- checkpoint restore -------------------------------------------------------------------------
 
+def _tiny_llama(tmp_path, writes: int):
+    """A tiny llama3-8b checkpoint-only workload writing `writes` checkpoints into tmp_path/ckpt."""
+    return load_workload("llama3-8b", [
+        "model.num_layers=1", "model.transformer.hidden_size=64", "model.transformer.ffn_hidden_size=128",
+        "model.transformer.vocab_size=128", "model.transformer.num_attention_heads=2",
+        "model.transformer.num_kv_heads=2", "checkpoint.time_between_checkpoints=0", "checkpoint.transfer_size=4096",
+        f"checkpoint.num_checkpoints_write={writes}", "checkpoint.num_checkpoints_read=0",
+        f"checkpoint.checkpoint_folder={tmp_path / 'ckpt'}", f"output.folder={tmp_path / 'results'}"])
+
+
 def test_restoring_a_mutated_checkpoint_is_a_result_or_a_data_error_naming_it(tmp_path):
-    over = ["model.num_layers=1", "model.transformer.hidden_size=64", "model.transformer.ffn_hidden_size=128",
-            "model.transformer.vocab_size=128", "model.transformer.num_attention_heads=2",
-            "model.transformer.num_kv_heads=2", "checkpoint.time_between_checkpoints=0",
-            "checkpoint.transfer_size=4096", "checkpoint.num_checkpoints_write=1", "checkpoint.num_checkpoints_read=0",
-            f"checkpoint.checkpoint_folder={tmp_path / 'ckpt'}", f"output.folder={tmp_path / 'results'}"]
-    wl = load_workload("llama3-8b", over)
+    wl = _tiny_llama(tmp_path, 1)
     run(wl, SingleWorld(), quiet=True)
     files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
     paths = files.paths(str(tmp_path / "ckpt"), 1)
@@ -219,3 +224,71 @@ def test_restoring_a_mutated_checkpoint_is_a_result_or_a_data_error_naming_it(tm
                     f.write(originals[victim])
     finally:
         io.close()
+
+
+# -- what stands at the names a checkpoint run and datagen write (issue 36) -------------------------
+
+def _unchanged_or_own(rng, tmp_path, names, thunk, where_of, fresh, own=lambda victim, what: False):
+    """Per iteration: junk at one of names(), or iogen's own file left there; thunk() must refuse (exit-2 error)
+    leaving every entry as it was, or (only for iogen's own file, a stale temporary, or what own(victim, what)
+    accepts) succeed and leave no temporary."""
+    for it in range(ITERATIONS):
+        fresh()
+        targets = names()
+        victim = targets[int(rng.integers(0, len(targets)))]
+        if os.path.lexists(victim) and rng.integers(0, 2):
+            os.unlink(victim)  # iogen's own file there, or the junk in its place
+        what = _junk(rng, victim, tmp_path) if not os.path.lexists(victim) else "iogen's own"
+        where = where_of(it, victim, what)
+        before = tree_state(tmp_path, skip=("results",))
+        outcome = _outcome(thunk, where)
+        if what == "iogen's own" or own(victim, what):
+            assert outcome == "ok", where
+        elif what != "stale-temp":  # a stale temporary is iogen's to remove, when the rest lets the run go on
+            assert outcome == "error", where
+        if outcome == "ok":
+            assert not _temps(tmp_path), where
+        else:
+            assert tree_state(tmp_path, skip=("results",)) == before, where
+
+
+def test_checkpoint_writes_never_replace_what_they_cannot_prove_is_theirs(tmp_path):
+    wl = _tiny_llama(tmp_path, 2)
+    files = RankFiles(ModelSpec.from_workload(wl), 0, 1, "torch")
+    root = str(tmp_path / "ckpt")
+
+    run(wl, SingleWorld(), quiet=True)  # iogen's own checkpoints, copied for each iteration: a rerun replaces them
+    shutil.move(root, tmp_path / "made")
+
+    def fresh():
+        for folder in ("ckpt", "outside"):
+            shutil.rmtree(tmp_path / folder, ignore_errors=True)
+        shutil.copytree(tmp_path / "made", root, symlinks=True)
+
+    _unchanged_or_own(np.random.default_rng([SEED, 34]), tmp_path,
+                      lambda: files.paths(root, 1) + files.paths(root, 2), lambda: run(wl, SingleWorld(), quiet=True),
+                      lambda it, victim, what: f"seed {SEED}, iteration {it}: {what} at {victim}", fresh)
+
+
+def test_datagen_never_replaces_what_it_cannot_prove_is_its_own(dataset, tmp_path):
+    from iogen.data.generate import generate
+    from iogen.formats import get_format
+
+    data0, over = dataset
+    wl = load_workload("default", [o for o in over if not o.startswith("dataset.data_folder=")]
+                       + [f"dataset.data_folder={tmp_path / 'data'}"])
+    layout = DatasetLayout.from_workload(wl, "train")
+    fmt = get_format(wl.dataset)
+
+    def fresh():
+        for folder in ("data", "outside"):
+            shutil.rmtree(tmp_path / folder, ignore_errors=True)
+        shutil.copytree(data0, tmp_path / "data")
+        os.unlink(layout.paths[2])  # incomplete: the full plan runs and writes file 2
+
+    names = lambda: [layout.paths[1], layout.paths[2], f"{layout.folder}/.iogen-manifest.json",  # noqa: E731
+                     f"{layout.folder}/.iogen-journal.r0-of-1.jsonl"]
+    _unchanged_or_own(np.random.default_rng([SEED, 35]), tmp_path, names,
+                      lambda: generate(layout, fmt, workers=1),
+                      lambda it, victim, what: f"seed {SEED}, iteration {it}: {what} at {victim}", fresh,
+                      own=lambda victim, what: what == "empty" and "journal" in victim)  # a rank killed at its open

@@ -87,7 +87,9 @@ def test_checkpoint_only_write_and_restore_through_the_client(s3, tmp_path, ioge
     assert len(data) and (data["flags"] & FLAG_NO_STATUS).all() and not data["status"].any()
     assert ((data["first_byte_ns"] == -1) == (client == "s3dlio")).all()
     heads = rows[rows["op"] == OPS.index("head")]
-    assert len(heads) and not (heads["flags"] & FLAG_NO_STATUS).any() and set(heads["status"].tolist()) == {200}
+    assert len(heads) and not (heads["flags"] & FLAG_NO_STATUS).any() and 200 in set(heads["status"].tolist())
+    # 404: the check before the first byte that no object stands where a checkpoint is written (one per file)
+    assert int((heads["status"] == 404).sum()) == 2 and set(heads["status"].tolist()) == {200, 404}
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix="pre/ckpt/")["Contents"]
     mine = {o["Key"]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed}
     r = iogen_cmd("run", "llama3-8b", *ckpt_over(s3, tmp_path, **{
