@@ -66,16 +66,6 @@ def test_an_index_file_of_another_size_is_never_rewritten_without_overwrite(stor
     assert storage.read(name + ".off.idx") != b"my index"
 
 
-def test_a_foreign_file_at_the_manifests_name_is_never_replaced(storage, iogen_cmd):
-    """A file that is not an iogen manifest at the manifest's name: exit 2 naming it, unchanged."""
-    over = _over(storage)
-    storage.write_at("ds/train/.iogen-manifest.json", b"my notes")
-    r = iogen_cmd("datagen", "default", *over)
-    assert r.returncode == 2 and storage.where(".iogen-manifest.json") in r.stderr, r.stdout + r.stderr
-    assert storage.read(".iogen-manifest.json") == b"my notes" and list(storage.listing("ds")) == [
-        "train/.iogen-manifest.json"]
-
-
 def _links_setup(tmp_path, where, to):
     """A link at `where` (relative to the data folder) to an outside file or folder; returns the outside folder."""
     outside = tmp_path / "outside"
