@@ -891,6 +891,14 @@ class _Stream:
         self.held = self.base + step % self.depth
         return got
 
+    def poll(self):
+        """The next batch if it is already here (its reads landed and checked), else None: never waits. The
+        engine takes it while its compute still runs, so handing it over costs the next step nothing."""
+        step = self.step
+        if step >= self.steps or self.queues[step % self.depth].empty():
+            return None
+        return self.__next__()
+
     def _finish(self, got) -> Batch:
         if isinstance(got, BaseException):
             raise got

@@ -141,3 +141,32 @@ def test_reader_nice_lowers_the_reading_threads_only(tmp_path, monkeypatch, valu
     # unset: 19 where the node's ranks outnumber its CPUs; a value set wins, 0 included
     assert reader_nice({}, oversubscribed=True) == 19
     assert reader_nice({"IOGEN_READER_NICE": "0"}, oversubscribed=True) == 0
+
+
+def test_a_batch_already_here_is_taken_without_waiting_and_in_plan_order(tmp_path, monkeypatch):
+    # the engine takes the next batch during the compute when it is already here (poll), and gives the buffer
+    # before it back only once the new one is in hand (defer_release): the batches and their bytes stay the plan's
+    import time
+
+    wl, layout, fmt = _setup(tmp_path, monkeypatch, "posix", "npz", **{"reader.prefetch_size": 2})
+    plan = make_plan(num_files=FILES, samples_per_file=SPF, batch_size=3)
+    want = [b"".join(_expected(layout, g) for g in row) for row in plan.batches]
+    with NativeLoader(wl, layout, fmt, SingleWorld()) as loader:
+        stream = loader.epoch(plan)
+        release = stream.defer_release()
+        got, polled = [], 0
+        for step in range(plan.steps):
+            batch = None
+            if step % 2:  # every other step: wait until the batch is here, then take it without waiting
+                deadline = time.monotonic() + 60
+                while batch is None:
+                    batch = stream.poll()
+                    assert batch is not None or time.monotonic() < deadline, "late: the batch never arrived"
+                polled += 1
+            else:
+                batch = next(stream)
+            got.append(batch.data.tobytes())
+            release()
+        assert stream.poll() is None  # nothing after the last step
+        stream.close()
+    assert got == want and polled == plan.steps // 2
